@@ -1,0 +1,1 @@
+//! `capsule check`: placeholder being written by a helper session.

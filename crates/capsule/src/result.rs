@@ -1,0 +1,231 @@
+//! What happened to a run: the `--json` object, the `--meta` lines, the
+//! one-line summary and capsule's exit status.
+
+use serde::{Deserialize, Serialize};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// The program exited by itself; see `exit_code`.
+    Exited,
+    /// The program was killed by a signal it did not get from capsule.
+    Signaled,
+    /// capsule killed the run at the wall-time limit.
+    WallTimeLimit,
+    /// capsule killed the run at the CPU-time limit.
+    CpuTimeLimit,
+    /// The run hit its memory limit.
+    MemoryLimit,
+    /// The program tried to write past the output limit (SIGXFSZ).
+    OutputLimit,
+    /// The seccomp policy killed the program.
+    ForbiddenSyscall,
+    /// capsule could not start the program; see `error`.
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Exited => "exited",
+            Status::Signaled => "signaled",
+            Status::WallTimeLimit => "wall-time-limit",
+            Status::CpuTimeLimit => "cpu-time-limit",
+            Status::MemoryLimit => "memory-limit",
+            Status::OutputLimit => "output-limit",
+            Status::ForbiddenSyscall => "forbidden-syscall",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// Where the accounting figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accounting {
+    /// The run's own cgroup (`cpu.stat`, `memory.peak`).
+    Cgroup,
+    /// `getrusage(RUSAGE_CHILDREN)` of the run's PID 1 after it reaped every
+    /// process of the run: CPU summed over all of them, peak memory the
+    /// largest resident set of any one of them.
+    Rusage,
+}
+
+/// Exit status of capsule itself when it could not run the program.
+pub const EXIT_CAPSULE_ERROR: i32 = 125;
+/// Exit status when the wall-time or CPU-time limit was hit.
+pub const EXIT_TIME_LIMIT: i32 = 124;
+/// Exit status when the memory limit was hit.
+pub const EXIT_MEMORY_LIMIT: i32 = 123;
+/// Exit status when the output limit was hit.
+pub const EXIT_OUTPUT_LIMIT: i32 = 122;
+/// Exit status when the seccomp policy killed the program.
+pub const EXIT_FORBIDDEN_SYSCALL: i32 = 121;
+
+/// The result of one run. Unknown fields may be added later; readers
+/// should ignore fields they do not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub status: Status,
+    /// Exit code for `exited`, otherwise null.
+    pub exit_code: Option<i32>,
+    /// Signal name (`SIGKILL`) when the program died of a signal.
+    pub signal: Option<String>,
+    /// Wall time from the program's `execve` to the death of its first process.
+    pub wall_time_ms: f64,
+    pub cpu_user_ms: f64,
+    pub cpu_system_ms: f64,
+    pub peak_memory_bytes: u64,
+    pub accounting: Accounting,
+    /// What went wrong, for status `error`.
+    pub error: Option<String>,
+}
+
+impl RunResult {
+    /// A result for a run that failed before the program ran.
+    pub fn error(message: impl Into<String>) -> Self {
+        RunResult {
+            status: Status::Error,
+            exit_code: None,
+            signal: None,
+            wall_time_ms: 0.0,
+            cpu_user_ms: 0.0,
+            cpu_system_ms: 0.0,
+            peak_memory_bytes: 0,
+            accounting: Accounting::Rusage,
+            error: Some(message.into()),
+        }
+    }
+
+    /// capsule's own exit status for this result: the program's exit code,
+    /// 128+N for signal N, or one of the `EXIT_*` constants.
+    pub fn exit_status(&self) -> i32 {
+        match self.status {
+            Status::Exited => self.exit_code.unwrap_or(EXIT_CAPSULE_ERROR),
+            Status::Signaled => {
+                128 + self.signal.as_deref().and_then(signal_number).unwrap_or(0)
+            }
+            Status::WallTimeLimit | Status::CpuTimeLimit => EXIT_TIME_LIMIT,
+            Status::MemoryLimit => EXIT_MEMORY_LIMIT,
+            Status::OutputLimit => EXIT_OUTPUT_LIMIT,
+            Status::ForbiddenSyscall => EXIT_FORBIDDEN_SYSCALL,
+            Status::Error => EXIT_CAPSULE_ERROR,
+        }
+    }
+
+    /// The `--meta` form: one `key:value` line per field, null fields left out.
+    pub fn to_meta(&self) -> String {
+        let mut out = String::new();
+        let v = serde_json::to_value(self).expect("result serializes");
+        if let serde_json::Value::Object(map) = v {
+            for (k, v) in map {
+                let text = match v {
+                    serde_json::Value::Null => continue,
+                    serde_json::Value::String(s) => s.replace('\n', " "),
+                    other => other.to_string(),
+                };
+                out.push_str(&k);
+                out.push(':');
+                out.push_str(&text);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// The one-line human summary.
+    pub fn summary(&self) -> String {
+        let what = match self.status {
+            Status::Exited => format!("exited with {}", self.exit_code.unwrap_or(-1)),
+            Status::Signaled => {
+                format!("killed by {}", self.signal.as_deref().unwrap_or("a signal"))
+            }
+            Status::Error => {
+                return format!("capsule: error: {}", self.error.as_deref().unwrap_or("unknown"))
+            }
+            other => other.as_str().replace('-', " "),
+        };
+        format!(
+            "capsule: {what} after {:.3} ms (cpu {:.3} ms user + {:.3} ms system, peak {:.1} MiB, {})",
+            self.wall_time_ms,
+            self.cpu_user_ms,
+            self.cpu_system_ms,
+            self.peak_memory_bytes as f64 / (1024.0 * 1024.0),
+            match self.accounting {
+                Accounting::Cgroup => "cgroup",
+                Accounting::Rusage => "rusage",
+            }
+        )
+    }
+}
+
+const SIGNALS: [(&str, i32); 31] = [
+    ("SIGHUP", 1), ("SIGINT", 2), ("SIGQUIT", 3), ("SIGILL", 4), ("SIGTRAP", 5),
+    ("SIGABRT", 6), ("SIGBUS", 7), ("SIGFPE", 8), ("SIGKILL", 9), ("SIGUSR1", 10),
+    ("SIGSEGV", 11), ("SIGUSR2", 12), ("SIGPIPE", 13), ("SIGALRM", 14), ("SIGTERM", 15),
+    ("SIGSTKFLT", 16), ("SIGCHLD", 17), ("SIGCONT", 18), ("SIGSTOP", 19), ("SIGTSTP", 20),
+    ("SIGTTIN", 21), ("SIGTTOU", 22), ("SIGURG", 23), ("SIGXCPU", 24), ("SIGXFSZ", 25),
+    ("SIGVTALRM", 26), ("SIGPROF", 27), ("SIGWINCH", 28), ("SIGIO", 29), ("SIGPWR", 30),
+    ("SIGSYS", 31),
+];
+
+/// `9` → `"SIGKILL"`; real-time signals as `SIGRTMIN+n`.
+pub fn signal_name(sig: i32) -> String {
+    match SIGNALS.iter().find(|(_, n)| *n == sig) {
+        Some((name, _)) => name.to_string(),
+        None if sig >= libc::SIGRTMIN() && sig <= libc::SIGRTMAX() => {
+            format!("SIGRTMIN+{}", sig - libc::SIGRTMIN())
+        }
+        None => format!("SIG{sig}"),
+    }
+}
+
+/// `"SIGKILL"` → `9`.
+pub fn signal_number(name: &str) -> Option<i32> {
+    if let Some((_, n)) = SIGNALS.iter().find(|(s, _)| *s == name) {
+        return Some(*n);
+    }
+    if let Some(rest) = name.strip_prefix("SIGRTMIN+") {
+        return rest.parse::<i32>().ok().map(|n| libc::SIGRTMIN() + n);
+    }
+    name.strip_prefix("SIG").and_then(|n| n.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses() {
+        let mut r = RunResult::error("x");
+        assert_eq!(r.exit_status(), EXIT_CAPSULE_ERROR);
+        r.status = Status::Exited;
+        r.exit_code = Some(3);
+        assert_eq!(r.exit_status(), 3);
+        r.status = Status::Signaled;
+        r.exit_code = None;
+        r.signal = Some("SIGSEGV".into());
+        assert_eq!(r.exit_status(), 139);
+        r.status = Status::WallTimeLimit;
+        assert_eq!(r.exit_status(), EXIT_TIME_LIMIT);
+    }
+
+    #[test]
+    fn signal_names_round_trip() {
+        for n in 1..=64 {
+            assert_eq!(signal_number(&signal_name(n)), Some(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn meta_lines() {
+        let mut r = RunResult::error("boom\nbang");
+        r.wall_time_ms = 1.5;
+        let m = r.to_meta();
+        assert!(m.contains("status:error\n"), "{m}");
+        assert!(m.contains("error:boom bang\n"), "{m}");
+        assert!(m.contains("wall_time_ms:1.5\n"), "{m}");
+        assert!(!m.contains("exit_code"), "{m}");
+    }
+}

@@ -1,0 +1,469 @@
+//! The run spec: one serde type produced alike by CLI flags, TOML profile
+//! files, the library API and (later) the wire protocol, validated once by
+//! [`RunSpec::validate`]. Field names are the profile's and the protocol's.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SpecError;
+use crate::units;
+
+/// PATH given to the program when the spec sets none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Hostname inside the sandbox when the spec sets none.
+pub const DEFAULT_HOSTNAME: &str = "capsule";
+/// Size of the private `/tmp` of the host view when the spec sets none.
+pub const DEFAULT_TMP_SIZE: u64 = 128 << 20;
+/// Size of `/dev/shm` in every `/dev` capsule builds.
+pub const DEV_SHM_SIZE: u64 = 64 << 20;
+/// Size of the tmpfs that is the root with `empty_root`.
+pub const EMPTY_ROOT_SIZE: u64 = 64 << 20;
+
+/// Everything that describes one sandboxed run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSpec {
+    /// Program and arguments. A program without `/` is looked up in the
+    /// sandbox's `PATH` (the sandbox's view of the filesystem).
+    pub argv: Vec<String>,
+    /// Environment variables to set (the environment starts empty).
+    pub env: BTreeMap<String, String>,
+    /// Names of the caller's environment variables to pass through; filled
+    /// in by the client, which sees the caller's environment.
+    pub keep_env: Vec<String>,
+    /// Working directory inside the sandbox (default `/`).
+    pub cwd: Option<PathBuf>,
+    /// When true and `cwd` is not reachable in the sandbox, start in `/`
+    /// instead of failing (the CLI sets this when it defaults `cwd` to the
+    /// caller's directory).
+    pub cwd_fallback: bool,
+    /// Hostname inside the sandbox (default `capsule`).
+    pub hostname: Option<String>,
+    /// User id inside the sandbox (default: the caller's own).
+    pub uid: Option<u32>,
+    /// Group id inside the sandbox (default: the caller's own).
+    pub gid: Option<u32>,
+    /// Map the caller to uid 0 / gid 0 inside (MBOX's fakeroot). The
+    /// program still has no capabilities.
+    pub root: bool,
+    /// Start from an empty tmpfs instead of the read-only host view.
+    pub empty_root: bool,
+    /// Size of the private `/tmp` of the host view.
+    #[serde(with = "units::opt_size")]
+    pub tmp_size: Option<u64>,
+    /// Mount operations, applied in order after the base view.
+    pub mounts: Vec<MountOp>,
+    /// Share the host's network instead of a loopback-only one.
+    pub share_net: bool,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Standard input file (default: inherited from the caller).
+    pub stdin: Option<PathBuf>,
+    /// Standard output file (default: inherited from the caller).
+    pub stdout: Option<PathBuf>,
+    /// Standard error file (default: inherited from the caller).
+    pub stderr: Option<PathBuf>,
+}
+
+/// Limits that need no cgroup.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Wall-clock time from the program's `execve`; kills the whole run.
+    #[serde(with = "units::opt_duration")]
+    pub wall_time: Option<Duration>,
+    /// Largest file the program may write (RLIMIT_FSIZE); exceeding it
+    /// gives status `output-limit`.
+    #[serde(with = "units::opt_size")]
+    pub output_limit: Option<u64>,
+    /// Most open file descriptors per process (RLIMIT_NOFILE).
+    pub open_files: Option<u64>,
+    /// Stack size (RLIMIT_STACK).
+    #[serde(with = "units::opt_size")]
+    pub stack: Option<u64>,
+    /// Address space (RLIMIT_AS). Harmful to JIT runtimes (JVM, V8, Go),
+    /// which reserve far more address space than they use.
+    #[serde(with = "units::opt_size")]
+    pub address_space: Option<u64>,
+    /// Most processes and threads of the run. Without cgroups this is
+    /// RLIMIT_NPROC, counted per user namespace (each run has its own).
+    pub pids: Option<u64>,
+}
+
+/// One mount operation, bubblewrap-style.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MountOp {
+    /// Bind `src` (host view) read-write at `dst`.
+    Bind {
+        src: PathBuf,
+        dst: PathBuf,
+        #[serde(default, rename = "try")]
+        try_: bool,
+        #[serde(default)]
+        noexec: bool,
+    },
+    /// Bind `src` read-only at `dst`.
+    RoBind {
+        src: PathBuf,
+        dst: PathBuf,
+        #[serde(default, rename = "try")]
+        try_: bool,
+        #[serde(default)]
+        noexec: bool,
+    },
+    /// Bind `src` read-write at `dst`, device nodes usable.
+    DevBind {
+        src: PathBuf,
+        dst: PathBuf,
+        #[serde(default, rename = "try")]
+        try_: bool,
+        #[serde(default)]
+        noexec: bool,
+    },
+    /// A fresh tmpfs at `dst`.
+    Tmpfs {
+        dst: PathBuf,
+        #[serde(default, with = "units::opt_size")]
+        size: Option<u64>,
+        #[serde(default)]
+        noexec: bool,
+    },
+    /// A fresh procfs of the run's PID namespace at `dst`.
+    Proc { dst: PathBuf },
+    /// A minimal /dev at `dst`.
+    Dev { dst: PathBuf },
+    /// An empty directory (and missing parents) at `dst`.
+    Dir { dst: PathBuf },
+    /// A copy of the host file `src` at `dst`.
+    File { src: PathBuf, dst: PathBuf },
+    /// A file at `dst` holding `content`.
+    FileData { dst: PathBuf, content: String },
+    /// A symbolic link at `dst` pointing to `target`.
+    Symlink { target: PathBuf, dst: PathBuf },
+    /// An empty read-only directory or file over `path`.
+    Hide { path: PathBuf },
+}
+
+impl MountOp {
+    /// Where the operation acts inside the sandbox.
+    pub fn dst(&self) -> &Path {
+        match self {
+            MountOp::Bind { dst, .. }
+            | MountOp::RoBind { dst, .. }
+            | MountOp::DevBind { dst, .. }
+            | MountOp::Tmpfs { dst, .. }
+            | MountOp::Proc { dst }
+            | MountOp::Dev { dst }
+            | MountOp::Dir { dst }
+            | MountOp::File { dst, .. }
+            | MountOp::FileData { dst, .. }
+            | MountOp::Symlink { dst, .. } => dst,
+            MountOp::Hide { path } => path,
+        }
+    }
+
+    /// The name used on the command line (`--ro-bind`, ...).
+    pub fn flag(&self) -> &'static str {
+        match self {
+            MountOp::Bind { try_: false, .. } => "bind",
+            MountOp::Bind { try_: true, .. } => "bind-try",
+            MountOp::RoBind { try_: false, .. } => "ro-bind",
+            MountOp::RoBind { try_: true, .. } => "ro-bind-try",
+            MountOp::DevBind { try_: false, .. } => "dev-bind",
+            MountOp::DevBind { try_: true, .. } => "dev-bind-try",
+            MountOp::Tmpfs { .. } => "tmpfs",
+            MountOp::Proc { .. } => "proc",
+            MountOp::Dev { .. } => "dev",
+            MountOp::Dir { .. } => "dir",
+            MountOp::File { .. } => "file",
+            MountOp::FileData { .. } => "file-data",
+            MountOp::Symlink { .. } => "symlink",
+            MountOp::Hide { .. } => "hide",
+        }
+    }
+
+    /// Sets `noexec` where the operation mounts something; false otherwise.
+    pub fn set_noexec(&mut self) -> bool {
+        match self {
+            MountOp::Bind { noexec, .. }
+            | MountOp::RoBind { noexec, .. }
+            | MountOp::DevBind { noexec, .. }
+            | MountOp::Tmpfs { noexec, .. } => {
+                *noexec = true;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Parses a TOML profile into a spec (not yet validated).
+pub fn from_toml(text: &str) -> Result<RunSpec, SpecError> {
+    toml::from_str(text).map_err(|e| {
+        let msg = e.message().to_string();
+        let where_ = match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("line {line}")
+            }
+            None => "profile".to_string(),
+        };
+        SpecError::new(where_, msg)
+    })
+}
+
+fn no_nul(field: &str, s: &str) -> Result<(), SpecError> {
+    if s.contains('\0') {
+        Err(SpecError::new(field, "must not contain a NUL byte"))
+    } else {
+        Ok(())
+    }
+}
+
+fn sandbox_path(field: &str, p: &Path) -> Result<(), SpecError> {
+    let s = p.to_str().ok_or_else(|| SpecError::new(field, "must be valid UTF-8"))?;
+    no_nul(field, s)?;
+    if !p.is_absolute() {
+        return Err(SpecError::new(field, format!("`{s}` must be an absolute path")));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(SpecError::new(field, format!("`{s}` must not contain `..`")));
+    }
+    Ok(())
+}
+
+fn host_path(field: &str, p: &Path) -> Result<(), SpecError> {
+    let s = p.to_str().ok_or_else(|| SpecError::new(field, "must be valid UTF-8"))?;
+    if s.is_empty() {
+        return Err(SpecError::new(field, "must not be empty"));
+    }
+    no_nul(field, s)
+}
+
+impl RunSpec {
+    /// A spec running `argv` with every default.
+    pub fn new<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RunSpec { argv: argv.into_iter().map(Into::into).collect(), ..Default::default() }
+    }
+
+    /// Checks every field once; the error names the field.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.argv.is_empty() {
+            return Err(SpecError::new("argv", "no program given"));
+        }
+        if self.argv[0].is_empty() {
+            return Err(SpecError::new("argv[0]", "the program name is empty"));
+        }
+        for (i, a) in self.argv.iter().enumerate() {
+            no_nul(&format!("argv[{i}]"), a)?;
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(SpecError::new(
+                    format!("env.{k}"),
+                    "a variable name must be non-empty and contain neither `=` nor NUL",
+                ));
+            }
+            no_nul(&format!("env.{k}"), v)?;
+        }
+        for k in &self.keep_env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(SpecError::new(
+                    "keep_env",
+                    format!("`{k}` is not a valid variable name"),
+                ));
+            }
+        }
+        if let Some(cwd) = &self.cwd {
+            sandbox_path("cwd", cwd)?;
+        }
+        if let Some(h) = &self.hostname {
+            if h.is_empty() || h.len() > 64 || h.contains('\0') || h.contains('/') {
+                return Err(SpecError::new(
+                    "hostname",
+                    "must be 1 to 64 bytes with no `/` or NUL",
+                ));
+            }
+        }
+        if self.root && (self.uid.is_some_and(|u| u != 0) || self.gid.is_some_and(|g| g != 0)) {
+            return Err(SpecError::new(
+                "root",
+                "`root` maps the caller to uid 0 and gid 0; it cannot be combined with another uid or gid",
+            ));
+        }
+        for (field, id) in [("uid", self.uid), ("gid", self.gid)] {
+            if id == Some(u32::MAX) {
+                return Err(SpecError::new(field, "4294967295 is not a valid id"));
+            }
+        }
+        if self.tmp_size == Some(0) {
+            return Err(SpecError::new("tmp_size", "must be more than 0 bytes"));
+        }
+        self.limits.validate()?;
+        for (i, op) in self.mounts.iter().enumerate() {
+            let f = |name: &str| format!("mounts[{i}].{name}");
+            match op {
+                MountOp::Bind { src, dst, .. }
+                | MountOp::RoBind { src, dst, .. }
+                | MountOp::DevBind { src, dst, .. }
+                | MountOp::File { src, dst } => {
+                    host_path(&f("src"), src)?;
+                    sandbox_path(&f("dst"), dst)?;
+                }
+                MountOp::Tmpfs { dst, size, .. } => {
+                    sandbox_path(&f("dst"), dst)?;
+                    if *size == Some(0) {
+                        return Err(SpecError::new(f("size"), "must be more than 0 bytes"));
+                    }
+                }
+                MountOp::Proc { dst } | MountOp::Dev { dst } | MountOp::Dir { dst } => {
+                    sandbox_path(&f("dst"), dst)?
+                }
+                MountOp::FileData { dst, content } => {
+                    sandbox_path(&f("dst"), dst)?;
+                    let _ = content;
+                }
+                MountOp::Symlink { target, dst } => {
+                    sandbox_path(&f("dst"), dst)?;
+                    host_path(&f("target"), target)?;
+                }
+                MountOp::Hide { path } => sandbox_path(&f("path"), path)?,
+            }
+            if op.dst() == Path::new("/") {
+                return Err(SpecError::new(
+                    f("dst"),
+                    "cannot replace `/` itself (use `empty_root` for an empty root)",
+                ));
+            }
+        }
+        for (field, p) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)]
+        {
+            if let Some(p) = p {
+                host_path(field, p)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Limits {
+    fn validate(&self) -> Result<(), SpecError> {
+        if self.wall_time == Some(Duration::ZERO) {
+            return Err(SpecError::new("limits.wall_time", "must be more than 0"));
+        }
+        if self.output_limit == Some(0) {
+            return Err(SpecError::new("limits.output_limit", "must be at least 1 byte"));
+        }
+        if let Some(n) = self.open_files {
+            if n < 3 {
+                return Err(SpecError::new(
+                    "limits.open_files",
+                    format!("{n} is too few: the program needs at least 3 (stdin, stdout, stderr)"),
+                ));
+            }
+            if n > (1 << 30) {
+                return Err(SpecError::new("limits.open_files", format!("{n} is too many")));
+            }
+        }
+        if let Some(n) = self.stack {
+            if n < 64 << 10 {
+                return Err(SpecError::new(
+                    "limits.stack",
+                    format!("{n} bytes is too small a stack to start a program (at least 64K)"),
+                ));
+            }
+        }
+        if let Some(n) = self.address_space {
+            if n < 4 << 20 {
+                return Err(SpecError::new(
+                    "limits.address_space",
+                    format!("{n} bytes is too small an address space to start a program (at least 4M)"),
+                ));
+            }
+        }
+        if self.pids == Some(0) {
+            return Err(SpecError::new("limits.pids", "must be at least 1 (the program itself)"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_json_spec_is_valid() {
+        let s: RunSpec = serde_json::from_str(r#"{"argv": ["/bin/true"]}"#).unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.argv, vec!["/bin/true"]);
+    }
+
+    #[test]
+    fn profile_round_trip() {
+        let text = r#"
+            argv = ["sh", "-c", "echo hi"]
+            hostname = "judge"
+            empty_root = true
+            [env]
+            LANG = "C"
+            [limits]
+            wall_time = "1.5s"
+            output_limit = "1M"
+            pids = 4
+            [[mounts]]
+            type = "ro-bind"
+            src = "/usr"
+            dst = "/usr"
+            [[mounts]]
+            type = "tmpfs"
+            dst = "/tmp"
+            size = "16M"
+            noexec = true
+        "#;
+        let s = from_toml(text).unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.limits.wall_time, Some(Duration::from_millis(1500)));
+        assert_eq!(s.limits.output_limit, Some(1 << 20));
+        assert_eq!(s.mounts.len(), 2);
+        let back: RunSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let e = from_toml("argv = [\"x\"]\nwal_time = \"1s\"\n").unwrap_err();
+        assert!(e.to_string().contains("wal_time"), "{e}");
+        let e = from_toml("[limits]\nwall_time = \"soon\"\n").unwrap_err();
+        assert!(e.to_string().contains("soon"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut s = RunSpec::new(["/bin/true"]);
+        s.mounts.push(MountOp::Tmpfs { dst: "tmp".into(), size: None, noexec: false });
+        assert_eq!(s.validate().unwrap_err().field, "mounts[0].dst");
+        let mut s = RunSpec::new(["/bin/true"]);
+        s.limits.open_files = Some(1);
+        assert_eq!(s.validate().unwrap_err().field, "limits.open_files");
+        let mut s = RunSpec::new(["/bin/true"]);
+        s.root = true;
+        s.uid = Some(5);
+        assert_eq!(s.validate().unwrap_err().field, "root");
+        assert_eq!(RunSpec::default().validate().unwrap_err().field, "argv");
+        let mut s = RunSpec::new(["/bin/true"]);
+        s.env.insert("A=B".into(), "x".into());
+        assert!(s.validate().is_err());
+        let mut s = RunSpec::new(["/bin/true"]);
+        s.mounts.push(MountOp::Dir { dst: "/a/../b".into() });
+        assert!(s.validate().is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Raw probes for `capsule check`: placeholder being written by a helper session.
