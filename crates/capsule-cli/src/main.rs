@@ -1,1 +1,367 @@
-fn main(){}
+//! The `capsule` command.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use capsule::result::EXIT_CAPSULE_ERROR;
+use capsule::spec::{self, MountOp, RunSpec};
+use capsule::units::{parse_duration, parse_size};
+use capsule::RunResult;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+const RUN_ABOUT: &str = "Run PROGRAM in a fresh sandbox as the calling unprivileged user";
+const RUN_AFTER: &str = "\
+Mount operations (--bind ... --noexec) apply in the order given, after the base view
+(host view: host root read-only, fresh /proc, minimal /dev, private /tmp; or --empty-root).
+--size and --noexec modify the mount operation just before them.
+
+Exit status: the program's exit code; 128+N when it died of signal N; 124 when the
+wall-time or CPU-time limit killed it; 123 memory limit; 122 output limit; 121 forbidden
+system call; 125 when capsule could not run it (the message says which step, path and errno).";
+
+fn pair(id: &'static str, a: &'static str, b: &'static str, help: &'static str) -> Arg {
+    Arg::new(id)
+        .long(id)
+        .num_args(2)
+        .value_names([a, b])
+        .action(ArgAction::Append)
+        .allow_hyphen_values(true)
+        .help(help)
+        .help_heading("Filesystem")
+}
+
+fn one(id: &'static str, name: &'static str, help: &'static str, heading: &'static str) -> Arg {
+    Arg::new(id).long(id).value_name(name).action(ArgAction::Append).help(help).help_heading(heading)
+}
+
+fn flag(id: &'static str, help: &'static str, heading: &'static str) -> Arg {
+    Arg::new(id).long(id).action(ArgAction::Append).num_args(0).help(help).help_heading(heading)
+}
+
+fn run_command() -> Command {
+    let fs = "Filesystem";
+    let lim = "Limits";
+    let id = "Identity and environment";
+    let io = "Input, output and results";
+    Command::new("run")
+        .about(RUN_ABOUT)
+        .after_help(RUN_AFTER)
+        .arg(Arg::new("profile").long("profile").value_name("FILE").help("Read the run spec from a TOML profile; flags override it"))
+        .arg(pair("setenv", "KEY", "VALUE", "Set an environment variable (the environment starts empty)").help_heading(id))
+        .arg(one("keep-env", "KEY", "Pass the caller's value of KEY through", id))
+        .arg(one("chdir", "DIR", "Working directory inside (default: the caller's, if visible, else /)", id))
+        .arg(one("hostname", "NAME", "Hostname inside (default: capsule)", id))
+        .arg(one("uid", "N", "User id inside (default: the caller's)", id))
+        .arg(one("gid", "N", "Group id inside (default: the caller's)", id))
+        .arg(flag("root", "Be uid 0 / gid 0 inside (fakeroot; still no capabilities)", id))
+        .arg(flag("empty-root", "Start from an empty read-only tmpfs instead of the host view", fs))
+        .arg(one("tmp-size", "SIZE", "Size of the host view's private /tmp (default 128M)", fs))
+        .arg(pair("bind", "SRC", "DST", "Bind SRC read-write at DST"))
+        .arg(pair("bind-try", "SRC", "DST", "Like --bind; skipped if SRC is missing"))
+        .arg(pair("ro-bind", "SRC", "DST", "Bind SRC read-only at DST"))
+        .arg(pair("ro-bind-try", "SRC", "DST", "Like --ro-bind; skipped if SRC is missing"))
+        .arg(pair("dev-bind", "SRC", "DST", "Bind SRC at DST with device access"))
+        .arg(pair("dev-bind-try", "SRC", "DST", "Like --dev-bind; skipped if SRC is missing"))
+        .arg(one("tmpfs", "DST", "Mount a fresh tmpfs at DST", fs))
+        .arg(one("size", "SIZE", "Size of the --tmpfs just before (default 128M)", fs))
+        .arg(one("proc", "DST", "Mount the run's procfs at DST", fs))
+        .arg(one("dev", "DST", "Build a minimal /dev at DST", fs))
+        .arg(one("dir", "DST", "Create an empty directory at DST", fs))
+        .arg(pair("file", "SRC", "DST", "Copy the host file SRC to DST"))
+        .arg(pair("file-data", "DST", "CONTENT", "Create DST holding CONTENT"))
+        .arg(pair("symlink", "TARGET", "DST", "Create a symlink DST -> TARGET"))
+        .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file", fs))
+        .arg(flag("noexec", "Make the mount operation just before noexec", fs))
+        .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
+        .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
+        .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE)", lim))
+        .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
+        .arg(one("stack", "SIZE", "Stack size (RLIMIT_STACK)", lim))
+        .arg(one("address-space", "SIZE", "Address space (RLIMIT_AS); breaks JIT runtimes such as the JVM, V8 and Go", lim))
+        .arg(one("pids", "N", "Most processes and threads (RLIMIT_NPROC per run without cgroups)", lim))
+        .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
+        .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
+        .arg(one("stderr", "FILE", "Standard error (default: inherited)", io))
+        .arg(one("json", "PATH", "Write the result as a JSON object to PATH", io))
+        .arg(one("meta", "PATH", "Write the result as key:value lines to PATH", io))
+        .arg(Arg::new("quiet").short('q').long("quiet").action(ArgAction::SetTrue).help("No summary line on stderr").help_heading(io))
+        .arg(
+            Arg::new("argv")
+                .value_name("PROGRAM [ARGS...]")
+                .num_args(1..)
+                .trailing_var_arg(true)
+                .allow_hyphen_values(true)
+                .help("The program and its arguments (after --)"),
+        )
+}
+
+fn cli() -> Command {
+    Command::new("capsule")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("Run untrusted programs in an unprivileged Linux sandbox")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(run_command())
+        .subcommand(
+            Command::new("check")
+                .about("Report the kernel features capsule relies on and how to fix what is missing")
+                .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the report as JSON")),
+        )
+}
+
+/// Last value of a single-valued option.
+fn last<'a>(m: &'a ArgMatches, id: &str) -> Option<&'a String> {
+    m.get_many::<String>(id).and_then(|v| v.last())
+}
+
+fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T> {
+    v.parse().map_err(|_| anyhow!("--{flag}: `{v}` is not a valid number"))
+}
+
+/// Host paths are resolved against the caller's directory.
+fn absolute(p: &str, cwd: &Path) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// Builds the spec from the profile (if any) and the flags.
+fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
+    let caller_cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let mut spec = match m.get_one::<String>("profile") {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--profile: cannot read `{path}`"))?;
+            spec::from_toml(&text).map_err(|e| anyhow!("--profile `{path}`: {e}"))?
+        }
+        None => RunSpec::default(),
+    };
+    if let Some(argv) = m.get_many::<String>("argv") {
+        spec.argv = argv.cloned().collect();
+    }
+    if let Some(v) = m.get_many::<String>("setenv") {
+        let v: Vec<&String> = v.collect();
+        for kv in v.chunks(2) {
+            spec.env.insert(kv[0].clone(), kv[1].clone());
+        }
+    }
+    if let Some(v) = m.get_many::<String>("keep-env") {
+        spec.keep_env.extend(v.cloned());
+    }
+    if let Some(d) = last(m, "chdir") {
+        spec.cwd = Some(d.into());
+        spec.cwd_fallback = false;
+    }
+    if let Some(h) = last(m, "hostname") {
+        spec.hostname = Some(h.clone());
+    }
+    if let Some(v) = last(m, "uid") {
+        spec.uid = Some(parse_num("uid", v)?);
+    }
+    if let Some(v) = last(m, "gid") {
+        spec.gid = Some(parse_num("gid", v)?);
+    }
+    spec.root |= m.get_flag_count("root");
+    spec.empty_root |= m.get_flag_count("empty-root");
+    spec.share_net |= m.get_flag_count("share-net");
+    if let Some(v) = last(m, "tmp-size") {
+        spec.tmp_size = Some(parse_size(v).map_err(|e| anyhow!("--tmp-size: {e}"))?);
+    }
+    let l = &mut spec.limits;
+    if let Some(v) = last(m, "wall-time") {
+        l.wall_time = Some(parse_duration(v).map_err(|e| anyhow!("--wall-time: {e}"))?);
+    }
+    if let Some(v) = last(m, "output-limit") {
+        l.output_limit = Some(parse_size(v).map_err(|e| anyhow!("--output-limit: {e}"))?);
+    }
+    if let Some(v) = last(m, "open-files") {
+        l.open_files = Some(parse_num("open-files", v)?);
+    }
+    if let Some(v) = last(m, "stack") {
+        l.stack = Some(parse_size(v).map_err(|e| anyhow!("--stack: {e}"))?);
+    }
+    if let Some(v) = last(m, "address-space") {
+        l.address_space = Some(parse_size(v).map_err(|e| anyhow!("--address-space: {e}"))?);
+    }
+    if let Some(v) = last(m, "pids") {
+        l.pids = Some(parse_num("pids", v)?);
+    }
+    for (id, slot) in [("stdin", &mut spec.stdin), ("stdout", &mut spec.stdout), ("stderr", &mut spec.stderr)] {
+        if let Some(v) = last(m, id) {
+            *slot = Some(absolute(v, &caller_cwd));
+        }
+    }
+    spec.mounts.extend(mount_ops(m, &caller_cwd)?);
+    if spec.cwd.is_none() && !spec.empty_root {
+        // Like running the program itself: start where the caller is, when
+        // the sandbox shows that directory.
+        spec.cwd = Some(caller_cwd);
+        spec.cwd_fallback = true;
+    }
+    Ok(spec)
+}
+
+/// The mount flags, in command-line order, with `--size`/`--noexec`
+/// applied to the operation just before them.
+fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
+    let mut ops: Vec<(usize, MountOp)> = Vec::new();
+    let pairs = ["bind", "bind-try", "ro-bind", "ro-bind-try", "dev-bind", "dev-bind-try", "file", "file-data", "symlink"];
+    for id in pairs {
+        let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) else { continue };
+        let idx: Vec<usize> = idx.collect();
+        let vals: Vec<&String> = vals.collect();
+        for (i, kv) in vals.chunks(2).enumerate() {
+            let (a, b) = (kv[0].as_str(), kv[1].as_str());
+            let src = || absolute(a, cwd);
+            let op = match id {
+                "bind" | "bind-try" => MountOp::Bind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false },
+                "ro-bind" | "ro-bind-try" => MountOp::RoBind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false },
+                "dev-bind" | "dev-bind-try" => MountOp::DevBind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false },
+                "file" => MountOp::File { src: src(), dst: b.into() },
+                "file-data" => MountOp::FileData { dst: a.into(), content: b.into() },
+                "symlink" => MountOp::Symlink { target: a.into(), dst: b.into() },
+                _ => unreachable!(),
+            };
+            ops.push((idx[2 * i], op));
+        }
+    }
+    for id in ["tmpfs", "proc", "dev", "dir", "hide"] {
+        let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) else { continue };
+        for (i, v) in idx.zip(vals) {
+            let p: PathBuf = v.into();
+            ops.push((i, match id {
+                "tmpfs" => MountOp::Tmpfs { dst: p, size: None, noexec: false },
+                "proc" => MountOp::Proc { dst: p },
+                "dev" => MountOp::Dev { dst: p },
+                "dir" => MountOp::Dir { dst: p },
+                "hide" => MountOp::Hide { path: p },
+                _ => unreachable!(),
+            }));
+        }
+    }
+    ops.sort_by_key(|(i, _)| *i);
+    let preceding = |ops: &mut Vec<(usize, MountOp)>, at: usize| -> Option<usize> {
+        ops.iter().rposition(|(i, _)| *i < at)
+    };
+    if let (Some(idx), Some(vals)) = (m.indices_of("size"), m.get_many::<String>("size")) {
+        for (at, v) in idx.zip(vals) {
+            let size = parse_size(v).map_err(|e| anyhow!("--size: {e}"))?;
+            match preceding(&mut ops, at).map(|k| &mut ops[k].1) {
+                Some(MountOp::Tmpfs { size: s @ None, .. }) => *s = Some(size),
+                Some(MountOp::Tmpfs { .. }) => bail!("--size {v}: the --tmpfs before it already has a size"),
+                _ => bail!("--size {v}: must follow the --tmpfs it sizes"),
+            }
+        }
+    }
+    if let Some(idx) = m.indices_of("noexec") {
+        for at in idx {
+            match preceding(&mut ops, at) {
+                Some(k) => {
+                    if !ops[k].1.set_noexec() {
+                        bail!("--noexec: --{} is not a mount (it must follow --bind, --ro-bind, --dev-bind or --tmpfs)", ops[k].1.flag());
+                    }
+                }
+                None => bail!("--noexec: must follow the mount operation it applies to"),
+            }
+        }
+    }
+    Ok(ops.into_iter().map(|(_, op)| op).collect())
+}
+
+fn open_stdio(spec: &RunSpec) -> Result<([RawFd; 3], Vec<OwnedFd>)> {
+    let mut fds = [0, 1, 2];
+    let mut keep = Vec::new();
+    let files = [(&spec.stdin, "--stdin", false), (&spec.stdout, "--stdout", true), (&spec.stderr, "--stderr", true)];
+    for (i, (path, flag, write)) in files.into_iter().enumerate() {
+        if let Some(p) = path {
+            let f = if write {
+                std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(p)
+            } else {
+                std::fs::File::open(p)
+            }
+            .with_context(|| format!("{flag}: cannot open `{}`", p.display()))?;
+            let fd: OwnedFd = f.into();
+            fds[i] = fd.as_raw_fd();
+            keep.push(fd);
+        }
+    }
+    Ok((fds, keep))
+}
+
+fn write_outputs(m: &ArgMatches, r: &RunResult) -> Result<()> {
+    if let Some(p) = last(m, "json") {
+        let mut text = serde_json::to_string_pretty(r).expect("serializable");
+        text.push('\n');
+        std::fs::write(p, text).with_context(|| format!("--json: cannot write `{p}`"))?;
+    }
+    if let Some(p) = last(m, "meta") {
+        std::fs::write(p, r.to_meta()).with_context(|| format!("--meta: cannot write `{p}`"))?;
+    }
+    Ok(())
+}
+
+fn cmd_run(m: &ArgMatches) -> Result<ExitCode> {
+    let quiet = m.get_flag("quiet");
+    let outcome = spec_from(m).and_then(|spec| {
+        let (fds, _keep) = open_stdio(&spec)?;
+        capsule::client::run_once(&spec, fds).map_err(anyhow::Error::from)
+    });
+    let result = match outcome {
+        Ok(r) => r,
+        Err(e) => RunResult::error(format!("{e:#}")),
+    };
+    write_outputs(m, &result)?;
+    if !quiet || result.status == capsule::Status::Error {
+        eprintln!("{}", result.summary());
+    }
+    Ok(ExitCode::from(result.exit_status().clamp(0, 255) as u8))
+}
+
+fn cmd_check(m: &ArgMatches) -> Result<ExitCode> {
+    let items = capsule::check::run_checks();
+    if m.get_flag("json") {
+        println!("{}", serde_json::to_string_pretty(&items).expect("serializable"));
+    } else {
+        print!("{}", capsule::check::render(&items));
+    }
+    Ok(if capsule::check::can_run(&items) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn main() -> ExitCode {
+    let matches = match cli().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_CAPSULE_ERROR } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    let res = match matches.subcommand() {
+        Some(("run", m)) => cmd_run(m),
+        Some(("check", m)) => cmd_check(m),
+        _ => unreachable!("subcommand_required"),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("capsule: error: {e:#}");
+            ExitCode::from(EXIT_CAPSULE_ERROR as u8)
+        }
+    }
+}
+
+trait FlagCount {
+    fn get_flag_count(&self, id: &str) -> bool;
+}
+
+impl FlagCount for ArgMatches {
+    fn get_flag_count(&self, id: &str) -> bool {
+        self.get_many::<bool>(id).map_or(false, |mut v| v.any(|b| *b))
+            || self.indices_of(id).map_or(false, |mut i| i.next().is_some())
+    }
+}

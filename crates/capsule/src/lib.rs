@@ -1,7 +1,26 @@
 //! capsule: run untrusted programs in an unprivileged Linux sandbox.
+//!
+//! One module per kernel facility (`namespaces`, `mounts`, `rlimits`,
+//! `caps`, `seccomp`), all raw syscalls and `unsafe` in `sys`, the child
+//! path after clone in `child`, the run spec in `spec`.
+
+mod caps;
 pub mod check;
+mod child;
+pub mod client;
 pub mod error;
+mod mounts;
+mod namespaces;
+pub mod proto;
 pub mod result;
+mod rlimits;
+pub mod seccomp;
 pub mod spec;
+pub mod supervisor;
 pub mod sys;
 pub mod units;
+
+pub use error::{Error, SpecError, SysError};
+pub use result::{Accounting, RunResult, Status};
+pub use spec::{Limits, MountOp, RunSpec};
+pub use supervisor::Supervisor;

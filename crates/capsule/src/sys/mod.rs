@@ -1,1 +1,835 @@
+//! Every raw system call capsule makes, and every `unsafe` block, lives in
+//! this module (and its `probe` submodule used by `capsule check`).
+//!
+//! Wrappers are thin: they take prepared, NUL-terminated arguments and
+//! return `Result<_, Errno>` without allocating, so that the child path
+//! after `clone` (PID 1 and the tracee) can call them. The typed,
+//! allocating APIs live in the facility modules (`namespaces`, `mounts`, ...).
+
 pub mod probe;
+
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+
+/// A raw errno value.
+pub type Errno = i32;
+pub type SysResult<T> = Result<T, Errno>;
+
+fn errno() -> Errno {
+    // SAFETY: __errno_location returns a valid thread-local pointer.
+    unsafe { *libc::__errno_location() }
+}
+
+fn check(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 {
+        Err(errno())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret < 0 {
+        Err(errno())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Retries a call interrupted by a signal.
+fn retry<T>(mut f: impl FnMut() -> SysResult<T>) -> SysResult<T> {
+    loop {
+        match f() {
+            Err(libc::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Constants of the new mount API and friends (not all are in `libc`).
+
+pub const OPEN_TREE_CLONE: u32 = 1;
+pub const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
+pub const AT_RECURSIVE: u32 = 0x8000;
+pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+pub const FSOPEN_CLOEXEC: u32 = 1;
+pub const FSCONFIG_SET_STRING: u32 = 1;
+pub const FSCONFIG_CMD_CREATE: u32 = 6;
+pub const FSMOUNT_CLOEXEC: u32 = 1;
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
+pub const CLONE_PIDFD: u64 = 0x1000;
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+pub const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+// ---------------------------------------------------------------------------
+// File descriptors.
+
+/// Takes ownership of a raw fd returned by a successful syscall.
+fn owned(fd: libc::c_long) -> OwnedFd {
+    // SAFETY: callers pass only fds just returned by the kernel, owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+}
+
+/// Takes ownership again of an fd released with `into_raw_fd`; the caller
+/// guarantees nothing else owns it.
+pub fn reclaim_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: per the contract above, `fd` is open and owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// PR_CAP_AMBIENT(PR_CAP_AMBIENT_CLEAR_ALL).
+pub fn prctl_ambient_clear() -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check_int(unsafe {
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as u64, 0u64, 0u64, 0u64)
+    })
+    .map(drop)
+}
+
+pub fn close(fd: RawFd) {
+    // SAFETY: closing an fd number has no memory-safety effect; callers
+    // only close fds they own.
+    unsafe { libc::close(fd) };
+}
+
+pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
+    // SAFETY: plain syscall on integer arguments.
+    retry(|| check_int(unsafe { libc::dup2(old, new) })).map(drop)
+}
+
+/// Duplicates `fd` to the lowest number ≥ `min`, close-on-exec.
+pub fn dup_cloexec(fd: RawFd, min: RawFd) -> SysResult<OwnedFd> {
+    // SAFETY: plain syscall on integer arguments.
+    let r = check_int(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) })?;
+    Ok(owned(r as libc::c_long))
+}
+
+/// Marks every fd ≥ `first` close-on-exec (close_range, Linux ≥ 5.11).
+pub fn cloexec_from(first: u32) -> SysResult<()> {
+    // SAFETY: plain syscall on integer arguments.
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) })
+        .map(drop)
+}
+
+/// Closes every fd ≥ `first`.
+pub fn close_from(first: u32) -> SysResult<()> {
+    // SAFETY: plain syscall; callers own every fd in the range.
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) }).map(drop)
+}
+
+pub fn set_cloexec(fd: RawFd, on: bool) -> SysResult<()> {
+    // SAFETY: plain fcntl on an integer fd.
+    let flags = check_int(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+    // SAFETY: as above.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, new) }).map(drop)
+}
+
+pub fn pipe_cloexec() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds points to two writable ints.
+    check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((owned(fds[0] as _), owned(fds[1] as _)))
+}
+
+pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: buf is a valid writable region of buf.len() bytes.
+    retry(|| check(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } as _))
+        .map(|n| n as usize)
+}
+
+pub fn write(fd: RawFd, buf: &[u8]) -> SysResult<usize> {
+    // SAFETY: buf is a valid readable region of buf.len() bytes.
+    retry(|| check(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) } as _))
+        .map(|n| n as usize)
+}
+
+pub fn write_all(fd: RawFd, mut buf: &[u8]) -> SysResult<()> {
+    while !buf.is_empty() {
+        let n = write(fd, buf)?;
+        if n == 0 {
+            return Err(libc::EIO);
+        }
+        buf = &buf[n..];
+    }
+    Ok(())
+}
+
+pub fn open(path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: path is NUL-terminated.
+    let fd = retry(|| check_int(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) }))?;
+    Ok(owned(fd as _))
+}
+
+pub fn openat(dir: RawFd, path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: path is NUL-terminated.
+    let fd = retry(|| {
+        check_int(unsafe { libc::openat(dir, path.as_ptr(), flags | libc::O_CLOEXEC, mode) })
+    })?;
+    Ok(owned(fd as _))
+}
+
+/// openat2 with `RESOLVE_IN_ROOT`: `path` resolves as if `root` were `/`,
+/// symlinks included, so a sandbox path never escapes the sandbox tree.
+pub fn open_in_root(root: RawFd, path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
+    let fd = retry(|| {
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root,
+                path.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        })
+    })?;
+    Ok(owned(fd))
+}
+
+pub fn mkdirat(dir: RawFd, name: &CStr, mode: u32) -> SysResult<()> {
+    // SAFETY: name is NUL-terminated.
+    check_int(unsafe { libc::mkdirat(dir, name.as_ptr(), mode) }).map(drop)
+}
+
+pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> SysResult<()> {
+    // SAFETY: both strings are NUL-terminated.
+    check_int(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) }).map(drop)
+}
+
+/// File type bits (`S_IFMT`) of an fd.
+pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: st is a writable stat buffer; the empty path with AT_EMPTY_PATH stats fd itself.
+    check_int(unsafe {
+        libc::fstatat(fd, c"".as_ptr(), st.as_mut_ptr(), libc::AT_EMPTY_PATH)
+    })?;
+    // SAFETY: fstatat succeeded, so st is initialized.
+    Ok(unsafe { st.assume_init() }.st_mode & libc::S_IFMT)
+}
+
+/// Copies everything readable from `from` to `to` with a stack buffer.
+pub fn copy_fd(from: RawFd, to: RawFd) -> SysResult<()> {
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = read(from, &mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        write_all(to, &buf[..n])?;
+    }
+}
+
+pub fn chdir(path: &CStr) -> SysResult<()> {
+    // SAFETY: path is NUL-terminated.
+    check_int(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+pub fn fchdir(fd: RawFd) -> SysResult<()> {
+    // SAFETY: plain syscall on an integer fd.
+    check_int(unsafe { libc::fchdir(fd) }).map(drop)
+}
+
+// ---------------------------------------------------------------------------
+// Mounts.
+
+pub fn open_tree(dir: RawFd, path: &CStr, flags: u32) -> SysResult<OwnedFd> {
+    // SAFETY: path is NUL-terminated.
+    let fd = check(unsafe {
+        libc::syscall(libc::SYS_open_tree, dir, path.as_ptr(), flags | OPEN_TREE_CLOEXEC)
+    })?;
+    Ok(owned(fd))
+}
+
+/// Sets and clears mount attributes of the mount `fd` (and below, with `recursive`).
+pub fn mount_setattr(fd: RawFd, recursive: bool, set: u64, clear: u64) -> SysResult<()> {
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: empty NUL-terminated path; attr is a valid mount_attr of the size passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// Attaches the detached (or moves the attached) mount `from` onto the
+/// object `to` refers to.
+pub fn move_mount_fd(from: RawFd, to: RawFd) -> SysResult<()> {
+    // SAFETY: empty NUL-terminated paths with the EMPTY_PATH flags refer to the fds.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            to,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// Attaches the mount `from` at `path` (relative to the cwd if not absolute).
+pub fn move_mount_to_path(from: RawFd, path: &CStr) -> SysResult<()> {
+    // SAFETY: both paths are NUL-terminated.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+pub fn fsopen(fstype: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: fstype is NUL-terminated.
+    let fd = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
+    Ok(owned(fd))
+}
+
+pub fn fsconfig_string(fs: RawFd, key: &CStr, value: &CStr) -> SysResult<()> {
+    // SAFETY: key and value are NUL-terminated.
+    check(unsafe {
+        libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0)
+    })
+    .map(drop)
+}
+
+pub fn fsconfig_create(fs: RawFd) -> SysResult<()> {
+    // SAFETY: CMD_CREATE takes no pointers.
+    check(unsafe {
+        libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, ptr::null::<u8>(), ptr::null::<u8>(), 0)
+    })
+    .map(drop)
+}
+
+pub fn fsmount(fs: RawFd, attrs: u64) -> SysResult<OwnedFd> {
+    // SAFETY: plain syscall on integers.
+    let fd = check(unsafe { libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) })?;
+    Ok(owned(fd))
+}
+
+pub fn mount_make_rprivate_root() -> SysResult<()> {
+    // SAFETY: all strings are NUL-terminated or null where the kernel allows.
+    check_int(unsafe {
+        libc::mount(
+            ptr::null(),
+            c"/".as_ptr(),
+            ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            ptr::null(),
+        )
+    })
+    .map(drop)
+}
+
+/// pivot_root(".", "."): the current directory becomes the root and the old
+/// root is stacked on it, to be detached with [`umount_detach_cwd`].
+pub fn pivot_root_cwd() -> SysResult<()> {
+    // SAFETY: both paths are NUL-terminated.
+    check(unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) }).map(drop)
+}
+
+pub fn umount_detach_cwd() -> SysResult<()> {
+    // SAFETY: path is NUL-terminated.
+    check_int(unsafe { libc::umount2(c".".as_ptr(), libc::MNT_DETACH) }).map(drop)
+}
+
+// ---------------------------------------------------------------------------
+// Processes, namespaces, credentials.
+
+pub fn unshare(flags: i32) -> SysResult<()> {
+    // SAFETY: plain syscall on an integer.
+    check_int(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+pub fn setns(fd: RawFd, nstype: i32) -> SysResult<()> {
+    // SAFETY: plain syscall on integers.
+    check_int(unsafe { libc::setns(fd, nstype) }).map(drop)
+}
+
+pub fn sethostname(name: &[u8]) -> SysResult<()> {
+    // SAFETY: name is a valid region of name.len() bytes.
+    check_int(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+pub fn getpid() -> i32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::getpid() }
+}
+
+pub fn getppid() -> i32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::getppid() }
+}
+
+pub fn getuid() -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::getuid() }
+}
+
+pub fn getgid() -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::getgid() }
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: always succeeds.
+    unsafe { libc::geteuid() }
+}
+
+pub fn setsid() -> SysResult<()> {
+    // SAFETY: plain syscall.
+    check_int(unsafe { libc::setsid() }).map(drop)
+}
+
+/// Result of a fork-like clone.
+pub enum Forked {
+    /// In the parent: the child's pid and, if asked for, its pidfd.
+    Parent { pid: i32, pidfd: Option<OwnedFd> },
+    /// In the child.
+    Child,
+}
+
+/// clone3 without a new stack: returns twice, like fork. `flags` may hold
+/// namespace flags, `CLONE_PIDFD` and `CLONE_INTO_CGROUP` (with `cgroup`).
+///
+/// The child must only make async-signal-safe calls and must end with
+/// [`exit`] or `execve`; it must not return into code that assumes it is
+/// the parent.
+pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: flags | if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 },
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.unwrap_or(0) as u64,
+        ..Default::default()
+    };
+    if flags & CLONE_PIDFD != 0 {
+        args.pidfd = &mut pidfd as *mut RawFd as u64;
+    }
+    // SAFETY: args is a valid clone_args of the size passed; with stack 0 the
+    // child continues on a copy of the parent's stack like fork(). The
+    // supervisor is single-threaded when it calls this, so no lock can be
+    // held by another thread in the child.
+    let ret = check(unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    })?;
+    if ret == 0 {
+        Ok(Forked::Child)
+    } else {
+        let pidfd = (flags & CLONE_PIDFD != 0).then(|| owned(pidfd as _));
+        Ok(Forked::Parent { pid: ret as i32, pidfd })
+    }
+}
+
+/// fork() for a single-threaded caller.
+pub fn fork() -> SysResult<Forked> {
+    clone_fork(0, None)
+}
+
+/// Ends the calling process at once, without running destructors or atexit
+/// handlers (the right way out of a forked child).
+pub fn exit(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+pub fn kill(pid: i32, sig: i32) -> SysResult<()> {
+    // SAFETY: plain syscall on integers.
+    check_int(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+pub fn pidfd_open(pid: i32) -> SysResult<OwnedFd> {
+    // SAFETY: plain syscall on integers.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    Ok(owned(fd))
+}
+
+/// A reaped child: pid, raw wait status.
+pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
+    let mut status = 0;
+    let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
+    // SAFETY: status is a writable int.
+    let r = retry(|| check_int(unsafe { libc::waitpid(pid, &mut status, flags) }))?;
+    Ok(if r == 0 { None } else { Some((r, status)) })
+}
+
+/// Rusage of all reaped children of the caller: (user µs, system µs, max RSS KiB).
+pub fn rusage_children() -> (u64, u64, u64) {
+    let mut ru = MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru is a writable rusage buffer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, ru.as_mut_ptr()) };
+    // SAFETY: zeroed rusage is a valid value and getrusage fills it.
+    let ru = unsafe { ru.assume_init() };
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    (us(ru.ru_utime), us(ru.ru_stime), ru.ru_maxrss as u64)
+}
+
+pub fn prctl(option: i32, arg2: u64) -> SysResult<()> {
+    // SAFETY: prctl options used by capsule take integer arguments only.
+    check_int(unsafe { libc::prctl(option, arg2, 0u64, 0u64, 0u64) }).map(drop)
+}
+
+pub fn set_pdeathsig(sig: i32) -> SysResult<()> {
+    prctl(libc::PR_SET_PDEATHSIG, sig as u64)
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Drops the permitted, effective and inheritable capability sets to empty.
+pub fn capset_empty() -> SysResult<()> {
+    let hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: hdr and a two-element data array are what version 3 expects.
+    check(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const CapHeader, data.as_ptr()) })
+        .map(drop)
+}
+
+pub fn setrlimit(resource: u32, soft: u64, hard: u64) -> SysResult<()> {
+    let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: lim is a valid rlimit.
+    check_int(unsafe { libc::setrlimit(resource as _, &lim) }).map(drop)
+}
+
+pub fn clock_monotonic_ns() -> u64 {
+    let mut ts = MaybeUninit::<libc::timespec>::zeroed();
+    // SAFETY: ts is a writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, ts.as_mut_ptr()) };
+    // SAFETY: clock_gettime filled it.
+    let ts = unsafe { ts.assume_init() };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// execve with prepared NULL-terminated pointer arrays. Returns only on failure.
+pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
+    debug_assert!(argv.last() == Some(&ptr::null()) && envp.last() == Some(&ptr::null()));
+    // SAFETY: path is NUL-terminated; argv and envp are NULL-terminated arrays
+    // of pointers to NUL-terminated strings that outlive the call.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    errno()
+}
+
+// ---------------------------------------------------------------------------
+// Signals.
+
+/// Resets every catchable signal to its default action and unblocks all
+/// signals: dispositions set to "ignore" and the signal mask survive execve.
+pub fn reset_signals() {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is always a valid disposition; errors (e.g. for
+        // the signals glibc reserves) are harmless and ignored.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    set_sigmask(&[], libc::SIG_SETMASK);
+}
+
+fn set_sigmask(signals: &[i32], how: i32) {
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: set is initialized by sigemptyset before use.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for &s in signals {
+            libc::sigaddset(set.as_mut_ptr(), s);
+        }
+        libc::sigprocmask(how, set.as_ptr(), ptr::null_mut());
+    }
+}
+
+/// Blocks `signals` and returns a signalfd that reports them.
+pub fn signalfd_for(signals: &[i32]) -> SysResult<OwnedFd> {
+    set_sigmask(signals, libc::SIG_BLOCK);
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: set is initialized by sigemptyset before use.
+    let fd = unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for &s in signals {
+            libc::sigaddset(set.as_mut_ptr(), s);
+        }
+        libc::signalfd(-1, set.as_ptr(), libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    Ok(owned(check_int(fd)? as _))
+}
+
+/// Drains a non-blocking signalfd.
+pub fn drain_signalfd(fd: RawFd) {
+    let mut buf = [0u8; 128 * 8];
+    while let Ok(n) = read(fd, &mut buf) {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// Sets SIGPIPE to "ignore" for the calling process (the supervisor writes
+/// to sockets whose peer may be gone).
+pub fn ignore_sigpipe() {
+    // SAFETY: SIG_IGN is a valid disposition for SIGPIPE.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+// ---------------------------------------------------------------------------
+// Timers and polling.
+
+pub fn timerfd() -> SysResult<OwnedFd> {
+    // SAFETY: plain syscall on integers.
+    let fd = check_int(unsafe {
+        libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+    })?;
+    Ok(owned(fd as _))
+}
+
+/// Arms a timerfd to fire once at the absolute CLOCK_MONOTONIC time `at_ns`.
+pub fn timerfd_at(fd: RawFd, at_ns: u64) -> SysResult<()> {
+    let at_ns = at_ns.max(1);
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+        it_value: libc::timespec {
+            tv_sec: (at_ns / 1_000_000_000) as _,
+            tv_nsec: (at_ns % 1_000_000_000) as _,
+        },
+    };
+    // SAFETY: spec is a valid itimerspec; old value not requested.
+    check_int(unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, ptr::null_mut()) })
+        .map(drop)
+}
+
+/// poll(2) over a fixed set; fills `revents`.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
+    // SAFETY: fds is a valid array of fds.len() pollfd structs.
+    retry(|| check_int(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) }))
+        .map(|n| n as usize)
+}
+
+// ---------------------------------------------------------------------------
+// Shared memory between the supervisor, PID 1 and the tracee.
+
+/// A page of anonymous shared memory holding one `T`, unmapped on drop
+/// (and by the kernel in the tracee at execve).
+pub struct SharedPage<T> {
+    ptr: *mut T,
+}
+
+impl<T: Default> SharedPage<T> {
+    pub fn new() -> SysResult<Self> {
+        let len = std::mem::size_of::<T>().max(4096);
+        // SAFETY: anonymous shared mapping, no fd; checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        let ptr = p as *mut T;
+        // SAFETY: the mapping is fresh, page-aligned, writable and big enough for T.
+        unsafe { ptr.write(T::default()) };
+        Ok(SharedPage { ptr })
+    }
+}
+
+impl<T> std::ops::Deref for SharedPage<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: ptr was initialized in new() and stays mapped until drop.
+        // T is expected to hold only atomics, so shared access across
+        // processes is sound.
+        unsafe { &*self.ptr }
+    }
+}
+
+impl<T> Drop for SharedPage<T> {
+    fn drop(&mut self) {
+        let len = std::mem::size_of::<T>().max(4096);
+        // SAFETY: ptr/len are the mapping created in new().
+        unsafe { libc::munmap(self.ptr.cast(), len) };
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sockets and fd passing.
+
+pub fn socketpair_stream() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds points to two writable ints.
+    check_int(unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    })?;
+    Ok((owned(fds[0] as _), owned(fds[1] as _)))
+}
+
+/// Most fds one message carries.
+pub const MAX_FDS: usize = 8;
+
+/// Sends `data` with `fds` attached (SCM_RIGHTS).
+pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<usize> {
+    assert!(fds.len() <= MAX_FDS);
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    // u64 array keeps the control buffer aligned for cmsghdr.
+    let mut cbuf = [0u64; 8 + MAX_FDS];
+    // SAFETY: msg points to valid iov and control buffers; the CMSG macros
+    // stay within cbuf, which is large enough for MAX_FDS descriptors.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            let space = libc::CMSG_SPACE((fds.len() * 4) as u32) as usize;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
+            ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg) as *mut RawFd, fds.len());
+        }
+        retry(|| check(libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) as _)).map(|n| n as usize)
+    }
+}
+
+/// Receives into `buf`, collecting attached fds (close-on-exec).
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> SysResult<usize> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 8 + MAX_FDS];
+    // SAFETY: msg points to valid iov and control buffers; received fds are
+    // read from within the control message the kernel wrote.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        let n = retry(|| check(libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) as _))?;
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                for i in 0..count {
+                    fds.push(owned(*data.add(i) as _));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(libc::EMSGSIZE);
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Brings the loopback interface of the caller's network namespace up.
+pub fn loopback_up() -> SysResult<()> {
+    // SAFETY: a datagram socket is only used for the interface ioctls
+    // below, with a zeroed, correctly named ifreq.
+    unsafe {
+        let s = check_int(libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0))?;
+        let s = owned(s as _);
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        check_int(libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr))?;
+        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        check_int(libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr))?;
+    }
+    Ok(())
+}
+
+/// Installs a classic-BPF seccomp filter (`no_new_privs` must be set).
+pub fn seccomp_install(filter: &[libc::sock_filter]) -> SysResult<()> {
+    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+    // SAFETY: prog points to `len` valid instructions that outlive the call.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &prog as *const libc::sock_fprog,
+        )
+    })
+    .map(drop)
+}

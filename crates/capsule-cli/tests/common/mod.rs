@@ -1,0 +1,796 @@
+//! Harness for the black-box tests of the `capsule` CLI.
+//!
+//! * As root, the tests run capsule as an unprivileged user (`capsule-test`,
+//!   created on first use) through `setpriv --reuid --regid --clear-groups`,
+//!   so the spawned pid *is* capsule once setpriv exec'd. Both binaries are
+//!   copied to a world-readable directory under /var/tmp (not /tmp: the
+//!   sandbox's /tmp is private). As any other user, capsule runs directly.
+//! * Missing kernel features make a test print `SKIP <test>: <reason>` and
+//!   pass, unless `CAPSULE_TEST_STRICT=1` (CI), where they fail.
+//! * The probe (`capsule-probe`) prints `key=value` lines; [`Kv`] parses them.
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::ffi::{CString, OsStr, OsString};
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+pub const TEST_USER: &str = "capsule-test";
+pub const BIN_ROOT: &str = "/var/tmp/capsule-test-bins";
+pub const SCRATCH_ROOT: &str = "/var/tmp/capsule-test-scratch";
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Upper bound for any single capsule invocation; a hang fails the test.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- skipping
+
+pub fn strict() -> bool {
+    std::env::var("CAPSULE_TEST_STRICT").map(|v| v == "1").unwrap_or(false)
+}
+
+/// Reports a skipped test (or fails it under `CAPSULE_TEST_STRICT=1`).
+pub fn skip(test: &str, reason: &str) {
+    if strict() {
+        panic!("{test}: required feature missing (CAPSULE_TEST_STRICT=1): {reason}");
+    }
+    eprintln!("SKIP {test}: {reason}");
+}
+
+/// `require!(test_name, condition_result)`: returns from the test after
+/// [`skip`] when the `Result<(), String>` is an error.
+#[macro_export]
+macro_rules! require {
+    ($test:expr, $check:expr) => {
+        if let Err(reason) = $check {
+            $crate::common::skip($test, &reason);
+            return;
+        }
+    };
+}
+
+// ---------------------------------------------------------------- harness
+
+/// Who runs capsule and where the binaries are.
+pub struct Harness {
+    /// The test process runs as root (uid 0).
+    pub is_root: bool,
+    /// The unprivileged user capsule runs as: the test user when root,
+    /// else ourselves.
+    pub uid: u32,
+    pub gid: u32,
+    /// Directory holding both binaries.
+    pub bin_dir: PathBuf,
+    pub capsule: PathBuf,
+    pub probe: PathBuf,
+}
+
+static HARNESS: OnceLock<Harness> = OnceLock::new();
+
+pub fn h() -> &'static Harness {
+    HARNESS.get_or_init(|| {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let capsule = PathBuf::from(env!("CARGO_BIN_EXE_capsule"));
+        let probe = PathBuf::from(env!("CARGO_BIN_EXE_capsule-probe"));
+        ensure_dir(SCRATCH_ROOT, 0o1777);
+        if uid != 0 {
+            let bin_dir = capsule.parent().unwrap().to_path_buf();
+            return Harness { is_root: false, uid, gid, bin_dir, capsule, probe };
+        }
+        let (tuid, tgid) = ensure_test_user();
+        let bin_dir = install_bins(&capsule, &probe);
+        Harness {
+            is_root: true,
+            uid: tuid,
+            gid: tgid,
+            capsule: bin_dir.join("capsule"),
+            probe: bin_dir.join("capsule-probe"),
+            bin_dir,
+        }
+    })
+}
+
+pub fn probe() -> String {
+    h().probe.display().to_string()
+}
+
+fn ensure_dir(path: &str, mode: u32) {
+    match std::fs::create_dir(path) {
+        Ok(()) => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("mkdir {path}: {e}"),
+    }
+}
+
+fn lookup_user(name: &str) -> Option<(u32, u32)> {
+    let c = CString::new(name).unwrap();
+    let mut pw: libc::passwd = unsafe {
+        // SAFETY: passwd is plain old data.
+        std::mem::zeroed()
+    };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the sizes given.
+    let r = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if r != 0 || result.is_null() {
+        return None;
+    }
+    Some((pw.pw_uid, pw.pw_gid))
+}
+
+/// Creates the unprivileged test user once; tolerates concurrent test
+/// binaries doing the same (useradd's lock contention, "already exists").
+fn ensure_test_user() -> (u32, u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(ids) = lookup_user(TEST_USER) {
+            return ids;
+        }
+        let out = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER])
+            .output()
+            .expect("run useradd");
+        // 0 created, 9 already exists, 10 cannot lock the files (retry).
+        if let Some(ids) = lookup_user(TEST_USER) {
+            return ids;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "cannot create user {TEST_USER}: useradd exited {:?}: {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Copies both binaries to `/var/tmp/capsule-test-bins/<hash>/` (0755,
+/// root-owned), keyed by the originals' paths, sizes and mtimes so test
+/// binaries share a copy; stale copies older than two days are removed.
+fn install_bins(capsule: &Path, probe: &Path) -> PathBuf {
+    ensure_dir(BIN_ROOT, 0o755);
+    let mut hasher = DefaultHasher::new();
+    for p in [capsule, probe] {
+        let m = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        p.hash(&mut hasher);
+        m.len().hash(&mut hasher);
+        m.mtime().hash(&mut hasher);
+        m.mtime_nsec().hash(&mut hasher);
+    }
+    let key = format!("{:016x}", hasher.finish());
+    let dir = Path::new(BIN_ROOT).join(&key);
+    if dir.join("capsule").exists() && dir.join("capsule-probe").exists() {
+        return dir;
+    }
+    let tmp = Path::new(BIN_ROOT).join(format!(".{key}.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (src, name) in [(capsule, "capsule"), (probe, "capsule-probe")] {
+        let dst = tmp.join(name);
+        std::fs::copy(src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    if std::fs::rename(&tmp, &dir).is_err() {
+        // Another test binary won the race.
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    // Prune old copies.
+    if let Ok(rd) = std::fs::read_dir(BIN_ROOT) {
+        for e in rd.flatten() {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() > Duration::from_secs(2 * 86400))
+                .unwrap_or(false);
+            if old && e.file_name() != OsStr::new(&key) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    dir
+}
+
+/// Whether the capsule user can create a user namespace at all.
+pub fn userns_available() -> Result<(), String> {
+    static R: OnceLock<Result<(), String>> = OnceLock::new();
+    R.get_or_init(|| {
+        let out = as_user(&["unshare", "-U", "true"]).output().map_err(|e| format!("run unshare: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`unshare -U true` as uid {} fails: {}",
+                h().uid,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    })
+    .clone()
+}
+
+/// Whether the kernel has time namespaces.
+pub fn timens_available() -> Result<(), String> {
+    if Path::new("/proc/self/ns/time").exists() {
+        Ok(())
+    } else {
+        Err("no time namespaces (/proc/self/ns/time missing)".into())
+    }
+}
+
+pub fn require_root() -> Result<(), String> {
+    if h().is_root {
+        Ok(())
+    } else {
+        Err("the test process is not root".into())
+    }
+}
+
+/// A command running `argv` as the capsule user (via setpriv when root),
+/// with a clean environment and cwd `/`.
+pub fn as_user<S: AsRef<OsStr>>(argv: &[S]) -> Command {
+    let hh = h();
+    let mut c = if hh.is_root {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={}", hh.uid))
+            .arg(format!("--regid={}", hh.gid))
+            .arg("--clear-groups")
+            .arg("--");
+        c.args(argv);
+        c
+    } else {
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        c
+    };
+    c.env_clear().env("PATH", DEFAULT_PATH).current_dir("/");
+    c
+}
+
+// ---------------------------------------------------------------- scratch
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+pub fn unique(tag: &str) -> String {
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{tag}-{}-{}-{nanos:x}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A per-test directory under /var/tmp owned by the capsule user (mode
+/// 0755), removed on drop.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let path = Path::new(SCRATCH_ROOT).join(unique(tag));
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        chown_to_user(&path);
+        Scratch { path }
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+
+    pub fn s(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Writes a file owned by the capsule user.
+    pub fn write(&self, name: &str, content: &[u8]) -> PathBuf {
+        let p = self.join(name);
+        std::fs::write(&p, content).unwrap();
+        chown_to_user(&p);
+        p
+    }
+
+    /// Creates a subdirectory owned by the capsule user.
+    pub fn mkdir(&self, name: &str) -> PathBuf {
+        let p = self.join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        chown_to_user(&p);
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+pub fn chown_to_user(p: &Path) {
+    if h().is_root {
+        std::os::unix::fs::chown(p, Some(h().uid), Some(h().gid))
+            .unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
+    }
+}
+
+// ---------------------------------------------------------------- running
+
+/// Everything observed about one finished process.
+#[derive(Debug)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// The `--json` result, when requested.
+    pub json: Option<serde_json::Value>,
+    /// The `--meta` lines, when requested.
+    pub meta: Option<String>,
+    pub elapsed: Duration,
+}
+
+impl Out {
+    pub fn kv(&self) -> Kv {
+        Kv::parse(&self.stdout)
+    }
+
+    pub fn json(&self) -> &serde_json::Value {
+        self.json.as_ref().unwrap_or_else(|| panic!("no --json result written; {}", self.describe()))
+    }
+
+    /// The result's `status` field.
+    pub fn status(&self) -> String {
+        self.json()["status"].as_str().unwrap_or_else(|| panic!("no status; {}", self.describe())).to_string()
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "exit code {:?} signal {:?} after {:?}\n--- stdout\n{}\n--- stderr\n{}\n--- json\n{}\n",
+            self.code,
+            self.signal,
+            self.elapsed,
+            self.stdout,
+            self.stderr,
+            self.json.as_ref().map(|j| j.to_string()).unwrap_or_default()
+        )
+    }
+
+    /// Asserts capsule's exit code.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "unexpected exit status; {}", self.describe());
+        self
+    }
+
+    /// Asserts a normal `exited` result with exit code 0 and probe's `done=1`.
+    #[track_caller]
+    pub fn assert_probe_ok(&self) -> Kv {
+        self.assert_code(0);
+        if let Some(j) = &self.json {
+            assert_eq!(j["status"], "exited", "{}", self.describe());
+        }
+        let kv = self.kv();
+        assert_eq!(kv.get("done"), Some("1"), "probe did not finish; {}", self.describe());
+        kv
+    }
+}
+
+/// The probe's `key=value` lines.
+#[derive(Debug, Clone)]
+pub struct Kv(pub Vec<(String, String)>);
+
+impl Kv {
+    pub fn parse(s: &str) -> Kv {
+        Kv(s.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim_start_matches('\r').to_string(), v.trim_end_matches('\r').to_string()))
+            .collect())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    #[track_caller]
+    pub fn must(&self, key: &str) -> &str {
+        self.get(key).unwrap_or_else(|| panic!("probe output lacks `{key}`: {self:?}"))
+    }
+
+    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.0.iter().filter(move |(k, _)| k.starts_with(prefix)).map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+type PreExec = Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>;
+
+/// A capsule invocation: `capsule ARGS...`, as the capsule user.
+pub struct Cmd {
+    args: Vec<OsString>,
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+    timeout: Duration,
+    json: bool,
+    meta: bool,
+    capsule: PathBuf,
+    as_caller: bool,
+    pre_exec: Option<PreExec>,
+    stdio: Option<(Stdio, Stdio, Stdio)>,
+}
+
+/// `capsule` with the given leading arguments (e.g. `["run", "-q"]`).
+pub fn capsule<S: AsRef<OsStr>>(args: &[S]) -> Cmd {
+    Cmd {
+        args: args.iter().map(|a| a.as_ref().to_owned()).collect(),
+        env: Vec::new(),
+        cwd: PathBuf::from("/"),
+        timeout: RUN_TIMEOUT,
+        json: false,
+        meta: false,
+        capsule: h().capsule.clone(),
+        as_caller: false,
+        pre_exec: None,
+        stdio: None,
+    }
+}
+
+/// `capsule run -q OPTS -- PROBE PROBE_ARGS` with a `--json` result.
+pub fn run_probe(opts: &[&str], probe_args: &[&str]) -> Cmd {
+    let mut c = capsule(&["run", "-q"]);
+    c.args(opts).arg("--").arg(probe()).args(probe_args);
+    c.json = true;
+    c
+}
+
+impl Cmd {
+    pub fn arg<S: AsRef<OsStr>>(&mut self, a: S) -> &mut Self {
+        self.args.push(a.as_ref().to_owned());
+        self
+    }
+    pub fn args<S: AsRef<OsStr>>(&mut self, a: &[S]) -> &mut Self {
+        for x in a {
+            self.arg(x);
+        }
+        self
+    }
+    pub fn env(&mut self, k: &str, v: &str) -> &mut Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+    pub fn cwd(&mut self, p: impl Into<PathBuf>) -> &mut Self {
+        self.cwd = p.into();
+        self
+    }
+    pub fn timeout(&mut self, t: Duration) -> &mut Self {
+        self.timeout = t;
+        self
+    }
+    /// Adds `--json FILE` (inserted right after `run`) and parses it.
+    pub fn json(&mut self) -> &mut Self {
+        self.json = true;
+        self
+    }
+    pub fn no_json(&mut self) -> &mut Self {
+        self.json = false;
+        self
+    }
+    /// Adds `--meta FILE` and reads it.
+    pub fn meta(&mut self) -> &mut Self {
+        self.meta = true;
+        self
+    }
+    /// Uses another capsule binary (e.g. a copy owned by the test user).
+    pub fn binary(&mut self, p: impl Into<PathBuf>) -> &mut Self {
+        self.capsule = p.into();
+        self
+    }
+    /// Runs capsule as the test process's own user (root, when root).
+    pub fn as_caller(&mut self) -> &mut Self {
+        self.as_caller = true;
+        self
+    }
+    /// A hook run in the child before exec (of setpriv, which keeps fds,
+    /// session and controlling terminal across its own exec of capsule).
+    pub fn pre_exec(&mut self, f: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static) -> &mut Self {
+        self.pre_exec = Some(Box::new(f));
+        self
+    }
+    /// Replaces the piped stdio (stdout/stderr are then not captured).
+    pub fn stdio(&mut self, i: Stdio, o: Stdio, e: Stdio) -> &mut Self {
+        self.stdio = Some((i, o, e));
+        self
+    }
+
+    fn build(&mut self, results: &Option<Scratch>) -> Command {
+        let mut argv: Vec<OsString> = vec![self.capsule.clone().into_os_string()];
+        let mut args = self.args.clone();
+        if let Some(r) = results {
+            // Options go right after the subcommand.
+            let mut extra: Vec<OsString> = Vec::new();
+            if self.json {
+                extra.push("--json".into());
+                extra.push(r.join("result.json").into_os_string());
+            }
+            if self.meta {
+                extra.push("--meta".into());
+                extra.push(r.join("result.meta").into_os_string());
+            }
+            let at = if args.first().map(|a| a == "run").unwrap_or(false) { 1 } else { 0 };
+            args.splice(at..at, extra);
+        }
+        argv.extend(args);
+        let mut c = if self.as_caller {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c.env_clear().env("PATH", DEFAULT_PATH);
+            c
+        } else {
+            as_user(&argv)
+        };
+        c.current_dir(&self.cwd);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        if let Some(mut f) = self.pre_exec.take() {
+            // SAFETY: the hook is run between fork and exec; the hooks the
+            // tests install only make async-signal-safe system calls.
+            unsafe {
+                c.pre_exec(f);
+            }
+        }
+        match self.stdio.take() {
+            Some((i, o, e)) => {
+                c.stdin(i).stdout(o).stderr(e);
+            }
+            None => {
+                c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+        }
+        c
+    }
+
+    /// Starts capsule; see [`Running`].
+    pub fn spawn(&mut self) -> Running {
+        let results = if self.json || self.meta { Some(Scratch::new("result")) } else { None };
+        let mut c = self.build(&results);
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", c));
+        let (tx, rx) = mpsc::channel();
+        let out_thread = child.stdout.take().map(|so| {
+            std::thread::spawn(move || {
+                let mut all = String::new();
+                let mut r = BufReader::new(so);
+                let mut line = String::new();
+                while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                    all.push_str(&line);
+                    let _ = tx.send(line.clone());
+                    line.clear();
+                }
+                all
+            })
+        });
+        let err_thread = child.stderr.take().map(|mut se| {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                let _ = se.read_to_end(&mut b);
+                String::from_utf8_lossy(&b).into_owned()
+            })
+        });
+        Running {
+            child,
+            started: Instant::now(),
+            timeout: self.timeout,
+            lines: rx,
+            out_thread,
+            err_thread,
+            results,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Runs capsule to completion (failing the test after the timeout).
+    pub fn run(&mut self) -> Out {
+        self.spawn().wait()
+    }
+}
+
+/// A capsule process in flight.
+pub struct Running {
+    pub child: Child,
+    started: Instant,
+    timeout: Duration,
+    lines: mpsc::Receiver<String>,
+    out_thread: Option<std::thread::JoinHandle<String>>,
+    err_thread: Option<std::thread::JoinHandle<String>>,
+    results: Option<Scratch>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for a stdout line starting with `prefix`; panics after `t`.
+    pub fn wait_line(&mut self, prefix: &str, t: Duration) -> String {
+        let deadline = Instant::now() + t;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.starts_with(prefix) {
+                        return l;
+                    }
+                }
+                Err(_) => {
+                    let st = self.child.try_wait().ok().flatten();
+                    panic!("no line `{prefix}` within {t:?}; exit {st:?}; lines so far: {:?}", self.seen)
+                }
+            }
+        }
+    }
+
+    /// Whether capsule is still running (not yet exited).
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+
+    /// Waits for capsule to exit; kills it and fails the test after the
+    /// timeout.
+    pub fn wait(mut self) -> Out {
+        let deadline = self.started + self.timeout;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let stderr = self.err_thread.take().map(|t| t.join().unwrap_or_default()).unwrap_or_default();
+                panic!("capsule did not exit within {:?}; stderr: {stderr}", self.timeout);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let elapsed = self.started.elapsed();
+        // The pipes close when every holder exits; a process that escaped
+        // the sandbox holding them would hang here, so bound the wait.
+        let stdout = join_bounded(self.out_thread.take(), Duration::from_secs(10), "stdout");
+        let stderr = join_bounded(self.err_thread.take(), Duration::from_secs(10), "stderr");
+        let (mut json, mut meta) = (None, None);
+        if let Some(r) = &self.results {
+            if let Ok(s) = std::fs::read_to_string(r.join("result.json")) {
+                json = Some(
+                    serde_json::from_str(&s).unwrap_or_else(|e| panic!("--json file is not JSON ({e}): {s:?}")),
+                );
+            }
+            meta = std::fs::read_to_string(r.join("result.meta")).ok();
+        }
+        Out { code: status.code(), signal: status.signal(), stdout, stderr, json, meta, elapsed }
+    }
+}
+
+impl Drop for Running {
+    /// A test that panics mid-run must not leave capsule behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn join_bounded(t: Option<std::thread::JoinHandle<String>>, limit: Duration, what: &str) -> String {
+    let Some(t) = t else { return String::new() };
+    let deadline = Instant::now() + limit;
+    while !t.is_finished() {
+        if Instant::now() > deadline {
+            panic!("capsule exited but its {what} stayed open for {limit:?}: a process outlived the run");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t.join().unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- host side
+
+/// Processes (not zombies, not ourselves) with an argv element containing
+/// `marker`, as `(pid, argv joined by spaces)`.
+pub fn procs_with_marker(marker: &str) -> Vec<(i32, String)> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else { return found };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> = raw.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if args.iter().any(|a| a.contains(marker)) {
+            found.push((pid, args.join(" ").trim().to_string()));
+        }
+    }
+    found
+}
+
+/// Kills (SIGKILL) processes carrying `marker`: cleanup after a failure.
+pub fn kill_marker(marker: &str) {
+    for (pid, _) in procs_with_marker(marker) {
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Kills the processes with `marker` when dropped (even on panic).
+pub struct MarkerGuard(pub String);
+
+impl Drop for MarkerGuard {
+    fn drop(&mut self) {
+        kill_marker(&self.0);
+    }
+}
+
+/// A host process owned by the capsule user: `capsule-probe hold TAG`.
+pub struct HostProc {
+    pub child: Child,
+}
+
+impl HostProc {
+    pub fn hold(tag: &str) -> HostProc {
+        let child = as_user(&[probe().as_str(), "hold", tag])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn host process");
+        // Wait until setpriv exec'd the probe.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !procs_with_marker(tag).iter().any(|(p, _)| *p == child.id() as i32) {
+            assert!(Instant::now() < deadline, "host process did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        HostProc { child }
+    }
+
+    /// Still running (not exited, not a zombie).
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+}
+
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `readlink /proc/self/ns/<ns>` of the test process.
+pub fn host_ns(ns: &str) -> String {
+    std::fs::read_link(format!("/proc/self/ns/{ns}")).map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+pub fn host_hostname() -> String {
+    let mut u: libc::utsname = unsafe {
+        // SAFETY: utsname is plain old data.
+        std::mem::zeroed()
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::uname(&mut u) };
+    // SAFETY: NUL-terminated after uname.
+    unsafe { std::ffi::CStr::from_ptr(u.nodename.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+/// Host mount tables: our own and, when readable, PID 1's.
+pub fn host_mountinfo() -> String {
+    let mine = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let init = std::fs::read_to_string("/proc/1/mountinfo").unwrap_or_default();
+    format!("{mine}\n---- /proc/1/mountinfo\n{init}")
+}

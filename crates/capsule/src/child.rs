@@ -1,0 +1,505 @@
+//! The child path after clone: PID 1 of the run and the tracee.
+//!
+//! Everything here is prepared before clone in a [`Plan`] (argv, envp,
+//! mount plan, id maps, limits, filter, fds); the child only makes
+//! syscalls: no allocation, no locks, no panics on purpose. Failures are
+//! written to the [`Shared`] page as (step, errno, path index) and turned
+//! into a message by the supervisor.
+//!
+//! Namespaces (thesis, ch. 3): the supervisor owns user namespace U1 and
+//! the namespaces created once (IPC, UTS, time, cgroup, the loopback-only
+//! network). PID 1 is cloned into a new PID namespace while still in U1,
+//! joins the run's network, creates the run's procfs, then enters user
+//! namespace U2 + a mount namespace and builds the tree. The tracee is
+//! cloned into user namespace U3 + a mount namespace, which locks every
+//! mount PID 1 made (they came from a more privileged namespace), drops
+//! everything and execs.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
+
+use crate::mounts::{self, Build, MountPlan};
+use crate::rlimits::Rlimit;
+use crate::seccomp::Filter;
+use crate::sys::{self, Errno, Forked, CLONE_PIDFD};
+use crate::{caps, rlimits};
+
+/// The step that failed, reported by PID 1 or the tracee.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    None = 0,
+    JoinNetwork,
+    Hostname,
+    ProcMount,
+    UserNamespace,
+    IdMap,
+    ParentDeath,
+    NonDumpable,
+    RootClone,
+    RootTmpfs,
+    BindSource,
+    Scratch,
+    AttachRoot,
+    MountPoint,
+    Bind,
+    Tmpfs,
+    Proc,
+    Dev,
+    Dir,
+    File,
+    Symlink,
+    Hide,
+    RootReadonly,
+    PivotRoot,
+    DetachOldRoot,
+    CloneTracee,
+    TraceeIdMap,
+    Setsid,
+    Stdio,
+    NoNewPrivs,
+    DropCaps,
+    Chdir,
+    Rlimit,
+    CloseFds,
+    Seccomp,
+    Exec,
+    Wait,
+}
+
+const STEPS: [Step; 37] = [
+    Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
+    Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
+    Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
+    Step::Dev, Step::Dir, Step::File, Step::Symlink, Step::Hide, Step::RootReadonly,
+    Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::Setsid,
+    Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
+    Step::Seccomp, Step::Exec, Step::Wait,
+];
+
+impl Step {
+    fn from_u32(v: u32) -> Step {
+        STEPS.get(v as usize).copied().unwrap_or(Step::None)
+    }
+
+    /// What the step does, for error messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Step::None => "unknown step",
+            Step::JoinNetwork => "joining the sandbox network namespace (setns)",
+            Step::Hostname => "setting the hostname (unshare CLONE_NEWUTS, sethostname)",
+            Step::ProcMount => "creating the run's /proc (fsopen proc)",
+            Step::UserNamespace => "creating PID 1's user and mount namespaces (unshare)",
+            Step::IdMap => "writing PID 1's uid/gid maps",
+            Step::ParentDeath => "arming the parent-death signal",
+            Step::NonDumpable => "making PID 1 non-dumpable (prctl PR_SET_DUMPABLE)",
+            Step::RootClone => "cloning the host root (open_tree /)",
+            Step::RootTmpfs => "creating the empty root tmpfs",
+            Step::BindSource => "opening a bind mount source (open_tree)",
+            Step::Scratch => "creating the scratch tmpfs for --hide",
+            Step::AttachRoot => "attaching the new root (move_mount)",
+            Step::MountPoint => "creating a mount point",
+            Step::Bind => "bind mounting (move_mount)",
+            Step::Tmpfs => "mounting a tmpfs",
+            Step::Proc => "mounting /proc",
+            Step::Dev => "building /dev",
+            Step::Dir => "creating a directory",
+            Step::File => "creating a file",
+            Step::Symlink => "creating a symlink",
+            Step::Hide => "hiding a path",
+            Step::RootReadonly => "making the root read-only",
+            Step::PivotRoot => "pivot_root into the new root",
+            Step::DetachOldRoot => "detaching the old root (umount2)",
+            Step::CloneTracee => "cloning the tracee (clone3 CLONE_NEWUSER|CLONE_NEWNS)",
+            Step::TraceeIdMap => "writing the tracee's uid/gid maps",
+            Step::Setsid => "starting a new session (setsid)",
+            Step::Stdio => "setting up stdin/stdout/stderr (dup2)",
+            Step::NoNewPrivs => "setting no_new_privs",
+            Step::DropCaps => "dropping capabilities",
+            Step::Chdir => "changing to the working directory (chdir)",
+            Step::Rlimit => "setting a resource limit (setrlimit)",
+            Step::CloseFds => "closing inherited descriptors (close_range)",
+            Step::Seccomp => "installing the seccomp filter",
+            Step::Exec => "executing the program (execve)",
+            Step::Wait => "waiting for the program (PID 1)",
+        }
+    }
+}
+
+/// A child-side failure: no allocation, just numbers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fail {
+    pub step: Step,
+    pub errno: Errno,
+    /// Index+1 into the run's path table, 0 for none.
+    pub path: u32,
+}
+
+impl Fail {
+    pub(crate) fn new(step: Step, errno: Errno) -> Self {
+        Fail { step, errno, path: 0 }
+    }
+    pub(crate) fn at(step: Step, errno: Errno, name: u32) -> Self {
+        Fail { step, errno, path: name + 1 }
+    }
+}
+
+/// Flags PID 1 sets in [`Shared::flags`].
+pub(crate) const FLAG_TRACEE_REAPED: u32 = 1;
+pub(crate) const FLAG_WALL_TIME: u32 = 2;
+
+/// The page shared by the supervisor, PID 1 and the tracee (thesis:
+/// "Inter-process communication"); the kernel unmaps it from the tracee at
+/// execve, so the program never sees it.
+#[derive(Default)]
+#[repr(C)]
+pub(crate) struct Shared {
+    pub fail_step: AtomicU32,
+    pub fail_errno: AtomicI32,
+    pub fail_path: AtomicU32,
+    /// CLOCK_MONOTONIC right before the program's execve.
+    pub exec_ns: AtomicU64,
+    /// CLOCK_MONOTONIC when PID 1 reaped the program's first process.
+    pub end_ns: AtomicU64,
+    /// The wait status of the program's first process.
+    pub wait_status: AtomicI32,
+    pub flags: AtomicU32,
+    pub cpu_user_us: AtomicU64,
+    pub cpu_system_us: AtomicU64,
+    pub max_rss_kib: AtomicU64,
+}
+
+impl Shared {
+    fn fail(&self, f: Fail) {
+        // First failure wins: the tracee's error is more precise than PID 1
+        // noticing the tracee died.
+        if self.fail_step.compare_exchange(0, f.step as u32, SeqCst, SeqCst).is_ok() {
+            self.fail_errno.store(f.errno, SeqCst);
+            self.fail_path.store(f.path, SeqCst);
+        }
+    }
+
+    pub(crate) fn failure(&self) -> Option<Fail> {
+        let step = self.fail_step.load(SeqCst);
+        (step != 0).then(|| Fail {
+            step: Step::from_u32(step),
+            errno: self.fail_errno.load(SeqCst),
+            path: self.fail_path.load(SeqCst),
+        })
+    }
+}
+
+/// Everything the children need, prepared by the supervisor before clone.
+pub(crate) struct Plan {
+    /// Candidate paths for the program, tried in order (PATH lookup).
+    pub exec_paths: Vec<CString>,
+    /// Path-table index naming the program, for "not found" errors.
+    pub exec_name: u32,
+    pub argv: Vec<CString>,
+    pub argv_ptrs: Vec<*const libc::c_char>,
+    pub envp: Vec<CString>,
+    pub envp_ptrs: Vec<*const libc::c_char>,
+    pub cwd: CString,
+    pub cwd_name: u32,
+    pub cwd_fallback: bool,
+    /// "U 0 1\n" and "G 0 1\n": the tracee's ids inside, mapped onto PID 1's 0.
+    pub tracee_uid_map: CString,
+    pub tracee_gid_map: CString,
+    /// Loopback-only network of the supervisor; None = share the host's.
+    pub net_fd: Option<RawFd>,
+    pub hostname: Option<CString>,
+    /// pidfd of the supervisor, to notice its death.
+    pub supervisor_pidfd: RawFd,
+    pub mounts: MountPlan,
+    pub rlimits: Vec<Rlimit>,
+    pub wall_time_ns: Option<u64>,
+    pub last_cap: u32,
+    pub seccomp: Filter,
+    /// The run's stdin, stdout, stderr.
+    pub stdio: [RawFd; 3],
+}
+
+fn fail_exit(shared: &Shared, f: Fail) -> ! {
+    shared.fail(f);
+    sys::exit(127)
+}
+
+/// Writes `data` to `<pid>/<file>` (or `self/<file>`) under the procfs `proc`.
+fn write_proc(proc: RawFd, pid: Option<i32>, file: &[u8], data: &[u8]) -> Result<(), Errno> {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    let mut push = |b: &[u8]| {
+        buf[n..n + b.len()].copy_from_slice(b);
+        n += b.len();
+    };
+    match pid {
+        None => push(b"self"),
+        Some(pid) => {
+            let mut digits = [0u8; 12];
+            let mut i = digits.len();
+            let mut v = pid as u32;
+            loop {
+                i -= 1;
+                digits[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            push(&digits[i..]);
+        }
+    }
+    push(b"/");
+    push(file);
+    push(b"\0");
+    let path = CStr::from_bytes_with_nul(&buf[..n]).map_err(|_| libc::EINVAL)?;
+    let fd = sys::openat(proc, path, libc::O_WRONLY, 0)?;
+    sys::write_all(fd.as_raw_fd(), data)
+}
+
+/// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
+/// the supervisor's user namespace. Never returns.
+pub(crate) fn pid1(plan: &Plan, shared: &Shared) -> ! {
+    match pid1_setup(plan, shared) {
+        Ok(never) => match never {},
+        Err(f) => fail_exit(shared, f),
+    }
+}
+
+enum Never {}
+
+fn pid1_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
+    // The supervisor's Rust runtime installed handlers (SIGSEGV, SIGBUS)
+    // and ignores SIGPIPE; as init of the PID namespace, PID 1 must only
+    // receive signals it has handlers for, i.e. none from inside.
+    sys::reset_signals();
+
+    // Join the loopback-only network now, while PID 1 still has
+    // CAP_SYS_ADMIN in the supervisor's user namespace that owns it.
+    if let Some(net) = plan.net_fd {
+        sys::setns(net, libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?;
+    }
+    // A per-run hostname needs a UTS namespace of its own; same reason.
+    if let Some(name) = &plan.hostname {
+        sys::unshare(libc::CLONE_NEWUTS).map_err(|e| Fail::new(Step::Hostname, e))?;
+        sys::sethostname(name.to_bytes()).map_err(|e| Fail::new(Step::Hostname, e))?;
+    }
+    // The run's procfs belongs to the new PID namespace, whose owner is the
+    // supervisor's user namespace: create it before leaving that namespace.
+    // It stays detached until the mount plan attaches it; meanwhile it is
+    // how PID 1 reaches /proc/<tracee>/uid_map.
+    let proc = mounts::new_proc().map_err(|e| Fail::new(Step::ProcMount, e))?;
+
+    // Own user + mount namespace: the mounts PID 1 makes belong to it, and
+    // the tracee's namespace below it will lock them.
+    sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)
+        .map_err(|e| Fail::new(Step::UserNamespace, e))?;
+    // PID 1 is root in its namespace, mapped onto the supervisor's root,
+    // i.e. the calling user on the host.
+    let p = proc.as_raw_fd();
+    write_proc(p, None, b"setgroups", b"deny")
+        .and_then(|_| write_proc(p, None, b"gid_map", b"0 0 1\n"))
+        .and_then(|_| write_proc(p, None, b"uid_map", b"0 0 1\n"))
+        .map_err(|e| Fail::new(Step::IdMap, e))?;
+    // Changing credentials cleared the parent-death signal: arm it now, then
+    // check the supervisor did not die before it was armed.
+    sys::set_pdeathsig(libc::SIGKILL).map_err(|e| Fail::new(Step::ParentDeath, e))?;
+    let mut pfd = [libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 }];
+    if sys::poll(&mut pfd, 0).unwrap_or(0) > 0 {
+        sys::exit(1);
+    }
+    // Build the tree: clone sources from the host view, attach the new
+    // root, apply the operations in order, pivot into it.
+    let mut build = Build::new(p);
+    mounts::clone_sources(&plan.mounts, &mut build)?;
+    let root = mounts::attach_root(&build)?;
+    mounts::apply_ops(&plan.mounts, &build, root)?;
+    mounts::pivot(root)?;
+
+    // Block SIGCHLD before the tracee exists so no exit is missed.
+    let sigchld = sys::signalfd_for(&[libc::SIGCHLD]).map_err(|e| Fail::new(Step::Wait, e))?;
+    // `go`: PID 1 → tracee once its id maps are written. `exec`: the
+    // tracee's end is close-on-exec, so EOF tells PID 1 the program started
+    // (or the tracee died).
+    let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    let (exec_r, exec_w) = sys::pipe_cloexec().map_err(|e| Fail::new(Step::CloneTracee, e))?;
+
+    // The tracee gets one more user + mount namespace: copying PID 1's
+    // mount namespace into a less privileged one locks every mount, so the
+    // program cannot unmount or remount-rw anything.
+    let tracee = match sys::clone_fork((libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as u64 | CLONE_PIDFD, None) {
+        Err(e) => return Err(Fail::new(Step::CloneTracee, e)),
+        Ok(Forked::Child) => {
+            drop(go_w);
+            drop(exec_r);
+            tracee(plan, shared, go_r, exec_w)
+        }
+        Ok(Forked::Parent { pid, pidfd }) => {
+            drop(pidfd);
+            pid
+        }
+    };
+    drop(go_r);
+    drop(exec_w);
+    write_proc(p, Some(tracee), b"setgroups", b"deny")
+        .and_then(|_| write_proc(p, Some(tracee), b"gid_map", plan.tracee_gid_map.to_bytes()))
+        .and_then(|_| write_proc(p, Some(tracee), b"uid_map", plan.tracee_uid_map.to_bytes()))
+        .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+    // CVE-2019-5736: PID 1 runs the capsule binary and is visible to the
+    // program as /proc/1. Non-dumpable, its /proc/1/exe (and fd/, mem,
+    // ptrace) need CAP_SYS_PTRACE over the user namespace of its mm, the
+    // host's, which no sandboxed process has; so the binary can never be
+    // reopened for writing through it, even with O_PATH + /proc/self/fd.
+    // Chosen over copying the binary into a sealed memfd per run (runc's
+    // fix) because it costs one prctl instead of copying megabytes per run
+    // (measured in docs/benchmarks.md). It is set once the tracee's id maps
+    // are written (a non-dumpable parent would make the tracee's /proc files
+    // root-owned) and before the tracee may go on, so no sandboxed code ever
+    // sees a dumpable capsule process; the tracee stops being a capsule
+    // image at its execve.
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
+
+    let _ = sys::write(go_w.as_raw_fd(), b"g");
+    drop(go_w);
+    drop(proc);
+    // The run's stdio belongs to the tracee alone: a pipe must see EOF when
+    // the program's side closes, not when PID 1 exits.
+    for fd in plan.stdio.iter().copied().chain([0, 1, 2]) {
+        sys::close(fd);
+    }
+    pid1_wait(plan, shared, tracee, sigchld, exec_r)
+}
+
+/// PID 1's event loop: arms the wall-time timer at the program's execve,
+/// enforces it, reaps every process, and ends the run when the first
+/// tracee exits.
+fn pid1_wait(
+    plan: &Plan,
+    shared: &Shared,
+    tracee: i32,
+    sigchld: OwnedFd,
+    exec_r: OwnedFd,
+) -> Result<Never, Fail> {
+    let timer = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
+    let mut exec_open = true;
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: timer.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: if exec_open { exec_r.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
+        if fds[1].revents != 0 {
+            // The supervisor is gone: nobody wants the result. PID 1's exit
+            // makes the kernel kill everything in the PID namespace.
+            sys::exit(1);
+        }
+        if fds[3].revents != 0 {
+            let mut b = [0u8; 1];
+            if sys::read(exec_r.as_raw_fd(), &mut b) == Ok(0) {
+                exec_open = false;
+                let exec_ns = shared.exec_ns.load(SeqCst);
+                if let (Some(limit), true) = (plan.wall_time_ns, exec_ns != 0) {
+                    sys::timerfd_at(timer.as_raw_fd(), exec_ns + limit)
+                        .map_err(|e| Fail::new(Step::Wait, e))?;
+                }
+            }
+        }
+        if fds[2].revents != 0 {
+            shared.flags.fetch_or(FLAG_WALL_TIME, SeqCst);
+            let _ = sys::kill(-1, libc::SIGKILL);
+        }
+        if fds[0].revents != 0 {
+            sys::drain_signalfd(sigchld.as_raw_fd());
+            while let Ok(Some((pid, status))) = sys::waitpid(-1, true) {
+                if pid == tracee {
+                    shared.end_ns.store(sys::clock_monotonic_ns(), SeqCst);
+                    shared.wait_status.store(status, SeqCst);
+                    shared.flags.fetch_or(FLAG_TRACEE_REAPED, SeqCst);
+                    // The first tracee is done: so is the run. Kill and reap
+                    // the rest so their CPU time is in our rusage.
+                    let _ = sys::kill(-1, libc::SIGKILL);
+                    while let Ok(Some(_)) = sys::waitpid(-1, false) {}
+                    let (user, system, rss) = sys::rusage_children();
+                    shared.cpu_user_us.store(user, SeqCst);
+                    shared.cpu_system_us.store(system, SeqCst);
+                    shared.max_rss_kib.store(rss, SeqCst);
+                    sys::exit(0);
+                }
+            }
+        }
+    }
+}
+
+/// The tracee: becomes the program. Never returns.
+fn tracee(plan: &Plan, shared: &Shared, go: OwnedFd, exec_w: OwnedFd) -> ! {
+    // Wait until PID 1 has written our id maps (EOF: PID 1 failed).
+    let mut b = [0u8; 1];
+    if sys::read(go.as_raw_fd(), &mut b) != Ok(1) {
+        sys::exit(127);
+    }
+    drop(go);
+    match tracee_setup(plan, shared) {
+        Ok(never) => match never {},
+        Err(f) => {
+            shared.fail(f);
+            drop(exec_w);
+            sys::exit(127)
+        }
+    }
+}
+
+fn tracee_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
+    // Signal mask and ignored signals survive execve: give the program
+    // defaults (PID 1 blocked SIGCHLD, Rust ignores SIGPIPE).
+    sys::reset_signals();
+    // A new session: no controlling terminal, so TIOCSTI/TIOCLINUX on an
+    // inherited tty cannot push input to the caller (CVE-2017-5226), and
+    // process-group signals stay inside.
+    sys::setsid().map_err(|e| Fail::new(Step::Setsid, e))?;
+    // The run's stdio onto 0, 1, 2 (the supervisor keeps its own 0-2
+    // occupied, so these are always other numbers).
+    for (i, fd) in plan.stdio.iter().enumerate() {
+        sys::dup2(*fd, i as RawFd).map_err(|e| Fail::new(Step::Stdio, e))?;
+    }
+    // no_new_privs: setuid binaries and file capabilities grant nothing;
+    // also required for an unprivileged seccomp filter.
+    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| Fail::new(Step::NoNewPrivs, e))?;
+    // Drop every capability of U3 (securebits first so uid 0 regains none).
+    caps::drop_all(plan.last_cap).map_err(|e| Fail::new(Step::DropCaps, e))?;
+    // chdir after dropping capabilities: the program's own permissions decide.
+    if let Err(e) = sys::chdir(&plan.cwd) {
+        if !plan.cwd_fallback {
+            return Err(Fail::at(Step::Chdir, e, plan.cwd_name));
+        }
+        sys::chdir(c"/").map_err(|e| Fail::new(Step::Chdir, e))?;
+    }
+    // Resource limits last before exec, so capsule's own setup is not
+    // limited by them (e.g. RLIMIT_NOFILE).
+    rlimits::apply(&plan.rlimits).map_err(|(i, e)| Fail { step: Step::Rlimit, errno: e, path: i as u32 })?;
+    // Only 0, 1, 2 may reach the program.
+    sys::cloexec_from(3).map_err(|e| Fail::new(Step::CloseFds, e))?;
+    shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
+    // Seccomp last: from here on only the program's own syscalls run.
+    crate::seccomp::install(&plan.seccomp).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    let mut err = libc::ENOENT;
+    let mut eacces = false;
+    for path in &plan.exec_paths {
+        err = sys::execve(path, &plan.argv_ptrs, &plan.envp_ptrs);
+        match err {
+            libc::EACCES => eacces = true,
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => break,
+        }
+    }
+    if eacces && err != libc::EACCES && matches!(err, libc::ENOENT | libc::ENOTDIR) {
+        err = libc::EACCES;
+    }
+    Err(Fail::at(Step::Exec, err, plan.exec_name))
+}

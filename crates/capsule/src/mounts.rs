@@ -1,0 +1,507 @@
+//! The sandbox's filesystem: a mount plan prepared from the spec before
+//! clone (every path a `CString`, every size a string, every host file
+//! opened), and its execution in PID 1 with the new mount API.
+//!
+//! Execution order (PID 1, in its own user + mount namespace, see
+//! `child::pid1`):
+//! 1. Clone every mount source (the host root, bind sources, device nodes)
+//!    with `open_tree(OPEN_TREE_CLONE)` while the host view is still the
+//!    current root: the clones are detached and can be attached later.
+//! 2. Attach the new root on top of the current `/`; from here on every
+//!    sandbox path is resolved with `openat2(RESOLVE_IN_ROOT)` from the new
+//!    root's fd, so a symlink inside the sandbox tree never leads out of it.
+//! 3. Apply the operations in order.
+//! 4. `pivot_root(".", ".")` and detach the old root, which takes every
+//!    host mount not cloned into the new tree with it.
+//!
+//! Nothing here is ever visible in the host's mount table: the supervisor
+//! and every PID 1 live in private mount namespaces, and the clones are
+//! detached until they are attached inside one.
+
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use crate::child::{Fail, Step};
+use crate::error::SysError;
+use crate::spec::{self, MountOp, RunSpec};
+use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
+    MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, OPEN_TREE_CLONE};
+
+/// Host device nodes bound into every `/dev` capsule builds.
+const DEVICES: [&CStr; 5] = [c"null", c"zero", c"full", c"random", c"urandom"];
+const HOST_DEVICES: [&CStr; 5] =
+    [c"/dev/null", c"/dev/zero", c"/dev/full", c"/dev/random", c"/dev/urandom"];
+
+/// What the sandbox's root starts as.
+pub(crate) enum Base {
+    /// The host's root, cloned recursively, read-only, nosuid, nodev.
+    HostView,
+    /// An empty tmpfs, made read-only once the operations are applied.
+    EmptyRoot { size: CString },
+}
+
+/// One prepared operation. `name` indexes the run's path table so that an
+/// error can name the path without the child allocating.
+pub(crate) enum Op {
+    Bind { src: CString, dst: CString, attrs: u64, try_: bool, clone: Cell<RawFd>, name: u32 },
+    Tmpfs { dst: CString, size: CString, mode: &'static CStr, attrs: u64, name: u32 },
+    Proc { dst: CString, name: u32 },
+    Dev { dst: CString, nodes: [Cell<RawFd>; 5], name: u32 },
+    Dir { dst: CString, name: u32 },
+    File { src: OwnedFd, dst: CString, name: u32 },
+    FileData { dst: CString, content: Vec<u8>, name: u32 },
+    Symlink { target: CString, dst: CString, name: u32 },
+    Hide { dst: CString, name: u32 },
+}
+
+/// Everything PID 1 needs to build the sandbox's mount tree.
+pub(crate) struct MountPlan {
+    pub base: Base,
+    pub ops: Vec<Op>,
+    /// Some `--hide` needs an empty file to bind over a file.
+    pub needs_scratch: bool,
+}
+
+fn cstr(p: &std::path::Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes()).expect("validated: no NUL")
+}
+
+fn size_str(n: u64) -> CString {
+    CString::new(n.to_string()).expect("digits")
+}
+
+impl MountPlan {
+    /// Prepares the plan; opens `--file` sources (as the caller, in the
+    /// caller's view). `names` collects the paths errors may name.
+    pub(crate) fn prepare(spec: &RunSpec, names: &mut Vec<String>) -> Result<Self, SysError> {
+        let mut name = |s: String| {
+            names.push(s);
+            (names.len() - 1) as u32
+        };
+        let mut ops = Vec::new();
+        let base = if spec.empty_root {
+            Base::EmptyRoot { size: size_str(spec::EMPTY_ROOT_SIZE) }
+        } else {
+            // The host view's defaults come first, so later operations can
+            // bind over or inside them.
+            ops.push(Op::Proc { dst: c"/proc".into(), name: name("/proc".into()) });
+            ops.push(Op::Dev {
+                dst: c"/dev".into(),
+                nodes: Default::default(),
+                name: name("/dev".into()),
+            });
+            ops.push(Op::Tmpfs {
+                dst: c"/tmp".into(),
+                size: size_str(spec.tmp_size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
+                mode: c"1777",
+                attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                name: name("/tmp".into()),
+            });
+            Base::HostView
+        };
+        let mut needs_scratch = false;
+        for op in &spec.mounts {
+            let dst = cstr(op.dst());
+            let dst_name = op.dst().display().to_string();
+            let noexec = |n: bool| if n { MOUNT_ATTR_NOEXEC } else { 0 };
+            ops.push(match op {
+                MountOp::Bind { src, try_, noexec: ne, .. } => Op::Bind {
+                    src: cstr(src),
+                    dst,
+                    attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
+                    try_: *try_,
+                    clone: Cell::new(-1),
+                    name: name(format!("{} -> {}", src.display(), dst_name)),
+                },
+                MountOp::RoBind { src, try_, noexec: ne, .. } => Op::Bind {
+                    src: cstr(src),
+                    dst,
+                    attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
+                    try_: *try_,
+                    clone: Cell::new(-1),
+                    name: name(format!("{} -> {}", src.display(), dst_name)),
+                },
+                MountOp::DevBind { src, try_, noexec: ne, .. } => Op::Bind {
+                    src: cstr(src),
+                    dst,
+                    attrs: MOUNT_ATTR_NOSUID | noexec(*ne),
+                    try_: *try_,
+                    clone: Cell::new(-1),
+                    name: name(format!("{} -> {}", src.display(), dst_name)),
+                },
+                MountOp::Tmpfs { size, noexec: ne, .. } => Op::Tmpfs {
+                    dst,
+                    size: size_str(size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
+                    mode: c"0755",
+                    attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
+                    name: name(dst_name),
+                },
+                MountOp::Proc { .. } => Op::Proc { dst, name: name(dst_name) },
+                MountOp::Dev { .. } => Op::Dev { dst, nodes: Default::default(), name: name(dst_name) },
+                MountOp::Dir { .. } => Op::Dir { dst, name: name(dst_name) },
+                MountOp::File { src, .. } => {
+                    let c = cstr(src);
+                    let fd = sys::open(&c, libc::O_RDONLY, 0).map_err(|e| {
+                        SysError::new("open (--file source)", e).path(src.display().to_string())
+                    })?;
+                    if sys::fd_mode(fd.as_raw_fd()) == Ok(libc::S_IFDIR) {
+                        return Err(SysError::new("open (--file source)", libc::EISDIR)
+                            .path(src.display().to_string()));
+                    }
+                    Op::File { src: fd, dst, name: name(dst_name) }
+                }
+                MountOp::FileData { content, .. } => Op::FileData {
+                    dst,
+                    content: content.as_bytes().to_vec(),
+                    name: name(dst_name),
+                },
+                MountOp::Symlink { target, .. } => {
+                    Op::Symlink { target: cstr(target), dst, name: name(dst_name) }
+                }
+                MountOp::Hide { .. } => {
+                    needs_scratch = true;
+                    Op::Hide { dst, name: name(dst_name) }
+                }
+            });
+        }
+        Ok(MountPlan { base, ops, needs_scratch })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Execution (child side: syscalls only, no allocation).
+
+/// Makes a fresh tmpfs mount, detached.
+fn tmpfs(size: &CStr, mode: &CStr, attrs: u64) -> SysResult<OwnedFd> {
+    let fs = sys::fsopen(c"tmpfs")?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"size", size)?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"mode", mode)?;
+    sys::fsconfig_create(fs.as_raw_fd())?;
+    sys::fsmount(fs.as_raw_fd(), attrs)
+}
+
+/// Creates a fresh procfs mount of the caller's PID namespace, detached.
+/// Must run while the caller still holds CAP_SYS_ADMIN over that PID
+/// namespace's owner and sees a fully visible /proc (the host's).
+pub(crate) fn new_proc() -> SysResult<OwnedFd> {
+    let fs = sys::fsopen(c"proc")?;
+    sys::fsconfig_create(fs.as_raw_fd())?;
+    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+}
+
+/// Splits `/a/b/c` into a NUL-terminated parent `/a/b` (written into `buf`)
+/// and the last component `c`.
+fn split_parent<'a>(path: &'a CStr, buf: &'a mut [u8; 4096]) -> SysResult<(&'a CStr, &'a CStr)> {
+    let bytes = path.to_bytes_with_nul();
+    let slash = bytes.iter().rposition(|&b| b == b'/').ok_or(libc::EINVAL)?;
+    if slash + 1 >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    let parent_len = if slash == 0 { 1 } else { slash };
+    buf[..parent_len].copy_from_slice(&bytes[..parent_len]);
+    buf[parent_len] = 0;
+    let parent = CStr::from_bytes_with_nul(&buf[..=parent_len]).map_err(|_| libc::EINVAL)?;
+    let last = CStr::from_bytes_with_nul(&bytes[slash + 1..]).map_err(|_| libc::EINVAL)?;
+    if last.is_empty() {
+        return Err(libc::EINVAL);
+    }
+    Ok((parent, last))
+}
+
+/// Creates the directory `path` and its missing parents inside `root`.
+fn mkdir_p(root: RawFd, path: &CStr) -> SysResult<OwnedFd> {
+    match sys::open_in_root(root, path, libc::O_PATH | libc::O_DIRECTORY, 0) {
+        Err(libc::ENOENT) => {}
+        other => return other,
+    }
+    let bytes = path.to_bytes();
+    let mut buf = [0u8; 4096];
+    if bytes.len() >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    // Walk every prefix `/a`, `/a/b`, ... creating what is missing.
+    for end in (1..=bytes.len()).filter(|&i| i == bytes.len() || bytes[i] == b'/') {
+        buf[..end].copy_from_slice(&bytes[..end]);
+        buf[end] = 0;
+        let prefix = CStr::from_bytes_with_nul(&buf[..=end]).map_err(|_| libc::EINVAL)?;
+        if sys::open_in_root(root, prefix, libc::O_PATH, 0).is_ok() {
+            continue;
+        }
+        let mut pbuf = [0u8; 4096];
+        let (parent, last) = split_parent(prefix, &mut pbuf)?;
+        let dir = sys::open_in_root(root, parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        match sys::mkdirat(dir.as_raw_fd(), last, 0o755) {
+            Ok(()) | Err(libc::EEXIST) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    sys::open_in_root(root, path, libc::O_PATH | libc::O_DIRECTORY, 0)
+}
+
+/// Opens (creating if needed) the mount point `path` inside `root`: a
+/// directory, or with `file` an empty regular file.
+fn mount_point(root: RawFd, path: &CStr, file: bool) -> SysResult<OwnedFd> {
+    if !file {
+        return mkdir_p(root, path);
+    }
+    match sys::open_in_root(root, path, libc::O_PATH, 0) {
+        Err(libc::ENOENT) => {}
+        other => return other,
+    }
+    let mut buf = [0u8; 4096];
+    let (parent, last) = split_parent(path, &mut buf)?;
+    let dir = mkdir_p(root, parent)?;
+    match sys::openat(dir.as_raw_fd(), last, libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL, 0o644) {
+        Ok(_) | Err(libc::EEXIST) => {}
+        Err(e) => return Err(e),
+    }
+    sys::open_in_root(root, path, libc::O_PATH, 0)
+}
+
+/// Creates a regular file at `path` inside `root` and returns it open for writing.
+fn create_file(root: RawFd, path: &CStr) -> SysResult<OwnedFd> {
+    let mut buf = [0u8; 4096];
+    let (parent, last) = split_parent(path, &mut buf)?;
+    let dir = mkdir_p(root, parent)?;
+    sys::openat(dir.as_raw_fd(), last, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC | libc::O_NOFOLLOW, 0o644)
+}
+
+/// Clones the host sources of a `/dev` (its device nodes).
+fn clone_devices(nodes: &[Cell<RawFd>; 5]) -> SysResult<()> {
+    for (cell, host) in nodes.iter().zip(HOST_DEVICES) {
+        let fd = sys::open_tree(libc::AT_FDCWD, host, OPEN_TREE_CLONE)?;
+        // Device nodes keep working (no nodev) but can never be setuid.
+        sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_NOSUID, 0)?;
+        cell.set(into_raw(fd));
+    }
+    Ok(())
+}
+
+fn into_raw(fd: OwnedFd) -> RawFd {
+    use std::os::fd::IntoRawFd;
+    fd.into_raw_fd()
+}
+
+/// Takes back an fd stored with `into_raw` (each cell is taken once).
+fn take(cell: &Cell<RawFd>) -> Option<OwnedFd> {
+    let fd = cell.replace(-1);
+    (fd >= 0).then(|| sys::reclaim_fd(fd))
+}
+
+/// Builds a minimal /dev on the directory `at`. Everything is created
+/// through the new tmpfs's own fd: `at` keeps pointing at the directory
+/// the tmpfs covers.
+fn build_dev(at: &OwnedFd, nodes: &[Cell<RawFd>; 5]) -> SysResult<()> {
+    let dev = tmpfs(c"1048576", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+    let d = dev.as_raw_fd();
+    for name in DEVICES {
+        drop(sys::openat(d, name, libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL, 0o666)?);
+    }
+    sys::mkdirat(d, c"shm", 0o1777)?;
+    for (target, name) in [
+        (c"/proc/self/fd", c"fd"),
+        (c"/proc/self/fd/0", c"stdin"),
+        (c"/proc/self/fd/1", c"stdout"),
+        (c"/proc/self/fd/2", c"stderr"),
+    ] {
+        sys::symlinkat(target, d, name)?;
+    }
+    // Attached, it can receive the device nodes and /dev/shm.
+    sys::move_mount_fd(d, at.as_raw_fd())?;
+    for (cell, name) in nodes.iter().zip(DEVICES) {
+        let node = take(cell).ok_or(libc::EBADF)?;
+        let target = sys::openat(d, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        sys::move_mount_fd(node.as_raw_fd(), target.as_raw_fd())?;
+    }
+    let shm_at = sys::openat(d, c"shm", libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let shm = tmpfs(c"67108864", c"1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+    sys::move_mount_fd(shm.as_raw_fd(), shm_at.as_raw_fd())?;
+    // Populated: nothing may be added to /dev from inside.
+    sys::mount_setattr(d, false, MOUNT_ATTR_RDONLY, 0)
+}
+
+/// State PID 1 carries through the build.
+pub(crate) struct Build {
+    root: Option<OwnedFd>,
+    scratch: Option<OwnedFd>,
+    /// The run's procfs, attached at the first `/proc` (later ones bind it).
+    proc_fd: RawFd,
+    proc_attached: Cell<Option<usize>>,
+}
+
+impl Build {
+    pub(crate) fn new(proc_fd: RawFd) -> Self {
+        Build { root: None, scratch: None, proc_fd, proc_attached: Cell::new(None) }
+    }
+}
+
+/// Step 1: clones the sources from the host view.
+pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
+    let root = match &plan.base {
+        Base::HostView => {
+            let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
+                .map_err(|e| Fail::new(Step::RootClone, e))?;
+            sys::mount_setattr(
+                fd.as_raw_fd(),
+                true,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                0,
+            )
+            .map_err(|e| Fail::new(Step::RootClone, e))?;
+            fd
+        }
+        Base::EmptyRoot { size } => tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+            .map_err(|e| Fail::new(Step::RootTmpfs, e))?,
+    };
+    b.root = Some(root);
+    for op in &plan.ops {
+        match op {
+            Op::Bind { src, attrs, try_, clone, name, .. } => {
+                let fd = match sys::open_tree(libc::AT_FDCWD, src, OPEN_TREE_CLONE | AT_RECURSIVE) {
+                    Ok(fd) => fd,
+                    Err(libc::ENOENT) if *try_ => continue,
+                    Err(e) => return Err(Fail::at(Step::BindSource, e, *name)),
+                };
+                sys::mount_setattr(fd.as_raw_fd(), true, *attrs, 0)
+                    .map_err(|e| Fail::at(Step::BindSource, e, *name))?;
+                clone.set(into_raw(fd));
+            }
+            Op::Dev { nodes, name, .. } => {
+                clone_devices(nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?
+            }
+            _ => {}
+        }
+    }
+    if plan.needs_scratch {
+        // An empty read-only file to bind over hidden files. It must be
+        // attached somewhere to be cloned; the old root's /tmp of this
+        // private namespace goes away with the old root.
+        let scratch = tmpfs(c"4096", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+            .map_err(|e| Fail::new(Step::Scratch, e))?;
+        drop(
+            sys::openat(scratch.as_raw_fd(), c"empty", libc::O_CREAT | libc::O_WRONLY, 0o444)
+                .map_err(|e| Fail::new(Step::Scratch, e))?,
+        );
+        sys::move_mount_to_path(scratch.as_raw_fd(), c"/tmp").map_err(|e| Fail::new(Step::Scratch, e))?;
+        b.scratch = Some(scratch);
+    }
+    Ok(())
+}
+
+/// Step 2: attaches the new root over the current one.
+pub(crate) fn attach_root(b: &Build) -> Result<RawFd, Fail> {
+    let root = b.root.as_ref().expect("cloned").as_raw_fd();
+    sys::move_mount_to_path(root, c"/").map_err(|e| Fail::new(Step::AttachRoot, e))?;
+    Ok(root)
+}
+
+/// Step 3: applies the operations in order.
+pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), Fail> {
+    for (i, op) in plan.ops.iter().enumerate() {
+        match op {
+            Op::Bind { clone, dst, name, .. } => {
+                let Some(src) = take(clone) else { continue }; // a -try source that was missing
+                let is_file = sys::fd_mode(src.as_raw_fd()).map_or(false, |m| m != libc::S_IFDIR);
+                let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd())
+                    .map_err(|e| Fail::at(Step::Bind, e, *name))?;
+            }
+            Op::Tmpfs { dst, size, mode, attrs, name } => {
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                let fs = tmpfs(size, mode, *attrs).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
+                sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd())
+                    .map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
+            }
+            Op::Proc { dst, name } => {
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                let res = match b.proc_attached.get() {
+                    // The run's procfs is attached once; further /proc
+                    // mounts are clones of it.
+                    None => sys::move_mount_fd(b.proc_fd, at.as_raw_fd()),
+                    Some(first) => {
+                        let Op::Proc { dst: first_dst, .. } = &plan.ops[first] else { unreachable!() };
+                        sys::open_in_root(root, first_dst, libc::O_PATH | libc::O_DIRECTORY, 0)
+                            .and_then(|f| sys::open_tree(f.as_raw_fd(), c"", OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32))
+                            .and_then(|c| sys::move_mount_fd(c.as_raw_fd(), at.as_raw_fd()))
+                    }
+                };
+                res.map_err(|e| Fail::at(Step::Proc, e, *name))?;
+                if b.proc_attached.get().is_none() {
+                    b.proc_attached.set(Some(i));
+                }
+            }
+            Op::Dev { dst, nodes, name } => {
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                build_dev(&at, nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?;
+            }
+            Op::Dir { dst, name } => {
+                mkdir_p(root, dst).map_err(|e| Fail::at(Step::Dir, e, *name))?;
+            }
+            Op::File { src, dst, name } => {
+                let f = create_file(root, dst).map_err(|e| Fail::at(Step::File, e, *name))?;
+                sys::copy_fd(src.as_raw_fd(), f.as_raw_fd()).map_err(|e| Fail::at(Step::File, e, *name))?;
+            }
+            Op::FileData { dst, content, name } => {
+                let f = create_file(root, dst).map_err(|e| Fail::at(Step::File, e, *name))?;
+                sys::write_all(f.as_raw_fd(), content).map_err(|e| Fail::at(Step::File, e, *name))?;
+            }
+            Op::Symlink { target, dst, name } => {
+                let mut buf = [0u8; 4096];
+                let (parent, last) = split_parent(dst, &mut buf).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+                let dir = mkdir_p(root, parent).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+                sys::symlinkat(target, dir.as_raw_fd(), last).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+            }
+            Op::Hide { dst, name } => {
+                let at = match sys::open_in_root(root, dst, libc::O_PATH, 0) {
+                    Ok(fd) => fd,
+                    Err(libc::ENOENT) => continue, // nothing there to hide
+                    Err(e) => return Err(Fail::at(Step::Hide, e, *name)),
+                };
+                let is_dir = sys::fd_mode(at.as_raw_fd()) == Ok(libc::S_IFDIR);
+                let cover = if is_dir {
+                    tmpfs(c"4096", c"0555", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+                } else {
+                    let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
+                    sys::open_tree(scratch, c"empty", OPEN_TREE_CLONE).and_then(|fd| {
+                        sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0)?;
+                        Ok(fd)
+                    })
+                }
+                .map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                sys::move_mount_fd(cover.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Hide, e, *name))?;
+            }
+        }
+    }
+    if let Base::EmptyRoot { .. } = plan.base {
+        // The judge's root: nothing but what the operations put there, and
+        // read-only (the tmpfs and bind mounts on it stay as asked).
+        sys::mount_setattr(root, false, MOUNT_ATTR_RDONLY, 0).map_err(|e| Fail::new(Step::RootReadonly, e))?;
+    }
+    Ok(())
+}
+
+/// Step 4: makes the new tree the root and detaches the old one.
+pub(crate) fn pivot(root: RawFd) -> Result<(), Fail> {
+    sys::fchdir(root).map_err(|e| Fail::new(Step::PivotRoot, e))?;
+    sys::pivot_root_cwd().map_err(|e| Fail::new(Step::PivotRoot, e))?;
+    sys::umount_detach_cwd().map_err(|e| Fail::new(Step::DetachOldRoot, e))?;
+    sys::chdir(c"/").map_err(|e| Fail::new(Step::PivotRoot, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split() {
+        let mut b = [0u8; 4096];
+        let (p, l) = split_parent(c"/a/b/c", &mut b).unwrap();
+        assert_eq!((p.to_bytes(), l.to_bytes()), (&b"/a/b"[..], &b"c"[..]));
+        let mut b = [0u8; 4096];
+        let (p, l) = split_parent(c"/a", &mut b).unwrap();
+        assert_eq!((p.to_bytes(), l.to_bytes()), (&b"/"[..], &b"a"[..]));
+        let mut b = [0u8; 4096];
+        assert!(split_parent(c"/a/", &mut b).is_err());
+    }
+}

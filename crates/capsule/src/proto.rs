@@ -1,0 +1,95 @@
+//! The client ↔ supervisor protocol: length-prefixed JSON messages on a
+//! Unix stream socket, file descriptors attached to the header with
+//! SCM_RIGHTS.
+//!
+//! Header: 4 bytes magic `CAP1`, 4 bytes little-endian body length.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use serde::{Deserialize, Serialize};
+
+use crate::result::RunResult;
+use crate::spec::RunSpec;
+use crate::sys;
+
+const MAGIC: &[u8; 4] = b"CAP1";
+/// Largest message accepted (argv and environment included).
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// A run request. Attached fds: the run's stdin, stdout, stderr.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    pub spec: RunSpec,
+}
+
+/// The supervisor's answer to one request.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Response {
+    /// The run happened (its status may still be `error`).
+    Result(RunResult),
+    /// The supervisor cannot work at all (e.g. no user namespaces); it exits.
+    Fatal(String),
+}
+
+/// Sends one message with `fds` attached.
+pub fn send(sock: RawFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), String> {
+    let body = serde_json::to_vec(msg).map_err(|e| format!("encoding message: {e}"))?;
+    if body.len() > MAX_MESSAGE {
+        return Err(format!("message of {} bytes is larger than the limit of {MAX_MESSAGE}", body.len()));
+    }
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(MAGIC);
+    header[4..].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    let io = |e: i32| format!("sending message: {}", crate::error::errno_text(e));
+    let mut sent = sys::send_with_fds(sock, &header, fds).map_err(io)?;
+    while sent < header.len() {
+        sent += sys::send_with_fds(sock, &header[sent..], &[]).map_err(io)?;
+    }
+    let mut off = 0;
+    while off < body.len() {
+        off += sys::send_with_fds(sock, &body[off..], &[]).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Receives one message; `Ok(None)` at a clean end of stream.
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: RawFd) -> Result<Option<(T, Vec<OwnedFd>)>, String> {
+    let mut fds = Vec::new();
+    let mut header = [0u8; 8];
+    let io = |e: i32| format!("receiving message: {}", crate::error::errno_text(e));
+    let mut got = 0;
+    while got < header.len() {
+        let n = sys::recv_with_fds(sock, &mut header[got..], &mut fds).map_err(io)?;
+        if n == 0 {
+            if got == 0 {
+                return Ok(None);
+            }
+            return Err("connection closed in the middle of a message header".into());
+        }
+        got += n;
+    }
+    if &header[..4] != MAGIC {
+        return Err("not a capsule message (bad magic)".into());
+    }
+    let len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
+    if len > MAX_MESSAGE {
+        return Err(format!("message of {len} bytes is larger than the limit of {MAX_MESSAGE}"));
+    }
+    let mut body = vec![0u8; len];
+    let mut off = 0;
+    while off < len {
+        let n = sys::recv_with_fds(sock, &mut body[off..], &mut fds).map_err(io)?;
+        if n == 0 {
+            return Err("connection closed in the middle of a message".into());
+        }
+        off += n;
+    }
+    let msg = serde_json::from_slice(&body).map_err(|e| format!("decoding message: {e}"))?;
+    Ok(Some((msg, fds)))
+}
+
+/// Convenience for holders of an owned socket.
+pub fn send_owned(sock: &OwnedFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), String> {
+    send(sock.as_raw_fd(), msg, fds)
+}

@@ -1,0 +1,41 @@
+//! Resource limits that need no cgroup, prepared before clone and applied
+//! by the tracee.
+
+use crate::spec::Limits;
+use crate::sys::{self, Errno};
+
+/// One limit: resource, value (soft = hard), and the spec field it came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rlimit {
+    pub resource: u32,
+    pub value: u64,
+    pub field: &'static str,
+}
+
+/// The limits a run sets: core dumps always off, the rest as the spec asks.
+pub(crate) fn prepare(limits: &Limits) -> Vec<Rlimit> {
+    let mut v = vec![Rlimit { resource: libc::RLIMIT_CORE, value: 0, field: "core dumps" }];
+    let mut add = |resource, value: Option<u64>, field| {
+        if let Some(value) = value {
+            v.push(Rlimit { resource, value, field });
+        }
+    };
+    add(libc::RLIMIT_FSIZE, limits.output_limit, "limits.output_limit");
+    add(libc::RLIMIT_NOFILE, limits.open_files, "limits.open_files");
+    add(libc::RLIMIT_STACK, limits.stack, "limits.stack");
+    add(libc::RLIMIT_AS, limits.address_space, "limits.address_space");
+    // Without a cgroup, the process limit is RLIMIT_NPROC. Since Linux 5.14
+    // it counts the processes of the uid *in the caller's user namespace*
+    // (ucounts), and every run has user namespaces of its own, so other
+    // processes of the same user elsewhere do not count against it.
+    add(libc::RLIMIT_NPROC, limits.pids, "limits.pids");
+    v
+}
+
+/// Applies the limits (child side). Returns the index of the one that failed.
+pub(crate) fn apply(limits: &[Rlimit]) -> Result<(), (usize, Errno)> {
+    for (i, l) in limits.iter().enumerate() {
+        sys::setrlimit(l.resource, l.value, l.value).map_err(|e| (i, e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! The supervisor: created once, serves many runs (thesis, ch. 3). For
+//! each run it prepares a [`Plan`], clones PID 1 into a new PID namespace,
+//! waits for it and turns the shared page into a [`RunResult`].
+//!
+//! The one-shot CLI forks a supervisor and sends it one request over the
+//! same socket protocol a long-lived supervisor serves, so both take this
+//! code path.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::child::{self, Plan, Shared, Step, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
+use crate::error::{errno_text, Error, SysError};
+use crate::mounts::MountPlan;
+use crate::namespaces::{self, SupervisorNs};
+use crate::proto::{self, Request, Response};
+use crate::result::{signal_name, Accounting, RunResult, Status};
+use crate::seccomp::Filter;
+use crate::spec::{RunSpec, DEFAULT_PATH};
+use crate::sys::{self, Forked, SharedPage, CLONE_PIDFD};
+use crate::{caps, rlimits};
+
+/// A running supervisor (lives in the process that called [`Supervisor::start`]).
+pub struct Supervisor {
+    host_uid: u32,
+    host_gid: u32,
+    ns: SupervisorNs,
+    self_pidfd: OwnedFd,
+    last_cap: u32,
+    seccomp: Filter,
+}
+
+/// True when the caller is the real root of the machine (uid 0 of the
+/// initial user namespace), which capsule refuses to be run as.
+pub fn is_real_root() -> bool {
+    if sys::geteuid() != 0 {
+        return false;
+    }
+    match std::fs::read_to_string("/proc/self/uid_map") {
+        Ok(map) => map.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
+        }),
+        Err(_) => true,
+    }
+}
+
+/// The refusal, with the fix.
+pub fn root_refusal() -> Error {
+    Error::Refused(
+        "capsule refuses to run as root: root's sandbox would still reach global kernel \
+         state, and capsule's isolation is built for unprivileged users; run it as an \
+         unprivileged user, e.g. `runuser -u nobody -- capsule run ...` or \
+         `setpriv --reuid=nobody --regid=nogroup --clear-groups capsule run ...`"
+            .into(),
+    )
+}
+
+impl Supervisor {
+    /// Turns the calling process into a supervisor: enters its user
+    /// namespace and creates the namespaces shared by all runs. The caller
+    /// must be single-threaded and gives up its own namespaces for good.
+    pub fn start() -> Result<Self, Error> {
+        if is_real_root() {
+            return Err(root_refusal());
+        }
+        let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
+        // Taken before entering the namespaces: PID 1 polls it to notice the
+        // supervisor's death, which PR_SET_PDEATHSIG alone cannot cover
+        // (it is armed only after PID 1's credentials change).
+        let self_pidfd = sys::pidfd_open(sys::getpid())
+            .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
+        let ns = namespaces::enter_supervisor(host_uid, host_gid)?;
+        // Writing to a client that went away must not kill the supervisor.
+        sys::ignore_sigpipe();
+        Ok(Supervisor { host_uid, host_gid, ns, self_pidfd, last_cap: caps::last_cap(), seccomp: Filter::default() })
+    }
+
+    /// Serves requests on `sock` until the client closes it.
+    pub fn serve(&self, sock: &OwnedFd) -> Result<(), String> {
+        loop {
+            let Some((req, fds)) = proto::recv::<Request>(sock.as_raw_fd())? else {
+                return Ok(());
+            };
+            let result = if fds.len() != 3 {
+                RunResult::error(format!("a request must carry 3 descriptors (stdin, stdout, stderr), got {}", fds.len()))
+            } else {
+                self.run(&req.spec, [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()])
+            };
+            drop(fds);
+            proto::send_owned(sock, &Response::Result(result), &[])?;
+        }
+    }
+
+    /// Runs one spec with the given stdio and waits for it.
+    pub fn run(&self, spec: &RunSpec, stdio: [RawFd; 3]) -> RunResult {
+        match self.prepare(spec, stdio) {
+            Ok((plan, names)) => self.execute(&plan, &names),
+            Err(e) => RunResult::error(e.to_string()),
+        }
+    }
+
+    fn prepare(&self, spec: &RunSpec, stdio: [RawFd; 3]) -> Result<(Plan, Vec<String>), Error> {
+        spec.validate()?;
+        let mut names: Vec<String> = Vec::new();
+        let c = |s: &str| CString::new(s).expect("validated: no NUL");
+
+        let mut env = spec.env.clone();
+        for k in &spec.keep_env {
+            if let Ok(v) = std::env::var(k) {
+                env.entry(k.clone()).or_insert(v);
+            }
+        }
+        let path_var = env.get("PATH").cloned();
+        env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+        let envp: Vec<CString> = env.iter().map(|(k, v)| c(&format!("{k}={v}"))).collect();
+        let argv: Vec<CString> = spec.argv.iter().map(|a| c(a)).collect();
+
+        // PATH lookup happens in the sandbox's view: only the candidate
+        // list is prepared here, the tracee tries them in order.
+        let prog = &spec.argv[0];
+        let exec_paths: Vec<CString> = if prog.contains('/') {
+            vec![c(prog)]
+        } else {
+            path_var
+                .as_deref()
+                .unwrap_or(DEFAULT_PATH)
+                .split(':')
+                .map(|d| if d.is_empty() { "." } else { d })
+                .map(|d| c(&format!("{}/{prog}", d.trim_end_matches('/'))))
+                .collect()
+        };
+        names.push(if prog.contains('/') {
+            prog.clone()
+        } else {
+            format!("{prog}` (searched PATH={}", path_var.as_deref().unwrap_or(DEFAULT_PATH))
+        });
+        let exec_name = 0;
+        let cwd = spec.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "/".into());
+        names.push(cwd.clone());
+        let cwd_name = 1;
+
+        let (uid, gid) = if spec.root {
+            (0, 0)
+        } else {
+            (spec.uid.unwrap_or(self.host_uid), spec.gid.unwrap_or(self.host_gid))
+        };
+        let mounts = MountPlan::prepare(spec, &mut names)?;
+        let mut plan = Plan {
+            exec_paths,
+            exec_name,
+            argv_ptrs: Vec::new(),
+            argv,
+            envp_ptrs: Vec::new(),
+            envp,
+            cwd: c(&cwd),
+            cwd_name,
+            cwd_fallback: spec.cwd_fallback,
+            tracee_uid_map: c(&format!("{uid} 0 1\n")),
+            tracee_gid_map: c(&format!("{gid} 0 1\n")),
+            net_fd: (!spec.share_net).then(|| self.ns.loopback_net.as_raw_fd()),
+            hostname: spec.hostname.as_deref().map(c),
+            supervisor_pidfd: self.self_pidfd.as_raw_fd(),
+            mounts,
+            rlimits: rlimits::prepare(&spec.limits),
+            wall_time_ns: spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            last_cap: self.last_cap,
+            seccomp: self.seccomp.clone(),
+            stdio,
+        };
+        plan.argv_ptrs = plan.argv.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
+        plan.envp_ptrs = plan.envp.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
+        Ok((plan, names))
+    }
+
+    fn execute(&self, plan: &Plan, names: &[String]) -> RunResult {
+        let shared = match SharedPage::<Shared>::new() {
+            Ok(s) => s,
+            Err(e) => return RunResult::error(SysError::new("mmap (shared page)", e).to_string()),
+        };
+        let (pid, pidfd) = match sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None) {
+            Err(e) => {
+                return RunResult::error(
+                    SysError::new("clone3(CLONE_NEWPID)", e).hint("see `capsule check`").to_string(),
+                )
+            }
+            Ok(Forked::Child) => child::pid1(plan, &shared),
+            Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+        };
+        let status = sys::waitpid(pid, false);
+        drop(pidfd);
+        self.result(plan, names, &shared, status)
+    }
+
+    fn result(
+        &self,
+        plan: &Plan,
+        names: &[String],
+        shared: &Shared,
+        pid1_status: Result<Option<(i32, i32)>, i32>,
+    ) -> RunResult {
+        if let Some(f) = shared.failure() {
+            return RunResult::error(describe_failure(plan, names, f.step, f.errno, f.path));
+        }
+        let flags = shared.flags.load(SeqCst);
+        if flags & FLAG_TRACEE_REAPED == 0 {
+            let how = match pid1_status {
+                Ok(Some((_, st))) if libc::WIFSIGNALED(st) => {
+                    format!("killed by {}", signal_name(libc::WTERMSIG(st)))
+                }
+                Ok(Some((_, st))) => format!("exit status {}", libc::WEXITSTATUS(st)),
+                Ok(None) => "no status".into(),
+                Err(e) => errno_text(e),
+            };
+            return RunResult::error(format!("the run's PID 1 ended before the program did ({how})"));
+        }
+        let st = shared.wait_status.load(SeqCst);
+        let exec_ns = shared.exec_ns.load(SeqCst);
+        let end_ns = shared.end_ns.load(SeqCst);
+        let mut r = RunResult {
+            status: Status::Exited,
+            exit_code: None,
+            signal: None,
+            wall_time_ms: end_ns.saturating_sub(exec_ns) as f64 / 1e6,
+            cpu_user_ms: shared.cpu_user_us.load(SeqCst) as f64 / 1e3,
+            cpu_system_ms: shared.cpu_system_us.load(SeqCst) as f64 / 1e3,
+            peak_memory_bytes: shared.max_rss_kib.load(SeqCst) * 1024,
+            accounting: Accounting::Rusage,
+            error: None,
+        };
+        if libc::WIFEXITED(st) {
+            r.exit_code = Some(libc::WEXITSTATUS(st));
+        } else if libc::WIFSIGNALED(st) {
+            let sig = libc::WTERMSIG(st);
+            r.status = Status::Signaled;
+            r.signal = Some(signal_name(sig));
+            if sig == libc::SIGXFSZ {
+                r.status = Status::OutputLimit;
+            }
+        }
+        if flags & FLAG_WALL_TIME != 0 {
+            r.status = Status::WallTimeLimit;
+            if let Some(limit) = plan.wall_time_ns {
+                // The program ran for the whole limit at least.
+                r.wall_time_ms = r.wall_time_ms.max(limit as f64 / 1e6);
+            }
+        }
+        r
+    }
+}
+
+/// Turns a child failure into a message naming the step, the path and the
+/// errno, with a fix where the user has one.
+fn describe_failure(plan: &Plan, names: &[String], step: Step, errno: i32, path: u32) -> String {
+    let mut msg = step.describe().to_string();
+    if step == Step::Rlimit {
+        if let Some(l) = plan.rlimits.get(path as usize) {
+            msg = format!("setting {} (setrlimit) to {}", l.field, l.value);
+        }
+    } else if path > 0 {
+        if let Some(n) = names.get(path as usize - 1) {
+            msg.push_str(&format!(": `{n}`"));
+        }
+    }
+    msg.push_str(&format!(": {}", errno_text(errno)));
+    let hint = match (step, errno) {
+        (Step::BindSource, libc::ENOENT) => Some("the source does not exist; the -try variants skip a missing source"),
+        (Step::MountPoint, libc::EROFS) | (Step::Dir, libc::EROFS) | (Step::File, libc::EROFS) | (Step::Symlink, libc::EROFS) => Some(
+            "the path does not exist and its parent is read-only (the host view is); mount a --tmpfs or --dir over a parent first, or create it on the host",
+        ),
+        (Step::Exec, libc::ENOENT) => Some("no such program in the sandbox"),
+        (Step::Exec, libc::EACCES) => Some("not executable by the sandbox user, or on a noexec mount"),
+        (Step::Chdir, libc::ENOENT) => Some("the working directory does not exist in the sandbox"),
+        (Step::Rlimit, libc::EPERM) => Some("the value is above the caller's hard limit (ulimit -H)"),
+        (Step::UserNamespace, _) | (Step::CloneTracee, _) => None,
+        _ => None,
+    };
+    let hint = hint.map(str::to_string).or_else(|| {
+        matches!(step, Step::UserNamespace | Step::CloneTracee).then(|| namespaces::userns_hint(errno))
+    });
+    if let Some(h) = hint {
+        msg.push_str("; ");
+        msg.push_str(&h);
+    }
+    msg
+}
