@@ -37,7 +37,7 @@ fn one(id: &'static str, name: &'static str, help: &'static str, heading: &'stat
 }
 
 fn flag(id: &'static str, help: &'static str, heading: &'static str) -> Arg {
-    Arg::new(id).long(id).action(ArgAction::Append).num_args(0).help(help).help_heading(heading)
+    Arg::new(id).long(id).action(ArgAction::SetTrue).help(help).help_heading(heading)
 }
 
 fn run_command() -> Command {
@@ -73,7 +73,7 @@ fn run_command() -> Command {
         .arg(pair("file-data", "DST", "CONTENT", "Create DST holding CONTENT"))
         .arg(pair("symlink", "TARGET", "DST", "Create a symlink DST -> TARGET"))
         .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file", fs))
-        .arg(flag("noexec", "Make the mount operation just before noexec", fs))
+        .arg(Arg::new("noexec").long("noexec").num_args(0).default_missing_value("true").action(ArgAction::Append).help("Make the mount operation just before noexec").help_heading(fs))
         .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
         .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE)", lim))
@@ -166,9 +166,9 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     if let Some(v) = last(m, "gid") {
         spec.gid = Some(parse_num("gid", v)?);
     }
-    spec.root |= m.get_flag_count("root");
-    spec.empty_root |= m.get_flag_count("empty-root");
-    spec.share_net |= m.get_flag_count("share-net");
+    spec.root |= m.get_flag("root");
+    spec.empty_root |= m.get_flag("empty-root");
+    spec.share_net |= m.get_flag("share-net");
     if let Some(v) = last(m, "tmp-size") {
         spec.tmp_size = Some(parse_size(v).map_err(|e| anyhow!("--tmp-size: {e}"))?);
     }
@@ -355,13 +355,3 @@ fn main() -> ExitCode {
     }
 }
 
-trait FlagCount {
-    fn get_flag_count(&self, id: &str) -> bool;
-}
-
-impl FlagCount for ArgMatches {
-    fn get_flag_count(&self, id: &str) -> bool {
-        self.get_many::<bool>(id).map_or(false, |mut v| v.any(|b| *b))
-            || self.indices_of(id).map_or(false, |mut i| i.next().is_some())
-    }
-}

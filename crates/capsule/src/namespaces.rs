@@ -1,19 +1,17 @@
 //! Namespaces created once per supervisor (thesis: "Unsharing network,
 //! ipc, uts and time namespace ... done once, at startup").
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use crate::error::SysError;
 use crate::spec::DEFAULT_HOSTNAME;
-use crate::sys::{self, Forked};
+use crate::sys;
 
 /// What the supervisor holds after entering its namespaces.
 pub(crate) struct SupervisorNs {
     /// A network namespace with only `lo`, up; joined by each run's PID 1
     /// unless the run shares the host's network.
     pub loopback_net: OwnedFd,
-    /// Whether the supervisor got a time namespace of its own.
-    pub time_ns: bool,
 }
 
 fn read_sysctl(path: &str) -> Option<String> {
@@ -59,12 +57,11 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
     // its runs, a cgroup namespace rooted at its cgroup, and a time
     // namespace its children (the runs' PID 1) are born into.
     let shared = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP;
-    let time_ns = match sys::unshare(shared | libc::CLONE_NEWTIME) {
-        Ok(()) => true,
+    match sys::unshare(shared | libc::CLONE_NEWTIME) {
+        Ok(()) => {}
         // Kernels before 5.6 have no time namespaces: run without one.
         Err(libc::EINVAL) => {
-            sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)", e))?;
-            false
+            sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)", e))?
         }
         Err(e) => {
             return Err(SysError::new(
@@ -77,45 +74,20 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
         .map_err(|e| SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/"))?;
     sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| SysError::new("sethostname", e))?;
     let loopback_net = loopback_network()?;
-    Ok(SupervisorNs { loopback_net, time_ns })
+    Ok(SupervisorNs { loopback_net })
 }
 
 /// Creates a network namespace holding only `lo`, up, and returns an fd
-/// to it. The supervisor itself stays in the host's network namespace
-/// (it could never return to it), so a short-lived child creates it.
+/// to it. The supervisor itself stays in the host's network namespace (it
+/// could never return to it), so a short-lived thread creates it: network
+/// namespaces are per thread, and a thread is much cheaper than a process.
 fn loopback_network() -> Result<OwnedFd, SysError> {
-    let (ready_r, ready_w) = sys::pipe_cloexec().map_err(|e| SysError::new("pipe2", e))?;
-    let (done_r, done_w) = sys::pipe_cloexec().map_err(|e| SysError::new("pipe2", e))?;
-    match sys::fork().map_err(|e| SysError::new("clone3", e))? {
-        Forked::Child => {
-            drop(ready_r);
-            drop(done_w);
-            let code = match sys::unshare(libc::CLONE_NEWNET).and_then(|_| sys::loopback_up()) {
-                Ok(()) => 0u8,
-                Err(e) => e as u8,
-            };
-            let _ = sys::write(ready_w.as_raw_fd(), &[code]);
-            let mut b = [0u8; 1];
-            let _ = sys::read(done_r.as_raw_fd(), &mut b);
-            sys::exit(0)
-        }
-        Forked::Parent { pid, .. } => {
-            drop(ready_w);
-            drop(done_r);
-            let mut b = [0u8; 1];
-            let n = sys::read(ready_r.as_raw_fd(), &mut b).unwrap_or(0);
-            let result = if n != 1 {
-                Err(SysError::new("unshare(CLONE_NEWNET)", libc::ECHILD))
-            } else if b[0] != 0 {
-                Err(SysError::new("unshare(CLONE_NEWNET) + bringing up lo", b[0] as i32))
-            } else {
-                let path = format!("/proc/{pid}/ns/net");
-                let c = std::ffi::CString::new(path.clone()).expect("no NUL");
-                sys::open(&c, libc::O_RDONLY, 0).map_err(|e| SysError::new("open", e).path(path))
-            };
-            drop(done_w);
-            let _ = sys::waitpid(pid, false);
-            result
-        }
-    }
+    std::thread::spawn(|| {
+        sys::unshare(libc::CLONE_NEWNET).map_err(|e| SysError::new("unshare(CLONE_NEWNET)", e))?;
+        sys::loopback_up().map_err(|e| SysError::new("ioctl(SIOCSIFFLAGS, lo up)", e))?;
+        sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY, 0)
+            .map_err(|e| SysError::new("open", e).path("/proc/thread-self/ns/net"))
+    })
+    .join()
+    .unwrap_or_else(|_| Err(SysError::new("creating the network namespace thread", libc::EAGAIN)))
 }
