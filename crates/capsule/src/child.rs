@@ -148,6 +148,8 @@ impl Fail {
 /// Flags PID 1 sets in [`Shared::flags`].
 pub(crate) const FLAG_TRACEE_REAPED: u32 = 1;
 pub(crate) const FLAG_WALL_TIME: u32 = 2;
+/// A process PID 1 reaped died of SIGXFSZ (the output limit).
+pub(crate) const FLAG_OUTPUT_LIMIT: u32 = 4;
 
 /// The page shared by the supervisor, PID 1 and the tracee (thesis:
 /// "Inter-process communication"); the kernel unmaps it from the tracee at
@@ -418,6 +420,9 @@ fn pid1_wait(
         if fds[0].revents != 0 {
             sys::drain_signalfd(sigchld.as_raw_fd());
             while let Ok(Some((pid, status))) = sys::waitpid(-1, true) {
+                if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGXFSZ {
+                    shared.flags.fetch_or(FLAG_OUTPUT_LIMIT, SeqCst);
+                }
                 if pid == tracee {
                     shared.end_ns.store(sys::clock_monotonic_ns(), SeqCst);
                     shared.wait_status.store(status, SeqCst);

@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::child::{self, Plan, Shared, Step, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
+use crate::child::{self, Plan, Shared, Step, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
 use crate::error::{errno_text, Error, SysError};
 use crate::mounts::MountPlan;
 use crate::namespaces::{self, SupervisorNs};
@@ -238,6 +238,12 @@ impl Supervisor {
             if sig == libc::SIGXFSZ {
                 r.status = Status::OutputLimit;
             }
+        }
+        let succeeded = r.status == Status::Exited && r.exit_code == Some(0);
+        if flags & FLAG_OUTPUT_LIMIT != 0 && !succeeded {
+            // The program, or an orphan PID 1 reaped, wrote past the limit
+            // and the run did not succeed anyway.
+            r.status = Status::OutputLimit;
         }
         if flags & FLAG_WALL_TIME != 0 {
             r.status = Status::WallTimeLimit;
