@@ -89,10 +89,9 @@ fn run_command() -> Command {
         .arg(Arg::new("quiet").short('q').long("quiet").action(ArgAction::SetTrue).help("No summary line on stderr").help_heading(io))
         .arg(
             Arg::new("argv")
-                .value_name("PROGRAM [ARGS...]")
+                .value_name("PROGRAM")
                 .num_args(1..)
                 .trailing_var_arg(true)
-                .allow_hyphen_values(true)
                 .help("The program and its arguments (after --)"),
         )
 }
