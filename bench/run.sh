@@ -119,10 +119,16 @@ for i in "${!cmds[@]}"; do
 done
 
 # --- measure ---------------------------------------------------------------------
-# Other work on the machine shows up directly in the numbers: say so.
-read -r load1 _ </proc/loadavg
-if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > n / 4) }'; then
-    log "warning: load average is $load1 on $(nproc) CPUs; the numbers will be noisy"
+# Other work on the machine shows up directly in the numbers: measure how
+# busy the CPUs are for a second (the load average would still count our own
+# build) and say so.
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+read -r total0 idle0 < <(cpu_ticks)
+sleep 1
+read -r total1 idle1 < <(cpu_ticks)
+busy=$(awk -v t=$((total1 - total0)) -v i=$((idle1 - idle0)) 'BEGIN { printf "%.0f", t > 0 ? 100 * (t - i) / t : 0 }')
+if ((busy > 10)); then
+    log "warning: the CPUs are ${busy}% busy with other work; the numbers will be noisy"
 fi
 hf_args=(-N --warmup "$warmup" --runs "$runs"
     --export-markdown "$out/hyperfine.md" --export-json "$out/hyperfine.json")
@@ -166,7 +172,7 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "- Method: one \`hyperfine -N --warmup $warmup --runs $runs\` invocation with all four"
     echo "  commands (hyperfine measures them one after another), as the unprivileged"
     echo "  user \`$run_user\`, binary copied to \`$stage\`"
-    echo "- Load average (1 min) when the measurement started: $load1"
+    echo "- CPU busy with other work just before measuring: ${busy}%"
     echo "- \`capsule check\` on this machine: $check_summary"
     echo
     printf '%s\n' "$stats" | awk -F '\t' -v cmd1="${cmds[0]}" -v cmd2="${cmds[1]}" \
