@@ -16,6 +16,7 @@
 #
 # Environment:
 #   CAPSULE_BIN       use this capsule binary instead of building one
+#   CAPSULE_REV       how to describe that binary in the report (e.g. "git 1f5bae1")
 #   CARGO_TARGET_DIR  honoured by the build (the binary is looked up there)
 #   WARMUP            warm-up runs per command (default 50)
 #   BENCH_USER        user to benchmark as when started as root (capsule-bench)
@@ -126,7 +127,7 @@ cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $
 read -r total0 idle0 < <(cpu_ticks)
 sleep 1
 read -r total1 idle1 < <(cpu_ticks)
-busy=$(awk -v t=$((total1 - total0)) -v i=$((idle1 - idle0)) 'BEGIN { printf "%.0f", t > 0 ? 100 * (t - i) / t : 0 }')
+busy=$(awk -v t=$((total1 - total0)) -v i=$((idle1 - idle0)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * (t - i) / t : 0) }')
 if ((busy > 10)); then
     log "warning: the CPUs are ${busy}% busy with other work; the numbers will be noisy"
 fi
@@ -139,15 +140,24 @@ log "hyperfine ${hf_args[*]}"
 as_bench hyperfine "${hf_args[@]}" >&2
 
 # --- report ------------------------------------------------------------------------
-# One TSV line per command: name, mean, stddev, median, min, max (seconds).
-stats=$(jq -r '.results[] | [.command, .mean, (.stddev // 0), .median, .min, .max] | @tsv' "$out/hyperfine.json")
+# One TSV line per command: name, mean, stddev, median, min, max, mean of the
+# first and of the last quarter of the runs (seconds). The quarters show drift:
+# hyperfine measures the commands one after another, so load that comes or
+# goes during the run hits one command and not the others.
+stats=$(jq -r '.results[] | (.times | length / 4 | floor | if . < 1 then 1 else . end) as $q
+    | [.command, .mean, (.stddev // 0), .median, .min, .max,
+       (.times[:$q] | add / length), (.times[-$q:] | add / length)] | @tsv' "$out/hyperfine.json")
 [[ $(printf '%s\n' "$stats" | wc -l) -eq ${#cmds[@]} ]] || die "unexpected hyperfine JSON in $out/hyperfine.json"
 
 cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
 [[ -n $cpu ]] || cpu=$(uname -m)
-commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ $commit != unknown && -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
-    commit="$commit, with uncommitted changes"
+if [[ -n ${CAPSULE_BIN:-} ]]; then
+    commit=${CAPSULE_REV:-binary given as CAPSULE_BIN}
+else
+    commit=git\ $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if [[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+        commit="$commit with uncommitted changes"
+    fi
 fi
 capsule_version=$("$capsule" --version 2>/dev/null || echo capsule)
 bwrap_version=$("$bwrap_bin" --version 2>/dev/null | head -n 1)
@@ -167,7 +177,7 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "- Kernel: $(uname -srm)"
     echo "- CPU: $cpu ($(nproc) CPUs online)"
-    echo "- capsule: $capsule_version (git $commit), release build"
+    echo "- capsule: $capsule_version ($commit), release build"
     echo "- Tools: $bwrap_version; $unshare_version; $hyperfine_version"
     echo "- Method: one \`hyperfine -N --warmup $warmup --runs $runs\` invocation with all four"
     echo "  commands (hyperfine measures them one after another), as the unprivileged"
@@ -184,16 +194,18 @@ tmp=$(mktemp "$output.XXXXXX")
         }
         {
             n++; name[n] = $1; mean[n] = $2; sd[n] = $3; med[n] = $4; lo[n] = $5; hi[n] = $6
+            q1[n] = $7; q4[n] = $8
         }
         END {
             cmd[1] = cmd1; cmd[2] = cmd2; cmd[3] = cmd3; cmd[4] = cmd4
-            print "| Command | Mean ± σ (ms) | Median (ms) | Min … Max (ms) | × bare `/bin/true` |"
-            print "|:---|---:|---:|---:|---:|"
+            print "| Command | Mean ± σ (ms) | Median (ms) | Min … Max (ms) | First ¼ → last ¼ (ms) | × bare `/bin/true` |"
+            print "|:---|---:|---:|---:|---:|---:|"
             for (i = 1; i <= n; i++) {
                 c = cmd[i]
                 if ((p = index(c, stage)) > 0) c = substr(c, 1, p - 1) substr(c, p + length(stage))
-                printf "| `%s` | %s ± %s | %s | %s … %s | %s |\n", c, ms(mean[i]), ms(sd[i]), ms(med[i]),
-                    ms(lo[i]), ms(hi[i]), (i == 1 ? "1.00" : ratio(mean[i], sd[i], mean[1], sd[1]))
+                printf "| `%s` | %s ± %s | %s | %s … %s | %s → %s | %s |\n", c, ms(mean[i]), ms(sd[i]), ms(med[i]),
+                    ms(lo[i]), ms(hi[i]), ms(q1[i]), ms(q4[i]),
+                    (i == 1 ? "1.00" : ratio(mean[i], sd[i], mean[1], sd[1]))
             }
             print ""
             printf "capsule ÷ bwrap (mean): **%s**; capsule ÷ unshare: **%s**.\n",
@@ -203,9 +215,11 @@ tmp=$(mktemp "$output.XXXXXX")
                 ms(mean[2] - mean[1]), ms(mean[3] - mean[1]), ms(mean[4] - mean[1])
         }'
     echo
-    echo "Ratios carry σ propagated from both means. \`capsule run -q\` includes"
-    echo "its full run (sandbox setup, accounting, result reporting); the bwrap and"
-    echo "unshare lines create the namespaces and mounts only."
+    echo "Ratios carry σ propagated from both means. A large change from the first"
+    echo "to the last quarter of a command's runs means the load on the machine"
+    echo "changed during the measurement; re-run on a quiet machine before comparing."
+    echo "\`capsule run -q\` includes its full run (sandbox setup, accounting, result"
+    echo "reporting); the bwrap and unshare lines create the namespaces and mounts only."
     echo
     echo "To reproduce: \`sudo bench/run.sh $runs\` from the repository root (see the"
     echo "header of the script)."

@@ -215,6 +215,15 @@ pub(crate) fn is_real_root(euid: u32, uid_map: &str) -> bool {
     euid == 0 && parse_id_map(uid_map).contains(&(0, 0, u32::MAX as u64))
 }
 
+/// The one rule for "this is the host's root", shared by `capsule check`
+/// and the engine's refusal: uid 0 of the initial user namespace, or uid 0
+/// of a namespace whose uid 0 is its parent's uid 0 and that owns the
+/// host's /dev/null (e.g. `unshare -r` run by root), which still owns every
+/// root-owned file.
+pub(crate) fn is_host_root(euid: u32, uid_map: &str, devnull_owner: Option<u32>) -> bool {
+    euid == 0 && (is_real_root(0, uid_map) || (outside_uid0(uid_map) == Some(0) && devnull_owner == Some(0)))
+}
+
 /// `(inside, outside, count)` lines of a uid_map/gid_map.
 pub(crate) fn parse_id_map(text: &str) -> Vec<(u64, u64, u64)> {
     text.lines()

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 use crate::mounts::{self, Build, MountPlan};
 use crate::rlimits::Rlimit;
 use crate::seccomp::Filter;
-use crate::sys::{self, Errno, Forked, CLONE_PIDFD};
+use crate::sys::{self, Errno};
 use crate::{caps, rlimits};
 
 /// The step that failed, reported by PID 1 or the tracee.
@@ -220,6 +220,8 @@ pub(crate) struct Plan {
     pub seccomp: Filter,
     /// The run's stdin, stdout, stderr.
     pub stdio: [RawFd; 3],
+    /// The tracee's stack (it shares PID 1's memory until its execve).
+    pub tracee_stack: Vec<u8>,
 }
 
 fn fail_exit(shared: &Shared, f: Fail) -> ! {
@@ -227,35 +229,16 @@ fn fail_exit(shared: &Shared, f: Fail) -> ! {
     sys::exit(127)
 }
 
-/// Writes `data` to `<pid>/<file>` (or `self/<file>`) under the procfs `proc`.
-fn write_proc(proc: RawFd, pid: Option<i32>, file: &[u8], data: &[u8]) -> Result<(), Errno> {
+/// Writes `data` to `self/<file>` under the procfs `proc`.
+fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
     let mut buf = [0u8; 64];
-    let mut n = 0;
-    let mut push = |b: &[u8]| {
-        buf[n..n + b.len()].copy_from_slice(b);
-        n += b.len();
-    };
-    match pid {
-        None => push(b"self"),
-        Some(pid) => {
-            let mut digits = [0u8; 12];
-            let mut i = digits.len();
-            let mut v = pid as u32;
-            loop {
-                i -= 1;
-                digits[i] = b'0' + (v % 10) as u8;
-                v /= 10;
-                if v == 0 {
-                    break;
-                }
-            }
-            push(&digits[i..]);
-        }
+    let path = b"self/";
+    if path.len() + file.len() >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
     }
-    push(b"/");
-    push(file);
-    push(b"\0");
-    let path = CStr::from_bytes_with_nul(&buf[..n]).map_err(|_| libc::EINVAL)?;
+    buf[..path.len()].copy_from_slice(path);
+    buf[path.len()..path.len() + file.len()].copy_from_slice(file);
+    let path = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EINVAL)?;
     let fd = sys::openat(proc, path, libc::O_WRONLY, 0)?;
     sys::write_all(fd.as_raw_fd(), data)
 }
@@ -300,9 +283,9 @@ fn pid1_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
     // PID 1 is root in its namespace, mapped onto the supervisor's root,
     // i.e. the calling user on the host.
     let p = proc.as_raw_fd();
-    write_proc(p, None, b"setgroups", b"deny")
-        .and_then(|_| write_proc(p, None, b"gid_map", b"0 0 1\n"))
-        .and_then(|_| write_proc(p, None, b"uid_map", b"0 0 1\n"))
+    write_proc(p, b"setgroups", b"deny")
+        .and_then(|_| write_proc(p, b"gid_map", b"0 0 1\n"))
+        .and_then(|_| write_proc(p, b"uid_map", b"0 0 1\n"))
         .map_err(|e| Fail::new(Step::IdMap, e))?;
     // Changing credentials cleared the parent-death signal: arm it now, then
     // check the supervisor did not die before it was armed.
@@ -319,99 +302,65 @@ fn pid1_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
     mounts::apply_ops(&plan.mounts, &build, root)?;
     mounts::pivot(root)?;
 
-    // Block SIGCHLD before the tracee exists so no exit is missed.
-    let sigchld = sys::signalfd_for(&[libc::SIGCHLD]).map_err(|e| Fail::new(Step::Wait, e))?;
-    // `go`: PID 1 → tracee once its id maps are written. `exec`: the
-    // tracee's end is close-on-exec, so EOF tells PID 1 the program started
-    // (or the tracee died).
-    let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| Fail::new(Step::CloneTracee, e))?;
-    let (exec_r, exec_w) = sys::pipe_cloexec().map_err(|e| Fail::new(Step::CloneTracee, e))?;
-
-    // The tracee gets one more user + mount namespace: copying PID 1's
-    // mount namespace into a less privileged one locks every mount, so the
-    // program cannot unmount or remount-rw anything.
-    let tracee = match sys::clone_fork((libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as u64 | CLONE_PIDFD, None) {
-        Err(e) => return Err(Fail::new(Step::CloneTracee, e)),
-        Ok(Forked::Child) => {
-            drop(go_w);
-            drop(exec_r);
-            tracee(plan, shared, go_r, exec_w)
-        }
-        Ok(Forked::Parent { pid, pidfd }) => {
-            drop(pidfd);
-            pid
-        }
-    };
-    drop(go_r);
-    drop(exec_w);
-    write_proc(p, Some(tracee), b"setgroups", b"deny")
-        .and_then(|_| write_proc(p, Some(tracee), b"gid_map", plan.tracee_gid_map.to_bytes()))
-        .and_then(|_| write_proc(p, Some(tracee), b"uid_map", plan.tracee_uid_map.to_bytes()))
-        .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
     // CVE-2019-5736: PID 1 runs the capsule binary and is visible to the
     // program as /proc/1. Non-dumpable, its /proc/1/exe (and fd/, mem,
     // ptrace) need CAP_SYS_PTRACE over the user namespace of its mm, the
     // host's, which no sandboxed process has; so the binary can never be
     // reopened for writing through it, even with O_PATH + /proc/self/fd.
     // Chosen over copying the binary into a sealed memfd per run (runc's
-    // fix) because it costs one prctl instead of copying megabytes per run
-    // (measured in docs/benchmarks.md). It is set once the tracee's id maps
-    // are written (a non-dumpable parent would make the tracee's /proc files
-    // root-owned) and before the tracee may go on, so no sandboxed code ever
-    // sees a dumpable capsule process; the tracee stops being a capsule
-    // image at its execve.
+    // fix) because it costs one prctl instead of a copy of the binary per
+    // run (measured in docs/benchmarks.md). Set before the tracee exists, so
+    // no sandboxed code ever sees a dumpable capsule process.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
 
-    let _ = sys::write(go_w.as_raw_fd(), b"g");
-    drop(go_w);
+    // Block SIGCHLD before the tracee exists so no exit is missed.
+    let sigchld = sys::signalfd_for(&[libc::SIGCHLD]).map_err(|e| Fail::new(Step::Wait, e))?;
+
+    // The tracee gets one more user + mount namespace: copying PID 1's
+    // mount namespace into a less privileged one locks every mount, so the
+    // program cannot unmount or remount-rw anything. It is created like
+    // posix_spawn does: sharing PID 1's memory on a stack of its own, PID 1
+    // suspended until the tracee has called execve or died. No page tables
+    // are copied (process creation dominates a short run), and when the
+    // clone returns the program is running, or the tracee has recorded why
+    // it is not.
+    let mut args = TraceeArgs { plan, shared, proc: p };
+    let tracee = sys::clone_vfork(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
+        &plan.tracee_stack,
+        tracee_entry,
+        &mut args as *mut TraceeArgs as *mut libc::c_void,
+    )
+    .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     drop(proc);
     // The run's stdio belongs to the tracee alone: a pipe must see EOF when
     // the program's side closes, not when PID 1 exits.
     for fd in plan.stdio.iter().copied().chain([0, 1, 2]) {
         sys::close(fd);
     }
-    pid1_wait(plan, shared, tracee, sigchld, exec_r)
+    pid1_wait(plan, shared, tracee, sigchld)
 }
 
 /// PID 1's event loop: arms the wall-time timer at the program's execve,
 /// enforces it, reaps every process, and ends the run when the first
 /// tracee exits.
-fn pid1_wait(
-    plan: &Plan,
-    shared: &Shared,
-    tracee: i32,
-    sigchld: OwnedFd,
-    exec_r: OwnedFd,
-) -> Result<Never, Fail> {
+fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Result<Never, Fail> {
     let timer = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
-    let mut exec_open = true;
+    let exec_ns = shared.exec_ns.load(SeqCst);
+    if let (Some(limit), true) = (plan.wall_time_ns, exec_ns != 0) {
+        sys::timerfd_at(timer.as_raw_fd(), exec_ns + limit).map_err(|e| Fail::new(Step::Wait, e))?;
+    }
     loop {
         let mut fds = [
             libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: timer.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd {
-                fd: if exec_open { exec_r.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
         ];
         sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
         if fds[1].revents != 0 {
             // The supervisor is gone: nobody wants the result. PID 1's exit
             // makes the kernel kill everything in the PID namespace.
             sys::exit(1);
-        }
-        if fds[3].revents != 0 {
-            let mut b = [0u8; 1];
-            if sys::read(exec_r.as_raw_fd(), &mut b) == Ok(0) {
-                exec_open = false;
-                let exec_ns = shared.exec_ns.load(SeqCst);
-                if let (Some(limit), true) = (plan.wall_time_ns, exec_ns != 0) {
-                    sys::timerfd_at(timer.as_raw_fd(), exec_ns + limit)
-                        .map_err(|e| Fail::new(Step::Wait, e))?;
-                }
-            }
         }
         if fds[2].revents != 0 {
             shared.flags.fetch_or(FLAG_WALL_TIME, SeqCst);
@@ -442,25 +391,37 @@ fn pid1_wait(
     }
 }
 
-/// The tracee: becomes the program. Never returns.
-fn tracee(plan: &Plan, shared: &Shared, go: OwnedFd, exec_w: OwnedFd) -> ! {
-    // Wait until PID 1 has written our id maps (EOF: PID 1 failed).
-    let mut b = [0u8; 1];
-    if sys::read(go.as_raw_fd(), &mut b) != Ok(1) {
-        sys::exit(127);
-    }
-    drop(go);
-    match tracee_setup(plan, shared) {
-        Ok(never) => match never {},
-        Err(f) => {
-            shared.fail(f);
-            drop(exec_w);
-            sys::exit(127)
-        }
-    }
+/// What PID 1 hands to the tracee (on PID 1's stack, which stays intact:
+/// PID 1 is suspended until the tracee execs or exits).
+struct TraceeArgs<'a> {
+    plan: &'a Plan,
+    shared: &'a Shared,
+    proc: RawFd,
 }
 
-fn tracee_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
+/// Entry point of the tracee on its own stack. Never returns: it becomes
+/// the program or exits.
+extern "C" fn tracee_entry(arg: *mut libc::c_void) -> libc::c_int {
+    let args = sys::clone_arg::<TraceeArgs>(arg);
+    match tracee_setup(args.plan, args.shared, args.proc) {
+        Ok(never) => match never {},
+        Err(f) => args.shared.fail(f),
+    }
+    sys::exit(127)
+}
+
+fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail> {
+    // Our ids: the uid/gid the run asked for, mapped onto PID 1's root (the
+    // caller). A process may write its own maps when each is one line
+    // mapping its own effective id; it inherited PID 1's non-dumpable flag,
+    // which would make its /proc files root-owned, so it becomes dumpable
+    // first (it is still capsule code; execve resets the flag for the
+    // program anyway).
+    sys::prctl(libc::PR_SET_DUMPABLE, 1).map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+    write_proc(proc, b"setgroups", b"deny")
+        .and_then(|_| write_proc(proc, b"gid_map", plan.tracee_gid_map.to_bytes()))
+        .and_then(|_| write_proc(proc, b"uid_map", plan.tracee_uid_map.to_bytes()))
+        .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
     // Signal mask and ignored signals survive execve: give the program
     // defaults (PID 1 blocked SIGCHLD, Rust ignores SIGPIPE).
     sys::reset_signals();

@@ -52,6 +52,9 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
     write("gid_map", format!("0 {gid} 1\n"))?;
     write("uid_map", format!("0 {uid} 1\n"))?;
 
+    // The loopback network is made by a thread (network namespaces are per
+    // thread), in parallel with the rest of the set-up.
+    let net = std::thread::spawn(loopback_network);
     // The supervisor's own mount namespace (private, so nothing a run
     // mounts ever propagates to the host), IPC and UTS namespaces shared by
     // its runs, a cgroup namespace rooted at its cgroup, and a time
@@ -73,21 +76,19 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
     sys::mount_make_rprivate_root()
         .map_err(|e| SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/"))?;
     sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| SysError::new("sethostname", e))?;
-    let loopback_net = loopback_network()?;
+    let loopback_net = net
+        .join()
+        .unwrap_or_else(|_| Err(SysError::new("creating the network namespace thread", libc::EAGAIN)))?;
     Ok(SupervisorNs { loopback_net })
 }
 
 /// Creates a network namespace holding only `lo`, up, and returns an fd
-/// to it. The supervisor itself stays in the host's network namespace (it
-/// could never return to it), so a short-lived thread creates it: network
-/// namespaces are per thread, and a thread is much cheaper than a process.
+/// to it. Runs in a thread of its own: the supervisor itself stays in the
+/// host's network namespace (it could never return to it) and network
+/// namespaces are per thread.
 fn loopback_network() -> Result<OwnedFd, SysError> {
-    std::thread::spawn(|| {
-        sys::unshare(libc::CLONE_NEWNET).map_err(|e| SysError::new("unshare(CLONE_NEWNET)", e))?;
-        sys::loopback_up().map_err(|e| SysError::new("ioctl(SIOCSIFFLAGS, lo up)", e))?;
-        sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY, 0)
-            .map_err(|e| SysError::new("open", e).path("/proc/thread-self/ns/net"))
-    })
-    .join()
-    .unwrap_or_else(|_| Err(SysError::new("creating the network namespace thread", libc::EAGAIN)))
+    sys::unshare(libc::CLONE_NEWNET).map_err(|e| SysError::new("unshare(CLONE_NEWNET)", e))?;
+    sys::loopback_up().map_err(|e| SysError::new("ioctl(SIOCSIFFLAGS, lo up)", e))?;
+    sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY, 0)
+        .map_err(|e| SysError::new("open", e).path("/proc/thread-self/ns/net"))
 }

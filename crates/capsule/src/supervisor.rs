@@ -21,6 +21,10 @@ use crate::spec::{RunSpec, DEFAULT_PATH};
 use crate::sys::{self, Forked, SharedPage, CLONE_PIDFD};
 use crate::{caps, rlimits};
 
+/// The tracee's stack until its execve: its deepest path (PATH search,
+/// id maps) needs a few KiB; page faults touch only what it uses.
+const TRACEE_STACK: usize = 256 << 10;
+
 /// A running supervisor (lives in the process that called [`Supervisor::start`]).
 pub struct Supervisor {
     host_uid: u32,
@@ -31,19 +35,17 @@ pub struct Supervisor {
     seccomp: Filter,
 }
 
-/// True when the caller is the real root of the machine (uid 0 of the
-/// initial user namespace), which capsule refuses to be run as.
+/// True when the caller is the host's root, which capsule refuses to be
+/// run as (the same rule `capsule check` reports).
 pub fn is_real_root() -> bool {
-    if sys::geteuid() != 0 {
+    use std::os::unix::fs::MetadataExt;
+    let euid = sys::geteuid();
+    if euid != 0 {
         return false;
     }
-    match std::fs::read_to_string("/proc/self/uid_map") {
-        Ok(map) => map.lines().any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
-        }),
-        Err(_) => true,
-    }
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    let devnull = std::fs::metadata("/dev/null").ok().map(|m| m.uid());
+    crate::check::is_host_root(euid, &map, devnull)
 }
 
 /// The refusal, with the fix.
@@ -168,6 +170,7 @@ impl Supervisor {
             last_cap: self.last_cap,
             seccomp: self.seccomp.clone(),
             stdio,
+            tracee_stack: vec![0u8; TRACEE_STACK],
         };
         plan.argv_ptrs = plan.argv.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
         plan.envp_ptrs = plan.envp.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();

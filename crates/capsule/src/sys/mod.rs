@@ -483,6 +483,42 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
     }
 }
 
+/// Creates a child like posix_spawn: it shares the caller's memory and runs
+/// `entry(arg)` on `stack`, and the caller is suspended until the child
+/// calls execve or exits (CLONE_VM | CLONE_VFORK). `flags` adds namespace
+/// flags. The child must only make raw syscalls (no allocation: the heap
+/// is the caller's) and must end in execve or [`exit`].
+pub fn clone_vfork(
+    flags: i32,
+    stack: &[u8],
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+) -> SysResult<i32> {
+    // The stack grows down: start at its 16-byte aligned top.
+    let top = (stack.as_ptr() as usize + stack.len()) & !15;
+    // SAFETY: `top` is the aligned end of a live buffer the child uses as
+    // its stack; the caller is suspended (CLONE_VFORK) while the child runs
+    // on it, and `stack` outlives the call. `entry` and `arg` are valid for
+    // the child's lifetime by the same suspension.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            top as *mut libc::c_void,
+            flags | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg,
+        )
+    };
+    check_int(pid)
+}
+
+/// The argument of a [`clone_vfork`] entry point, as the reference it was
+/// passed as.
+pub fn clone_arg<'a, T>(arg: *mut libc::c_void) -> &'a T {
+    // SAFETY: clone_vfork callers pass a pointer to a live T that outlives
+    // the child (the parent is suspended until the child execs or exits).
+    unsafe { &*(arg as *const T) }
+}
+
 /// fork() for a single-threaded caller.
 pub fn fork() -> SysResult<Forked> {
     clone_fork(0, None)
