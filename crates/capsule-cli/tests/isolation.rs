@@ -340,6 +340,36 @@ fn network_is_isolated() {
     assert_eq!(kv.must("connect"), "ok", "--share-net abstract failed; {}", out.describe());
 }
 
+/// The host's /run (session bus, agents, container engines) is replaced:
+/// a socket there that the user can reach on the host is unreachable from
+/// the sandbox, although read-only mounts do not stop connect().
+#[test]
+fn host_run_sockets_are_unreachable() {
+    require!("host_run_sockets_are_unreachable", userns_available());
+    require!("host_run_sockets_are_unreachable", require_root());
+    use std::os::unix::fs::PermissionsExt;
+    let path = format!("/run/{}.sock", unique("capsule-test"));
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    struct Rm(String);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(path.clone());
+    // Control: the test user reaches it on the host, and through an explicit bind.
+    let out = run_probe(&["--ro-bind", &path, "/tmp/s.sock"], &["connect-unix", "/tmp/s.sock"]).run();
+    let kv = out.assert_probe_ok();
+    assert_eq!(kv.must("connect"), "ok", "explicitly bound socket did not connect; {}", out.describe());
+    assert!(listener.accept().is_ok(), "no connection arrived through the explicit bind");
+    let out = run_probe(&[], &["connect-unix", &path]).run();
+    let kv = out.assert_probe_ok();
+    assert_ne!(kv.must("connect"), "ok", "host socket {path} under /run connected; {}", out.describe());
+    assert!(listener.accept().is_err(), "the host socket accepted a connection from the sandbox");
+}
+
 // 7 -------------------------------------------------------------------------
 
 /// A double-forking daemon left behind is gone when `capsule run` returns.

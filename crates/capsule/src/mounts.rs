@@ -33,6 +33,9 @@ const DEVICES: [&CStr; 5] = [c"null", c"zero", c"full", c"random", c"urandom"];
 const HOST_DEVICES: [&CStr; 5] =
     [c"/dev/null", c"/dev/zero", c"/dev/full", c"/dev/random", c"/dev/urandom"];
 
+/// Size of the host view's private /run.
+const RUN_SIZE: u64 = 16 << 20;
+
 /// What the sandbox's root starts as.
 pub(crate) enum Base {
     /// The host's root, cloned recursively, read-only, nosuid, nodev.
@@ -45,7 +48,9 @@ pub(crate) enum Base {
 /// error can name the path without the child allocating.
 pub(crate) enum Op {
     Bind { src: CString, dst: CString, attrs: u64, try_: bool, clone: Cell<RawFd>, name: u32 },
-    Tmpfs { dst: CString, size: CString, mode: &'static CStr, attrs: u64, name: u32 },
+    /// `optional`: skipped when the mount point does not exist (a default
+    /// of the host view for a directory the host may lack).
+    Tmpfs { dst: CString, size: CString, mode: &'static CStr, attrs: u64, optional: bool, name: u32 },
     Proc { dst: CString, name: u32 },
     Dev { dst: CString, nodes: [Cell<RawFd>; 5], name: u32 },
     Dir { dst: CString, name: u32 },
@@ -96,8 +101,35 @@ impl MountPlan {
                 size: size_str(spec.tmp_size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
                 mode: c"1777",
                 attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                optional: false,
                 name: name("/tmp".into()),
             });
+            // The host's /run holds the sockets of the user's session: its
+            // D-Bus bus (through which `systemd-run --user` starts anything
+            // outside the sandbox), gpg and ssh agents, container engines.
+            // A read-only mount does not stop connect() on a socket, and
+            // pathname sockets are not network-namespaced, so /run is
+            // replaced like /tmp.
+            ops.push(Op::Tmpfs {
+                dst: c"/run".into(),
+                size: size_str(RUN_SIZE),
+                mode: c"0755",
+                attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                optional: true,
+                name: name("/run".into()),
+            });
+            if spec.share_net {
+                // ... except what name resolution needs when the network
+                // is shared (resolv.conf links here with systemd-resolved).
+                ops.push(Op::Bind {
+                    src: c"/run/systemd/resolve".into(),
+                    dst: c"/run/systemd/resolve".into(),
+                    attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                    try_: true,
+                    clone: Cell::new(-1),
+                    name: name("/run/systemd/resolve".into()),
+                });
+            }
             Base::HostView
         };
         let mut needs_scratch = false;
@@ -135,6 +167,7 @@ impl MountPlan {
                     size: size_str(size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
                     mode: c"0755",
                     attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
+                    optional: false,
                     name: name(dst_name),
                 },
                 MountOp::Proc { .. } => Op::Proc { dst, name: name(dst_name) },
@@ -407,7 +440,10 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd())
                     .map_err(|e| Fail::at(Step::Bind, e, *name))?;
             }
-            Op::Tmpfs { dst, size, mode, attrs, name } => {
+            Op::Tmpfs { dst, size, mode, attrs, optional, name } => {
+                if *optional && sys::open_in_root(root, dst, libc::O_PATH | libc::O_DIRECTORY, 0).is_err() {
+                    continue;
+                }
                 let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
                 let fs = tmpfs(size, mode, *attrs).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
                 sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd())

@@ -225,6 +225,7 @@ fn main() {
         }
         "connect-tcp" => cmd_connect_tcp(arg(rest, 0)),
         "connect-abstract" => cmd_connect_abstract(arg(rest, 0)),
+        "connect-unix" => cmd_connect_unix(arg(rest, 0)),
         "daemon" => cmd_daemon(arg(rest, 0)),
         "sleep-tree" => cmd_sleep_tree(arg(rest, 0), rest.get(1).map(|s| parse(s)).unwrap_or(4)),
         "hostname" => out("hostname", hostname()),
@@ -759,6 +760,14 @@ fn cmd_connect_abstract(name: &str) {
     use std::os::linux::net::SocketAddrExt;
     let r = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
         .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a));
+    out("connect", io_res(&r));
+    if let Ok(mut s) = r {
+        let _ = s.write_all(b"hello from capsule-probe\n");
+    }
+}
+
+fn cmd_connect_unix(path: &str) {
+    let r = std::os::unix::net::UnixStream::connect(path);
     out("connect", io_res(&r));
     if let Ok(mut s) = r {
         let _ = s.write_all(b"hello from capsule-probe\n");
