@@ -220,8 +220,6 @@ pub(crate) struct Plan {
     pub seccomp: Filter,
     /// The run's stdin, stdout, stderr.
     pub stdio: [RawFd; 3],
-    /// The tracee's stack (it shares PID 1's memory until its execve).
-    pub tracee_stack: Vec<u8>,
 }
 
 fn fail_exit(shared: &Shared, f: Fail) -> ! {
@@ -244,9 +242,10 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
 }
 
 /// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
-/// the supervisor's user namespace. Never returns.
-pub(crate) fn pid1(plan: &Plan, shared: &Shared) -> ! {
-    match pid1_setup(plan, shared) {
+/// the supervisor's user namespace; `stack` is for the tracee, which shares
+/// PID 1's memory until its execve. Never returns.
+pub(crate) fn pid1(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> ! {
+    match pid1_setup(plan, shared, stack) {
         Ok(never) => match never {},
         Err(f) => fail_exit(shared, f),
     }
@@ -254,7 +253,7 @@ pub(crate) fn pid1(plan: &Plan, shared: &Shared) -> ! {
 
 enum Never {}
 
-fn pid1_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
+fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never, Fail> {
     // The supervisor's Rust runtime installed handlers (SIGSEGV, SIGBUS)
     // and ignores SIGPIPE; as init of the PID namespace, PID 1 must only
     // receive signals it has handlers for, i.e. none from inside.
@@ -327,7 +326,7 @@ fn pid1_setup(plan: &Plan, shared: &Shared) -> Result<Never, Fail> {
     let mut args = TraceeArgs { plan, shared, proc: p };
     let tracee = sys::clone_vfork(
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
-        &plan.tracee_stack,
+        stack,
         tracee_entry,
         &mut args as *mut TraceeArgs as *mut libc::c_void,
     )

@@ -33,6 +33,8 @@ pub struct Supervisor {
     self_pidfd: OwnedFd,
     last_cap: u32,
     seccomp: Filter,
+    /// The tracees' stack (each PID 1 has its own copy-on-write copy).
+    tracee_stack: sys::Stack,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -76,7 +78,16 @@ impl Supervisor {
         let ns = namespaces::enter_supervisor(host_uid, host_gid)?;
         // Writing to a client that went away must not kill the supervisor.
         sys::ignore_sigpipe();
-        Ok(Supervisor { host_uid, host_gid, ns, self_pidfd, last_cap: caps::last_cap(), seccomp: Filter::default() })
+        let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
+        Ok(Supervisor {
+            host_uid,
+            host_gid,
+            ns,
+            self_pidfd,
+            last_cap: caps::last_cap(),
+            seccomp: Filter::default(),
+            tracee_stack,
+        })
     }
 
     /// Serves requests on `sock` until the client closes it.
@@ -170,7 +181,6 @@ impl Supervisor {
             last_cap: self.last_cap,
             seccomp: self.seccomp.clone(),
             stdio,
-            tracee_stack: vec![0u8; TRACEE_STACK],
         };
         plan.argv_ptrs = plan.argv.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
         plan.envp_ptrs = plan.envp.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
@@ -188,7 +198,7 @@ impl Supervisor {
                     SysError::new("clone3(CLONE_NEWPID)", e).hint("see `capsule check`").to_string(),
                 )
             }
-            Ok(Forked::Child) => child::pid1(plan, &shared),
+            Ok(Forked::Child) => child::pid1(plan, &shared, &self.tracee_stack),
             Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
         };
         let status = sys::waitpid(pid, false);

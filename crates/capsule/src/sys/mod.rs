@@ -490,16 +490,16 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
 /// is the caller's) and must end in execve or [`exit`].
 pub fn clone_vfork(
     flags: i32,
-    stack: &[u8],
+    stack: &Stack,
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *mut libc::c_void,
 ) -> SysResult<i32> {
     // The stack grows down: start at its 16-byte aligned top.
-    let top = (stack.as_ptr() as usize + stack.len()) & !15;
-    // SAFETY: `top` is the aligned end of a live buffer the child uses as
-    // its stack; the caller is suspended (CLONE_VFORK) while the child runs
-    // on it, and `stack` outlives the call. `entry` and `arg` are valid for
-    // the child's lifetime by the same suspension.
+    let top = (stack.base as usize + stack.len) & !15;
+    // SAFETY: `top` is the aligned end of a live private mapping used only
+    // as this child's stack; the caller is suspended (CLONE_VFORK) while the
+    // child runs on it. `entry` and `arg` are valid for the child's lifetime
+    // by the same suspension.
     let pid = unsafe {
         libc::clone(
             entry,
@@ -509,6 +509,41 @@ pub fn clone_vfork(
         )
     };
     check_int(pid)
+}
+
+/// A stack for [`clone_vfork`] children: a private anonymous mapping,
+/// unmapped on drop. A forked process gets its own copy-on-write copy, so
+/// one stack serves every run of a supervisor.
+pub struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    pub fn new(len: usize) -> SysResult<Self> {
+        // SAFETY: anonymous private mapping, no fd; checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        Ok(Stack { base, len })
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: base/len are the mapping created in new().
+        unsafe { libc::munmap(self.base, self.len) };
+    }
 }
 
 /// The argument of a [`clone_vfork`] entry point, as the reference it was
