@@ -112,7 +112,7 @@ fn cli() -> Command {
 
 /// Last value of a single-valued option.
 fn last<'a>(m: &'a ArgMatches, id: &str) -> Option<&'a String> {
-    m.get_many::<String>(id).and_then(|v| v.last())
+    m.get_many::<String>(id).and_then(|mut v| v.next_back())
 }
 
 fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T> {

@@ -323,14 +323,9 @@ fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never,
     // are copied (process creation dominates a short run), and when the
     // clone returns the program is running, or the tracee has recorded why
     // it is not.
-    let mut args = TraceeArgs { plan, shared, proc: p };
-    let tracee = sys::clone_vfork(
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
-        stack,
-        tracee_entry,
-        &mut args as *mut TraceeArgs as *mut libc::c_void,
-    )
-    .map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    let args = TraceeArgs { plan, shared, proc: p };
+    let tracee = sys::clone_vfork(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, stack, &args, tracee)
+        .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     drop(proc);
     // The run's stdio belongs to the tracee alone: a pipe must see EOF when
     // the program's side closes, not when PID 1 exits.
@@ -398,10 +393,9 @@ struct TraceeArgs<'a> {
     proc: RawFd,
 }
 
-/// Entry point of the tracee on its own stack. Never returns: it becomes
-/// the program or exits.
-extern "C" fn tracee_entry(arg: *mut libc::c_void) -> libc::c_int {
-    let args = sys::clone_arg::<TraceeArgs>(arg);
+/// The tracee, on its own stack. Never returns: it becomes the program or
+/// exits.
+fn tracee(args: &TraceeArgs) -> ! {
     match tracee_setup(args.plan, args.shared, args.proc) {
         Ok(never) => match never {},
         Err(f) => args.shared.fail(f),

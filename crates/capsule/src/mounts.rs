@@ -435,7 +435,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
         match op {
             Op::Bind { clone, dst, name, .. } => {
                 let Some(src) = take(clone) else { continue }; // a -try source that was missing
-                let is_file = sys::fd_mode(src.as_raw_fd()).map_or(false, |m| m != libc::S_IFDIR);
+                let is_file = sys::fd_mode(src.as_raw_fd()).is_ok_and(|m| m != libc::S_IFDIR);
                 let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
                 sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd())
                     .map_err(|e| Fail::at(Step::Bind, e, *name))?;

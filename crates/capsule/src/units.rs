@@ -123,7 +123,7 @@ pub mod opt_duration {
                     .map_err(|_| E::custom("a duration cannot be negative"))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-                if v.is_finite() && v >= 0.0 && v < 1e12 {
+                if (0.0..1e12).contains(&v) {
                     Ok(Some(Duration::from_secs_f64(v / 1000.0)))
                 } else {
                     Err(E::custom("a duration must be a finite, non-negative number of ms"))

@@ -538,7 +538,7 @@ impl Cmd {
         for (k, v) in &self.env {
             c.env(k, v);
         }
-        if let Some(mut f) = self.pre_exec.take() {
+        if let Some(f) = self.pre_exec.take() {
             // SAFETY: the hook is run between fork and exec; the hooks the
             // tests install only make async-signal-safe system calls.
             unsafe {

@@ -484,28 +484,33 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
 }
 
 /// Creates a child like posix_spawn: it shares the caller's memory and runs
-/// `entry(arg)` on `stack`, and the caller is suspended until the child
+/// `child(arg)` on `stack`, and the caller is suspended until the child
 /// calls execve or exits (CLONE_VM | CLONE_VFORK). `flags` adds namespace
 /// flags. The child must only make raw syscalls (no allocation: the heap
 /// is the caller's) and must end in execve or [`exit`].
-pub fn clone_vfork(
-    flags: i32,
-    stack: &Stack,
-    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
-    arg: *mut libc::c_void,
-) -> SysResult<i32> {
+pub fn clone_vfork<T>(flags: i32, stack: &Stack, arg: &T, child: fn(&T) -> !) -> SysResult<i32> {
+    struct Call<'a, T> {
+        arg: &'a T,
+        child: fn(&T) -> !,
+    }
+    extern "C" fn trampoline<T>(p: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `p` is the `Call` on the parent's stack below, which stays
+        // alive and untouched while the parent is suspended (CLONE_VFORK).
+        let call = unsafe { &*(p as *const Call<'_, T>) };
+        (call.child)(call.arg)
+    }
+    let call = Call { arg, child };
     // The stack grows down: start at its 16-byte aligned top.
     let top = (stack.base as usize + stack.len) & !15;
     // SAFETY: `top` is the aligned end of a live private mapping used only
-    // as this child's stack; the caller is suspended (CLONE_VFORK) while the
-    // child runs on it. `entry` and `arg` are valid for the child's lifetime
-    // by the same suspension.
+    // as this child's stack; `call` outlives the child's use of it because
+    // the caller is suspended until the child execs or exits.
     let pid = unsafe {
         libc::clone(
-            entry,
+            trampoline::<T>,
             top as *mut libc::c_void,
             flags | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            arg,
+            &call as *const Call<'_, T> as *mut libc::c_void,
         )
     };
     check_int(pid)
@@ -544,14 +549,6 @@ impl Drop for Stack {
         // SAFETY: base/len are the mapping created in new().
         unsafe { libc::munmap(self.base, self.len) };
     }
-}
-
-/// The argument of a [`clone_vfork`] entry point, as the reference it was
-/// passed as.
-pub fn clone_arg<'a, T>(arg: *mut libc::c_void) -> &'a T {
-    // SAFETY: clone_vfork callers pass a pointer to a live T that outlives
-    // the child (the parent is suspended until the child execs or exits).
-    unsafe { &*(arg as *const T) }
 }
 
 /// fork() for a single-threaded caller.
