@@ -90,7 +90,7 @@ impl Step {
             Step::JoinNetwork => "joining the sandbox network namespace (setns)",
             Step::Hostname => "setting the hostname (unshare CLONE_NEWUTS, sethostname)",
             Step::ProcMount => "creating the run's /proc (fsopen proc)",
-            Step::UserNamespace => "creating PID 1's user and mount namespaces (unshare)",
+            Step::UserNamespace => "creating PID 1's namespaces (unshare)",
             Step::IdMap => "writing PID 1's uid/gid maps",
             Step::ParentDeath => "arming the parent-death signal",
             Step::NonDumpable => "making PID 1 non-dumpable (prctl PR_SET_DUMPABLE)",
@@ -192,6 +192,17 @@ impl Shared {
     }
 }
 
+/// How PID 1 joins the run's network.
+#[derive(Clone, Copy)]
+pub(crate) enum NetJoin {
+    /// Stay in the host's (`share_net`).
+    Host,
+    /// The supervisor's loopback-only network namespace.
+    Fd(RawFd),
+    /// The same, sent over this socket once the supervisor has created it.
+    Receive(RawFd),
+}
+
 /// Everything the children need, prepared by the supervisor before clone.
 pub(crate) struct Plan {
     /// Candidate paths for the program, tried in order (PATH lookup).
@@ -208,8 +219,8 @@ pub(crate) struct Plan {
     /// "U 0 1\n" and "G 0 1\n": the tracee's ids inside, mapped onto PID 1's 0.
     pub tracee_uid_map: CString,
     pub tracee_gid_map: CString,
-    /// Loopback-only network of the supervisor; None = share the host's.
-    pub net_fd: Option<RawFd>,
+    /// The network PID 1 joins.
+    pub net: NetJoin,
     pub hostname: Option<CString>,
     /// pidfd of the supervisor, to notice its death.
     pub supervisor_pidfd: RawFd,
@@ -254,45 +265,40 @@ pub(crate) fn pid1(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> ! {
 enum Never {}
 
 fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never, Fail> {
-    // The supervisor's Rust runtime installed handlers (SIGSEGV, SIGBUS)
-    // and ignores SIGPIPE; as init of the PID namespace, PID 1 must only
-    // receive signals it has handlers for, i.e. none from inside.
-    sys::reset_signals();
+    // Rust's runtime installed SIGSEGV and SIGBUS handlers in the
+    // supervisor; as init of the PID namespace, PID 1 receives from inside
+    // only signals it has handlers for, so it must have none. (Ignored
+    // signals are harmless for it; the tracee resets everything.)
+    sys::default_signals(&[libc::SIGSEGV, libc::SIGBUS]);
 
-    // Join the loopback-only network now, while PID 1 still has
-    // CAP_SYS_ADMIN in the supervisor's user namespace that owns it.
-    if let Some(net) = plan.net_fd {
-        sys::setns(net, libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?;
-    }
-    // A per-run hostname needs a UTS namespace of its own; same reason.
-    if let Some(name) = &plan.hostname {
-        sys::unshare(libc::CLONE_NEWUTS).map_err(|e| Fail::new(Step::Hostname, e))?;
-        sys::sethostname(name.to_bytes()).map_err(|e| Fail::new(Step::Hostname, e))?;
-    }
-    // The run's procfs belongs to the new PID namespace, whose owner is the
-    // supervisor's user namespace: create it before leaving that namespace.
-    // It stays detached until the mount plan attaches it; meanwhile it is
-    // how PID 1 reaches /proc/<tracee>/uid_map.
-    let proc = mounts::new_proc().map_err(|e| Fail::new(Step::ProcMount, e))?;
-
-    // Own user + mount namespace: the mounts PID 1 makes belong to it, and
-    // the tracee's namespace below it will lock them.
-    sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)
-        .map_err(|e| Fail::new(Step::UserNamespace, e))?;
-    // PID 1 is root in its namespace, mapped onto the supervisor's root,
-    // i.e. the calling user on the host.
-    let p = proc.as_raw_fd();
-    write_proc(p, b"setgroups", b"deny")
-        .and_then(|_| write_proc(p, b"gid_map", b"0 0 1\n"))
-        .and_then(|_| write_proc(p, b"uid_map", b"0 0 1\n"))
-        .map_err(|e| Fail::new(Step::IdMap, e))?;
-    // Changing credentials cleared the parent-death signal: arm it now, then
-    // check the supervisor did not die before it was armed.
+    // Die with the supervisor; the pidfd check covers a death before this.
     sys::set_pdeathsig(libc::SIGKILL).map_err(|e| Fail::new(Step::ParentDeath, e))?;
     let mut pfd = [libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 }];
     if sys::poll(&mut pfd, 0).unwrap_or(0) > 0 {
         sys::exit(1);
     }
+
+    // Until it enters its own user namespace below, PID 1 has every
+    // capability in the supervisor's, which owns the run's PID namespace,
+    // the shared network and the supervisor's mounts: everything that needs
+    // them happens first.
+
+    // A per-run hostname needs a UTS namespace of its own.
+    if let Some(name) = &plan.hostname {
+        sys::unshare(libc::CLONE_NEWUTS).map_err(|e| Fail::new(Step::Hostname, e))?;
+        sys::sethostname(name.to_bytes()).map_err(|e| Fail::new(Step::Hostname, e))?;
+    }
+    // The run's procfs belongs to the new PID namespace, whose owner is the
+    // supervisor's user namespace. It stays detached until the mount plan
+    // attaches it; meanwhile it is how PID 1 and the tracee reach
+    // /proc/self/uid_map.
+    let proc = mounts::new_proc().map_err(|e| Fail::new(Step::ProcMount, e))?;
+    let p = proc.as_raw_fd();
+
+    // A mount namespace of the run's own: a private copy of the
+    // supervisor's, in which PID 1 builds the tree and pivots. The tracee's
+    // user + mount namespace below will lock every mount.
+    sys::unshare(libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::UserNamespace, e))?;
     // Build the tree: clone sources from the host view, attach the new
     // root, apply the operations in order, pivot into it.
     let mut build = Build::new(p);
@@ -300,6 +306,34 @@ fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never,
     let root = mounts::attach_root(&build)?;
     mounts::apply_ops(&plan.mounts, &build, root)?;
     mounts::pivot(root)?;
+
+    // Join the loopback-only network. A one-shot supervisor is still
+    // creating it (0.5 ms, the costliest namespace) while PID 1 builds the
+    // tree above, and sends it over `net_socket` when it is ready.
+    match plan.net {
+        NetJoin::Host => {}
+        NetJoin::Fd(net) => {
+            sys::setns(net, libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?
+        }
+        NetJoin::Receive(sock) => {
+            let net = sys::recv_one_fd(sock).map_err(|e| Fail::new(Step::JoinNetwork, e))?;
+            sys::setns(net.as_raw_fd(), libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?;
+        }
+    }
+
+    // PID 1's own user namespace, root in it mapped onto the supervisor's
+    // root, i.e. the calling user on the host.
+    sys::unshare(libc::CLONE_NEWUSER).map_err(|e| Fail::new(Step::UserNamespace, e))?;
+    write_proc(p, b"setgroups", b"deny")
+        .and_then(|_| write_proc(p, b"gid_map", b"0 0 1\n"))
+        .and_then(|_| write_proc(p, b"uid_map", b"0 0 1\n"))
+        .map_err(|e| Fail::new(Step::IdMap, e))?;
+    // Changing credentials cleared the parent-death signal: arm it again,
+    // then check the supervisor did not die in between.
+    sys::set_pdeathsig(libc::SIGKILL).map_err(|e| Fail::new(Step::ParentDeath, e))?;
+    if sys::poll(&mut pfd, 0).unwrap_or(0) > 0 {
+        sys::exit(1);
+    }
 
     // CVE-2019-5736: PID 1 runs the capsule binary and is visible to the
     // program as /proc/1. Non-dumpable, its /proc/1/exe (and fd/, mem,

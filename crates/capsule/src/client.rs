@@ -69,7 +69,7 @@ fn supervisor_main(parent: i32, sock: OwnedFd) -> ! {
         }
     }
     let code = match Supervisor::start() {
-        Ok(sup) => match sup.serve(&sock) {
+        Ok(sup) => match sup.serve(&sock, Some(1)) {
             Ok(()) => 0,
             Err(_) => 1,
         },

@@ -7,11 +7,16 @@ use crate::error::SysError;
 use crate::spec::DEFAULT_HOSTNAME;
 use crate::sys;
 
+/// The loopback-only network namespace, still being created by a thread.
+pub(crate) type PendingNet = std::thread::JoinHandle<Result<OwnedFd, SysError>>;
+
 /// What the supervisor holds after entering its namespaces.
 pub(crate) struct SupervisorNs {
     /// A network namespace with only `lo`, up; joined by each run's PID 1
-    /// unless the run shares the host's network.
-    pub loopback_net: OwnedFd,
+    /// unless the run shares the host's network. Creating it is the
+    /// costliest part of the set-up, so it goes on in the background: the
+    /// first run's PID 1 builds its mount tree meanwhile.
+    pub loopback_net: PendingNet,
 }
 
 fn read_sysctl(path: &str) -> Option<String> {
@@ -76,10 +81,7 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
     sys::mount_make_rprivate_root()
         .map_err(|e| SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/"))?;
     sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| SysError::new("sethostname", e))?;
-    let loopback_net = net
-        .join()
-        .unwrap_or_else(|_| Err(SysError::new("creating the network namespace thread", libc::EAGAIN)))?;
-    Ok(SupervisorNs { loopback_net })
+    Ok(SupervisorNs { loopback_net: net })
 }
 
 /// Creates a network namespace holding only `lo`, up, and returns an fd

@@ -6,14 +6,15 @@
 //! same socket protocol a long-lived supervisor serves, so both take this
 //! code path.
 
+use std::cell::RefCell;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::child::{self, Plan, Shared, Step, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
+use crate::child::{self, NetJoin, Plan, Shared, Step, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
 use crate::error::{errno_text, Error, SysError};
 use crate::mounts::MountPlan;
-use crate::namespaces::{self, SupervisorNs};
+use crate::namespaces::{self, PendingNet};
 use crate::proto::{self, Request, Response};
 use crate::result::{signal_name, Accounting, RunResult, Status};
 use crate::seccomp::Filter;
@@ -25,11 +26,20 @@ use crate::{caps, rlimits};
 /// id maps) needs a few KiB; page faults touch only what it uses.
 const TRACEE_STACK: usize = 256 << 10;
 
+/// The loopback-only network namespace of the supervisor.
+enum Net {
+    /// Still being created by a thread.
+    Pending(PendingNet),
+    Ready(OwnedFd),
+    /// Creating it failed; every run that needs it fails with this.
+    Failed(String),
+}
+
 /// A running supervisor (lives in the process that called [`Supervisor::start`]).
 pub struct Supervisor {
     host_uid: u32,
     host_gid: u32,
-    ns: SupervisorNs,
+    net: RefCell<Net>,
     self_pidfd: OwnedFd,
     last_cap: u32,
     seccomp: Filter,
@@ -76,13 +86,14 @@ impl Supervisor {
         let self_pidfd = sys::pidfd_open(sys::getpid())
             .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
         let ns = namespaces::enter_supervisor(host_uid, host_gid)?;
+        let net = RefCell::new(Net::Pending(ns.loopback_net));
         // Writing to a client that went away must not kill the supervisor.
         sys::ignore_sigpipe();
         let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
         Ok(Supervisor {
             host_uid,
             host_gid,
-            ns,
+            net,
             self_pidfd,
             last_cap: caps::last_cap(),
             seccomp: Filter::default(),
@@ -90,9 +101,12 @@ impl Supervisor {
         })
     }
 
-    /// Serves requests on `sock` until the client closes it.
-    pub fn serve(&self, sock: &OwnedFd) -> Result<(), String> {
-        loop {
+    /// Serves requests on `sock` until the client closes it, or until
+    /// `max_requests` have been answered (a one-shot supervisor answers one
+    /// and exits at once, instead of waiting for the client to hang up).
+    pub fn serve(&self, sock: &OwnedFd, max_requests: Option<usize>) -> Result<(), String> {
+        let mut served = 0;
+        while max_requests.is_none_or(|max| served < max) {
             let Some((req, fds)) = proto::recv::<Request>(sock.as_raw_fd())? else {
                 return Ok(());
             };
@@ -103,18 +117,61 @@ impl Supervisor {
             };
             drop(fds);
             proto::send_owned(sock, &Response::Result(result), &[])?;
+            served += 1;
         }
+        Ok(())
     }
 
     /// Runs one spec with the given stdio and waits for it.
     pub fn run(&self, spec: &RunSpec, stdio: [RawFd; 3]) -> RunResult {
-        match self.prepare(spec, stdio) {
-            Ok((plan, names)) => self.execute(&plan, &names),
+        // How PID 1 joins the network: while the loopback namespace is still
+        // being made, PID 1 receives it over a socket once it is ready.
+        let mut pending = None;
+        let net = if spec.share_net {
+            NetJoin::Host
+        } else {
+            match &*self.net.borrow() {
+                Net::Ready(fd) => NetJoin::Fd(fd.as_raw_fd()),
+                Net::Failed(msg) => return RunResult::error(msg.clone()),
+                Net::Pending(_) => match sys::socketpair_stream() {
+                    Ok((ours, theirs)) => {
+                        let join = NetJoin::Receive(theirs.as_raw_fd());
+                        pending = Some((ours, theirs));
+                        join
+                    }
+                    Err(e) => return RunResult::error(SysError::new("socketpair", e).to_string()),
+                },
+            }
+        };
+        match self.prepare(spec, stdio, net) {
+            Ok((plan, names)) => self.execute(&plan, &names, pending),
             Err(e) => RunResult::error(e.to_string()),
         }
     }
 
-    fn prepare(&self, spec: &RunSpec, stdio: [RawFd; 3]) -> Result<(Plan, Vec<String>), Error> {
+    /// Waits for the loopback network and hands it to PID 1 over `sock`
+    /// (dropping `sock` without an fd makes PID 1 fail its JoinNetwork step).
+    fn deliver_net(&self, sock: OwnedFd) -> Option<String> {
+        let mut net = self.net.borrow_mut();
+        if let Net::Pending(_) = &*net {
+            let Net::Pending(handle) = std::mem::replace(&mut *net, Net::Failed(String::new())) else { unreachable!() };
+            *net = match handle.join() {
+                Ok(Ok(fd)) => Net::Ready(fd),
+                Ok(Err(e)) => Net::Failed(format!("creating the sandbox network: {e}")),
+                Err(_) => Net::Failed("creating the sandbox network: the thread panicked".into()),
+            };
+        }
+        match &*net {
+            Net::Ready(fd) => {
+                let _ = sys::send_with_fds(sock.as_raw_fd(), b"n", &[fd.as_raw_fd()]);
+                None
+            }
+            Net::Failed(msg) => Some(msg.clone()),
+            Net::Pending(_) => unreachable!(),
+        }
+    }
+
+    fn prepare(&self, spec: &RunSpec, stdio: [RawFd; 3], net: NetJoin) -> Result<(Plan, Vec<String>), Error> {
         spec.validate()?;
         let mut names: Vec<String> = Vec::new();
         let c = |s: &str| CString::new(s).expect("validated: no NUL");
@@ -172,7 +229,7 @@ impl Supervisor {
             cwd_fallback: spec.cwd_fallback,
             tracee_uid_map: c(&format!("{uid} 0 1\n")),
             tracee_gid_map: c(&format!("{gid} 0 1\n")),
-            net_fd: (!spec.share_net).then(|| self.ns.loopback_net.as_raw_fd()),
+            net,
             hostname: spec.hostname.as_deref().map(c),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
             mounts,
@@ -187,7 +244,7 @@ impl Supervisor {
         Ok((plan, names))
     }
 
-    fn execute(&self, plan: &Plan, names: &[String]) -> RunResult {
+    fn execute(&self, plan: &Plan, names: &[String], pending_net: Option<(OwnedFd, OwnedFd)>) -> RunResult {
         let shared = match SharedPage::<Shared>::new() {
             Ok(s) => s,
             Err(e) => return RunResult::error(SysError::new("mmap (shared page)", e).to_string()),
@@ -201,9 +258,16 @@ impl Supervisor {
             Ok(Forked::Child) => child::pid1(plan, &shared, &self.tracee_stack),
             Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
         };
+        let net_error = pending_net.and_then(|(ours, theirs)| {
+            drop(theirs);
+            self.deliver_net(ours)
+        });
         let status = sys::waitpid(pid, false);
         drop(pidfd);
-        self.result(plan, names, &shared, status)
+        match net_error {
+            Some(msg) => RunResult::error(msg),
+            None => self.result(plan, names, &shared, status),
+        }
     }
 
     fn result(

@@ -465,9 +465,10 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
         args.pidfd = &mut pidfd as *mut RawFd as u64;
     }
     // SAFETY: args is a valid clone_args of the size passed; with stack 0 the
-    // child continues on a copy of the parent's stack like fork(). The
-    // supervisor is single-threaded when it calls this, so no lock can be
-    // held by another thread in the child.
+    // child continues on a copy of the parent's stack like fork(). Only the
+    // calling thread exists in the child; callers' children take no locks
+    // (they make raw syscalls only), so a lock another thread held at the
+    // time of the clone cannot block them.
     let ret = check(unsafe {
         libc::syscall(
             libc::SYS_clone3,
@@ -669,6 +670,14 @@ pub fn reset_signals() {
     set_sigmask(&[], libc::SIG_SETMASK);
 }
 
+/// Sets `signals` to their default action.
+pub fn default_signals(signals: &[i32]) {
+    for &sig in signals {
+        // SAFETY: SIG_DFL is always a valid disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+}
+
 fn set_sigmask(signals: &[i32], how: i32) {
     let mut set = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: set is initialized by sigemptyset before use.
@@ -866,6 +875,34 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> Sys
             return Err(libc::EMSGSIZE);
         }
         Ok(n as usize)
+    }
+}
+
+/// Receives exactly one fd sent with [`send_with_fds`] (child side: no
+/// allocation). EOF without an fd is `ECONNRESET`.
+pub fn recv_one_fd(sock: RawFd) -> SysResult<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msg points to valid iov and control buffers; the fd is read
+    // from within the control message the kernel wrote, after checking it
+    // is an SCM_RIGHTS message carrying at least one fd.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        retry(|| check(libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) as _))?;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+            || (*cmsg).cmsg_len < libc::CMSG_LEN(4) as usize
+        {
+            return Err(libc::ECONNRESET);
+        }
+        Ok(owned(*(libc::CMSG_DATA(cmsg) as *const RawFd) as _))
     }
 }
 
