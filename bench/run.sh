@@ -37,6 +37,7 @@
 #   WARMUP            warm-up runs per command in each round (default 5)
 #   MEMFD_ITERS       memfd copies to time in all (default RUNS)
 #   CC                C compiler for bench/memfd_copy.c (default cc)
+#   WALL_RUNS         runs that measure the wall-time limit's overshoot (default 50)
 #   BENCH_USER        user to benchmark as when started as root (capsule-bench)
 #   BENCH_DIR         staging directory when started as root (/var/tmp/capsule-bench)
 #   OUTPUT            report to write (default docs/benchmarks.md in the repository)
@@ -187,6 +188,41 @@ for ((r = 1; r <= rounds; r++)); do
     log "round $r/$rounds (ms): $(jq -r '[.results[] | "\(.command) \(.mean * 1e6 | round / 1e3)"] | join(", ")' "$json"), memfd copy $(
         tail -n "$memfd_per_round" "$out/memfd.tsv" | awk '{ s += $1 } END { printf "%.3f", s / NR / 1e6 }')"
 done
+
+# --- wall-time limit overshoot ---------------------------------------------------------
+# WALL_RUNS runs of a program that outlives a 100 ms wall-time limit; capsule's
+# wall_time_ms (from the program's execve to the death of its first process)
+# minus the limit is how late the kill came.
+wall_runs=${WALL_RUNS:-50}
+[[ $wall_runs =~ ^[1-9][0-9]*$ ]] || die "WALL_RUNS must be a positive integer, got '$wall_runs'"
+log "$wall_runs runs of: capsule run --wall-time 100ms -- /bin/sleep 10"
+: >"$out/walltime.tsv"
+for ((i = 1; i <= wall_runs; i++)); do
+    rm -f "$out/wall.meta"
+    as_bench "$capsule" run -q --wall-time 100ms --meta "$out/wall.meta" -- /bin/sleep 10 && die "the wall-time run exited 0"
+    grep -q '^status:wall-time-limit$' "$out/wall.meta" || die "the wall-time run did not end at its limit: $(cat "$out/wall.meta")"
+    sed -n 's/^wall_time_ms://p' "$out/wall.meta" >>"$out/walltime.tsv"
+done
+python3 - "$out" <<'PY' || die "wall-time statistics failed"
+import statistics as st, sys
+out = sys.argv[1]
+late = sorted(float(x) - 100.0 for x in open(f"{out}/walltime.tsv") if x.strip())
+p95 = late[min(len(late) - 1, int(round(0.95 * (len(late) - 1))))]
+with open(f"{out}/walltime.md", "w") as f:
+    f.write("\n".join([
+        "## Wall-time limit overshoot",
+        "",
+        f"{len(late)} runs of `capsule run --wall-time 100ms -- /bin/sleep 10`: the reported",
+        "`wall_time_ms` (from the program's `execve` to the death of its first process)",
+        "minus the 100 ms limit. The limit is a timerfd armed at the program's `execve`;",
+        "when it fires, PID 1 kills every process of the run and reaps the first.",
+        "",
+        "| Overshoot (ms) | Mean | Median | 95th percentile | Max |",
+        "|:---|---:|---:|---:|---:|",
+        f"| past the limit | {st.mean(late):.3f} | {st.median(late):.3f} | {p95:.3f} | {late[-1]:.3f} |",
+        "",
+    ]))
+PY
 
 # --- statistics ----------------------------------------------------------------------
 # Writes $out/results.md (the tables), $out/memfd.md (the memfd section) and
@@ -364,6 +400,8 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "create the namespaces and mounts only."
     echo
     cat "$out/memfd.md"
+    echo
+    cat "$out/walltime.md"
     echo
     echo "To reproduce: \`sudo env ROUNDS=$rounds WARMUP=$warmup MEMFD_ITERS=$memfd_iters bench/run.sh $runs\`"
     echo "from the repository root (see the header of the script)."

@@ -391,32 +391,46 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
             sys::exit(1);
         }
         if fds[2].revents != 0 {
+            // Out of time: kill everything and wait for the program right
+            // here, without another trip through poll.
             shared.flags.fetch_or(FLAG_WALL_TIME, SeqCst);
             let _ = sys::kill(-1, libc::SIGKILL);
+            loop {
+                match sys::waitpid(-1, false) {
+                    Ok(Some((pid, status))) => reaped(shared, tracee, pid, status),
+                    _ => return Err(Fail::new(Step::Wait, libc::ECHILD)),
+                }
+            }
         }
         if fds[0].revents != 0 {
             sys::drain_signalfd(sigchld.as_raw_fd());
             while let Ok(Some((pid, status))) = sys::waitpid(-1, true) {
-                if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGXFSZ {
-                    shared.flags.fetch_or(FLAG_OUTPUT_LIMIT, SeqCst);
-                }
-                if pid == tracee {
-                    shared.end_ns.store(sys::clock_monotonic_ns(), SeqCst);
-                    shared.wait_status.store(status, SeqCst);
-                    shared.flags.fetch_or(FLAG_TRACEE_REAPED, SeqCst);
-                    // The first tracee is done: so is the run. Kill and reap
-                    // the rest so their CPU time is in our rusage.
-                    let _ = sys::kill(-1, libc::SIGKILL);
-                    while let Ok(Some(_)) = sys::waitpid(-1, false) {}
-                    let (user, system, rss) = sys::rusage_children();
-                    shared.cpu_user_us.store(user, SeqCst);
-                    shared.cpu_system_us.store(system, SeqCst);
-                    shared.max_rss_kib.store(rss, SeqCst);
-                    sys::exit(0);
-                }
+                reaped(shared, tracee, pid, status);
             }
         }
     }
+}
+
+/// Notes a reaped process; when it is the program's first process, the run
+/// is over: kill and reap the rest so their CPU time is in PID 1's rusage,
+/// record the result, exit.
+fn reaped(shared: &Shared, tracee: i32, pid: i32, status: i32) {
+    if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGXFSZ {
+        shared.flags.fetch_or(FLAG_OUTPUT_LIMIT, SeqCst);
+    }
+    if pid != tracee {
+        return;
+    }
+    shared.end_ns.store(sys::clock_monotonic_ns(), SeqCst);
+    shared.wait_status.store(status, SeqCst);
+    shared.flags.fetch_or(FLAG_TRACEE_REAPED, SeqCst);
+    let _ = sys::kill(-1, libc::SIGKILL);
+    while let Ok(Some(_)) = sys::waitpid(-1, false) {}
+    let (user, system, rss) = sys::rusage_children();
+    shared.cpu_user_us.store(user, SeqCst);
+    shared.cpu_system_us.store(system, SeqCst);
+    shared.max_rss_kib.store(rss, SeqCst);
+    sys::exit(0);
 }
 
 /// What PID 1 hands to the tracee (on PID 1's stack, which stays intact:

@@ -299,7 +299,8 @@ impl Supervisor {
             status: Status::Exited,
             exit_code: None,
             signal: None,
-            wall_time_ms: end_ns.saturating_sub(exec_ns) as f64 / 1e6,
+            // Milliseconds with microsecond precision.
+            wall_time_ms: (end_ns.saturating_sub(exec_ns) / 1000) as f64 / 1e3,
             cpu_user_ms: shared.cpu_user_us.load(SeqCst) as f64 / 1e3,
             cpu_system_ms: shared.cpu_system_us.load(SeqCst) as f64 / 1e3,
             peak_memory_bytes: shared.max_rss_kib.load(SeqCst) * 1024,
@@ -326,7 +327,7 @@ impl Supervisor {
             r.status = Status::WallTimeLimit;
             if let Some(limit) = plan.wall_time_ns {
                 // The program ran for the whole limit at least.
-                r.wall_time_ms = r.wall_time_ms.max(limit as f64 / 1e6);
+                r.wall_time_ms = r.wall_time_ms.max((limit / 1000) as f64 / 1e3);
             }
         }
         r
