@@ -968,7 +968,7 @@ impl Prober {
         for _ in 0..10 {
             match run_in_child(&body) {
                 Err(f) if self.retry_enospc && f.step == Step::UnshareUser && f.errno == libc::ENOSPC => {
-                    if deepest.as_ref().map_or(true, |d| f.arg > d.arg) {
+                    if deepest.as_ref().is_none_or(|d| f.arg > d.arg) {
                         deepest = Some(f);
                     }
                     std::thread::sleep(std::time::Duration::from_millis(10));
