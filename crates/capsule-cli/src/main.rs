@@ -80,7 +80,14 @@ fn run_command() -> Command {
         .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
         .arg(one("stack", "SIZE", "Stack size (RLIMIT_STACK)", lim))
         .arg(one("address-space", "SIZE", "Address space (RLIMIT_AS); breaks JIT runtimes such as the JVM, V8 and Go", lim))
-        .arg(one("pids", "N", "Most processes and threads (RLIMIT_NPROC per run without cgroups)", lim))
+        .arg(one("pids", "N", "Most processes and threads (pids.max; RLIMIT_NPROC per run without cgroups)", lim))
+        .arg(one("memory", "SIZE", "Memory of all the run's processes (memory.max, no swap; needs cgroups)", lim))
+        .arg(one("cpu-time", "DURATION", "CPU time over all processes and threads (without cgroups: RLIMIT_CPU per process, whole seconds)", lim))
+        .arg(one("cpu-bandwidth", "CPUS", "CPU bandwidth in CPUs, e.g. 0.5 or 2 (cpu.max; needs cgroups)", lim))
+        .arg(one("cpus", "LIST", "CPUs the run may use, e.g. 0,1 or 0-3 (cpuset; needs cgroups)", lim))
+        .arg(one("cgroup", "PATH", "Use this delegated cgroup v2 directory as the base", "Cgroups"))
+        .arg(flag("require-cgroups", "Fail instead of running without cgroups (degraded mode)", "Cgroups"))
+        .arg(flag("no-cgroups", "Run without cgroups (rusage accounting)", "Cgroups"))
         .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
         .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
         .arg(one("stderr", "FILE", "Standard error (default: inherited)", io))
@@ -190,6 +197,23 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     if let Some(v) = last(m, "pids") {
         l.pids = Some(parse_num("pids", v)?);
     }
+    if let Some(v) = last(m, "memory") {
+        l.memory = Some(parse_size(v).map_err(|e| anyhow!("--memory: {e}"))?);
+    }
+    if let Some(v) = last(m, "cpu-time") {
+        l.cpu_time = Some(parse_duration(v).map_err(|e| anyhow!("--cpu-time: {e}"))?);
+    }
+    if let Some(v) = last(m, "cpu-bandwidth") {
+        l.cpu_bandwidth = Some(parse_num("cpu-bandwidth", v)?);
+    }
+    if let Some(v) = last(m, "cpus") {
+        l.cpus = Some(v.clone());
+    }
+    if let Some(v) = last(m, "cgroup") {
+        spec.cgroup.path = Some(absolute(v, &caller_cwd));
+    }
+    spec.cgroup.require |= m.get_flag("require-cgroups");
+    spec.cgroup.disable |= m.get_flag("no-cgroups");
     for (id, slot) in [("stdin", &mut spec.stdin), ("stdout", &mut spec.stdout), ("stderr", &mut spec.stderr)] {
         if let Some(v) = last(m, id) {
             *slot = Some(absolute(v, &caller_cwd));
@@ -304,9 +328,29 @@ fn write_outputs(m: &ArgMatches, r: &RunResult) -> Result<()> {
     Ok(())
 }
 
+/// Re-starts this very command inside a transient delegated systemd scope
+/// when that is where cgroups will come from (the thesis's way); returns
+/// only when it does not apply.
+fn restart_in_scope(spec: &RunSpec) -> Result<()> {
+    use capsule::cgroups::{discover, systemd_scope_command, Source, IN_SCOPE_ENV};
+    if discover(&spec.cgroup).source != Source::SystemdScope {
+        return Ok(());
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    let exe = std::env::current_exe().context("cannot find the capsule binary to re-start it")?;
+    let mut full = vec![exe.display().to_string()];
+    full.extend(argv.into_iter().skip(1));
+    let cmd = systemd_scope_command(&full);
+    let err = std::os::unix::process::CommandExt::exec(
+        std::process::Command::new(&cmd[0]).args(&cmd[1..]).env(IN_SCOPE_ENV, "1"),
+    );
+    bail!("cannot re-start in a systemd scope ({}): {err}", cmd.join(" "))
+}
+
 fn cmd_run(m: &ArgMatches) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
     let outcome = spec_from(m).and_then(|spec| {
+        restart_in_scope(&spec)?;
         let (fds, _keep) = open_stdio(&spec)?;
         capsule::client::run_once(&spec, fds).map_err(anyhow::Error::from)
     });

@@ -19,6 +19,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 
+use crate::cgroups::{self, CgroupFds};
 use crate::mounts::{self, Build, MountPlan};
 use crate::rlimits::Rlimit;
 use crate::seccomp::Filter;
@@ -56,6 +57,8 @@ pub(crate) enum Step {
     DetachOldRoot,
     CloneTracee,
     TraceeIdMap,
+    CgroupMove,
+    CgroupNamespace,
     Setsid,
     Stdio,
     NoNewPrivs,
@@ -68,12 +71,12 @@ pub(crate) enum Step {
     Wait,
 }
 
-const STEPS: [Step; 37] = [
+const STEPS: [Step; 39] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
     Step::Dev, Step::Dir, Step::File, Step::Symlink, Step::Hide, Step::RootReadonly,
-    Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::Setsid,
+    Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupMove, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait,
 ];
@@ -113,6 +116,8 @@ impl Step {
             Step::DetachOldRoot => "detaching the old root (umount2)",
             Step::CloneTracee => "cloning the tracee (clone3 CLONE_NEWUSER|CLONE_NEWNS)",
             Step::TraceeIdMap => "writing the tracee's uid/gid maps",
+            Step::CgroupMove => "moving the program into its cgroup (cgroup.procs)",
+            Step::CgroupNamespace => "creating the program's cgroup namespace (unshare CLONE_NEWCGROUP)",
             Step::Setsid => "starting a new session (setsid)",
             Step::Stdio => "setting up stdin/stdout/stderr (dup2)",
             Step::NoNewPrivs => "setting no_new_privs",
@@ -150,6 +155,8 @@ pub(crate) const FLAG_TRACEE_REAPED: u32 = 1;
 pub(crate) const FLAG_WALL_TIME: u32 = 2;
 /// A process PID 1 reaped died of SIGXFSZ (the output limit).
 pub(crate) const FLAG_OUTPUT_LIMIT: u32 = 4;
+/// PID 1 killed the run at its CPU-time limit.
+pub(crate) const FLAG_CPU_TIME: u32 = 8;
 
 /// The page shared by the supervisor, PID 1 and the tracee (thesis:
 /// "Inter-process communication"); the kernel unmaps it from the tracee at
@@ -170,6 +177,8 @@ pub(crate) struct Shared {
     pub cpu_user_us: AtomicU64,
     pub cpu_system_us: AtomicU64,
     pub max_rss_kib: AtomicU64,
+    /// The program cgroup's `user_usec + system_usec` right before execve.
+    pub cgroup_cpu_us_at_exec: AtomicU64,
 }
 
 impl Shared {
@@ -231,6 +240,13 @@ pub(crate) struct Plan {
     pub seccomp: Filter,
     /// The run's stdin, stdout, stderr.
     pub stdio: [RawFd; 3],
+    /// The run's cgroup, when the supervisor has cgroups.
+    pub cgroup: Option<CgroupFds>,
+    /// CPU-time limit over the run's cgroup, ns.
+    pub cpu_time_ns: Option<u64>,
+    /// Most CPUs the run can keep busy at once: the CPU-time timer fires
+    /// no earlier than the remaining time divided by this.
+    pub parallelism: u64,
 }
 
 fn fail_exit(shared: &Shared, f: Fail) -> ! {
@@ -373,16 +389,29 @@ fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never,
 /// enforces it, reaps every process, and ends the run when the first
 /// tracee exits.
 fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Result<Never, Fail> {
-    let timer = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
+    let wall = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
+    let cpu = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let exec_ns = shared.exec_ns.load(SeqCst);
-    if let (Some(limit), true) = (plan.wall_time_ns, exec_ns != 0) {
-        sys::timerfd_at(timer.as_raw_fd(), exec_ns + limit).map_err(|e| Fail::new(Step::Wait, e))?;
+    if exec_ns != 0 {
+        if let Some(limit) = plan.wall_time_ns {
+            sys::timerfd_at(wall.as_raw_fd(), exec_ns + limit).map_err(|e| Fail::new(Step::Wait, e))?;
+        }
+        // CPU time over a cgroup has no timer of its own: the limit cannot
+        // be reached before (remaining CPU time) / (CPUs the run can keep
+        // busy) has passed, so check then, and again after the same
+        // computation on what remains (thesis: "CPU time limit"), at least
+        // 1 ms apart. No polling while far from the limit.
+        if let (Some(limit), Some(_)) = (plan.cpu_time_ns, &plan.cgroup) {
+            sys::timerfd_at(cpu.as_raw_fd(), exec_ns + limit / plan.parallelism.max(1))
+                .map_err(|e| Fail::new(Step::Wait, e))?;
+        }
     }
     loop {
         let mut fds = [
             libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: timer.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: wall.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: cpu.as_raw_fd(), events: libc::POLLIN, revents: 0 },
         ];
         sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
         if fds[1].revents != 0 {
@@ -390,14 +419,31 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
             // makes the kernel kill everything in the PID namespace.
             sys::exit(1);
         }
+        let mut out_of_time = 0;
         if fds[2].revents != 0 {
-            // Out of time: kill everything and wait for the program right
-            // here, without another trip through poll.
-            shared.flags.fetch_or(FLAG_WALL_TIME, SeqCst);
-            let _ = sys::kill(-1, libc::SIGKILL);
+            out_of_time = FLAG_WALL_TIME;
+        }
+        if fds[3].revents != 0 {
+            let mut b = [0u8; 8];
+            let _ = sys::read(cpu.as_raw_fd(), &mut b);
+            let limit = plan.cpu_time_ns.unwrap_or(u64::MAX);
+            let used = cpu_used_ns(plan, shared);
+            if used >= limit {
+                out_of_time |= FLAG_CPU_TIME;
+            } else {
+                let next = ((limit - used) / plan.parallelism.max(1)).max(1_000_000);
+                sys::timerfd_at(cpu.as_raw_fd(), sys::clock_monotonic_ns() + next)
+                    .map_err(|e| Fail::new(Step::Wait, e))?;
+            }
+        }
+        if out_of_time != 0 {
+            // Kill everything and wait for the program right here, without
+            // another trip through poll.
+            shared.flags.fetch_or(out_of_time, SeqCst);
+            kill_run(plan);
             loop {
                 match sys::waitpid(-1, false) {
-                    Ok(Some((pid, status))) => reaped(shared, tracee, pid, status),
+                    Ok(Some((pid, status))) => reaped(plan, shared, tracee, pid, status),
                     _ => return Err(Fail::new(Step::Wait, libc::ECHILD)),
                 }
             }
@@ -405,16 +451,35 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
         if fds[0].revents != 0 {
             sys::drain_signalfd(sigchld.as_raw_fd());
             while let Ok(Some((pid, status))) = sys::waitpid(-1, true) {
-                reaped(shared, tracee, pid, status);
+                reaped(plan, shared, tracee, pid, status);
             }
         }
     }
 }
 
+/// Kills every process of the run: atomically through `cgroup.kill` (no
+/// fork can escape it), else by signalling everything in the run's PID
+/// namespace (PID 1 itself excepted).
+fn kill_run(plan: &Plan) {
+    if let Some(cg) = &plan.cgroup {
+        if cg.kill >= 0 && sys::write_all(cg.kill, b"1").is_ok() {
+            return;
+        }
+    }
+    let _ = sys::kill(-1, libc::SIGKILL);
+}
+
+/// CPU time the program's cgroup used since execve, ns.
+fn cpu_used_ns(plan: &Plan, shared: &Shared) -> u64 {
+    let Some(cg) = &plan.cgroup else { return 0 };
+    let (user, system) = cgroups::read_cpu_stat(cg.cpu_stat).unwrap_or((0, 0));
+    (user + system).saturating_sub(shared.cgroup_cpu_us_at_exec.load(SeqCst)) * 1000
+}
+
 /// Notes a reaped process; when it is the program's first process, the run
 /// is over: kill and reap the rest so their CPU time is in PID 1's rusage,
 /// record the result, exit.
-fn reaped(shared: &Shared, tracee: i32, pid: i32, status: i32) {
+fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
     if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGXFSZ {
         shared.flags.fetch_or(FLAG_OUTPUT_LIMIT, SeqCst);
     }
@@ -424,7 +489,7 @@ fn reaped(shared: &Shared, tracee: i32, pid: i32, status: i32) {
     shared.end_ns.store(sys::clock_monotonic_ns(), SeqCst);
     shared.wait_status.store(status, SeqCst);
     shared.flags.fetch_or(FLAG_TRACEE_REAPED, SeqCst);
-    let _ = sys::kill(-1, libc::SIGKILL);
+    kill_run(plan);
     while let Ok(Some(_)) = sys::waitpid(-1, false) {}
     let (user, system, rss) = sys::rusage_children();
     shared.cpu_user_us.store(user, SeqCst);
@@ -463,6 +528,14 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
         .and_then(|_| write_proc(proc, b"gid_map", plan.tracee_gid_map.to_bytes()))
         .and_then(|_| write_proc(proc, b"uid_map", plan.tracee_uid_map.to_bytes()))
         .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+    // Into the run's cgroup (the descriptor was opened by the supervisor,
+    // whose view of the hierarchy includes both ends of the move), then a
+    // cgroup namespace rooted there: the program sees itself at `/` and
+    // nothing of the cgroups above, where its limits are.
+    if let Some(cg) = &plan.cgroup {
+        sys::write_all(cg.procs, b"0").map_err(|e| Fail::new(Step::CgroupMove, e))?;
+    }
+    sys::unshare(libc::CLONE_NEWCGROUP).map_err(|e| Fail::new(Step::CgroupNamespace, e))?;
     // Signal mask and ignored signals survive execve: give the program
     // defaults (PID 1 blocked SIGCHLD, Rust ignores SIGPIPE).
     sys::reset_signals();
@@ -492,6 +565,12 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
     rlimits::apply(&plan.rlimits).map_err(|(i, e)| Fail { step: Step::Rlimit, errno: e, path: i as u32 })?;
     // Only 0, 1, 2 may reach the program.
     sys::cloexec_from(3).map_err(|e| Fail::new(Step::CloseFds, e))?;
+    // The CPU the program's cgroup used so far (this set-up) is not the
+    // program's.
+    if let Some(cg) = &plan.cgroup {
+        let (user, system) = cgroups::read_cpu_stat(cg.cpu_stat).unwrap_or((0, 0));
+        shared.cgroup_cpu_us_at_exec.store(user + system, SeqCst);
+    }
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
     // Seccomp last: from here on only the program's own syscalls run.
     crate::seccomp::install(&plan.seccomp).map_err(|e| Fail::new(Step::Seccomp, e))?;

@@ -22,7 +22,7 @@ pub fn run_once(spec: &RunSpec, stdio: [RawFd; 3]) -> Result<RunResult, Error> {
     let pid = match sys::fork().map_err(|e| SysError::new("clone3 (supervisor)", e))? {
         Forked::Child => {
             drop(client);
-            supervisor_main(parent, server)
+            supervisor_main(parent, server, &spec.cgroup)
         }
         Forked::Parent { pid, .. } => pid,
     };
@@ -44,7 +44,7 @@ fn exchange(sock: &OwnedFd, spec: &RunSpec, stdio: [RawFd; 3]) -> Result<RunResu
 }
 
 /// The forked supervisor's life: never returns.
-fn supervisor_main(parent: i32, sock: OwnedFd) -> ! {
+fn supervisor_main(parent: i32, sock: OwnedFd, cgroup: &crate::cgroups::CgroupConfig) -> ! {
     // Die with the client (the thread that forked us is its only thread).
     let _ = sys::set_pdeathsig(libc::SIGKILL);
     if sys::getppid() != parent {
@@ -68,11 +68,16 @@ fn supervisor_main(parent: i32, sock: OwnedFd) -> ! {
             }
         }
     }
-    let code = match Supervisor::start() {
-        Ok(sup) => match sup.serve(&sock, Some(1)) {
-            Ok(()) => 0,
-            Err(_) => 1,
-        },
+    let code = match Supervisor::start(cgroup) {
+        Ok(sup) => {
+            let code = match sup.serve(&sock, Some(1)) {
+                Ok(()) => 0,
+                Err(_) => 1,
+            };
+            // Removes the cgroups it made (no destructors run past exit).
+            drop(sup);
+            code
+        }
         Err(e) => {
             // Answer the pending request with the reason.
             let _ = proto::send_owned(&sock, &Response::Fatal(e.to_string()), &[]);

@@ -5,6 +5,7 @@
 //! path after clone in `child`, the run spec in `spec`.
 
 mod caps;
+pub mod cgroups;
 pub mod check;
 mod child;
 pub mod client;

@@ -62,18 +62,20 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
     let net = std::thread::spawn(loopback_network);
     // The supervisor's own mount namespace (private, so nothing a run
     // mounts ever propagates to the host), IPC and UTS namespaces shared by
-    // its runs, a cgroup namespace rooted at its cgroup, and a time
-    // namespace its children (the runs' PID 1) are born into.
-    let shared = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP;
+    // its runs, and a time namespace its children (the runs' PID 1) are born
+    // into. No cgroup namespace here: each run's program gets one rooted at
+    // its own cgroup, and the supervisor keeps the view it needs to move the
+    // program there.
+    let shared = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
     match sys::unshare(shared | libc::CLONE_NEWTIME) {
         Ok(()) => {}
         // Kernels before 5.6 have no time namespaces: run without one.
         Err(libc::EINVAL) => {
-            sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP)", e))?
+            sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)", e))?
         }
         Err(e) => {
             return Err(SysError::new(
-                "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP|CLONE_NEWTIME)",
+                "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWTIME)",
                 e,
             ))
         }

@@ -78,6 +78,12 @@ pub struct RunResult {
     pub cpu_system_ms: f64,
     pub peak_memory_bytes: u64,
     pub accounting: Accounting,
+    /// Most processes and threads alive at once (cgroup `pids.peak`), when
+    /// the kernel reports it.
+    pub pids_peak: Option<u64>,
+    /// A limit ended the run: wall time, CPU time, memory (OOM kill or a
+    /// death after hitting `memory.max`) or output size.
+    pub killed_by_limit: bool,
     /// What went wrong, for status `error`.
     pub error: Option<String>,
 }
@@ -94,6 +100,8 @@ impl RunResult {
             cpu_system_ms: 0.0,
             peak_memory_bytes: 0,
             accounting: Accounting::Rusage,
+            pids_peak: None,
+            killed_by_limit: false,
             error: Some(message.into()),
         }
     }

@@ -4,20 +4,22 @@
 use crate::spec::Limits;
 use crate::sys::{self, Errno};
 
-/// One limit: resource, value (soft = hard), and the spec field it came from.
+/// One limit: resource, soft value, hard value, and the spec field it came from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rlimit {
     pub resource: u32,
     pub value: u64,
+    pub hard: u64,
     pub field: &'static str,
 }
 
 /// The limits a run sets: core dumps always off, the rest as the spec asks.
-pub(crate) fn prepare(limits: &Limits) -> Vec<Rlimit> {
-    let mut v = vec![Rlimit { resource: libc::RLIMIT_CORE, value: 0, field: "core dumps" }];
+/// With a cgroup, processes and CPU time are limited there instead.
+pub(crate) fn prepare(limits: &Limits, cgroup: bool) -> Vec<Rlimit> {
+    let mut v = vec![Rlimit { resource: libc::RLIMIT_CORE, value: 0, hard: 0, field: "core dumps" }];
     let mut add = |resource, value: Option<u64>, field| {
         if let Some(value) = value {
-            v.push(Rlimit { resource, value, field });
+            v.push(Rlimit { resource, value, hard: value, field });
         }
     };
     add(libc::RLIMIT_FSIZE, limits.output_limit, "limits.output_limit");
@@ -28,14 +30,22 @@ pub(crate) fn prepare(limits: &Limits) -> Vec<Rlimit> {
     // it counts the processes of the uid *in the caller's user namespace*
     // (ucounts), and every run has user namespaces of its own, so other
     // processes of the same user elsewhere do not count against it.
-    add(libc::RLIMIT_NPROC, limits.pids, "limits.pids");
+    if !cgroup {
+        add(libc::RLIMIT_NPROC, limits.pids, "limits.pids");
+        // Without a cgroup, CPU time is limited per process, in whole
+        // seconds (SIGXCPU at the limit, SIGKILL a second later).
+        if let Some(t) = limits.cpu_time {
+            let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0);
+            v.push(Rlimit { resource: libc::RLIMIT_CPU, value: secs, hard: secs + 1, field: "limits.cpu_time" });
+        }
+    }
     v
 }
 
 /// Applies the limits (child side). Returns the index of the one that failed.
 pub(crate) fn apply(limits: &[Rlimit]) -> Result<(), (usize, Errno)> {
     for (i, l) in limits.iter().enumerate() {
-        sys::setrlimit(l.resource, l.value, l.value).map_err(|e| (i, e))?;
+        sys::setrlimit(l.resource, l.value, l.hard).map_err(|e| (i, e))?;
     }
     Ok(())
 }

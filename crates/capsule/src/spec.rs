@@ -60,6 +60,8 @@ pub struct RunSpec {
     pub share_net: bool,
     /// Resource limits.
     pub limits: Limits,
+    /// Where the run's cgroups come from.
+    pub cgroup: crate::cgroups::CgroupConfig,
     /// Standard input file (default: inherited from the caller).
     pub stdin: Option<PathBuf>,
     /// Standard output file (default: inherited from the caller).
@@ -88,9 +90,22 @@ pub struct Limits {
     /// which reserve far more address space than they use.
     #[serde(with = "units::opt_size")]
     pub address_space: Option<u64>,
-    /// Most processes and threads of the run. Without cgroups this is
-    /// RLIMIT_NPROC, counted per user namespace (each run has its own).
+    /// Most processes and threads of the run: `pids.max` of its cgroup;
+    /// without cgroups RLIMIT_NPROC, counted per user namespace (each run
+    /// has its own).
     pub pids: Option<u64>,
+    /// Memory of all the run's processes (`memory.max`; no swap). Needs cgroups.
+    #[serde(with = "units::opt_size")]
+    pub memory: Option<u64>,
+    /// CPU time over all processes and threads from the program's execve
+    /// (cgroup `cpu.stat`); without cgroups RLIMIT_CPU of each process, in
+    /// whole seconds.
+    #[serde(with = "units::opt_duration")]
+    pub cpu_time: Option<Duration>,
+    /// CPU bandwidth in CPUs (`cpu.max`), e.g. 0.5 or 2. Needs cgroups.
+    pub cpu_bandwidth: Option<f64>,
+    /// CPUs the run may use (`cpuset.cpus`), e.g. "0,1" or "0-3". Needs cgroups.
+    pub cpus: Option<String>,
 }
 
 /// One mount operation, bubblewrap-style.
@@ -391,6 +406,40 @@ impl Limits {
         }
         if self.pids == Some(0) {
             return Err(SpecError::new("limits.pids", "must be at least 1 (the program itself)"));
+        }
+        if let Some(m) = self.memory {
+            if m < 1 << 20 {
+                return Err(SpecError::new(
+                    "limits.memory",
+                    format!("{m} bytes is too little memory to start a program (at least 1M)"),
+                ));
+            }
+        }
+        if self.cpu_time == Some(Duration::ZERO) {
+            return Err(SpecError::new("limits.cpu_time", "must be more than 0"));
+        }
+        if let Some(b) = self.cpu_bandwidth {
+            if !(0.01..=4096.0).contains(&b) {
+                return Err(SpecError::new(
+                    "limits.cpu_bandwidth",
+                    format!("{b} is not a number of CPUs between 0.01 and 4096"),
+                ));
+            }
+        }
+        if let Some(c) = &self.cpus {
+            let ok = !c.is_empty()
+                && c.split(',').all(|part| {
+                    let mut r = part.splitn(2, '-');
+                    let num = |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+                    let (a, b) = (r.next(), r.next());
+                    num(a) && (b.is_none() || num(b))
+                });
+            if !ok {
+                return Err(SpecError::new(
+                    "limits.cpus",
+                    format!("`{c}` is not a CPU list (like `0`, `0,2` or `0-3`)"),
+                ));
+            }
         }
         Ok(())
     }

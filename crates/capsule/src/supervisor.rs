@@ -11,7 +11,8 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::child::{self, NetJoin, Plan, Shared, Step, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
+use crate::child::{self, NetJoin, Plan, Shared, Step, FLAG_CPU_TIME, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
+use crate::cgroups::{self, CgroupConfig, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::error::{errno_text, Error, SysError};
 use crate::mounts::MountPlan;
 use crate::namespaces::{self, PendingNet};
@@ -45,6 +46,10 @@ pub struct Supervisor {
     seccomp: Filter,
     /// The tracees' stack (each PID 1 has its own copy-on-write copy).
     tracee_stack: sys::Stack,
+    /// This supervisor's cgroup; None in degraded mode.
+    cgroups: Option<Instance>,
+    /// Where the cgroups come from, or why there are none.
+    cgroup_note: String,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -72,14 +77,29 @@ pub fn root_refusal() -> Error {
 }
 
 impl Supervisor {
-    /// Turns the calling process into a supervisor: enters its user
-    /// namespace and creates the namespaces shared by all runs. The caller
-    /// must be single-threaded and gives up its own namespaces for good.
-    pub fn start() -> Result<Self, Error> {
+    /// Turns the calling process into a supervisor: sets up its cgroup
+    /// subtree (or degraded mode), enters its user namespace and creates the
+    /// namespaces shared by all runs. The caller must be single-threaded and
+    /// gives up its own namespaces for good.
+    pub fn start(cgroup: &CgroupConfig) -> Result<Self, Error> {
         if is_real_root() {
             return Err(root_refusal());
         }
         let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
+        // cgroups first, as the plain user in the host's namespaces.
+        let found = cgroups::discover(cgroup);
+        let (cgroups, cgroup_note) = match &found.base {
+            Some(base) => match Instance::setup(base) {
+                Ok(inst) => (Some(inst), found.detail.clone()),
+                Err(e) => (None, format!("{}: setting it up failed: {e}", found.detail)),
+            },
+            None => (None, found.detail.clone()),
+        };
+        if cgroups.is_none() && cgroup.require {
+            return Err(Error::Refused(format!(
+                "cgroups are required (--require-cgroups) but unavailable: {cgroup_note}; {DELEGATION_HINT}"
+            )));
+        }
         // Taken before entering the namespaces: PID 1 polls it to notice the
         // supervisor's death, which PR_SET_PDEATHSIG alone cannot cover
         // (it is armed only after PID 1's credentials change).
@@ -98,6 +118,8 @@ impl Supervisor {
             last_cap: caps::last_cap(),
             seccomp: Filter::default(),
             tracee_stack,
+            cgroups,
+            cgroup_note,
         })
     }
 
@@ -143,9 +165,45 @@ impl Supervisor {
                 },
             }
         };
-        match self.prepare(spec, stdio, net) {
-            Ok((plan, names)) => self.execute(&plan, &names, pending),
+        let cgroup = match self.run_cgroup(spec) {
+            Ok(cg) => cg,
+            Err(msg) => return RunResult::error(msg),
+        };
+        let result = match self.prepare(spec, stdio, net, cgroup.as_ref()) {
+            Ok((plan, names)) => self.execute(&plan, &names, pending, cgroup.as_ref()),
             Err(e) => RunResult::error(e.to_string()),
+        };
+        if let Some(cg) = cgroup {
+            cg.remove();
+        }
+        result
+    }
+
+    /// Where cgroups come from for this supervisor, or why there are none.
+    pub fn cgroup_note(&self) -> &str {
+        &self.cgroup_note
+    }
+
+    /// A fresh cgroup for one run; in degraded mode, an error for the limits
+    /// that need one.
+    fn run_cgroup(&self, spec: &RunSpec) -> Result<Option<RunCgroup>, String> {
+        let l = &spec.limits;
+        match &self.cgroups {
+            Some(inst) => inst.new_run(l).map(Some).map_err(|e| format!("creating the run's cgroup: {e}")),
+            None => {
+                let needs = [
+                    ("limits.memory", l.memory.is_some()),
+                    ("limits.cpu_bandwidth", l.cpu_bandwidth.is_some()),
+                    ("limits.cpus", l.cpus.is_some()),
+                ];
+                match needs.iter().find(|(_, set)| *set) {
+                    Some((field, _)) => Err(format!(
+                        "{field} needs cgroup v2, and this supervisor has none ({}); {DELEGATION_HINT}",
+                        self.cgroup_note
+                    )),
+                    None => Ok(None),
+                }
+            }
         }
     }
 
@@ -171,7 +229,13 @@ impl Supervisor {
         }
     }
 
-    fn prepare(&self, spec: &RunSpec, stdio: [RawFd; 3], net: NetJoin) -> Result<(Plan, Vec<String>), Error> {
+    fn prepare(
+        &self,
+        spec: &RunSpec,
+        stdio: [RawFd; 3],
+        net: NetJoin,
+        cgroup: Option<&RunCgroup>,
+    ) -> Result<(Plan, Vec<String>), Error> {
         spec.validate()?;
         let mut names: Vec<String> = Vec::new();
         let c = |s: &str| CString::new(s).expect("validated: no NUL");
@@ -233,18 +297,27 @@ impl Supervisor {
             hostname: spec.hostname.as_deref().map(c),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
             mounts,
-            rlimits: rlimits::prepare(&spec.limits),
+            rlimits: rlimits::prepare(&spec.limits, cgroup.is_some()),
             wall_time_ns: spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
             last_cap: self.last_cap,
             seccomp: self.seccomp.clone(),
             stdio,
+            cgroup: cgroup.map(RunCgroup::raw_fds),
+            cpu_time_ns: spec.limits.cpu_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            parallelism: parallelism(&spec.limits),
         };
         plan.argv_ptrs = plan.argv.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
         plan.envp_ptrs = plan.envp.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
         Ok((plan, names))
     }
 
-    fn execute(&self, plan: &Plan, names: &[String], pending_net: Option<(OwnedFd, OwnedFd)>) -> RunResult {
+    fn execute(
+        &self,
+        plan: &Plan,
+        names: &[String],
+        pending_net: Option<(OwnedFd, OwnedFd)>,
+        cgroup: Option<&RunCgroup>,
+    ) -> RunResult {
         let shared = match SharedPage::<Shared>::new() {
             Ok(s) => s,
             Err(e) => return RunResult::error(SysError::new("mmap (shared page)", e).to_string()),
@@ -264,9 +337,12 @@ impl Supervisor {
         });
         let status = sys::waitpid(pid, false);
         drop(pidfd);
+        // Every process of the run is gone (PID 1 reaped them): the
+        // cgroup's figures are final.
+        let stats = cgroup.map(RunCgroup::stats);
         match net_error {
             Some(msg) => RunResult::error(msg),
-            None => self.result(plan, names, &shared, status),
+            None => self.result(plan, names, &shared, status, stats),
         }
     }
 
@@ -276,6 +352,7 @@ impl Supervisor {
         names: &[String],
         shared: &Shared,
         pid1_status: Result<Option<(i32, i32)>, i32>,
+        stats: Option<Stats>,
     ) -> RunResult {
         if let Some(f) = shared.failure() {
             return RunResult::error(describe_failure(plan, names, f.step, f.errno, f.path));
@@ -305,8 +382,25 @@ impl Supervisor {
             cpu_system_ms: shared.cpu_system_us.load(SeqCst) as f64 / 1e3,
             peak_memory_bytes: shared.max_rss_kib.load(SeqCst) * 1024,
             accounting: Accounting::Rusage,
+            pids_peak: None,
+            killed_by_limit: false,
             error: None,
         };
+        if let Some(st) = &stats {
+            // From the program's cgroup, counted from its execve.
+            let at_exec = shared.cgroup_cpu_us_at_exec.load(SeqCst);
+            let total = st.user_us + st.system_us;
+            // cpu.stat splits user/system by tick sampling; the total is exact.
+            let system = st.system_us.min(total.saturating_sub(at_exec));
+            let user = total.saturating_sub(at_exec).saturating_sub(system);
+            r.cpu_user_ms = user as f64 / 1e3;
+            r.cpu_system_ms = system as f64 / 1e3;
+            if let Some(peak) = st.memory_peak {
+                r.peak_memory_bytes = peak;
+            }
+            r.pids_peak = st.pids_peak;
+            r.accounting = Accounting::Cgroup;
+        }
         if libc::WIFEXITED(st) {
             r.exit_code = Some(libc::WEXITSTATUS(st));
         } else if libc::WIFSIGNALED(st) {
@@ -323,6 +417,19 @@ impl Supervisor {
             // and the run did not succeed anyway.
             r.status = Status::OutputLimit;
         }
+        if let Some(st) = &stats {
+            // MLE, not "signal 9": an OOM kill, or any failure of a run that
+            // hit its memory limit (a SIGSEGV after a failed allocation).
+            if st.oom_kills > 0 || (st.memory_max_events > 0 && !succeeded) {
+                r.status = Status::MemoryLimit;
+            }
+        } else if plan.cpu_time_ns.is_some() && r.signal.as_deref() == Some("SIGXCPU") {
+            // Degraded mode: RLIMIT_CPU sent SIGXCPU at the limit.
+            r.status = Status::CpuTimeLimit;
+        }
+        if flags & FLAG_CPU_TIME != 0 {
+            r.status = Status::CpuTimeLimit;
+        }
         if flags & FLAG_WALL_TIME != 0 {
             r.status = Status::WallTimeLimit;
             if let Some(limit) = plan.wall_time_ns {
@@ -330,8 +437,34 @@ impl Supervisor {
                 r.wall_time_ms = r.wall_time_ms.max((limit / 1000) as f64 / 1e3);
             }
         }
+        r.killed_by_limit = matches!(
+            r.status,
+            Status::WallTimeLimit | Status::CpuTimeLimit | Status::MemoryLimit | Status::OutputLimit
+        );
         r
     }
+}
+
+/// Most CPUs a run can keep busy at once.
+fn parallelism(l: &crate::spec::Limits) -> u64 {
+    let mut n = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    if let Some(p) = l.pids {
+        n = n.min(p);
+    }
+    if let Some(b) = l.cpu_bandwidth {
+        n = n.min(b.ceil() as u64);
+    }
+    if let Some(c) = &l.cpus {
+        let count: u64 = c
+            .split(',')
+            .map(|part| match part.split_once('-') {
+                Some((a, b)) => b.parse::<u64>().unwrap_or(0).saturating_sub(a.parse().unwrap_or(0)) + 1,
+                None => 1,
+            })
+            .sum();
+        n = n.min(count);
+    }
+    n.max(1)
 }
 
 /// Turns a child failure into a message naming the step, the path and the

@@ -265,6 +265,24 @@ pub fn copy_fd(from: RawFd, to: RawFd) -> SysResult<()> {
     }
 }
 
+/// Whether the caller may write `path` (access(2) with W_OK).
+pub fn access_w(path: &CStr) -> bool {
+    // SAFETY: path is NUL-terminated.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// flock(LOCK_EX), waiting for it.
+pub fn flock_exclusive(fd: RawFd) -> SysResult<()> {
+    // SAFETY: plain syscall on integers.
+    retry(|| check_int(unsafe { libc::flock(fd, libc::LOCK_EX) })).map(drop)
+}
+
+pub fn pread(fd: RawFd, buf: &mut [u8], offset: i64) -> SysResult<usize> {
+    // SAFETY: buf is a valid writable region of buf.len() bytes.
+    retry(|| check(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) } as _))
+        .map(|n| n as usize)
+}
+
 pub fn chdir(path: &CStr) -> SysResult<()> {
     // SAFETY: path is NUL-terminated.
     check_int(unsafe { libc::chdir(path.as_ptr()) }).map(drop)

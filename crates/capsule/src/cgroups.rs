@@ -1,0 +1,582 @@
+//! cgroup v2: finding a delegated subtree, one fresh cgroup per run with
+//! its limits, and the run's accounting.
+//!
+//! Layout under the base cgroup B (a subtree delegated to the user):
+//!
+//! ```text
+//! B/capsule-leaf/                  processes that were in B (only when capsule had
+//!                                  to enable controllers on B: "no internal processes")
+//! B/capsule.<pid>.<starttime>/     one per supervisor instance (unique: no collisions
+//!                                  between supervisors sharing B; stale ones are
+//!                                  recognised by their dead pid and removed)
+//!   run.<n>/                       one per run: the limits, out of the program's sight
+//!     prog/                        the program's processes; their cgroup namespace is
+//!                                  rooted here, limits mirrored for programs that read them
+//! ```
+//!
+//! The limits are enforced on `run.<n>`, which the program cannot see: its
+//! cgroup namespace is rooted at `prog`, so a cgroup2 mount it makes in a
+//! nested namespace shows `prog` and below. The files of `prog` are owned
+//! by the user (delegation) and so writable by the program, but raising a
+//! limit there does not lift the one above it (the thesis's weakness of a
+//! tracee disabling its own controllers).
+//!
+//! Set-up and restore of B are serialized between supervisors with flock(2)
+//! on B's directory.
+
+use std::cell::Cell;
+use std::ffi::CString;
+use std::fs;
+use std::io::{self, ErrorKind};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SysError;
+use crate::spec::Limits;
+use crate::sys;
+
+/// Controllers capsule uses, in the order it enables them.
+const CONTROLLERS: [&str; 4] = ["cpu", "memory", "pids", "cpuset"];
+/// Controllers without which capsule does not use cgroups at all.
+const REQUIRED: [&str; 3] = ["cpu", "memory", "pids"];
+const LEAF: &str = "capsule-leaf";
+const INSTANCE_PREFIX: &str = "capsule.";
+/// cpu.max period, µs.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// Where a supervisor's cgroups come from (`capsule check` reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// `--cgroup PATH` (or the profile's `cgroup.path`).
+    Explicit,
+    /// The caller's own cgroup, which the caller may manage.
+    Own,
+    /// A transient `systemd-run --user --scope -p Delegate=yes` scope.
+    SystemdScope,
+    /// None: degraded mode, accounting from rusage.
+    None,
+}
+
+/// The result of looking for a cgroup subtree.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    pub source: Source,
+    /// The base cgroup directory, for `Explicit` and `Own`.
+    pub base: Option<PathBuf>,
+    /// What was found, or why nothing usable was.
+    pub detail: String,
+}
+
+/// Run-spec settings of the cgroup subtree (profile table `[cgroup]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupConfig {
+    /// Use this delegated cgroup as the base.
+    pub path: Option<PathBuf>,
+    /// Make degraded mode (no cgroups) an error.
+    pub require: bool,
+    /// Do not use cgroups (degraded mode on purpose).
+    pub disable: bool,
+}
+
+/// How to get delegation, for messages and `capsule check`.
+pub const DELEGATION_HINT: &str = "run capsule inside a delegated cgroup v2 subtree: \
+`systemd-run --user --scope -p Delegate=yes -- capsule ...`, a container with its own cgroup \
+namespace, or a subtree an administrator created and chowned to you (pass it with --cgroup PATH); \
+the kernel must use the unified hierarchy (boot with systemd.unified_cgroup_hierarchy=1)";
+
+/// The cgroup2 mount point as seen in `mountinfo`, and its root.
+fn cgroup2_mount(mountinfo: &str) -> Option<(PathBuf, String)> {
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        let f: Vec<&str> = left.split_whitespace().collect();
+        Some((PathBuf::from(unescape(f.get(4)?)), unescape(f.get(3)?)))
+    })
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+/// The caller's cgroup v2 path from `/proc/self/cgroup` (`0::/path`).
+fn own_cgroup(proc_self_cgroup: &str) -> Option<String> {
+    proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string))
+}
+
+/// The directory of cgroup `path` (as in /proc/self/cgroup) under the mount.
+fn cgroup_dir(mount: &Path, mount_root: &str, path: &str) -> Option<PathBuf> {
+    let rel = if mount_root == "/" {
+        path.trim_start_matches('/')
+    } else {
+        path.strip_prefix(mount_root)?.trim_start_matches('/')
+    };
+    Some(if rel.is_empty() { mount.to_path_buf() } else { mount.join(rel) })
+}
+
+fn writable(p: &Path) -> bool {
+    CString::new(p.as_os_str().as_encoded_bytes()).is_ok_and(|c| sys::access_w(&c))
+}
+
+/// Why `dir` cannot serve as a base, or None when it can.
+fn unusable(dir: &Path) -> Option<String> {
+    let controllers = fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+    let missing: Vec<&str> =
+        REQUIRED.iter().copied().filter(|c| !controllers.split_whitespace().any(|x| x == *c)).collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "{} lacks the {} controller(s) (cgroup.controllers: `{}`)",
+            dir.display(),
+            missing.join(", "),
+            controllers.trim()
+        ));
+    }
+    for f in ["", "cgroup.procs", "cgroup.subtree_control"] {
+        let p = if f.is_empty() { dir.to_path_buf() } else { dir.join(f) };
+        if !writable(&p) {
+            return Some(format!("{} is not writable by this user (not delegated)", p.display()));
+        }
+    }
+    None
+}
+
+fn systemd_user_manager() -> bool {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let socket = runtime.is_some_and(|r| r.join("systemd/private").exists());
+    let run = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("systemd-run").is_file()));
+    socket && run
+}
+
+/// Looks for a cgroup subtree, in the documented order.
+pub fn discover(cfg: &CgroupConfig) -> Discovery {
+    let none = |detail: String| Discovery { source: Source::None, base: None, detail };
+    if cfg.disable {
+        return none("cgroups disabled (--no-cgroups)".into());
+    }
+    if let Some(p) = &cfg.path {
+        return match unusable(p) {
+            None => Discovery { source: Source::Explicit, base: Some(p.clone()), detail: format!("--cgroup {}", p.display()) },
+            Some(why) => none(format!("--cgroup {}: {why}", p.display())),
+        };
+    }
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some((mount, root)) = cgroup2_mount(&mountinfo) else {
+        return none("no cgroup v2 hierarchy is mounted".into());
+    };
+    let own = fs::read_to_string("/proc/self/cgroup").ok().and_then(|s| own_cgroup(&s));
+    let own_dir = own.as_deref().and_then(|p| cgroup_dir(&mount, &root, p));
+    let why = match &own_dir {
+        Some(dir) => {
+            // Our own leaf, from an earlier set-up: the base is its parent.
+            let dir = if dir.file_name().is_some_and(|n| n == LEAF) { dir.parent().unwrap_or(dir).to_path_buf() } else { dir.clone() };
+            match unusable(&dir) {
+                None => {
+                    return Discovery {
+                        source: Source::Own,
+                        detail: format!("own cgroup {}", dir.display()),
+                        base: Some(dir),
+                    }
+                }
+                Some(why) => why,
+            }
+        }
+        None => "cannot find this process's cgroup v2 (/proc/self/cgroup)".into(),
+    };
+    if systemd_user_manager() && std::env::var_os(IN_SCOPE_ENV).is_none() {
+        return Discovery {
+            source: Source::SystemdScope,
+            base: None,
+            detail: format!("{why}; a systemd user manager can delegate a transient scope"),
+        };
+    }
+    none(why)
+}
+
+/// Set in the environment of a capsule re-started inside a systemd scope,
+/// so that it does not try again.
+pub const IN_SCOPE_ENV: &str = "CAPSULE_IN_SYSTEMD_SCOPE";
+
+/// The command that re-starts `argv` in a transient delegated scope.
+pub fn systemd_scope_command(argv: &[String]) -> Vec<String> {
+    let mut v: Vec<String> =
+        ["systemd-run", "--user", "--scope", "-p", "Delegate=yes", "--collect", "--quiet", "--"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    v.extend(argv.iter().cloned());
+    v
+}
+
+fn err(call: &str, path: &Path, e: io::Error) -> SysError {
+    SysError::new(call, e.raw_os_error().unwrap_or(libc::EIO)).path(path.display().to_string())
+}
+
+fn write(path: &Path, value: &str) -> Result<(), SysError> {
+    fs::write(path, value).map_err(|e| err("write", path, e))
+}
+
+fn pids_of(dir: &Path) -> Vec<String> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Moves every process of `from` into `to`, until `from` stays empty.
+fn move_all(from: &Path, to: &Path) -> Result<(), SysError> {
+    for _ in 0..100 {
+        let pids = pids_of(from);
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for pid in pids {
+            match fs::write(to.join("cgroup.procs"), &pid) {
+                // Gone meanwhile.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                other => other.map_err(|e| err("write", &to.join("cgroup.procs"), e))?,
+            }
+        }
+    }
+    Err(SysError::new("moving processes (they keep forking)", libc::EBUSY).path(from.display().to_string()))
+}
+
+/// Removes `dir` and every cgroup below it, killing what runs there.
+fn remove_tree(dir: &Path) {
+    let _ = fs::write(dir.join("cgroup.kill"), "1");
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path());
+            }
+        }
+    }
+    for _ in 0..200 {
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == ErrorKind::NotFound => return,
+            // Killed processes take a moment to leave.
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// `starttime` (field 22 of /proc/<pid>/stat), to tell a live process from
+/// a reused pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Holds flock(2) on a directory until dropped.
+struct Lock(#[allow(dead_code)] OwnedFd);
+
+fn lock(dir: &Path) -> Result<Lock, SysError> {
+    let c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| SysError::new("open", libc::EINVAL))?;
+    let fd = sys::open(&c, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .map_err(|e| SysError::new("open", e).path(dir.display().to_string()))?;
+    sys::flock_exclusive(fd.as_raw_fd()).map_err(|e| SysError::new("flock", e).path(dir.display().to_string()))?;
+    Ok(Lock(fd))
+}
+
+fn controllers_of(dir: &Path, file: &str) -> Vec<String> {
+    fs::read_to_string(dir.join(file)).unwrap_or_default().split_whitespace().map(str::to_string).collect()
+}
+
+/// One supervisor's cgroup: `B/capsule.<pid>.<starttime>`.
+pub(crate) struct Instance {
+    base: PathBuf,
+    dir: PathBuf,
+    /// Controllers enabled for the runs.
+    controllers: Vec<&'static str>,
+    next_run: Cell<u64>,
+}
+
+impl Instance {
+    /// Prepares the instance cgroup under `base`.
+    pub(crate) fn setup(base: &Path) -> Result<Self, SysError> {
+        let _lock = lock(base)?;
+        // Leftovers of crashed supervisors.
+        if let Ok(entries) = fs::read_dir(base) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else { continue };
+                let mut it = rest.split('.');
+                let (Some(pid), Some(start)) = (it.next().and_then(|p| p.parse().ok()), it.next().and_then(|s| s.parse().ok()))
+                else {
+                    continue;
+                };
+                if start_time(pid) != Some(start) {
+                    remove_tree(&e.path());
+                }
+            }
+        }
+        let available = controllers_of(base, "cgroup.controllers");
+        let controllers: Vec<&'static str> =
+            CONTROLLERS.iter().copied().filter(|c| available.iter().any(|a| a == c)).collect();
+        let enabled = controllers_of(base, "cgroup.subtree_control");
+        if controllers.iter().any(|c| !enabled.iter().any(|e| e == c)) {
+            // "No internal processes": B's processes (the caller among them)
+            // move to a leaf before B may hand controllers to children.
+            let leaf = base.join(LEAF);
+            match fs::create_dir(&leaf) {
+                Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(err("mkdir", &leaf, e)),
+                _ => {}
+            }
+            move_all(base, &leaf)?;
+            let want: Vec<String> = controllers.iter().map(|c| format!("+{c}")).collect();
+            write(&base.join("cgroup.subtree_control"), &want.join(" "))?;
+        }
+        let pid = sys::getpid() as u32;
+        let start = start_time(pid).unwrap_or(0);
+        let dir = base.join(format!("{INSTANCE_PREFIX}{pid}.{start}"));
+        fs::create_dir(&dir).map_err(|e| err("mkdir", &dir, e))?;
+        let inst = Instance { base: base.to_path_buf(), dir, controllers, next_run: Cell::new(0) };
+        let want: Vec<String> = inst.controllers.iter().map(|c| format!("+{c}")).collect();
+        write(&inst.dir.join("cgroup.subtree_control"), &want.join(" "))?;
+        Ok(inst)
+    }
+
+    /// Creates the cgroups of one run and writes its limits.
+    pub(crate) fn new_run(&self, limits: &Limits) -> Result<RunCgroup, SysError> {
+        let n = self.next_run.get();
+        self.next_run.set(n + 1);
+        let run = self.dir.join(format!("run.{n}"));
+        fs::create_dir(&run).map_err(|e| err("mkdir", &run, e))?;
+        let rc = RunCgroup::configure(run, limits, &self.controllers);
+        if rc.is_err() {
+            remove_tree(&self.dir.join(format!("run.{n}")));
+        }
+        rc
+    }
+
+    /// Removes the instance, and restores the base when no other
+    /// supervisor uses it any more.
+    pub(crate) fn teardown(&self) {
+        let Ok(_lock) = lock(&self.base) else { return };
+        remove_tree(&self.dir);
+        let others = fs::read_dir(&self.base).map_or(false, |entries| {
+            entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(INSTANCE_PREFIX))
+        });
+        let leaf = self.base.join(LEAF);
+        if others || !leaf.is_dir() {
+            return;
+        }
+        // Last one out: give B back as it was (controllers off, processes
+        // back in B, the leaf gone).
+        let off: Vec<String> = controllers_of(&self.base, "cgroup.subtree_control").iter().map(|c| format!("-{c}")).collect();
+        if !off.is_empty() && write(&self.base.join("cgroup.subtree_control"), &off.join(" ")).is_err() {
+            return;
+        }
+        if move_all(&leaf, &self.base).is_ok() {
+            let _ = fs::remove_dir(&leaf);
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// The cgroups of one run, and the descriptors the children use.
+pub(crate) struct RunCgroup {
+    run: PathBuf,
+    prog: PathBuf,
+    /// `prog/cgroup.procs`, for the tracee to move itself in.
+    pub procs: OwnedFd,
+    /// `prog/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
+    pub cpu_stat: OwnedFd,
+    /// `run/cgroup.kill`.
+    pub kill: Option<OwnedFd>,
+}
+
+/// What a run's cgroup says after the run.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Stats {
+    pub user_us: u64,
+    pub system_us: u64,
+    pub memory_peak: Option<u64>,
+    pub memory_max_events: u64,
+    pub oom_kills: u64,
+    pub pids_peak: Option<u64>,
+}
+
+fn open_at(path: &Path, flags: i32) -> Result<OwnedFd, SysError> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| SysError::new("open", libc::EINVAL))?;
+    sys::open(&c, flags, 0).map_err(|e| SysError::new("open", e).path(path.display().to_string()))
+}
+
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+impl RunCgroup {
+    fn configure(run: PathBuf, limits: &Limits, controllers: &[&str]) -> Result<Self, SysError> {
+        let has = |c: &str| controllers.contains(&c);
+        // The limits, on `run` (out of the program's sight) ...
+        let mut files: Vec<(&str, String)> = Vec::new();
+        if let Some(m) = limits.memory {
+            files.push(("memory.max", m.to_string()));
+        }
+        files.push(("memory.swap.max", "0".into()));
+        files.push(("memory.oom.group", "1".into()));
+        if let Some(p) = limits.pids {
+            files.push(("pids.max", p.to_string()));
+        }
+        if let Some(b) = limits.cpu_bandwidth {
+            let quota = ((b * CPU_PERIOD_US as f64).round() as u64).max(1000);
+            files.push(("cpu.max", format!("{quota} {CPU_PERIOD_US}")));
+        }
+        if let Some(cpus) = &limits.cpus {
+            if !has("cpuset") {
+                return Err(SysError::new("limits.cpus", libc::EOPNOTSUPP)
+                    .hint("the cpuset controller is not delegated to this cgroup"));
+            }
+            files.push(("cpuset.cpus", cpus.clone()));
+        }
+        for (f, v) in &files {
+            let p = run.join(f);
+            match fs::write(&p, v) {
+                // No swap accounting on this kernel: nothing to limit.
+                Err(e) if *f == "memory.swap.max" && e.kind() == ErrorKind::NotFound => {}
+                other => other.map_err(|e| err("write", &p, e))?,
+            }
+        }
+        // PSI costs a little on every scheduling event; nobody reads it here.
+        let _ = fs::write(run.join("cgroup.pressure"), "0");
+        let want: Vec<String> = controllers.iter().map(|c| format!("+{c}")).collect();
+        write(&run.join("cgroup.subtree_control"), &want.join(" "))?;
+        // ... and mirrored on `prog`, for programs that size themselves by
+        // their own limits (JVM, Go): writing there lifts nothing.
+        let prog = run.join("prog");
+        fs::create_dir(&prog).map_err(|e| err("mkdir", &prog, e))?;
+        for (f, v) in &files {
+            if matches!(*f, "memory.max" | "pids.max" | "cpu.max") {
+                let _ = fs::write(prog.join(f), v);
+            }
+        }
+        let _ = fs::write(prog.join("cgroup.pressure"), "0");
+        let procs = open_at(&prog.join("cgroup.procs"), libc::O_WRONLY)?;
+        let cpu_stat = open_at(&prog.join("cpu.stat"), libc::O_RDONLY)?;
+        let kill = open_at(&run.join("cgroup.kill"), libc::O_WRONLY).ok();
+        Ok(RunCgroup { run, prog, procs, cpu_stat, kill })
+    }
+
+    /// Reads the run's accounting (after every process of the run is gone).
+    pub(crate) fn stats(&self) -> Stats {
+        let read = |p: PathBuf| fs::read_to_string(p).unwrap_or_default();
+        let cpu = read(self.prog.join("cpu.stat"));
+        let events = read(self.run.join("memory.events"));
+        Stats {
+            user_us: keyed(&cpu, "user_usec").unwrap_or(0),
+            system_us: keyed(&cpu, "system_usec").unwrap_or(0),
+            memory_peak: read(self.prog.join("memory.peak")).trim().parse().ok(),
+            memory_max_events: keyed(&events, "max").unwrap_or(0),
+            oom_kills: keyed(&events, "oom_kill").unwrap_or(0),
+            pids_peak: read(self.prog.join("pids.peak")).trim().parse().ok(),
+        }
+    }
+
+    /// Removes the run's cgroups.
+    pub(crate) fn remove(self) {
+        remove_tree(&self.run);
+    }
+
+    pub(crate) fn raw_fds(&self) -> CgroupFds {
+        CgroupFds {
+            procs: self.procs.as_raw_fd(),
+            cpu_stat: self.cpu_stat.as_raw_fd(),
+            kill: self.kill.as_ref().map_or(-1, |f| f.as_raw_fd()),
+        }
+    }
+}
+
+/// The run's cgroup descriptors as the children see them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CgroupFds {
+    pub procs: RawFd,
+    pub cpu_stat: RawFd,
+    /// -1 when the kernel has no cgroup.kill.
+    pub kill: RawFd,
+}
+
+/// Reads `user_usec` and `system_usec` from a cpu.stat fd (child side: no
+/// allocation). Returns (user, system) µs.
+pub(crate) fn read_cpu_stat(fd: RawFd) -> Result<(u64, u64), sys::Errno> {
+    let mut buf = [0u8; 1024];
+    let n = sys::pread(fd, &mut buf, 0)?;
+    let (mut user, mut system) = (0, 0);
+    for line in buf[..n].split(|&b| b == b'\n') {
+        let mut parts = line.split(|&b| b == b' ');
+        let (Some(k), Some(v)) = (parts.next(), parts.next()) else { continue };
+        let v = v.iter().take_while(|b| b.is_ascii_digit()).fold(0u64, |a, b| a * 10 + (b - b'0') as u64);
+        match k {
+            b"user_usec" => user = v,
+            b"system_usec" => system = v,
+            _ => {}
+        }
+    }
+    Ok((user, system))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo_and_own_cgroup() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n\
+                  31 23 0:27 / /proc rw - proc proc rw\n";
+        assert_eq!(cgroup2_mount(mi), Some((PathBuf::from("/sys/fs/cgroup"), "/".to_string())));
+        assert_eq!(own_cgroup("0::/user.slice/x.scope\n").as_deref(), Some("/user.slice/x.scope"));
+        assert_eq!(own_cgroup("1:name=systemd:/x\n"), None);
+        assert_eq!(
+            cgroup_dir(Path::new("/sys/fs/cgroup"), "/", "/a/b"),
+            Some(PathBuf::from("/sys/fs/cgroup/a/b"))
+        );
+        assert_eq!(cgroup_dir(Path::new("/sys/fs/cgroup"), "/", "/"), Some(PathBuf::from("/sys/fs/cgroup")));
+        assert_eq!(
+            cgroup_dir(Path::new("/sys/fs/cgroup"), "/a", "/a/b"),
+            Some(PathBuf::from("/sys/fs/cgroup/b"))
+        );
+    }
+
+    #[test]
+    fn keyed_values() {
+        let t = "usage_usec 123\nuser_usec 100\nsystem_usec 23\n";
+        assert_eq!(keyed(t, "user_usec"), Some(100));
+        assert_eq!(keyed(t, "nr_periods"), None);
+        let ev = "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n";
+        assert_eq!(keyed(ev, "max"), Some(4));
+        assert_eq!(keyed(ev, "oom_kill"), Some(1));
+    }
+
+    #[test]
+    fn scope_command() {
+        let v = systemd_scope_command(&["capsule".into(), "run".into()]);
+        assert_eq!(v[..5], ["systemd-run", "--user", "--scope", "-p", "Delegate=yes"]);
+        assert_eq!(v.last().map(String::as_str), Some("run"));
+    }
+
+    #[test]
+    fn disabled_and_explicit_discovery() {
+        let d = discover(&CgroupConfig { disable: true, ..Default::default() });
+        assert_eq!(d.source, Source::None);
+        let d = discover(&CgroupConfig { path: Some("/nonexistent/cg".into()), ..Default::default() });
+        assert_eq!(d.source, Source::None);
+        assert!(d.detail.contains("/nonexistent/cg"), "{}", d.detail);
+    }
+}
