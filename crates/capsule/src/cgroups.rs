@@ -363,7 +363,7 @@ impl Instance {
     pub(crate) fn teardown(&self) {
         let Ok(_lock) = lock(&self.base) else { return };
         remove_tree(&self.dir);
-        let others = fs::read_dir(&self.base).map_or(false, |entries| {
+        let others = fs::read_dir(&self.base).is_ok_and(|entries| {
             entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(INSTANCE_PREFIX))
         });
         let leaf = self.base.join(LEAF);

@@ -158,6 +158,7 @@ pub fn run_checks() -> Vec<CheckItem> {
         |_, _| None,
     ));
     items.extend(cgroup_items(&host));
+    items.push(cgroup_source_item(&crate::cgroups::discover(&crate::cgroups::CgroupConfig::default())));
     items
 }
 
@@ -749,6 +750,32 @@ pub(crate) fn cgroup_dir(mount: &Path, root: &str, path: &str) -> PathBuf {
 
 /// Controllers capsule uses for limits and accounting.
 const NEEDED_CONTROLLERS: [&str; 3] = ["memory", "cpu", "pids"];
+
+/// Which of the documented ways `capsule run` would get its cgroups from
+/// here: explicit path (not applicable to `check`), own delegated cgroup,
+/// a systemd user scope, or none (degraded mode).
+fn cgroup_source_item(d: &crate::cgroups::Discovery) -> CheckItem {
+    use crate::cgroups::Source;
+    const NAME: &str = "cgroup-source";
+    match d.source {
+        Source::Explicit | Source::Own => CheckItem::ok(
+            NAME,
+            false,
+            format!("runs get cgroup limits and accounting from {} (limits, `accounting: cgroup`)", d.detail),
+        ),
+        Source::SystemdScope => CheckItem::ok(
+            NAME,
+            false,
+            format!("{}: `capsule run` re-starts itself in `systemd-run --user --scope -p Delegate=yes`", d.detail),
+        ),
+        Source::None => CheckItem::problem(
+            NAME,
+            false,
+            format!("degraded mode, no cgroup limits, `accounting: rusage`: {}", d.detail),
+            Some(crate::cgroups::DELEGATION_HINT.into()),
+        ),
+    }
+}
 
 fn cgroup_items(host: &Host) -> Vec<CheckItem> {
     let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
