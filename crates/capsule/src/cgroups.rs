@@ -6,11 +6,11 @@
 //! ```text
 //! B/capsule-leaf/                  processes that were in B (only when capsule had
 //!                                  to enable controllers on B: "no internal processes")
-//! B/capsule.<pid>.<starttime>/     one per supervisor instance (unique: no collisions
-//!                                  between supervisors sharing B; stale ones are
-//!                                  recognised by their dead pid and removed)
-//!   run.<n>/                       one per run: the limits, out of the program's sight
-//!     prog/                        the program's processes; their cgroup namespace is
+//! B/capsule.<pid>.<starttime>.<n>/ run n of the supervisor <pid>: the limits, out of
+//!                                  the program's sight (unique names: no collisions
+//!                                  between supervisors sharing B; a crashed one's are
+//!                                  recognised by its dead pid and removed)
+//!   prog/                          the program's processes; their cgroup namespace is
 //!                                  rooted here, limits mirrored for programs that read them
 //! ```
 //!
@@ -291,10 +291,11 @@ fn controllers_of(dir: &Path, file: &str) -> Vec<String> {
     fs::read_to_string(dir.join(file)).unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
-/// One supervisor's cgroup: `B/capsule.<pid>.<starttime>`.
+/// One supervisor's share of B: its runs are `B/capsule.<pid>.<starttime>.<n>`.
 pub(crate) struct Instance {
     base: PathBuf,
-    dir: PathBuf,
+    /// `capsule.<pid>.<starttime>.`
+    prefix: String,
     /// Controllers enabled for the runs.
     controllers: Vec<&'static str>,
     next_run: Cell<u64>,
@@ -309,6 +310,7 @@ impl Instance {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else { continue };
+                // `<pid>.<starttime>.<n>`
                 let mut it = rest.split('.');
                 let (Some(pid), Some(start)) = (it.next().and_then(|p| p.parse().ok()), it.next().and_then(|s| s.parse().ok()))
                 else {
@@ -337,23 +339,31 @@ impl Instance {
         }
         let pid = sys::getpid() as u32;
         let start = start_time(pid).unwrap_or(0);
-        let dir = base.join(format!("{INSTANCE_PREFIX}{pid}.{start}"));
-        fs::create_dir(&dir).map_err(|e| err("mkdir", &dir, e))?;
-        let inst = Instance { base: base.to_path_buf(), dir, controllers, next_run: Cell::new(0) };
-        let want: Vec<String> = inst.controllers.iter().map(|c| format!("+{c}")).collect();
-        write(&inst.dir.join("cgroup.subtree_control"), &want.join(" "))?;
-        Ok(inst)
+        let prefix = format!("{INSTANCE_PREFIX}{pid}.{start}.");
+        Ok(Instance { base: base.to_path_buf(), prefix, controllers, next_run: Cell::new(0) })
+    }
+
+    fn own_runs(&self) -> Vec<PathBuf> {
+        fs::read_dir(&self.base)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&self.prefix))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Creates the cgroups of one run and writes its limits.
     pub(crate) fn new_run(&self, limits: &Limits) -> Result<RunCgroup, SysError> {
         let n = self.next_run.get();
         self.next_run.set(n + 1);
-        let run = self.dir.join(format!("run.{n}"));
+        let run = self.base.join(format!("{}{n}", self.prefix));
         fs::create_dir(&run).map_err(|e| err("mkdir", &run, e))?;
-        let rc = RunCgroup::configure(run, limits, &self.controllers);
+        let rc = RunCgroup::configure(run.clone(), limits, &self.controllers);
         if rc.is_err() {
-            remove_tree(&self.dir.join(format!("run.{n}")));
+            remove_tree(&run);
         }
         rc
     }
@@ -362,7 +372,9 @@ impl Instance {
     /// supervisor uses it any more.
     pub(crate) fn teardown(&self) {
         let Ok(_lock) = lock(&self.base) else { return };
-        remove_tree(&self.dir);
+        for run in self.own_runs() {
+            remove_tree(&run);
+        }
         let others = fs::read_dir(&self.base).is_ok_and(|entries| {
             entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(INSTANCE_PREFIX))
         });
@@ -490,9 +502,12 @@ impl RunCgroup {
         }
     }
 
-    /// Removes the run's cgroups.
+    /// Removes the run's cgroups (every process is gone by now; anything
+    /// unexpected falls back to killing and removing the whole tree).
     pub(crate) fn remove(self) {
-        remove_tree(&self.run);
+        if fs::remove_dir(&self.prog).is_err() || fs::remove_dir(&self.run).is_err() {
+            remove_tree(&self.run);
+        }
     }
 
     pub(crate) fn raw_fds(&self) -> CgroupFds {

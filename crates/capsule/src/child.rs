@@ -567,7 +567,11 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
     sys::cloexec_from(3).map_err(|e| Fail::new(Step::CloseFds, e))?;
     // The CPU the program's cgroup used so far (this set-up) is not the
     // program's.
+    // sched_yield first: the CPU a running task used since the scheduler
+    // last updated its statistics is not in cpu.stat yet, and a stale
+    // baseline would be charged to the program (the thesis's trick).
     if let Some(cg) = &plan.cgroup {
+        sys::sched_yield();
         let (user, system) = cgroups::read_cpu_stat(cg.cpu_stat).unwrap_or((0, 0));
         shared.cgroup_cpu_us_at_exec.store(user + system, SeqCst);
     }

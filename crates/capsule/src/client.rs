@@ -35,8 +35,14 @@ pub fn run_once(spec: &RunSpec, stdio: [RawFd; 3]) -> Result<RunResult, Error> {
 }
 
 fn exchange(sock: &OwnedFd, spec: &RunSpec, stdio: [RawFd; 3]) -> Result<RunResult, Error> {
-    proto::send_owned(sock, &Request { spec: spec.clone() }, &stdio).map_err(Error::Supervisor)?;
-    match proto::recv::<Response>(sock.as_raw_fd()).map_err(Error::Supervisor)? {
+    // A supervisor that cannot start answers at once and exits, so the
+    // request may meet a closed socket: its answer is still there to read.
+    let sent = proto::send_owned(sock, &Request { spec: spec.clone() }, &stdio);
+    let answer = proto::recv::<Response>(sock.as_raw_fd());
+    if let (Err(e), Err(_) | Ok(None)) = (&sent, &answer) {
+        return Err(Error::Supervisor(e.clone()));
+    }
+    match answer.map_err(Error::Supervisor)? {
         Some((Response::Result(r), _)) => Ok(r),
         Some((Response::Fatal(msg), _)) => Err(Error::Setup(msg)),
         None => Err(Error::Supervisor("the supervisor exited without answering".into())),

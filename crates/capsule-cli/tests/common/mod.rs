@@ -8,6 +8,17 @@
 //! * Missing kernel features make a test print `SKIP <test>: <reason>` and
 //!   pass, unless `CAPSULE_TEST_STRICT=1` (CI), where they fail.
 //! * The probe (`capsule-probe`) prints `key=value` lines; [`Kv`] parses them.
+//! * In the cgroup v2 VM (`/work/shared/vm/cgroup2-vm --as-root`: root with
+//!   `CGROUP2_VM=1`), the unprivileged user is the VM's (`CGROUP2_VM_USER`,
+//!   default `cgvm`), and every capsule invocation gets a delegated scope of
+//!   its own, `/sys/fs/cgroup/delegated/scope-<unique>` (like `systemd-run
+//!   --user --scope -p Delegate=yes`): capsule enables controllers on its
+//!   base cgroup, which then cannot hold processes, so invocations must not
+//!   share one. The scope is checked (see [`Out::cgroup_leftovers`]) and
+//!   removed when capsule has exited.
+//! * The cgroup tests use [`require_cgroups!`]: they skip where no delegated
+//!   cgroup v2 hierarchy exists (the host), even under
+//!   `CAPSULE_TEST_STRICT=1`, and fail instead under `CAPSULE_TEST_CGROUPS=1`.
 #![allow(dead_code)]
 
 use std::collections::hash_map::DefaultHasher;
@@ -62,6 +73,9 @@ macro_rules! require {
 pub struct Harness {
     /// The test process runs as root (uid 0).
     pub is_root: bool,
+    /// Root inside the cgroup v2 VM (`CGROUP2_VM=1`): capsule runs as the VM
+    /// user, each invocation in a delegated scope of its own.
+    pub vm: bool,
     /// The unprivileged user capsule runs as: the test user when root,
     /// else ourselves.
     pub uid: u32,
@@ -83,12 +97,19 @@ pub fn h() -> &'static Harness {
         ensure_dir(SCRATCH_ROOT, 0o1777);
         if uid != 0 {
             let bin_dir = capsule.parent().unwrap().to_path_buf();
-            return Harness { is_root: false, uid, gid, bin_dir, capsule, probe };
+            return Harness { is_root: false, vm: false, uid, gid, bin_dir, capsule, probe };
         }
-        let (tuid, tgid) = ensure_test_user();
+        let vm = in_cgroup_vm();
+        let (tuid, tgid) = if vm {
+            let user = vm_user();
+            lookup_user(&user).unwrap_or_else(|| panic!("CGROUP2_VM=1 but the VM user `{user}` does not exist"))
+        } else {
+            ensure_test_user()
+        };
         let bin_dir = install_bins(&capsule, &probe);
         Harness {
             is_root: true,
+            vm,
             uid: tuid,
             gid: tgid,
             capsule: bin_dir.join("capsule"),
@@ -245,7 +266,8 @@ pub fn as_user<S: AsRef<OsStr>>(argv: &[S]) -> Command {
         let mut c = Command::new("setpriv");
         c.arg(format!("--reuid={}", hh.uid))
             .arg(format!("--regid={}", hh.gid))
-            .arg("--clear-groups")
+            // The VM user is a real login user with its groups.
+            .arg(if hh.vm { "--init-groups" } else { "--clear-groups" })
             .arg("--");
         c.args(argv);
         c
@@ -335,6 +357,12 @@ pub struct Out {
     /// The `--meta` lines, when requested.
     pub meta: Option<String>,
     pub elapsed: Duration,
+    /// The delegated scope capsule ran in (cgroup VM only), as a path under
+    /// /sys/fs/cgroup.
+    pub scope: Option<PathBuf>,
+    /// What capsule left in that scope when it exited (sub-cgroups,
+    /// processes, controllers still enabled); `None` when it was restored.
+    pub cgroup_leftovers: Option<String>,
 }
 
 impl Out {
@@ -352,7 +380,7 @@ impl Out {
     }
 
     pub fn describe(&self) -> String {
-        format!(
+        let mut s = format!(
             "exit code {:?} signal {:?} after {:?}\n--- stdout\n{}\n--- stderr\n{}\n--- json\n{}\n",
             self.code,
             self.signal,
@@ -360,7 +388,22 @@ impl Out {
             self.stdout,
             self.stderr,
             self.json.as_ref().map(|j| j.to_string()).unwrap_or_default()
-        )
+        );
+        if let Some(sc) = &self.scope {
+            s.push_str(&format!("--- cgroup scope {}\n", sc.display()));
+            if let Some(l) = &self.cgroup_leftovers {
+                s.push_str(&format!("left behind: {l}\n"));
+            }
+        }
+        s
+    }
+
+    /// Asserts capsule restored its scope (cgroup VM; nothing to check
+    /// elsewhere): no sub-cgroup, no process, no controller left enabled.
+    #[track_caller]
+    pub fn assert_cgroups_clean(&self) -> &Self {
+        assert!(self.cgroup_leftovers.is_none(), "capsule left cgroup state behind; {}", self.describe());
+        self
     }
 
     /// Asserts capsule's exit code.
@@ -423,6 +466,19 @@ pub struct Cmd {
     as_caller: bool,
     pre_exec: Option<PreExec>,
     stdio: Option<(Stdio, Stdio, Stdio)>,
+    scope: ScopeMode,
+}
+
+/// Which cgroup a capsule invocation starts in (cgroup VM only).
+#[derive(Clone, Debug)]
+enum ScopeMode {
+    /// A fresh delegated scope, checked and removed after the run.
+    Fresh,
+    /// The test process's own cgroup (root's, not delegated).
+    None,
+    /// An existing scope the test manages; its `capsule-leaf/` when the
+    /// scope has controllers enabled (a crashed or concurrent instance).
+    Join(PathBuf),
 }
 
 /// `capsule` with the given leading arguments (e.g. `["run", "-q"]`).
@@ -438,6 +494,7 @@ pub fn capsule<S: AsRef<OsStr>>(args: &[S]) -> Cmd {
         as_caller: false,
         pre_exec: None,
         stdio: None,
+        scope: ScopeMode::Fresh,
     }
 }
 
@@ -502,13 +559,25 @@ impl Cmd {
         self.pre_exec = Some(Box::new(f));
         self
     }
+    /// Cgroup VM: starts capsule in the test process's own (root-owned,
+    /// not delegated) cgroup instead of a fresh delegated scope.
+    pub fn no_scope(&mut self) -> &mut Self {
+        self.scope = ScopeMode::None;
+        self
+    }
+    /// Cgroup VM: starts capsule in `scope` (kept after the run), or in its
+    /// `capsule-leaf/` when the scope has controllers enabled.
+    pub fn in_scope(&mut self, scope: &CgScope) -> &mut Self {
+        self.scope = ScopeMode::Join(scope.path.clone());
+        self
+    }
     /// Replaces the piped stdio (stdout/stderr are then not captured).
     pub fn stdio(&mut self, i: Stdio, o: Stdio, e: Stdio) -> &mut Self {
         self.stdio = Some((i, o, e));
         self
     }
 
-    fn build(&mut self, results: &Option<Scratch>) -> Command {
+    fn build(&mut self, results: &Option<Scratch>, scope: Option<&Path>) -> Command {
         let mut argv: Vec<OsString> = vec![self.capsule.clone().into_os_string()];
         let mut args = self.args.clone();
         if let Some(r) = results {
@@ -538,6 +607,14 @@ impl Cmd {
         for (k, v) in &self.env {
             c.env(k, v);
         }
+        if let Some(dir) = scope {
+            let join = join_cgroup_hook(dir);
+            // SAFETY: the hook only makes open/write/close system calls on
+            // paths prepared before the fork.
+            unsafe {
+                c.pre_exec(join);
+            }
+        }
         if let Some(f) = self.pre_exec.take() {
             // SAFETY: the hook is run between fork and exec; the hooks the
             // tests install only make async-signal-safe system calls.
@@ -559,7 +636,16 @@ impl Cmd {
     /// Starts capsule; see [`Running`].
     pub fn spawn(&mut self) -> Running {
         let results = if self.json || self.meta { Some(Scratch::new("result")) } else { None };
-        let mut c = self.build(&results);
+        let (fresh, scope_path) = match (&self.scope, h().vm && !self.as_caller) {
+            (_, false) | (ScopeMode::None, true) => (None, None),
+            (ScopeMode::Fresh, true) => {
+                let s = CgScope::new("scope");
+                let p = s.path.clone();
+                (Some(s), Some(p))
+            }
+            (ScopeMode::Join(p), true) => (None, Some(p.clone())),
+        };
+        let mut c = self.build(&results, scope_path.as_deref());
         let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", c));
         let (tx, rx) = mpsc::channel();
         let out_thread = child.stdout.take().map(|so| {
@@ -591,6 +677,8 @@ impl Cmd {
             err_thread,
             results,
             seen: Vec::new(),
+            scope: fresh,
+            scope_path,
         }
     }
 
@@ -610,11 +698,19 @@ pub struct Running {
     err_thread: Option<std::thread::JoinHandle<String>>,
     results: Option<Scratch>,
     seen: Vec<String>,
+    /// The fresh scope of this invocation (removed on drop).
+    scope: Option<CgScope>,
+    scope_path: Option<PathBuf>,
 }
 
 impl Running {
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// Cgroup VM: the delegated scope capsule was started in.
+    pub fn scope_path(&self) -> Option<&Path> {
+        self.scope_path.as_deref()
     }
 
     /// Waits for a stdout line starting with `prefix`; panics after `t`.
@@ -672,7 +768,12 @@ impl Running {
             }
             meta = std::fs::read_to_string(r.join("result.meta")).ok();
         }
-        Out { code: status.code(), signal: status.signal(), stdout, stderr, json, meta, elapsed }
+        // Checked at once: capsule restores its base before it exits.
+        let cgroup_leftovers = self.scope.as_ref().and_then(|s| s.leftovers());
+        let scope = self.scope_path.clone();
+        // Dropping the fresh scope removes it (forcibly if need be).
+        self.scope = None;
+        Out { code: status.code(), signal: status.signal(), stdout, stderr, json, meta, elapsed, scope, cgroup_leftovers }
     }
 }
 
@@ -683,6 +784,9 @@ impl Drop for Running {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // Then the scope (field order would drop it after this body anyway;
+        // explicit so the kill above happens first).
+        self.scope = None;
     }
 }
 
@@ -793,4 +897,278 @@ pub fn host_mountinfo() -> String {
     let mine = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let init = std::fs::read_to_string("/proc/1/mountinfo").unwrap_or_default();
     format!("{mine}\n---- /proc/1/mountinfo\n{init}")
+}
+
+// ---------------------------------------------------------------- cgroups
+
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// The VM's delegated cgroup, owned by the VM user; scopes go below it.
+pub const CGROUP_DELEGATED: &str = "/sys/fs/cgroup/delegated";
+/// The controllers the harness enables for the scopes.
+pub const SCOPE_CONTROLLERS: [&str; 4] = ["cpu", "memory", "pids", "cpuset"];
+
+/// Root inside the cgroup v2 VM (`cgroup2-vm --as-root` sets CGROUP2_VM=1).
+pub fn in_cgroup_vm() -> bool {
+    // SAFETY: getuid cannot fail.
+    std::env::var("CGROUP2_VM").map(|v| v == "1").unwrap_or(false) && unsafe { libc::getuid() } == 0
+}
+
+pub fn vm_user() -> String {
+    std::env::var("CGROUP2_VM_USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "cgvm".into())
+}
+
+/// `CAPSULE_TEST_CGROUPS=1`: the cgroup tests must run (fail, not skip).
+pub fn cgroups_wanted() -> bool {
+    std::env::var("CAPSULE_TEST_CGROUPS").map(|v| v == "1").unwrap_or(false)
+}
+
+/// Reports a skipped cgroup test: skips even under `CAPSULE_TEST_STRICT=1`
+/// (the host has no delegated cgroup v2 hierarchy), fails under
+/// `CAPSULE_TEST_CGROUPS=1`.
+pub fn skip_cgroups(test: &str, reason: &str) {
+    if cgroups_wanted() {
+        panic!("{test}: cgroup v2 delegation missing (CAPSULE_TEST_CGROUPS=1): {reason}");
+    }
+    eprintln!("SKIP {test}: {reason}");
+}
+
+/// `require_cgroups!(test_name)`: returns from the test after
+/// [`skip_cgroups`] unless the harness can give capsule delegated cgroup v2
+/// scopes with the cpu, memory, pids and cpuset controllers (the VM); also
+/// requires user namespaces, then as strictly as [`require!`].
+#[macro_export]
+macro_rules! require_cgroups {
+    ($test:expr) => {
+        if let Err(reason) = $crate::common::cgroups_available() {
+            $crate::common::skip_cgroups($test, &reason);
+            return;
+        }
+        $crate::require!($test, $crate::common::userns_available());
+    };
+}
+
+/// Whether the cgroup tests can run: in the VM, with the controllers
+/// enabled for the scopes (done once per test binary).
+pub fn cgroups_available() -> Result<(), String> {
+    if !h().vm {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let controllers = std::fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))
+            .map(|c| format!("`{}`", c.trim()))
+            .unwrap_or_else(|_| "none (no cgroup2 mounted there: a hybrid or v1 layout)".into());
+        return Err(format!(
+            "no delegated cgroup v2 hierarchy to test in (cgroup2 controllers at {CGROUP_ROOT}: {controllers}; \
+             own cgroups: {}); the cgroup tests run in the VM: \
+             `/work/shared/vm/cgroup2-vm --as-root -- env CAPSULE_TEST_CGROUPS=1 cargo test --offline -p capsule-cli --test cgroups`",
+            own.trim().replace('\n', " ")
+        ));
+    }
+    enable_delegated_controllers()
+}
+
+/// Once per test binary, as root: enables the scope controllers in the
+/// delegated cgroup's `cgroup.subtree_control` (tolerating them being on).
+pub fn enable_delegated_controllers() -> Result<(), String> {
+    static R: OnceLock<Result<(), String>> = OnceLock::new();
+    R.get_or_init(|| {
+        let d = Path::new(CGROUP_DELEGATED);
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).map_err(|e| format!("{}/{f}: {e}", d.display()));
+        let available = read("cgroup.controllers")?;
+        let mut missing = Vec::new();
+        for c in SCOPE_CONTROLLERS {
+            if !available.split_whitespace().any(|x| x == c) {
+                missing.push(format!("{c} (not in cgroup.controllers `{}`)", available.trim()));
+                continue;
+            }
+            if read("cgroup.subtree_control")?.split_whitespace().any(|x| x == c) {
+                continue;
+            }
+            if let Err(e) = std::fs::write(d.join("cgroup.subtree_control"), format!("+{c}")) {
+                // A concurrent test binary may have won; check again.
+                if !read("cgroup.subtree_control")?.split_whitespace().any(|x| x == c) {
+                    missing.push(format!("{c} (enabling it: {e})"));
+                }
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("controllers unavailable in {}: {}", d.display(), missing.join(", ")))
+        }
+    })
+    .clone()
+}
+
+/// A pre-exec hook that moves the calling process into `dir` by writing
+/// "0" to its `cgroup.procs`, or into `dir/capsule-leaf` when `dir` cannot
+/// take processes (controllers enabled by a capsule instance).
+fn join_cgroup_hook(dir: &Path) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let c = |p: PathBuf| CString::new(p.into_os_string().into_encoded_bytes()).unwrap();
+    let primary = c(dir.join("cgroup.procs"));
+    let fallback = c(dir.join("capsule-leaf").join("cgroup.procs"));
+    move || {
+        let write0 = |p: &CString| -> std::io::Result<()> {
+            // SAFETY: p is a valid C string; open/write/close are
+            // async-signal-safe.
+            unsafe {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                if r == 1 {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        };
+        match write0(&primary) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                write0(&fallback)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A delegated cgroup `/sys/fs/cgroup/delegated/scope-<unique>` owned by the
+/// VM user, like a systemd scope with `Delegate=yes`; removed on drop
+/// (forcibly: processes killed, sub-cgroups removed).
+pub struct CgScope {
+    pub path: PathBuf,
+}
+
+impl CgScope {
+    pub fn new(tag: &str) -> CgScope {
+        enable_delegated_controllers().unwrap_or_else(|e| panic!("cannot prepare cgroup scopes: {e}"));
+        let path = Path::new(CGROUP_DELEGATED).join(unique(tag));
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        let (uid, gid) = (h().uid, h().gid);
+        for p in [
+            path.clone(),
+            path.join("cgroup.procs"),
+            path.join("cgroup.threads"),
+            path.join("cgroup.subtree_control"),
+        ] {
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
+        }
+        CgScope { path }
+    }
+
+    pub fn s(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// The scope's path as the kernel names it (`/delegated/scope-...`).
+    pub fn cgroup_path(&self) -> String {
+        format!("/{}", self.path.strip_prefix(CGROUP_ROOT).unwrap().display())
+    }
+
+    pub fn name(&self) -> String {
+        self.path.file_name().unwrap().to_string_lossy().into_owned()
+    }
+
+    /// Sub-cgroups, relative to the scope, parents before children.
+    pub fn children(&self) -> Vec<String> {
+        let mut all = Vec::new();
+        let mut stack = vec![self.path.clone()];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            let mut subs: Vec<PathBuf> =
+                rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()).collect();
+            subs.sort();
+            for p in subs.into_iter().rev() {
+                all.push(p.strip_prefix(&self.path).unwrap().display().to_string());
+                stack.push(p);
+            }
+        }
+        all
+    }
+
+    /// `(relative cgroup, pid)` of every process in the scope's tree
+    /// (relative "" for the scope itself).
+    pub fn procs(&self) -> Vec<(String, i32)> {
+        let mut v = Vec::new();
+        for rel in std::iter::once(String::new()).chain(self.children()) {
+            let f = if rel.is_empty() { self.path.join("cgroup.procs") } else { self.path.join(&rel).join("cgroup.procs") };
+            for l in std::fs::read_to_string(f).unwrap_or_default().lines() {
+                if let Ok(pid) = l.trim().parse() {
+                    v.push((rel.clone(), pid));
+                }
+            }
+        }
+        v
+    }
+
+    /// The scope's own `cgroup.subtree_control`.
+    pub fn subtree_control(&self) -> String {
+        std::fs::read_to_string(self.path.join("cgroup.subtree_control")).unwrap_or_default().trim().to_string()
+    }
+
+    /// A description of what is in the scope besides nothing, or `None`.
+    pub fn leftovers(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        let children = self.children();
+        if !children.is_empty() {
+            parts.push(format!("sub-cgroups {children:?}"));
+        }
+        let procs = self.procs();
+        if !procs.is_empty() {
+            let described: Vec<String> = procs
+                .iter()
+                .map(|(rel, pid)| {
+                    let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .map(|b| String::from_utf8_lossy(&b).replace('\0', " ").trim().to_string())
+                        .unwrap_or_default();
+                    format!("{pid} in `{rel}` ({cmd})")
+                })
+                .collect();
+            parts.push(format!("processes {described:?}"));
+        }
+        let sc = self.subtree_control();
+        if !sc.is_empty() {
+            parts.push(format!("controllers still enabled in cgroup.subtree_control: `{sc}`"));
+        }
+        if parts.is_empty() {
+            None
+        } else {
+            Some(parts.join("; "))
+        }
+    }
+
+    /// Kills everything in the scope and removes its sub-cgroups.
+    pub fn clear(&self) {
+        let _ = std::fs::write(self.path.join("cgroup.kill"), "1");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.procs().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for rel in self.children().into_iter().rev() {
+            let p = self.path.join(&rel);
+            if let Err(e) = std::fs::remove_dir(&p) {
+                eprintln!("harness: rmdir {}: {e}", p.display());
+            }
+        }
+    }
+}
+
+impl Drop for CgScope {
+    fn drop(&mut self) {
+        if self.leftovers().is_some() {
+            self.clear();
+        }
+        if let Err(e) = std::fs::remove_dir(&self.path) {
+            eprintln!("harness: rmdir {}: {e}; {:?}", self.path.display(), self.leftovers());
+        }
+    }
+}
+
+/// The cgroup (path as the test process sees it, e.g.
+/// `/delegated/scope-x/capsule.1.2/run.0/prog`) of a process.
+pub fn cgroup_of(pid: i32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
 }

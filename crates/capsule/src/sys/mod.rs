@@ -427,6 +427,11 @@ pub fn sethostname(name: &[u8]) -> SysResult<()> {
     check_int(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
 }
 
+pub fn sched_yield() {
+    // SAFETY: plain syscall without arguments.
+    unsafe { libc::sched_yield() };
+}
+
 pub fn getpid() -> i32 {
     // SAFETY: always succeeds.
     unsafe { libc::getpid() }

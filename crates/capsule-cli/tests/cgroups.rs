@@ -1,0 +1,533 @@
+//! cgroup v2 limits and accounting (`--memory`, `--pids`, `--cpu-time`,
+//! `--cpu-bandwidth`, `--cpus`, `--cgroup`, `--require-cgroups`,
+//! `--no-cgroups`), cleanup of the cgroups capsule creates, and the
+//! degraded mode without delegation.
+//!
+//! The cgroup tests need a delegated cgroup v2 hierarchy with controllers,
+//! which the development hosts (hybrid v1/v2) lack: they run in the VM,
+//!
+//! ```text
+//! /work/shared/vm/cgroup2-vm --as-root --timeout 1500 -- bash -c \
+//!   'export PATH=/root/.cargo/bin:$PATH; CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1 cargo test --offline --test cgroups'
+//! ```
+//!
+//! where the harness gives every capsule invocation a delegated scope of its
+//! own. Elsewhere they skip (even under `CAPSULE_TEST_STRICT=1`); under
+//! `CAPSULE_TEST_CGROUPS=1` they fail instead. The degraded-mode tests
+//! (`degraded_*`) run everywhere.
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Serializes the tests whose figures suffer from a busy machine (CPU time
+/// against a timer) or that load it (memory and fork bombs): the VM has two
+/// slow CPUs.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[track_caller]
+fn num(out: &Out, key: &str) -> f64 {
+    out.json()[key].as_f64().unwrap_or_else(|| panic!("`{key}` is not a number; {}", out.describe()))
+}
+
+#[track_caller]
+fn cpu_ms(out: &Out) -> f64 {
+    num(out, "cpu_user_ms") + num(out, "cpu_system_ms")
+}
+
+#[track_caller]
+fn assert_accounting(out: &Out, want: &str) {
+    assert_eq!(out.json()["accounting"], want, "accounting; {}", out.describe());
+}
+
+#[track_caller]
+fn assert_killed_by_limit(out: &Out, want: bool) {
+    assert_eq!(out.json()["killed_by_limit"], want, "killed_by_limit; {}", out.describe());
+}
+
+/// A normal, unlimited cgroup run: exit 0, accounting from the cgroup,
+/// nothing left behind.
+#[track_caller]
+fn assert_cgroup_ok(out: &Out) -> Kv {
+    let kv = out.assert_probe_ok();
+    assert_accounting(out, "cgroup");
+    assert_killed_by_limit(out, false);
+    out.assert_cgroups_clean();
+    kv
+}
+
+/// Whether `rel` (relative to a base cgroup) is a run's program cgroup,
+/// `capsule.<pid>.<starttime>.<run>/prog`
+fn is_prog_cgroup(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    if parts.len() != 2 {
+        return false;
+    }
+    let run: Vec<&str> = parts[0].split('.').collect();
+    run.len() == 4
+        && run[0] == "capsule"
+        && run[1..].iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        && parts[1] == "prog"
+}
+
+/// A process in the delegated area moved into `scope` by root, standing for
+/// the user's shell that lives in its systemd scope.
+fn shell_in(scope: &CgScope) -> HostProc {
+    let p = HostProc::hold(&unique("held:cgroup-shell"));
+    std::fs::write(scope.path.join("cgroup.procs"), p.child.id().to_string())
+        .unwrap_or_else(|e| panic!("move the stand-in shell into {}: {e}", scope.s()));
+    p
+}
+
+// Memory ----------------------------------------------------------------------
+
+/// A memory bomb under `--memory 64M` ends as memory-limit (123), OOM-killed
+/// by its cgroup; the machine is unaffected and the next run works.
+#[test]
+fn memory_bomb_hits_memory_limit() {
+    require_cgroups!("memory_bomb_hits_memory_limit");
+    let _g = heavy();
+    let out = run_probe(&["--memory", "64M", "--wall-time", "60s"], &["memory-bomb", "1024"]).run();
+    out.assert_code(123);
+    assert_eq!(out.status(), "memory-limit", "{}", out.describe());
+    assert_killed_by_limit(&out, true);
+    assert_accounting(&out, "cgroup");
+    assert!(out.kv().get("survived_mib").is_none(), "the bomb survived; {}", out.describe());
+    let peak = num(&out, "peak_memory_bytes");
+    eprintln!("memory bomb under --memory 64M: peak {:.2} MiB, last report {:?}", peak / MIB, out.kv().get("allocated_mib"));
+    assert!((32.0 * MIB..=64.0 * MIB).contains(&peak), "peak {:.1} MiB under --memory 64M; {}", peak / MIB, out.describe());
+    out.assert_cgroups_clean();
+    // The next run (no limit) is unaffected.
+    let out = run_probe(&[], &["touch-mib", "32"]).run();
+    assert_eq!(assert_cgroup_ok(&out).must("touched_mib"), "32", "{}", out.describe());
+}
+
+/// peak_memory_bytes comes from memory.peak: touched pages count, reserved
+/// but untouched address space does not.
+#[test]
+fn peak_memory_counts_touched_pages() {
+    require_cgroups!("peak_memory_counts_touched_pages");
+    let _g = heavy();
+    for opts in [&[][..], &["--memory", "512M"][..]] {
+        let out = run_probe(opts, &["touch-mib", "100"]).run();
+        assert_cgroup_ok(&out);
+        let peak = num(&out, "peak_memory_bytes") / MIB;
+        eprintln!("touch 100 MiB {opts:?}: peak {peak:.2} MiB");
+        assert!((100.0..=115.0).contains(&peak), "{opts:?}: touched 100 MiB, peak {peak:.1} MiB; {}", out.describe());
+    }
+    let out = run_probe(&[], &["reserve-mib", "400"]).run();
+    assert_eq!(assert_cgroup_ok(&out).must("reserved_mib"), "400", "{}", out.describe());
+    let peak = num(&out, "peak_memory_bytes") / MIB;
+    eprintln!("reserve 400 MiB: peak {peak:.2} MiB");
+    assert!(peak < 30.0, "reserved 400 MiB untouched, peak {peak:.1} MiB; {}", out.describe());
+}
+
+/// A run with a small memory limit does not leave it on the base: the next
+/// run in the same scope touches 100 MiB without a limit.
+#[test]
+fn memory_limit_does_not_carry_over() {
+    require_cgroups!("memory_limit_does_not_carry_over");
+    let _g = heavy();
+    let scope = CgScope::new("carry");
+    let out = run_probe(&["--memory", "32M", "--wall-time", "60s"], &["memory-bomb", "512"]).in_scope(&scope).run();
+    out.assert_code(123);
+    assert_eq!(out.status(), "memory-limit", "{}", out.describe());
+    assert!(scope.leftovers().is_none(), "after the limited run: {:?}", scope.leftovers());
+    let out = run_probe(&[], &["touch-mib", "100"]).in_scope(&scope).run();
+    let kv = out.assert_probe_ok();
+    assert_eq!(kv.must("touched_mib"), "100", "{}", out.describe());
+    assert_accounting(&out, "cgroup");
+    assert!(num(&out, "peak_memory_bytes") >= 100.0 * MIB, "{}", out.describe());
+    assert!(scope.leftovers().is_none(), "after the second run: {:?}", scope.leftovers());
+}
+
+// Processes -------------------------------------------------------------------
+
+/// A fork bomb under `--pids 40` gets at most 39 children (the probe is the
+/// 40th), the run ends, and pids_peak is at most 40.
+#[test]
+fn fork_bomb_stopped_by_pids_limit() {
+    require_cgroups!("fork_bomb_stopped_by_pids_limit");
+    let _g = heavy();
+    let out = run_probe(&["--pids", "40", "--wall-time", "60s"], &["fork-bomb", "500"]).run();
+    let kv = out.assert_probe_ok();
+    assert_accounting(&out, "cgroup");
+    let forked: u64 = kv.must("forked").parse().unwrap();
+    assert!((10..=39).contains(&forked), "forked {forked} with --pids 40; {}", out.describe());
+    assert_eq!(kv.must("fork_error"), "EAGAIN", "{}", out.describe());
+    let peak = out.json()["pids_peak"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("pids_peak must be a number with cgroups (pids.peak exists); {}", out.describe()));
+    eprintln!("fork bomb under --pids 40: forked {forked}, pids_peak {peak}");
+    assert!(peak <= 40 && peak > forked, "pids_peak {peak}, forked {forked}; {}", out.describe());
+    out.assert_cgroups_clean();
+}
+
+// CPU -------------------------------------------------------------------------
+
+/// `--cpu-time` counts every thread: two spinning threads are stopped after
+/// 500 ms of CPU in total (cpu-time-limit, 124), within 100 ms.
+#[test]
+fn cpu_time_limit_counts_all_threads() {
+    require_cgroups!("cpu_time_limit_counts_all_threads");
+    let _g = heavy();
+    let out = run_probe(&["--cpu-time", "500ms", "--wall-time", "60s"], &["spin-threads", "2"]).run();
+    out.assert_code(124);
+    assert_eq!(out.status(), "cpu-time-limit", "{}", out.describe());
+    assert_killed_by_limit(&out, true);
+    assert_accounting(&out, "cgroup");
+    let cpu = cpu_ms(&out);
+    eprintln!("2 threads under --cpu-time 500ms: cpu {cpu:.1} ms, wall {:.1} ms", num(&out, "wall_time_ms"));
+    assert!((500.0..=600.0).contains(&cpu), "cpu {cpu:.1} ms under --cpu-time 500ms; {}", out.describe());
+    out.assert_cgroups_clean();
+}
+
+/// A 300 ms single-thread burn is reported within ±15 ms.
+#[test]
+fn cpu_time_is_accurate() {
+    require_cgroups!("cpu_time_is_accurate");
+    let _g = heavy();
+    let out = run_probe(&[], &["burn-ms", "300"]).run();
+    let kv = assert_cgroup_ok(&out);
+    let own: f64 = kv.must("cpu_ms").parse().unwrap();
+    let cpu = cpu_ms(&out);
+    eprintln!("burn 300 ms: probe's clock {own:.2} ms, capsule {cpu:.2} ms");
+    assert!((285.0..=315.0).contains(&cpu), "burned {own:.1} ms (probe's clock), capsule reports {cpu:.1} ms; {}", out.describe());
+    assert!((cpu - own).abs() <= 15.0, "burned {own:.1} ms (probe's clock), capsule reports {cpu:.1} ms; {}", out.describe());
+}
+
+/// `--cpu-bandwidth 0.5` (cpu.max) halves the speed; `--cpus` (cpuset)
+/// restricts the CPUs the program may use.
+#[test]
+fn cpu_bandwidth_and_cpuset() {
+    require_cgroups!("cpu_bandwidth_and_cpuset");
+    let _g = heavy();
+    let out = run_probe(&["--cpu-bandwidth", "0.5"], &["burn-ms", "300"]).run();
+    assert_cgroup_ok(&out);
+    let wall = num(&out, "wall_time_ms");
+    eprintln!("burn 300 ms at --cpu-bandwidth 0.5: wall {wall:.1} ms, cpu {:.1} ms", cpu_ms(&out));
+    assert!(wall >= 500.0, "300 ms of CPU at 0.5 CPUs took {wall:.0} ms of wall time; {}", out.describe());
+    for (cpus, want) in [("0", "0"), ("1", "1"), ("0,1", "0,1")] {
+        let out = run_probe(&["--cpus", cpus], &["affinity"]).run();
+        assert_eq!(assert_cgroup_ok(&out).must("cpus"), want, "--cpus {cpus}; {}", out.describe());
+    }
+}
+
+// Inside view -----------------------------------------------------------------
+
+/// The program's cgroup namespace is rooted at its own cgroup.
+#[test]
+fn proc_self_cgroup_is_namespace_root() {
+    require_cgroups!("proc_self_cgroup_is_namespace_root");
+    let out = run_probe(&[], &["cat", "/proc/self/cgroup"]).run();
+    assert_eq!(assert_cgroup_ok(&out).must("content"), "0::/\\n", "{}", out.describe());
+}
+
+/// Writing `max` to every limit file the program can find (the read-only
+/// /sys/fs/cgroup of the host view, and a cgroup2 mount of its own in a
+/// nested user + mount + cgroup namespace) lifts neither the memory nor
+/// the pids limit.
+#[test]
+fn limits_cannot_be_lifted_from_inside() {
+    require_cgroups!("limits_cannot_be_lifted_from_inside");
+    let _g = heavy();
+    let out = run_probe(&["--memory", "64M", "--wall-time", "60s"], &["write-max-limits", "then", "memory-bomb", "1024"])
+        .run();
+    eprintln!("write-max-limits then memory-bomb:\n{}", out.stdout);
+    let kv = out.kv();
+    assert_eq!(kv.get("host.written"), Some("0"), "a write through the host view succeeded; {}", out.describe());
+    assert_eq!(kv.get("nested_host.written").unwrap_or("0"), "0", "{}", out.describe());
+    assert!(kv.get("survived_mib").is_none(), "the limit was lifted; {}", out.describe());
+    out.assert_code(123);
+    assert_eq!(out.status(), "memory-limit", "{}", out.describe());
+    assert_killed_by_limit(&out, true);
+    out.assert_cgroups_clean();
+
+    let out = run_probe(&["--pids", "40", "--wall-time", "60s"], &["write-max-limits", "then", "fork-bomb", "500"]).run();
+    let kv = out.assert_probe_ok();
+    assert_eq!(kv.get("host.written"), Some("0"), "{}", out.describe());
+    let forked: u64 = kv.must("forked").parse().unwrap();
+    assert!(forked <= 39, "forked {forked} with --pids 40 after write-max-limits; {}", out.describe());
+    assert_eq!(kv.must("fork_error"), "EAGAIN", "{}", out.describe());
+    assert_accounting(&out, "cgroup");
+    out.assert_cgroups_clean();
+}
+
+// Cleanup ---------------------------------------------------------------------
+
+/// After a run (normal, or killed by a limit) the base is exactly as before:
+/// its processes back in it, no sub-cgroup, no controller enabled.
+#[test]
+fn base_is_restored_with_its_processes() {
+    require_cgroups!("base_is_restored_with_its_processes");
+    let scope = CgScope::new("restore");
+    let mut shell = shell_in(&scope);
+    let shell_pid = shell.child.id() as i32;
+    let mut running = run_probe(&[], &["sleep", "2000"]).in_scope(&scope).spawn();
+    running.wait_line("ready=", Duration::from_secs(30));
+    // While the run lasts, the shell sits in capsule-leaf and controllers
+    // are enabled on the base.
+    let during = cgroup_of(shell_pid);
+    let leaf = format!("{}/capsule-leaf", scope.cgroup_path());
+    let sc = scope.subtree_control();
+    let out = running.wait();
+    assert_eq!(during.as_deref(), Some(leaf.as_str()), "the base's process during the run; {}", out.describe());
+    for c in ["memory", "pids", "cpu"] {
+        assert!(sc.split_whitespace().any(|x| x == c), "base subtree_control during the run: `{sc}`");
+    }
+    out.assert_probe_ok();
+    assert_accounting(&out, "cgroup");
+    assert!(shell.alive(), "the base's process was killed");
+    assert_eq!(cgroup_of(shell_pid), Some(scope.cgroup_path()), "the base's process was not moved back");
+    assert!(scope.children().is_empty(), "left behind: {:?}", scope.children());
+    assert_eq!(scope.subtree_control(), "", "controllers left enabled on the base");
+
+    // Killed by a limit: same.
+    let out = run_probe(&["--memory", "32M", "--wall-time", "60s"], &["memory-bomb", "512"]).in_scope(&scope).run();
+    out.assert_code(123);
+    assert_eq!(cgroup_of(shell_pid), Some(scope.cgroup_path()), "after a limit kill; {}", out.describe());
+    assert!(scope.children().is_empty(), "after a limit kill: {:?}", scope.children());
+    assert_eq!(scope.subtree_control(), "", "after a limit kill");
+}
+
+/// SIGKILL of capsule mid-run leaves its cgroups behind; the next capsule
+/// started from that base removes them (the crashed instance's
+/// `capsule.<pid>.<start>`) and, as the last instance, restores the base.
+#[test]
+fn crashed_instance_is_cleaned_by_next_start() {
+    require_cgroups!("crashed_instance_is_cleaned_by_next_start");
+    let scope = CgScope::new("crash");
+    let shell = shell_in(&scope);
+    let shell_pid = shell.child.id() as i32;
+    let mut running = run_probe(&["--wall-time", "60s"], &["sleep", "60000"]).in_scope(&scope).spawn();
+    running.wait_line("ready=", Duration::from_secs(30));
+    let before = scope.children();
+    assert!(
+        before.iter().any(|c| c.starts_with("capsule.")),
+        "no instance cgroup under the base during the run: {before:?}"
+    );
+    let pid = running.pid();
+    // SAFETY: pid is our child (capsule, exec'd by setpriv).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let _ = running.child.wait();
+    // The sandbox dies with capsule; its cgroups stay (nobody removed them).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while scope.procs().iter().any(|(_, p)| *p != shell_pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stale = scope.procs();
+    let crashed = scope.children();
+    eprintln!("after SIGKILL of capsule {pid}: sub-cgroups {crashed:?}, processes {stale:?}");
+    assert!(!stale.iter().any(|(_, p)| *p != shell_pid), "sandbox processes outlived capsule: {stale:?}");
+
+    // The next start (from the shell's cgroup, i.e. capsule-leaf) cleans up.
+    let out = run_probe(&[], &["exit", "0"]).in_scope(&scope).run();
+    out.assert_code(0);
+    assert_accounting(&out, "cgroup");
+    let left = scope.children();
+    assert!(left.is_empty(), "after the next run: {left:?} (crashed instance left {crashed:?}); {}", out.describe());
+    assert_eq!(scope.subtree_control(), "", "controllers left enabled on the base; {}", out.describe());
+    assert_eq!(cgroup_of(shell_pid), Some(scope.cgroup_path()), "the base's process was not moved back");
+    drop(shell);
+}
+
+/// Two capsule instances share a base; the one that exits first leaves the
+/// other's cgroups alone, the last one restores the base.
+#[test]
+fn concurrent_instances_share_a_base() {
+    require_cgroups!("concurrent_instances_share_a_base");
+    let scope = CgScope::new("shared");
+    let shell = shell_in(&scope);
+    let shell_pid = shell.child.id() as i32;
+    // The first run lasts until its wall-time limit, whatever the speed of
+    // the machine (the VM is slow: a fixed sleep may end during the second).
+    let mut a = run_probe(&["--wall-time", "10s"], &["sleep", "60000"]).in_scope(&scope).spawn();
+    a.wait_line("ready=", Duration::from_secs(30));
+    let before = (scope.children(), scope.procs());
+    let b = run_probe(&["--memory", "64M"], &["touch-mib", "8"]).in_scope(&scope).run();
+    eprintln!("second instance took {:?}", b.elapsed);
+    b.assert_probe_ok();
+    assert_accounting(&b, "cgroup");
+    let mid = prog_cgroups(&scope.path);
+    let mid_all = (scope.children(), scope.procs());
+    let sc = scope.subtree_control();
+    assert!(a.alive(), "the first instance ended too early to test anything");
+    let a = a.wait();
+    assert!(
+        !mid.is_empty(),
+        "the first run's cgroups were gone when the second instance exited: before it {before:?}, after it {mid_all:?}\n--- first: {}\n--- second: {}",
+        a.describe(),
+        b.describe()
+    );
+    assert!(sc.contains("memory"), "the second instance disabled the controllers the first needs: `{sc}`");
+    a.assert_code(124);
+    assert_eq!(a.status(), "wall-time-limit", "{}", a.describe());
+    assert_accounting(&a, "cgroup");
+    assert!(scope.children().is_empty(), "left behind: {:?}", scope.children());
+    assert_eq!(scope.subtree_control(), "", "controllers left enabled on the base");
+    assert_eq!(cgroup_of(shell_pid), Some(scope.cgroup_path()), "the base's process was not moved back");
+    drop(shell);
+}
+
+// Where the cgroups come from -------------------------------------------------
+
+/// The program cgroups (relative paths) holding processes under `scope`.
+fn prog_cgroups(scope: &std::path::Path) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut stack = vec![scope.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                let p = e.path();
+                let rel = p.strip_prefix(scope).unwrap().display().to_string();
+                let populated = !std::fs::read_to_string(p.join("cgroup.procs")).unwrap_or_default().trim().is_empty();
+                if populated && is_prog_cgroup(&rel) {
+                    v.push(rel);
+                }
+                stack.push(p);
+            }
+        }
+    }
+    v
+}
+
+/// With no `--cgroup`, capsule uses its own delegated cgroup as the base.
+#[test]
+fn own_delegated_cgroup_is_used() {
+    require_cgroups!("own_delegated_cgroup_is_used");
+    let mut running = run_probe(&[], &["sleep", "2000"]).spawn();
+    running.wait_line("ready=", Duration::from_secs(30));
+    let own = running.scope_path().unwrap().to_path_buf();
+    let progs = prog_cgroups(&own);
+    let out = running.wait();
+    assert!(!progs.is_empty(), "no populated capsule.<pid>.<start>.<n>/prog under {}; {}", own.display(), out.describe());
+    assert_cgroup_ok(&out);
+}
+
+/// `--cgroup PATH` (a separate delegated cgroup) is the base, not the
+/// caller's own cgroup.
+#[test]
+fn explicit_cgroup_is_used() {
+    require_cgroups!("explicit_cgroup_is_used");
+    let base = CgScope::new("explicit");
+    let mut running = run_probe(&["--cgroup", &base.s()], &["sleep", "2000"]).spawn();
+    running.wait_line("ready=", Duration::from_secs(30));
+    let own = running.scope_path().unwrap().to_path_buf();
+    let in_base = prog_cgroups(&base.path);
+    let in_own = prog_cgroups(&own);
+    let out = running.wait();
+    assert!(!in_base.is_empty(), "no populated run cgroup under --cgroup {}; {}", base.s(), out.describe());
+    assert!(in_own.is_empty(), "runs under the caller's own cgroup: {in_own:?}; {}", out.describe());
+    assert_cgroup_ok(&out);
+    assert!(base.leftovers().is_none(), "--cgroup base left: {:?}", base.leftovers());
+}
+
+/// `--no-cgroups` forces the degraded mode even with a delegated cgroup,
+/// and capsule then touches no cgroup at all.
+#[test]
+fn no_cgroups_flag_forces_degraded() {
+    require_cgroups!("no_cgroups_flag_forces_degraded");
+    let mut running = run_probe(&["--no-cgroups"], &["sleep", "1000"]).spawn();
+    running.wait_line("ready=", Duration::from_secs(30));
+    let own = running.scope_path().unwrap().to_path_buf();
+    let subs: Vec<_> = std::fs::read_dir(&own)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .map(|e| e.file_name())
+        .collect();
+    let out = running.wait();
+    out.assert_probe_ok();
+    assert_accounting(&out, "rusage");
+    assert!(subs.is_empty(), "--no-cgroups created cgroups: {subs:?}");
+    assert!(out.json()["pids_peak"].is_null(), "{}", out.describe());
+    out.assert_cgroups_clean();
+}
+
+/// `capsule check` names where the cgroups would come from (`cgroup-source`).
+#[test]
+fn check_names_cgroup_source() {
+    require_cgroups!("check_names_cgroup_source");
+    let line = |out: &Out| -> String {
+        let all = format!("{}\n{}", out.stdout, out.stderr);
+        all.lines()
+            .find(|l| l.contains("cgroup-source"))
+            .unwrap_or_else(|| panic!("no cgroup-source item; {}", out.describe()))
+            .to_string()
+    };
+    // In a delegated scope: that scope.
+    let out = capsule(&["check"]).run();
+    let l = line(&out);
+    let scope = out.scope.clone().unwrap();
+    let name = scope.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(l.contains(&name), "cgroup-source does not name the own delegated cgroup {name}: {l}\n{}", out.describe());
+    out.assert_cgroups_clean();
+    // In root's cgroup: no source (degraded).
+    let out = capsule(&["check"]).no_scope().run();
+    let l = line(&out);
+    assert!(!l.contains("scope-"), "{l}\n{}", out.describe());
+    assert!(!l.starts_with("ok"), "no delegated cgroup, yet: {l}\n{}", out.describe());
+}
+
+// Degraded mode (everywhere: the host has no delegation; in the VM the run
+// starts in root's cgroup) ---------------------------------------------------
+
+/// Without delegation, `--pids` and `--cpu-time` still run with their
+/// rlimit fallbacks (RLIMIT_NPROC, RLIMIT_CPU in whole seconds), and the
+/// accounting is `rusage`.
+#[test]
+fn degraded_limits_fall_back() {
+    require!("degraded_limits_fall_back", userns_available());
+    let out = run_probe(&["--pids", "20"], &["touch-mib", "8"]).no_scope().run();
+    let kv = out.assert_probe_ok();
+    assert_eq!(kv.must("touched_mib"), "8", "{}", out.describe());
+    assert_accounting(&out, "rusage");
+    assert_killed_by_limit(&out, false);
+    assert!(out.json()["pids_peak"].is_null(), "pids_peak without cgroups; {}", out.describe());
+    let _g = heavy();
+    let out = run_probe(&["--cpu-time", "500ms", "--wall-time", "30s"], &["spin-threads", "1"]).no_scope().run();
+    out.assert_code(124);
+    assert_eq!(out.status(), "cpu-time-limit", "{}", out.describe());
+    assert_accounting(&out, "rusage");
+    assert_killed_by_limit(&out, true);
+    let cpu = cpu_ms(&out);
+    eprintln!("degraded --cpu-time 500ms: cpu {cpu:.1} ms, signal-free status {}", out.status());
+    assert!((450.0..=2100.0).contains(&cpu), "cpu {cpu:.0} ms under --cpu-time 500ms (RLIMIT_CPU); {}", out.describe());
+}
+
+/// Without delegation, the limits that only cgroups can enforce
+/// (`--memory`, `--cpu-bandwidth`, `--cpus`) and `--require-cgroups` are
+/// errors (125, nothing run) whose message explains delegation.
+#[test]
+fn degraded_cgroup_only_limits_are_errors() {
+    require!("degraded_cgroup_only_limits_are_errors", userns_available());
+    for opts in [
+        &["--require-cgroups"][..],
+        &["--require-cgroups", "--pids", "10"][..],
+        &["--memory", "64M"][..],
+        &["--cpu-bandwidth", "0.5"][..],
+        &["--cpus", "0"][..],
+    ] {
+        let out = run_probe(opts, &["exit", "0"]).no_scope().run();
+        out.assert_code(125);
+        assert!(!out.stdout.contains("done="), "{opts:?}: the program ran; {}", out.describe());
+        assert!(
+            out.stderr.to_lowercase().contains("delegat"),
+            "{opts:?}: the message does not explain delegation; {}",
+            out.describe()
+        );
+        if let Some(j) = &out.json {
+            assert_eq!(j["status"], "error", "{opts:?}: {}", out.describe());
+        }
+    }
+}
