@@ -23,7 +23,12 @@ command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust (r
 strict=${CAPSULE_TEST_STRICT:-0}
 
 cargo build --workspace --all-targets
-cargo test --workspace "$@"
+# On this machine: everything but the cgroup v2 tests, which need a delegated
+# cgroup v2 hierarchy and run in the VM below (they would only skip here, and
+# a skip must not count as a pass); of those, the degraded-mode ones
+# (`degraded_*`) run here, where there is no delegation.
+cargo test --workspace --lib --bins --test cli --test isolation "$@"
+cargo test -p capsule-cli --test cgroups "$@" degraded_
 
 # --- the cgroup v2 stage, in the VM -------------------------------------------
 # As root there, the harness gives each capsule invocation a delegated scope
