@@ -228,6 +228,9 @@ kids1=$(child_ticks)
 other=$(awk -v t=$((total1 - total0)) -v i=$((idle1 - idle0)) -v k=$((kids1 - kids0)) \
     'BEGIN { o = t - i - k; printf "%.0f", (t > 0 && o > 0 ? 100 * o / t : 0) }')
 log "VM finished after ${elapsed}s; the host's CPUs spent ${other}% of that time on other work"
+if ((other > 10)); then
+    log "warning: other work on the host pulls the cgroups/no-cgroups ratio towards 1; re-run on a quiet host"
+fi
 
 # --- statistics ----------------------------------------------------------------------
 # Writes $out/results.md (the tables, the verdict) and $out/rounds.tsv.
@@ -390,21 +393,29 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "- Host CPUs busy with other work: ${busy}% just before, ${other}% during the ${elapsed} s"
     echo "  in the VM (the vCPUs are host threads: other work on the host slows them down)"
     echo
+    if ((other > 10)); then
+        echo "**Warning: the host spent ${other}% of its CPU time on other work during the"
+        echo "measurement.** Contention delays every process hand-over between the VM's"
+        echo "vCPUs, by about as much in both capsule runs, which inflates the absolute times"
+        echo "and pulls the ratio towards 1. Re-run on a quiet host before relying on it."
+        echo
+    fi
     cat "$out/results.md"
     echo
     cat "$out/verdict.md"
     echo
-    echo "What one cgroup run does here, every invocation (the one-shot \`capsule run\`"
+    echo "What the cgroup run does here, every invocation (the one-shot \`capsule run\`"
     echo "is its own supervisor): as \`bench-base\` has no controllers enabled for its"
-    echo "children, create \`bench-base/capsule-leaf\` and enable cpu, memory, pids and"
-    echo "cpuset in \`bench-base\`; create the instance cgroup \`capsule.<pid>.<start>\`"
-    echo "and enable them there; create \`run.0\`, write \`memory.swap.max\`,"
-    echo "\`memory.oom.group\`, \`cgroup.pressure\` and its \`cgroup.subtree_control\`,"
-    echo "create \`run.0/prog\` and open its \`cgroup.procs\` and \`cpu.stat\`; the program"
-    echo "moves itself in; afterwards read \`cpu.stat\`, \`memory.peak\`, \`pids.peak\`"
-    echo "and \`memory.events\`, write \`cgroup.kill\`, remove the three cgroups, disable"
-    echo "the controllers in \`bench-base\` again and remove the leaf. A supervisor that"
-    echo "serves many runs pays the instance and base set-up once."
+    echo "children, create \`bench-base/capsule-leaf\` (for processes of \`bench-base\`,"
+    echo "none here) and enable cpu, memory, pids and cpuset in \`bench-base\`; create"
+    echo "the run's cgroup \`capsule.<pid>.<start>.0\`, write its \`memory.swap.max\`,"
+    echo "\`memory.oom.group\`, \`cgroup.pressure\` and \`cgroup.subtree_control\`, create"
+    echo "\`prog\` below it and open its \`cgroup.procs\` and \`cpu.stat\`; the program"
+    echo "moves itself into \`prog\` (a write to \`cgroup.procs\`) before its \`execve\`;"
+    echo "afterwards read \`cpu.stat\`, \`memory.peak\`, \`pids.peak\` and"
+    echo "\`memory.events\`, write \`cgroup.kill\`, remove both cgroups, disable the"
+    echo "controllers in \`bench-base\` again and remove the leaf. A supervisor that"
+    echo "serves many runs pays the set-up of \`bench-base\` once."
     echo
     echo "Statistics are over all runs of all rounds. The per-round ratios compare"
     echo "commands measured seconds apart, so load that drifts during the measurement"

@@ -38,10 +38,13 @@ use crate::error::SysError;
 use crate::spec::Limits;
 use crate::sys;
 
-/// Controllers capsule uses, in the order it enables them.
-const CONTROLLERS: [&str; 4] = ["cpu", "memory", "pids", "cpuset"];
+/// Controllers every run gets. `cpu` and `cpuset` are enabled on the base
+/// only when a run asks for `cpu_bandwidth` or `cpus`: each enabled
+/// controller is state the kernel builds and tears down for every cgroup of
+/// every run (`cpu.stat` exists without the cpu controller).
+const CONTROLLERS: [&str; 2] = ["memory", "pids"];
 /// Controllers without which capsule does not use cgroups at all.
-const REQUIRED: [&str; 3] = ["cpu", "memory", "pids"];
+const REQUIRED: [&str; 2] = ["memory", "pids"];
 const LEAF: &str = "capsule-leaf";
 const INSTANCE_PREFIX: &str = "capsule.";
 /// cpu.max period, µs.
@@ -296,8 +299,8 @@ pub(crate) struct Instance {
     base: PathBuf,
     /// `capsule.<pid>.<starttime>.`
     prefix: String,
-    /// Controllers enabled for the runs.
-    controllers: Vec<&'static str>,
+    /// Controllers enabled on the base for the runs.
+    controllers: std::cell::RefCell<Vec<&'static str>>,
     next_run: Cell<u64>,
 }
 
@@ -340,7 +343,12 @@ impl Instance {
         let pid = sys::getpid() as u32;
         let start = start_time(pid).unwrap_or(0);
         let prefix = format!("{INSTANCE_PREFIX}{pid}.{start}.");
-        Ok(Instance { base: base.to_path_buf(), prefix, controllers, next_run: Cell::new(0) })
+        Ok(Instance {
+            base: base.to_path_buf(),
+            prefix,
+            controllers: std::cell::RefCell::new(controllers),
+            next_run: Cell::new(0),
+        })
     }
 
     fn own_runs(&self) -> Vec<PathBuf> {
@@ -357,11 +365,25 @@ impl Instance {
 
     /// Creates the cgroups of one run and writes its limits.
     pub(crate) fn new_run(&self, limits: &Limits) -> Result<RunCgroup, SysError> {
+        // cpu and cpuset, the first time a run needs them (B holds no
+        // processes by now, so it may hand them out any time).
+        for (controller, wanted) in [("cpu", limits.cpu_bandwidth.is_some()), ("cpuset", limits.cpus.is_some())] {
+            if wanted && !self.controllers.borrow().contains(&controller) {
+                let available = controllers_of(&self.base, "cgroup.controllers");
+                if !available.iter().any(|a| a == controller) {
+                    return Err(SysError::new(format!("enabling the {controller} controller"), libc::EOPNOTSUPP)
+                        .path(self.base.display().to_string())
+                        .hint(format!("the {controller} controller is not delegated to this cgroup")));
+                }
+                write(&self.base.join("cgroup.subtree_control"), &format!("+{controller}"))?;
+                self.controllers.borrow_mut().push(controller);
+            }
+        }
         let n = self.next_run.get();
         self.next_run.set(n + 1);
         let run = self.base.join(format!("{}{n}", self.prefix));
         fs::create_dir(&run).map_err(|e| err("mkdir", &run, e))?;
-        let rc = RunCgroup::configure(run.clone(), limits, &self.controllers);
+        let rc = RunCgroup::configure(run.clone(), limits);
         if rc.is_err() {
             remove_tree(&run);
         }
@@ -406,7 +428,7 @@ pub(crate) struct RunCgroup {
     prog: PathBuf,
     /// `prog/cgroup.procs`, for the tracee to move itself in.
     pub procs: OwnedFd,
-    /// `prog/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
+    /// `run/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
     pub cpu_stat: OwnedFd,
     /// `run/cgroup.kill`.
     pub kill: Option<OwnedFd>,
@@ -436,8 +458,7 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 }
 
 impl RunCgroup {
-    fn configure(run: PathBuf, limits: &Limits, controllers: &[&str]) -> Result<Self, SysError> {
-        let has = |c: &str| controllers.contains(&c);
+    fn configure(run: PathBuf, limits: &Limits) -> Result<Self, SysError> {
         // The limits, on `run` (out of the program's sight) ...
         let mut files: Vec<(&str, String)> = Vec::new();
         if let Some(m) = limits.memory {
@@ -453,10 +474,6 @@ impl RunCgroup {
             files.push(("cpu.max", format!("{quota} {CPU_PERIOD_US}")));
         }
         if let Some(cpus) = &limits.cpus {
-            if !has("cpuset") {
-                return Err(SysError::new("limits.cpus", libc::EOPNOTSUPP)
-                    .hint("the cpuset controller is not delegated to this cgroup"));
-            }
             files.push(("cpuset.cpus", cpus.clone()));
         }
         for (f, v) in &files {
@@ -469,20 +486,37 @@ impl RunCgroup {
         }
         // PSI costs a little on every scheduling event; nobody reads it here.
         let _ = fs::write(run.join("cgroup.pressure"), "0");
-        let want: Vec<String> = controllers.iter().map(|c| format!("+{c}")).collect();
-        write(&run.join("cgroup.subtree_control"), &want.join(" "))?;
         // ... and mirrored on `prog`, for programs that size themselves by
-        // their own limits (JVM, Go): writing there lifts nothing.
+        // their own limits (JVM, Go), which needs the controller there too;
+        // writing there lifts nothing. Without such a limit, `prog` stays a
+        // bare cgroup: `run` holds nothing else, so its figures are the
+        // program's.
+        let mirrored: Vec<(&str, &str)> = files
+            .iter()
+            .filter_map(|(f, _)| {
+                let controller = match *f {
+                    "memory.max" => "memory",
+                    "pids.max" => "pids",
+                    "cpu.max" => "cpu",
+                    _ => return None,
+                };
+                Some((controller, *f))
+            })
+            .collect();
+        if !mirrored.is_empty() {
+            let want: Vec<String> = mirrored.iter().map(|(c, _)| format!("+{c}")).collect();
+            write(&run.join("cgroup.subtree_control"), &want.join(" "))?;
+        }
         let prog = run.join("prog");
         fs::create_dir(&prog).map_err(|e| err("mkdir", &prog, e))?;
         for (f, v) in &files {
-            if matches!(*f, "memory.max" | "pids.max" | "cpu.max") {
+            if mirrored.iter().any(|(_, m)| m == f) {
                 let _ = fs::write(prog.join(f), v);
             }
         }
         let _ = fs::write(prog.join("cgroup.pressure"), "0");
         let procs = open_at(&prog.join("cgroup.procs"), libc::O_WRONLY)?;
-        let cpu_stat = open_at(&prog.join("cpu.stat"), libc::O_RDONLY)?;
+        let cpu_stat = open_at(&run.join("cpu.stat"), libc::O_RDONLY)?;
         let kill = open_at(&run.join("cgroup.kill"), libc::O_WRONLY).ok();
         Ok(RunCgroup { run, prog, procs, cpu_stat, kill })
     }
@@ -490,15 +524,16 @@ impl RunCgroup {
     /// Reads the run's accounting (after every process of the run is gone).
     pub(crate) fn stats(&self) -> Stats {
         let read = |p: PathBuf| fs::read_to_string(p).unwrap_or_default();
-        let cpu = read(self.prog.join("cpu.stat"));
+        // `run` holds the program's processes and nothing else.
+        let cpu = read(self.run.join("cpu.stat"));
         let events = read(self.run.join("memory.events"));
         Stats {
             user_us: keyed(&cpu, "user_usec").unwrap_or(0),
             system_us: keyed(&cpu, "system_usec").unwrap_or(0),
-            memory_peak: read(self.prog.join("memory.peak")).trim().parse().ok(),
+            memory_peak: read(self.run.join("memory.peak")).trim().parse().ok(),
             memory_max_events: keyed(&events, "max").unwrap_or(0),
             oom_kills: keyed(&events, "oom_kill").unwrap_or(0),
-            pids_peak: read(self.prog.join("pids.peak")).trim().parse().ok(),
+            pids_peak: read(self.run.join("pids.peak")).trim().parse().ok(),
         }
     }
 
