@@ -426,8 +426,8 @@ impl Drop for Instance {
 pub(crate) struct RunCgroup {
     run: PathBuf,
     prog: PathBuf,
-    /// `prog/cgroup.procs`, for the tracee to move itself in.
-    pub procs: OwnedFd,
+    /// `prog`, for the tracee to be born in (CLONE_INTO_CGROUP).
+    pub prog_dir: OwnedFd,
     /// `run/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
     pub cpu_stat: OwnedFd,
     /// `run/cgroup.kill`.
@@ -515,10 +515,10 @@ impl RunCgroup {
             }
         }
         let _ = fs::write(prog.join("cgroup.pressure"), "0");
-        let procs = open_at(&prog.join("cgroup.procs"), libc::O_WRONLY)?;
+        let prog_dir = open_at(&prog, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let cpu_stat = open_at(&run.join("cpu.stat"), libc::O_RDONLY)?;
         let kill = open_at(&run.join("cgroup.kill"), libc::O_WRONLY).ok();
-        Ok(RunCgroup { run, prog, procs, cpu_stat, kill })
+        Ok(RunCgroup { run, prog, prog_dir, cpu_stat, kill })
     }
 
     /// Reads the run's accounting (after every process of the run is gone).
@@ -547,7 +547,7 @@ impl RunCgroup {
 
     pub(crate) fn raw_fds(&self) -> CgroupFds {
         CgroupFds {
-            procs: self.procs.as_raw_fd(),
+            prog_dir: self.prog_dir.as_raw_fd(),
             cpu_stat: self.cpu_stat.as_raw_fd(),
             kill: self.kill.as_ref().map_or(-1, |f| f.as_raw_fd()),
         }
@@ -557,7 +557,8 @@ impl RunCgroup {
 /// The run's cgroup descriptors as the children see them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CgroupFds {
-    pub procs: RawFd,
+    /// The program's cgroup directory.
+    pub prog_dir: RawFd,
     pub cpu_stat: RawFd,
     /// -1 when the kernel has no cgroup.kill.
     pub kill: RawFd,

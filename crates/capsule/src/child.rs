@@ -57,7 +57,6 @@ pub(crate) enum Step {
     DetachOldRoot,
     CloneTracee,
     TraceeIdMap,
-    CgroupMove,
     CgroupNamespace,
     Setsid,
     Stdio,
@@ -71,12 +70,12 @@ pub(crate) enum Step {
     Wait,
 }
 
-const STEPS: [Step; 39] = [
+const STEPS: [Step; 38] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
     Step::Dev, Step::Dir, Step::File, Step::Symlink, Step::Hide, Step::RootReadonly,
-    Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupMove, Step::CgroupNamespace, Step::Setsid,
+    Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait,
 ];
@@ -116,7 +115,6 @@ impl Step {
             Step::DetachOldRoot => "detaching the old root (umount2)",
             Step::CloneTracee => "cloning the tracee (clone3 CLONE_NEWUSER|CLONE_NEWNS)",
             Step::TraceeIdMap => "writing the tracee's uid/gid maps",
-            Step::CgroupMove => "moving the program into its cgroup (cgroup.procs)",
             Step::CgroupNamespace => "creating the program's cgroup namespace (unshare CLONE_NEWCGROUP)",
             Step::Setsid => "starting a new session (setsid)",
             Step::Stdio => "setting up stdin/stdout/stderr (dup2)",
@@ -374,7 +372,8 @@ fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never,
     // clone returns the program is running, or the tracee has recorded why
     // it is not.
     let args = TraceeArgs { plan, shared, proc: p };
-    let tracee = sys::clone_vfork(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, stack, &args, tracee)
+    let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
+    let tracee = sys::clone_vfork(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, cgroup, stack, &args, tracee)
         .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     drop(proc);
     // The run's stdio belongs to the tracee alone: a pipe must see EOF when
@@ -528,13 +527,9 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
         .and_then(|_| write_proc(proc, b"gid_map", plan.tracee_gid_map.to_bytes()))
         .and_then(|_| write_proc(proc, b"uid_map", plan.tracee_uid_map.to_bytes()))
         .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
-    // Into the run's cgroup (the descriptor was opened by the supervisor,
-    // whose view of the hierarchy includes both ends of the move), then a
-    // cgroup namespace rooted there: the program sees itself at `/` and
-    // nothing of the cgroups above, where its limits are.
-    if let Some(cg) = &plan.cgroup {
-        sys::write_all(cg.procs, b"0").map_err(|e| Fail::new(Step::CgroupMove, e))?;
-    }
+    // Born in the run's cgroup (CLONE_INTO_CGROUP); a cgroup namespace
+    // rooted there: the program sees itself at `/` and nothing of the
+    // cgroups above, where its limits are.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|e| Fail::new(Step::CgroupNamespace, e))?;
     // Signal mask and ignored signals survive execve: give the program
     // defaults (PID 1 blocked SIGCHLD, Rust ignores SIGPIPE).

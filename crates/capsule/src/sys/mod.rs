@@ -510,34 +510,77 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
 /// Creates a child like posix_spawn: it shares the caller's memory and runs
 /// `child(arg)` on `stack`, and the caller is suspended until the child
 /// calls execve or exits (CLONE_VM | CLONE_VFORK). `flags` adds namespace
-/// flags. The child must only make raw syscalls (no allocation: the heap
-/// is the caller's) and must end in execve or [`exit`].
-pub fn clone_vfork<T>(flags: i32, stack: &Stack, arg: &T, child: fn(&T) -> !) -> SysResult<i32> {
+/// flags; with `cgroup`, the child is born in that cgroup
+/// (CLONE_INTO_CGROUP: no migration afterwards, which would take the
+/// cgroup threadgroup lock for writing and wait for an RCU grace period).
+/// The child must only make raw syscalls (no allocation: the heap is the
+/// caller's) and must end in execve or [`exit`].
+pub fn clone_vfork<T>(
+    flags: i32,
+    cgroup: Option<RawFd>,
+    stack: &Stack,
+    arg: &T,
+    child: fn(&T) -> !,
+) -> SysResult<i32> {
     struct Call<'a, T> {
         arg: &'a T,
         child: fn(&T) -> !,
     }
-    extern "C" fn trampoline<T>(p: *mut libc::c_void) -> libc::c_int {
+    extern "C" fn trampoline<T>(p: *const libc::c_void) -> ! {
         // SAFETY: `p` is the `Call` on the parent's stack below, which stays
         // alive and untouched while the parent is suspended (CLONE_VFORK).
         let call = unsafe { &*(p as *const Call<'_, T>) };
         (call.child)(call.arg)
     }
     let call = Call { arg, child };
-    // The stack grows down: start at its 16-byte aligned top.
-    let top = (stack.base as usize + stack.len) & !15;
-    // SAFETY: `top` is the aligned end of a live private mapping used only
-    // as this child's stack; `call` outlives the child's use of it because
-    // the caller is suspended until the child execs or exits.
-    let pid = unsafe {
-        libc::clone(
-            trampoline::<T>,
-            top as *mut libc::c_void,
-            flags | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &call as *const Call<'_, T> as *mut libc::c_void,
-        )
+    let mut args = CloneArgs {
+        flags: (flags as u64)
+            | libc::CLONE_VM as u64
+            | libc::CLONE_VFORK as u64
+            | if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 },
+        exit_signal: libc::SIGCHLD as u64,
+        // clone3 takes the lowest address and the size; the kernel starts
+        // the child at the top.
+        stack: stack.base as u64,
+        stack_size: (stack.len & !15) as u64,
+        cgroup: cgroup.unwrap_or(0) as u64,
+        ..Default::default()
     };
-    check_int(pid)
+    let ret: i64;
+    // SAFETY: clone3 with CLONE_VM starts the child right after the
+    // `syscall` instruction with the same registers but rsp at the top of
+    // `stack`, a live private mapping used only by this child. The child
+    // path never returns into Rust code: it calls `trampoline(call)` (r12,
+    // r13 survive the syscall) on the new, 16-byte aligned stack, and the
+    // trampoline ends in execve or _exit. The parent is suspended until
+    // then (CLONE_VFORK), so `call`, `args` and what they point to stay
+    // valid; it resumes here with rax = pid or -errno. rcx and r11 are
+    // clobbered by `syscall`.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            // child
+            "xor ebp, ebp",
+            "mov rdi, r13",
+            "call r12",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &mut args as *mut CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") trampoline::<T> as *const (),
+            in("r13") &call as *const Call<'_, T>,
+            out("rcx") _,
+            out("r11") _,
+        );
+    }
+    if ret < 0 {
+        Err(-ret as Errno)
+    } else {
+        Ok(ret as i32)
+    }
 }
 
 /// A stack for [`clone_vfork`] children: a private anonymous mapping,
