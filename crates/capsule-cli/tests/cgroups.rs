@@ -429,7 +429,14 @@ fn explicit_cgroup_is_used() {
     assert!(!in_base.is_empty(), "no populated run cgroup under --cgroup {}; {}", base.s(), out.describe());
     assert!(in_own.is_empty(), "runs under the caller's own cgroup: {in_own:?}; {}", out.describe());
     assert_cgroup_ok(&out);
-    assert!(base.leftovers().is_none(), "--cgroup base left: {:?}", base.leftovers());
+    // An empty base held no processes, so capsule needed no leaf; it keeps
+    // the controllers it enabled there (nothing to give back, and the next
+    // run need not enable them again), and leaves no cgroup or process.
+    assert!(base.children().is_empty(), "--cgroup base left sub-cgroups: {:?}", base.children());
+    assert!(base.procs().is_empty(), "--cgroup base left processes: {:?}", base.procs());
+    assert!(!base.path.join("capsule-leaf").exists(), "a leaf in an empty base");
+    let sc = base.subtree_control();
+    assert!(sc.split_whitespace().all(|c| c == "memory" || c == "pids"), "unexpected controllers `{sc}`");
 }
 
 /// `--no-cgroups` forces the degraded mode even with a delegated cgroup,

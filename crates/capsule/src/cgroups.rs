@@ -330,13 +330,17 @@ impl Instance {
         let enabled = controllers_of(base, "cgroup.subtree_control");
         if controllers.iter().any(|c| !enabled.iter().any(|e| e == c)) {
             // "No internal processes": B's processes (the caller among them)
-            // move to a leaf before B may hand controllers to children.
-            let leaf = base.join(LEAF);
-            match fs::create_dir(&leaf) {
-                Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(err("mkdir", &leaf, e)),
-                _ => {}
+            // move to a leaf before B may hand controllers to children. An
+            // empty B (an administrator's subtree) needs no leaf, and keeps
+            // its controllers enabled: nothing to give back.
+            if !pids_of(base).is_empty() {
+                let leaf = base.join(LEAF);
+                match fs::create_dir(&leaf) {
+                    Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(err("mkdir", &leaf, e)),
+                    _ => {}
+                }
+                move_all(base, &leaf)?;
             }
-            move_all(base, &leaf)?;
             let want: Vec<String> = controllers.iter().map(|c| format!("+{c}")).collect();
             write(&base.join("cgroup.subtree_control"), &want.join(" "))?;
         }

@@ -50,6 +50,8 @@ pub struct Supervisor {
     cgroups: Option<Instance>,
     /// Where the cgroups come from, or why there are none.
     cgroup_note: String,
+    /// CPUs the supervisor may run on (its affinity mask).
+    cpus: u64,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -120,6 +122,7 @@ impl Supervisor {
             tracee_stack,
             cgroups,
             cgroup_note,
+            cpus: sys::cpu_count(),
         })
     }
 
@@ -304,7 +307,7 @@ impl Supervisor {
             stdio,
             cgroup: cgroup.map(RunCgroup::raw_fds),
             cpu_time_ns: spec.limits.cpu_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
-            parallelism: parallelism(&spec.limits),
+            parallelism: parallelism(self.cpus, &spec.limits),
         };
         plan.argv_ptrs = plan.argv.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
         plan.envp_ptrs = plan.envp.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
@@ -445,9 +448,9 @@ impl Supervisor {
     }
 }
 
-/// Most CPUs a run can keep busy at once.
-fn parallelism(l: &crate::spec::Limits) -> u64 {
-    let mut n = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+/// Most CPUs a run can keep busy at once, of the supervisor's `cpus`.
+fn parallelism(cpus: u64, l: &crate::spec::Limits) -> u64 {
+    let mut n = cpus;
     if let Some(p) = l.pids {
         n = n.min(p);
     }

@@ -427,6 +427,19 @@ pub fn sethostname(name: &[u8]) -> SysResult<()> {
     check_int(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
 }
 
+/// CPUs in the caller's affinity mask.
+pub fn cpu_count() -> u64 {
+    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: set is a writable, zeroed cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_mut_ptr()) };
+    if r != 0 {
+        return 1;
+    }
+    // SAFETY: zeroed, then filled by sched_getaffinity: a valid cpu_set_t,
+    // which CPU_COUNT only reads.
+    (unsafe { libc::CPU_COUNT(&set.assume_init()) } as u64).max(1)
+}
+
 pub fn sched_yield() {
     // SAFETY: plain syscall without arguments.
     unsafe { libc::sched_yield() };
