@@ -46,59 +46,11 @@ fn errno() -> i32 {
 
 /// Symbolic errno name, for the values the probe can plausibly meet.
 fn errno_name(e: i32) -> String {
-    use libc::*;
-    let s = match e {
-        0 => "ok",
-        EPERM => "EPERM",
-        ENOENT => "ENOENT",
-        ESRCH => "ESRCH",
-        EINTR => "EINTR",
-        EIO => "EIO",
-        ENXIO => "ENXIO",
-        E2BIG => "E2BIG",
-        ENOEXEC => "ENOEXEC",
-        EBADF => "EBADF",
-        ECHILD => "ECHILD",
-        EAGAIN => "EAGAIN",
-        ENOMEM => "ENOMEM",
-        EACCES => "EACCES",
-        EFAULT => "EFAULT",
-        EBUSY => "EBUSY",
-        EEXIST => "EEXIST",
-        EXDEV => "EXDEV",
-        ENODEV => "ENODEV",
-        ENOTDIR => "ENOTDIR",
-        EISDIR => "EISDIR",
-        EINVAL => "EINVAL",
-        ENFILE => "ENFILE",
-        EMFILE => "EMFILE",
-        ENOTTY => "ENOTTY",
-        ETXTBSY => "ETXTBSY",
-        EFBIG => "EFBIG",
-        ENOSPC => "ENOSPC",
-        EROFS => "EROFS",
-        EMLINK => "EMLINK",
-        EPIPE => "EPIPE",
-        ENAMETOOLONG => "ENAMETOOLONG",
-        ENOSYS => "ENOSYS",
-        ENOTEMPTY => "ENOTEMPTY",
-        ELOOP => "ELOOP",
-        EOPNOTSUPP => "EOPNOTSUPP",
-        EAFNOSUPPORT => "EAFNOSUPPORT",
-        EADDRNOTAVAIL => "EADDRNOTAVAIL",
-        ENETDOWN => "ENETDOWN",
-        ENETUNREACH => "ENETUNREACH",
-        ECONNREFUSED => "ECONNREFUSED",
-        ECONNRESET => "ECONNRESET",
-        ETIMEDOUT => "ETIMEDOUT",
-        EHOSTUNREACH => "EHOSTUNREACH",
-        EUSERS => "EUSERS",
-        EOVERFLOW => "EOVERFLOW",
-        ENOTSOCK => "ENOTSOCK",
-        EPROTONOSUPPORT => "EPROTONOSUPPORT",
-        _ => return format!("E{e}"),
-    };
-    s.to_string()
+    match (e, capsule::error::errno_name(e)) {
+        (0, _) => "ok".to_string(),
+        (_, "E?") => format!("E{e}"),
+        (_, name) => name.to_string(),
+    }
 }
 
 /// `ok` when `ret` is not -1, else the errno name.

@@ -71,7 +71,7 @@ pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 pub const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
 
 #[repr(C)]
-struct MountAttr {
+pub(super) struct MountAttr {
     attr_set: u64,
     attr_clr: u64,
     propagation: u64,
@@ -79,7 +79,7 @@ struct MountAttr {
 }
 
 #[repr(C)]
-struct OpenHow {
+pub(super) struct OpenHow {
     flags: u64,
     mode: u64,
     resolve: u64,
@@ -87,7 +87,7 @@ struct OpenHow {
 
 #[repr(C)]
 #[derive(Default)]
-struct CloneArgs {
+pub(super) struct CloneArgs {
     flags: u64,
     pidfd: u64,
     child_tid: u64,

@@ -21,6 +21,7 @@ use std::path::Path;
 use libc::{c_int, c_uint, c_ulong};
 
 use crate::error::errno_text;
+use super::{CloneArgs, MountAttr, OpenHow};
 
 // Constants from the kernel UAPI headers that the libc crate does not carry
 // on every target.
@@ -54,37 +55,6 @@ pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 pub const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 /// `statfs` magic of tmpfs (what /sys/fs/cgroup is in hybrid and v1 layouts).
 pub const TMPFS_MAGIC: i64 = 0x0102_1994;
-
-/// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// `struct clone_args` (CLONE_ARGS_SIZE_VER0).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-}
-
-/// `struct open_how`.
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
 
 /// File systems the probes create; the index travels in [`Failure::arg`].
 const FS_TMPFS: u32 = 0;
