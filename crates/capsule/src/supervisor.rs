@@ -149,6 +149,10 @@ impl Supervisor {
 
     /// Runs one spec with the given stdio and waits for it.
     pub fn run(&self, spec: &RunSpec, stdio: [RawFd; 3]) -> RunResult {
+        // The one validation of the spec, before anything is made for it.
+        if let Err(e) = spec.validate() {
+            return RunResult::error(e.to_string());
+        }
         // How PID 1 joins the network: while the loopback namespace is still
         // being made, PID 1 receives it over a socket once it is ready.
         let mut pending = None;
@@ -239,7 +243,6 @@ impl Supervisor {
         net: NetJoin,
         cgroup: Option<&RunCgroup>,
     ) -> Result<(Plan, Vec<String>), Error> {
-        spec.validate()?;
         let mut names: Vec<String> = Vec::new();
         let c = |s: &str| CString::new(s).expect("validated: no NUL");
 
