@@ -122,8 +122,17 @@ fn last<'a>(m: &'a ArgMatches, id: &str) -> Option<&'a String> {
     m.get_many::<String>(id).and_then(|mut v| v.next_back())
 }
 
-fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T> {
-    v.parse().map_err(|_| anyhow!("--{flag}: `{v}` is not a valid number"))
+fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("`{v}` is not a valid number"))
+}
+
+/// A single-valued flag given on the command line overrides the profile's
+/// value; errors name the flag.
+fn set<T>(m: &ArgMatches, id: &str, slot: &mut Option<T>, parse: impl Fn(&str) -> Result<T, String>) -> Result<()> {
+    if let Some(v) = last(m, id) {
+        *slot = Some(parse(v).map_err(|e| anyhow!("--{id}: {e}"))?);
+    }
+    Ok(())
 }
 
 /// Host paths are resolved against the caller's directory.
@@ -166,49 +175,23 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     if let Some(h) = last(m, "hostname") {
         spec.hostname = Some(h.clone());
     }
-    if let Some(v) = last(m, "uid") {
-        spec.uid = Some(parse_num("uid", v)?);
-    }
-    if let Some(v) = last(m, "gid") {
-        spec.gid = Some(parse_num("gid", v)?);
-    }
+    set(m, "uid", &mut spec.uid, num)?;
+    set(m, "gid", &mut spec.gid, num)?;
     spec.root |= m.get_flag("root");
     spec.empty_root |= m.get_flag("empty-root");
     spec.share_net |= m.get_flag("share-net");
-    if let Some(v) = last(m, "tmp-size") {
-        spec.tmp_size = Some(parse_size(v).map_err(|e| anyhow!("--tmp-size: {e}"))?);
-    }
+    set(m, "tmp-size", &mut spec.tmp_size, parse_size)?;
     let l = &mut spec.limits;
-    if let Some(v) = last(m, "wall-time") {
-        l.wall_time = Some(parse_duration(v).map_err(|e| anyhow!("--wall-time: {e}"))?);
-    }
-    if let Some(v) = last(m, "output-limit") {
-        l.output_limit = Some(parse_size(v).map_err(|e| anyhow!("--output-limit: {e}"))?);
-    }
-    if let Some(v) = last(m, "open-files") {
-        l.open_files = Some(parse_num("open-files", v)?);
-    }
-    if let Some(v) = last(m, "stack") {
-        l.stack = Some(parse_size(v).map_err(|e| anyhow!("--stack: {e}"))?);
-    }
-    if let Some(v) = last(m, "address-space") {
-        l.address_space = Some(parse_size(v).map_err(|e| anyhow!("--address-space: {e}"))?);
-    }
-    if let Some(v) = last(m, "pids") {
-        l.pids = Some(parse_num("pids", v)?);
-    }
-    if let Some(v) = last(m, "memory") {
-        l.memory = Some(parse_size(v).map_err(|e| anyhow!("--memory: {e}"))?);
-    }
-    if let Some(v) = last(m, "cpu-time") {
-        l.cpu_time = Some(parse_duration(v).map_err(|e| anyhow!("--cpu-time: {e}"))?);
-    }
-    if let Some(v) = last(m, "cpu-bandwidth") {
-        l.cpu_bandwidth = Some(parse_num("cpu-bandwidth", v)?);
-    }
-    if let Some(v) = last(m, "cpus") {
-        l.cpus = Some(v.clone());
-    }
+    set(m, "wall-time", &mut l.wall_time, parse_duration)?;
+    set(m, "output-limit", &mut l.output_limit, parse_size)?;
+    set(m, "open-files", &mut l.open_files, num)?;
+    set(m, "stack", &mut l.stack, parse_size)?;
+    set(m, "address-space", &mut l.address_space, parse_size)?;
+    set(m, "pids", &mut l.pids, num)?;
+    set(m, "memory", &mut l.memory, parse_size)?;
+    set(m, "cpu-time", &mut l.cpu_time, parse_duration)?;
+    set(m, "cpu-bandwidth", &mut l.cpu_bandwidth, num)?;
+    set(m, "cpus", &mut l.cpus, |v| Ok(v.to_string()))?;
     if let Some(v) = last(m, "cgroup") {
         spec.cgroup.path = Some(absolute(v, &caller_cwd));
     }
@@ -332,8 +315,10 @@ fn write_outputs(m: &ArgMatches, r: &RunResult) -> Result<()> {
 /// when that is where cgroups will come from (the thesis's way); returns
 /// only when it does not apply.
 fn restart_in_scope(spec: &RunSpec) -> Result<()> {
-    use capsule::cgroups::{discover, systemd_scope_command, Source, IN_SCOPE_ENV};
-    if discover(&spec.cgroup).source != Source::SystemdScope {
+    use capsule::cgroups::{discover, systemd_scope_command, systemd_user_manager, Source, IN_SCOPE_ENV};
+    // Without a systemd user manager there is nothing to re-start in; the
+    // supervisor does the discovery itself.
+    if !systemd_user_manager() || discover(&spec.cgroup).source != Source::SystemdScope {
         return Ok(());
     }
     let argv: Vec<String> = std::env::args().collect();

@@ -149,7 +149,8 @@ fn unusable(dir: &Path) -> Option<String> {
     None
 }
 
-fn systemd_user_manager() -> bool {
+/// Whether a systemd user manager can delegate a scope here.
+pub fn systemd_user_manager() -> bool {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
     let socket = runtime.is_some_and(|r| r.join("systemd/private").exists());
     let run = std::env::var_os("PATH")

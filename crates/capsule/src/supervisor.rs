@@ -186,11 +186,6 @@ impl Supervisor {
         result
     }
 
-    /// Where cgroups come from for this supervisor, or why there are none.
-    pub fn cgroup_note(&self) -> &str {
-        &self.cgroup_note
-    }
-
     /// A fresh cgroup for one run; in degraded mode, an error for the limits
     /// that need one.
     fn run_cgroup(&self, spec: &RunSpec) -> Result<Option<RunCgroup>, String> {

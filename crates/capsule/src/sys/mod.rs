@@ -137,13 +137,6 @@ pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
     retry(|| check_int(unsafe { libc::dup2(old, new) })).map(drop)
 }
 
-/// Duplicates `fd` to the lowest number ≥ `min`, close-on-exec.
-pub fn dup_cloexec(fd: RawFd, min: RawFd) -> SysResult<OwnedFd> {
-    // SAFETY: plain syscall on integer arguments.
-    let r = check_int(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) })?;
-    Ok(owned(r as libc::c_long))
-}
-
 /// Marks every fd ≥ `first` close-on-exec (close_range, Linux ≥ 5.11).
 pub fn cloexec_from(first: u32) -> SysResult<()> {
     // SAFETY: plain syscall on integer arguments.
@@ -163,13 +156,6 @@ pub fn set_cloexec(fd: RawFd, on: bool) -> SysResult<()> {
     let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
     // SAFETY: as above.
     check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, new) }).map(drop)
-}
-
-pub fn pipe_cloexec() -> SysResult<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: fds points to two writable ints.
-    check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    Ok((owned(fds[0] as _), owned(fds[1] as _)))
 }
 
 pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
@@ -926,18 +912,19 @@ pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<usize
     }
 }
 
-/// Receives into `buf`, collecting attached fds (close-on-exec).
-pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> SysResult<usize> {
+/// recvmsg(2) of one message into `buf` with its control data in `cbuf`
+/// (close-on-exec fds); calls `each_fd` for every fd received. No allocation.
+fn recv_msg(sock: RawFd, buf: &mut [u8], cbuf: &mut [u64], mut each_fd: impl FnMut(RawFd)) -> SysResult<usize> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let mut cbuf = [0u64; 8 + MAX_FDS];
-    // SAFETY: msg points to valid iov and control buffers; received fds are
-    // read from within the control message the kernel wrote.
+    // SAFETY: msg points to valid iov and control buffers of the sizes given;
+    // fds are read only from within SCM_RIGHTS control messages the kernel
+    // wrote, walked with the CMSG macros that stay inside cbuf.
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        msg.msg_controllen = std::mem::size_of_val(cbuf);
         let n = retry(|| check(libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) as _))?;
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
@@ -945,7 +932,7 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> Sys
                 let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
                 let data = libc::CMSG_DATA(cmsg) as *const RawFd;
                 for i in 0..count {
-                    fds.push(owned(*data.add(i) as _));
+                    each_fd(*data.add(i));
                 }
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
@@ -957,32 +944,26 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> Sys
     }
 }
 
+/// Receives into `buf`, collecting attached fds (close-on-exec).
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> SysResult<usize> {
+    let mut cbuf = [0u64; 8 + MAX_FDS];
+    recv_msg(sock, buf, &mut cbuf, |fd| fds.push(owned(fd as _)))
+}
+
 /// Receives exactly one fd sent with [`send_with_fds`] (child side: no
 /// allocation). EOF without an fd is `ECONNRESET`.
 pub fn recv_one_fd(sock: RawFd) -> SysResult<OwnedFd> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
     let mut cbuf = [0u64; 8];
-    // SAFETY: msg points to valid iov and control buffers; the fd is read
-    // from within the control message the kernel wrote, after checking it
-    // is an SCM_RIGHTS message carrying at least one fd.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf);
-        retry(|| check(libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) as _))?;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-            || (*cmsg).cmsg_len < libc::CMSG_LEN(4) as usize
-        {
-            return Err(libc::ECONNRESET);
+    let mut got: Option<OwnedFd> = None;
+    recv_msg(sock, &mut byte, &mut cbuf, |fd| {
+        // Keep the first; close any extra.
+        let fd = owned(fd as _);
+        if got.is_none() {
+            got = Some(fd);
         }
-        Ok(owned(*(libc::CMSG_DATA(cmsg) as *const RawFd) as _))
-    }
+    })?;
+    got.ok_or(libc::ECONNRESET)
 }
 
 /// Brings the loopback interface of the caller's network namespace up.
