@@ -403,6 +403,13 @@ tmp=$(mktemp "$output.XXXXXX")
     echo
     cat "$out/walltime.md"
     echo
+    echo "## The cost of cgroups"
+    echo
+    echo "What the cgroup work (a fresh cgroup per run, limits, accounting, removal)"
+    echo "adds to a run is measured inside the cgroup v2 VM by \`bench/cgroups.sh\`,"
+    echo "in [docs/benchmarks-cgroups.md](benchmarks-cgroups.md): this machine's"
+    echo "cgroups are hybrid, so the runs above use none (\`accounting: rusage\`)."
+    echo
     echo "To reproduce: \`sudo env ROUNDS=$rounds WARMUP=$warmup MEMFD_ITERS=$memfd_iters bench/run.sh $runs\`"
     echo "from the repository root (see the header of the script)."
 } >"$tmp"
