@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use capsule::result::EXIT_CAPSULE_ERROR;
-use capsule::spec::{self, MountOp, RunSpec};
+use capsule::sandbox::Config;
+use capsule::spec::{self, MountOp, RunSpec, Stdio};
 use capsule::units::{parse_duration, parse_size};
 use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -91,6 +92,7 @@ fn run_command() -> Command {
         .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
         .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
         .arg(one("stderr", "FILE", "Standard error (default: inherited)", io))
+        .arg(one("capture", "SIZE", "Capture up to SIZE bytes of stdout and stderr into the --json result instead", io))
         .arg(one("json", "PATH", "Write the result as a JSON object to PATH", io))
         .arg(one("meta", "PATH", "Write the result as key:value lines to PATH", io))
         .arg(Arg::new("quiet").short('q').long("quiet").action(ArgAction::SetTrue).help("No summary line on stderr").help_heading(io))
@@ -103,6 +105,26 @@ fn run_command() -> Command {
         )
 }
 
+const SERVE_AFTER: &str = "\
+Protocol (docs/protocol.md): one JSON request per line, one JSON response per line.
+  {\"id\": 1, \"spec\": {\"argv\": [\"/bin/true\"]}}     -> {\"id\": 1, \"result\": {...}}
+  {\"id\": 2, \"kill\": 1}  /  {\"id\": 3, \"cancel\": 1}  -> {\"id\": 2, \"ok\": true}
+A spec has the field names of a TOML profile. A run's stdin, stdout and stderr are
+/dev/null unless the spec names files or asks for {\"capture\": SIZE}. Malformed
+requests get {\"id\": ..., \"error\": \"...\"} and the server keeps serving.";
+
+fn serve_command() -> Command {
+    Command::new("serve")
+        .about("Serve run requests as JSON lines on stdin/stdout or a Unix socket (a long-lived supervisor)")
+        .after_help(SERVE_AFTER)
+        .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
+        .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
+        .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes while idle", "Supervisor"))
+        .arg(one("cgroup", "PATH", "Use this delegated cgroup v2 directory as the base", "Cgroups"))
+        .arg(flag("require-cgroups", "Fail instead of running without cgroups (degraded mode)", "Cgroups"))
+        .arg(flag("no-cgroups", "Run without cgroups (rusage accounting)", "Cgroups"))
+}
+
 fn cli() -> Command {
     Command::new("capsule")
         .version(env!("CARGO_PKG_VERSION"))
@@ -110,6 +132,8 @@ fn cli() -> Command {
         .subcommand_required(true)
         .arg_required_else_help(true)
         .subcommand(run_command())
+        .subcommand(serve_command())
+        .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
         .subcommand(
             Command::new("check")
                 .about("Report the kernel features capsule relies on and how to fix what is missing")
@@ -199,7 +223,15 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     spec.cgroup.disable |= m.get_flag("no-cgroups");
     for (id, slot) in [("stdin", &mut spec.stdin), ("stdout", &mut spec.stdout), ("stderr", &mut spec.stderr)] {
         if let Some(v) = last(m, id) {
-            *slot = Some(absolute(v, &caller_cwd));
+            *slot = Some(Stdio::Path(absolute(v, &caller_cwd)));
+        }
+    }
+    if let Some(v) = last(m, "capture") {
+        let capture = parse_size(v).map_err(|e| anyhow!("--capture: {e}"))?;
+        for slot in [&mut spec.stdout, &mut spec.stderr] {
+            if slot.is_none() {
+                *slot = Some(Stdio::Capture(spec::Capture { capture }));
+            }
         }
     }
     spec.mounts.extend(mount_ops(m, &caller_cwd)?);
@@ -279,12 +311,17 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
     Ok(ops.into_iter().map(|(_, op)| op).collect())
 }
 
-fn open_stdio(spec: &RunSpec) -> Result<([RawFd; 3], Vec<OwnedFd>)> {
-    let mut fds = [0, 1, 2];
+/// The run's stdio as the caller sees it: its own streams, or the files the
+/// spec names (opened here, relative to the caller); None for a capture.
+fn open_stdio(spec: &RunSpec) -> Result<([Option<RawFd>; 3], Vec<OwnedFd>)> {
+    let mut fds = [Some(0), Some(1), Some(2)];
     let mut keep = Vec::new();
     let files = [(&spec.stdin, "--stdin", false), (&spec.stdout, "--stdout", true), (&spec.stderr, "--stderr", true)];
-    for (i, (path, flag, write)) in files.into_iter().enumerate() {
-        if let Some(p) = path {
+    for (i, (io, flag, write)) in files.into_iter().enumerate() {
+        if let Some(Stdio::Capture(_)) = io {
+            fds[i] = None;
+        }
+        if let Some(p) = io.as_ref().and_then(Stdio::path) {
             let f = if write {
                 std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(p)
             } else {
@@ -292,7 +329,7 @@ fn open_stdio(spec: &RunSpec) -> Result<([RawFd; 3], Vec<OwnedFd>)> {
             }
             .with_context(|| format!("{flag}: cannot open `{}`", p.display()))?;
             let fd: OwnedFd = f.into();
-            fds[i] = fd.as_raw_fd();
+            fds[i] = Some(fd.as_raw_fd());
             keep.push(fd);
         }
     }
@@ -350,6 +387,24 @@ fn cmd_run(m: &ArgMatches) -> Result<ExitCode> {
     Ok(ExitCode::from(result.exit_status().clamp(0, 255) as u8))
 }
 
+fn cmd_serve(m: &ArgMatches) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let mut config = Config::default();
+    if let Some(n) = m.get_one::<String>("parallel") {
+        config.parallel = num(n).map_err(|e| anyhow!("--parallel: {e}"))?;
+    }
+    config.prepare_ahead = !m.get_flag("no-prepare");
+    if let Some(v) = last(m, "cgroup") {
+        config.cgroup.path = Some(absolute(v, &cwd));
+    }
+    config.cgroup.require = m.get_flag("require-cgroups");
+    config.cgroup.disable = m.get_flag("no-cgroups");
+    config.validate().map_err(|e| anyhow!("--{}: {}", e.field, e.message))?;
+    let listen = m.get_one::<String>("listen").map(|p| absolute(p, &cwd));
+    capsule::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn cmd_check(m: &ArgMatches) -> Result<ExitCode> {
     let items = capsule::check::run_checks();
     if m.get_flag("json") {
@@ -372,6 +427,8 @@ fn main() -> ExitCode {
     let res = match matches.subcommand() {
         Some(("run", m)) => cmd_run(m),
         Some(("check", m)) => cmd_check(m),
+        Some(("serve", m)) => cmd_serve(m),
+        Some(("supervise", _)) => capsule::client::supervise_main(),
         _ => unreachable!("subcommand_required"),
     };
     match res {

@@ -368,7 +368,8 @@ impl Instance {
             .unwrap_or_default()
     }
 
-    /// Creates the cgroups of one run and writes its limits.
+    /// Creates the cgroups of one run, shaped for `limits` (the controllers
+    /// it needs); the values are written by [`RunCgroup::apply`].
     pub(crate) fn new_run(&self, limits: &Limits) -> Result<RunCgroup, SysError> {
         // cpu and cpuset, the first time a run needs them (B holds no
         // processes by now, so it may hand them out any time).
@@ -462,68 +463,82 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// The limits of a run as cgroup files and values.
+fn limit_files(limits: &Limits) -> Vec<(&'static str, String)> {
+    let mut files: Vec<(&str, String)> = Vec::new();
+    if let Some(m) = limits.memory {
+        files.push(("memory.max", m.to_string()));
+    }
+    if let Some(p) = limits.pids {
+        files.push(("pids.max", p.to_string()));
+    }
+    if let Some(b) = limits.cpu_bandwidth {
+        let quota = ((b * CPU_PERIOD_US as f64).round() as u64).max(1000);
+        files.push(("cpu.max", format!("{quota} {CPU_PERIOD_US}")));
+    }
+    if let Some(cpus) = &limits.cpus {
+        files.push(("cpuset.cpus", cpus.clone()));
+    }
+    files
+}
+
+/// The controller a limit file belongs to, for the files mirrored on `prog`.
+fn mirrored_controller(file: &str) -> Option<&'static str> {
+    match file {
+        "memory.max" => Some("memory"),
+        "pids.max" => Some("pids"),
+        "cpu.max" => Some("cpu"),
+        _ => None,
+    }
+}
+
+/// Which limits a run sets: two runs of the same shape can use cgroups
+/// prepared the same way.
+pub(crate) fn shape(limits: &Limits) -> [bool; 4] {
+    [limits.memory.is_some(), limits.pids.is_some(), limits.cpu_bandwidth.is_some(), limits.cpus.is_some()]
+}
+
 impl RunCgroup {
     fn configure(run: PathBuf, limits: &Limits) -> Result<Self, SysError> {
-        // The limits, on `run` (out of the program's sight) ...
-        let mut files: Vec<(&str, String)> = Vec::new();
-        if let Some(m) = limits.memory {
-            files.push(("memory.max", m.to_string()));
-        }
-        files.push(("memory.swap.max", "0".into()));
-        files.push(("memory.oom.group", "1".into()));
-        if let Some(p) = limits.pids {
-            files.push(("pids.max", p.to_string()));
-        }
-        if let Some(b) = limits.cpu_bandwidth {
-            let quota = ((b * CPU_PERIOD_US as f64).round() as u64).max(1000);
-            files.push(("cpu.max", format!("{quota} {CPU_PERIOD_US}")));
-        }
-        if let Some(cpus) = &limits.cpus {
-            files.push(("cpuset.cpus", cpus.clone()));
-        }
-        for (f, v) in &files {
+        for (f, v) in [("memory.swap.max", "0"), ("memory.oom.group", "1")] {
             let p = run.join(f);
             match fs::write(&p, v) {
                 // No swap accounting on this kernel: nothing to limit.
-                Err(e) if *f == "memory.swap.max" && e.kind() == ErrorKind::NotFound => {}
+                Err(e) if f == "memory.swap.max" && e.kind() == ErrorKind::NotFound => {}
                 other => other.map_err(|e| err("write", &p, e))?,
             }
         }
         // PSI costs a little on every scheduling event; nobody reads it here.
         let _ = fs::write(run.join("cgroup.pressure"), "0");
-        // ... and mirrored on `prog`, for programs that size themselves by
-        // their own limits (JVM, Go), which needs the controller there too;
-        // writing there lifts nothing. Without such a limit, `prog` stays a
-        // bare cgroup: `run` holds nothing else, so its figures are the
-        // program's.
-        let mirrored: Vec<(&str, &str)> = files
-            .iter()
-            .filter_map(|(f, _)| {
-                let controller = match *f {
-                    "memory.max" => "memory",
-                    "pids.max" => "pids",
-                    "cpu.max" => "cpu",
-                    _ => return None,
-                };
-                Some((controller, *f))
-            })
-            .collect();
+        // The limits go on `run` (out of the program's sight), and are
+        // mirrored on `prog`, for programs that size themselves by their own
+        // limits (JVM, Go), which needs the controller there too; writing
+        // there lifts nothing. Without such a limit, `prog` stays a bare
+        // cgroup: `run` holds nothing else, so its figures are the program's.
+        let mirrored: Vec<&str> = limit_files(limits).iter().filter_map(|(f, _)| mirrored_controller(f)).collect();
         if !mirrored.is_empty() {
-            let want: Vec<String> = mirrored.iter().map(|(c, _)| format!("+{c}")).collect();
+            let want: Vec<String> = mirrored.iter().map(|c| format!("+{c}")).collect();
             write(&run.join("cgroup.subtree_control"), &want.join(" "))?;
         }
         let prog = run.join("prog");
         fs::create_dir(&prog).map_err(|e| err("mkdir", &prog, e))?;
-        for (f, v) in &files {
-            if mirrored.iter().any(|(_, m)| m == f) {
-                let _ = fs::write(prog.join(f), v);
-            }
-        }
         let _ = fs::write(prog.join("cgroup.pressure"), "0");
         let prog_dir = open_at(&prog, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let cpu_stat = open_at(&run.join("cpu.stat"), libc::O_RDONLY)?;
         let kill = open_at(&run.join("cgroup.kill"), libc::O_WRONLY).ok();
         Ok(RunCgroup { run, prog, prog_dir, cpu_stat, kill })
+    }
+
+    /// Writes the run's limits (the cgroup was made for their shape).
+    pub(crate) fn apply(&self, limits: &Limits) -> Result<(), SysError> {
+        for (f, v) in limit_files(limits) {
+            let p = self.run.join(f);
+            fs::write(&p, &v).map_err(|e| err("write", &p, e))?;
+            if mirrored_controller(f).is_some() {
+                let _ = fs::write(self.prog.join(f), &v);
+            }
+        }
+        Ok(())
     }
 
     /// Reads the run's accounting (after every process of the run is gone).
@@ -548,6 +563,12 @@ impl RunCgroup {
         if fs::remove_dir(&self.prog).is_err() || fs::remove_dir(&self.run).is_err() {
             remove_tree(&self.run);
         }
+    }
+
+    /// Removes the run's cgroups if every process is gone; false if not yet.
+    pub(crate) fn try_remove(&self) -> bool {
+        let _ = fs::remove_dir(&self.prog);
+        fs::remove_dir(&self.run).is_ok() || !self.run.exists()
     }
 
     pub(crate) fn raw_fds(&self) -> CgroupFds {

@@ -21,9 +21,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use crate::cgroups::{self, CgroupFds};
 use crate::mounts::{self, Build, MountPlan};
-use crate::rlimits::Rlimit;
-use crate::seccomp::Filter;
-use crate::sys::{self, Errno};
+use crate::sys::{self, Arena, Errno};
 use crate::{caps, rlimits};
 
 /// The step that failed, reported by PID 1 or the tracee.
@@ -68,16 +66,17 @@ pub(crate) enum Step {
     Seccomp,
     Exec,
     Wait,
+    Go,
 }
 
-const STEPS: [Step; 38] = [
+const STEPS: [Step; 39] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
     Step::Dev, Step::Dir, Step::File, Step::Symlink, Step::Hide, Step::RootReadonly,
     Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
-    Step::Seccomp, Step::Exec, Step::Wait,
+    Step::Seccomp, Step::Exec, Step::Wait, Step::Go,
 ];
 
 impl Step {
@@ -126,6 +125,7 @@ impl Step {
             Step::Seccomp => "installing the seccomp filter",
             Step::Exec => "executing the program (execve)",
             Step::Wait => "waiting for the program (PID 1)",
+            Step::Go => "receiving the run's standard streams (recvmsg)",
         }
     }
 }
@@ -155,13 +155,47 @@ pub(crate) const FLAG_WALL_TIME: u32 = 2;
 pub(crate) const FLAG_OUTPUT_LIMIT: u32 = 4;
 /// PID 1 killed the run at its CPU-time limit.
 pub(crate) const FLAG_CPU_TIME: u32 = 8;
+/// The tracee received the go message: what fails from here on failed for
+/// this run, not while being prepared ahead.
+pub(crate) const FLAG_GO: u32 = 16;
+/// PID 1 killed the run because the supervisor asked (`kill`).
+pub(crate) const FLAG_KILLED: u32 = 32;
+/// PID 1 has cloned the bind sources and recorded what they resolved to.
+pub(crate) const FLAG_SOURCES: u32 = 64;
 
 /// The page shared by the supervisor, PID 1 and the tracee (thesis:
-/// "Inter-process communication"); the kernel unmaps it from the tracee at
-/// execve, so the program never sees it.
+/// "Inter-process communication"), the header of the run's [`sys::Arena`];
+/// the kernel unmaps it from the tracee at execve, so the program never
+/// sees it. The supervisor fills in the run's half (`go_*`, pointers into
+/// the arena) right before it sends the go message; PID 1 and the tracee
+/// fill in the rest.
 #[derive(Default)]
 #[repr(C)]
 pub(crate) struct Shared {
+    // --- the run, written by the supervisor before the go message.
+    /// argv: pointer to a NULL-terminated pointer array in the arena.
+    pub go_argv: AtomicU64,
+    pub go_envp: AtomicU64,
+    /// Candidate paths of the program (PATH lookup), tried in order.
+    pub go_exec_paths: AtomicU64,
+    pub go_exec_paths_len: AtomicU64,
+    pub go_cwd: AtomicU64,
+    pub go_cwd_fallback: AtomicU32,
+    /// `[RawRlimit]` in the arena.
+    pub go_rlimits: AtomicU64,
+    pub go_rlimits_len: AtomicU64,
+    /// 0: none.
+    pub go_wall_time_ns: AtomicU64,
+    pub go_cpu_time_ns: AtomicU64,
+    pub go_parallelism: AtomicU64,
+    /// `[sock_filter]` in the arena; length 0: no filter.
+    pub go_filter: AtomicU64,
+    pub go_filter_len: AtomicU64,
+    /// `[SourceId]` in the arena, one per mount operation: PID 1 records
+    /// what each bind source resolved to when it cloned it.
+    pub source_ids: AtomicU64,
+    pub source_ids_len: AtomicU64,
+    // --- results, written by PID 1 and the tracee.
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
     pub fail_path: AtomicU32,
@@ -199,6 +233,24 @@ impl Shared {
     }
 }
 
+/// A resource limit as the tracee applies it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawRlimit {
+    pub resource: u64,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// What a bind source resolved to when PID 1 cloned it (all zero: not
+/// cloned, e.g. a missing `-try` source).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SourceId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
 /// How PID 1 joins the run's network.
 #[derive(Clone, Copy)]
 pub(crate) enum NetJoin {
@@ -210,19 +262,11 @@ pub(crate) enum NetJoin {
     Receive(RawFd),
 }
 
-/// Everything the children need, prepared by the supervisor before clone.
+/// Everything PID 1 and the tracee need that is known before the run's
+/// request (the supervisor prepares a PID 1 ahead of time from it):
+/// namespaces, mount tree, ids, cgroup. The run's own half (argv, envp,
+/// working directory, limits, filter) comes later, in the arena.
 pub(crate) struct Plan {
-    /// Candidate paths for the program, tried in order (PATH lookup).
-    pub exec_paths: Vec<CString>,
-    /// Path-table index naming the program, for "not found" errors.
-    pub exec_name: u32,
-    pub argv: Vec<CString>,
-    pub argv_ptrs: Vec<*const libc::c_char>,
-    pub envp: Vec<CString>,
-    pub envp_ptrs: Vec<*const libc::c_char>,
-    pub cwd: CString,
-    pub cwd_name: u32,
-    pub cwd_fallback: bool,
     /// "U 0 1\n" and "G 0 1\n": the tracee's ids inside, mapped onto PID 1's 0.
     pub tracee_uid_map: CString,
     pub tracee_gid_map: CString,
@@ -232,20 +276,25 @@ pub(crate) struct Plan {
     /// pidfd of the supervisor, to notice its death.
     pub supervisor_pidfd: RawFd,
     pub mounts: MountPlan,
-    pub rlimits: Vec<Rlimit>,
-    pub wall_time_ns: Option<u64>,
     pub last_cap: u32,
-    pub seccomp: Filter,
-    /// The run's stdin, stdout, stderr.
-    pub stdio: [RawFd; 3],
     /// The run's cgroup, when the supervisor has cgroups.
     pub cgroup: Option<CgroupFds>,
-    /// CPU-time limit over the run's cgroup, ns.
-    pub cpu_time_ns: Option<u64>,
-    /// Most CPUs the run can keep busy at once: the CPU-time timer fires
-    /// no earlier than the remaining time divided by this.
-    pub parallelism: u64,
+    /// The tracee waits here for the go message, which carries the run's
+    /// stdin, stdout and stderr.
+    pub go_sock: RawFd,
+    /// eventfd PID 1 signals once the result is in the shared page.
+    pub done: RawFd,
+    /// eventfd the supervisor signals to have the run killed.
+    pub control: RawFd,
+    /// Every descriptor PID 1 keeps, sorted: it closes all others of the
+    /// supervisor's (other runs', clients').
+    pub keep_fds: Vec<RawFd>,
 }
+
+/// Path-table index of the program's name, for "not found" errors.
+pub(crate) const EXEC_NAME: u32 = 0;
+/// Path-table index of the working directory.
+pub(crate) const CWD_NAME: u32 = 1;
 
 fn fail_exit(shared: &Shared, f: Fail) -> ! {
     shared.fail(f);
@@ -269,16 +318,20 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
 /// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
 /// the supervisor's user namespace; `stack` is for the tracee, which shares
 /// PID 1's memory until its execve. Never returns.
-pub(crate) fn pid1(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> ! {
-    match pid1_setup(plan, shared, stack) {
+pub(crate) fn pid1(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> ! {
+    match pid1_setup(plan, arena, stack) {
         Ok(never) => match never {},
-        Err(f) => fail_exit(shared, f),
+        Err(f) => fail_exit(arena, f),
     }
 }
 
 enum Never {}
 
-fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never, Fail> {
+fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<Never, Fail> {
+    let shared: &Shared = arena;
+    // Nothing of the supervisor's but what this run needs: other runs'
+    // descriptors and the clients' sockets must not live on in PID 1.
+    sys::close_all_except(&plan.keep_fds);
     // Rust's runtime installed SIGSEGV and SIGBUS handlers in the
     // supervisor; as init of the PID namespace, PID 1 receives from inside
     // only signals it has handlers for, so it must have none. (Ignored
@@ -316,7 +369,11 @@ fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never,
     // Build the tree: clone sources from the host view, attach the new
     // root, apply the operations in order, pivot into it.
     let mut build = Build::new(p);
-    mounts::clone_sources(&plan.mounts, &mut build)?;
+    let (ids_at, ids_len) = (shared.source_ids.load(SeqCst), shared.source_ids_len.load(SeqCst));
+    mounts::clone_sources(&plan.mounts, &mut build, |i, id: SourceId| {
+        arena.store(ids_at, ids_len, i, id);
+    })?;
+    shared.flags.fetch_or(FLAG_SOURCES, SeqCst);
     let root = mounts::attach_root(&build)?;
     mounts::apply_ops(&plan.mounts, &build, root)?;
     mounts::pivot(root)?;
@@ -371,14 +428,18 @@ fn pid1_setup(plan: &Plan, shared: &Shared, stack: &sys::Stack) -> Result<Never,
     // are copied (process creation dominates a short run), and when the
     // clone returns the program is running, or the tracee has recorded why
     // it is not.
-    let args = TraceeArgs { plan, shared, proc: p };
+    // The tracee waits for the run's go message (prepared ahead, this is
+    // where it idles), so PID 1 resumes only once the program runs.
+    let args = TraceeArgs { plan, arena, proc: p };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     let tracee = sys::clone_vfork(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, cgroup, stack, &args, tracee)
         .map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    // The tracee made the shared memory dumpable again for its id maps.
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
     drop(proc);
-    // The run's stdio belongs to the tracee alone: a pipe must see EOF when
-    // the program's side closes, not when PID 1 exits.
-    for fd in plan.stdio.iter().copied().chain([0, 1, 2]) {
+    // The run's stdio went to the tracee alone (PID 1 never had it): a pipe
+    // sees EOF when the program's side closes. PID 1's own 0-2 go too.
+    for fd in [plan.go_sock, 0, 1, 2] {
         sys::close(fd);
     }
     pid1_wait(plan, shared, tracee, sigchld)
@@ -391,17 +452,20 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
     let wall = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let cpu = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let exec_ns = shared.exec_ns.load(SeqCst);
+    let wall_time_ns = shared.go_wall_time_ns.load(SeqCst);
+    let cpu_time_ns = shared.go_cpu_time_ns.load(SeqCst);
+    let parallelism = shared.go_parallelism.load(SeqCst).max(1);
     if exec_ns != 0 {
-        if let Some(limit) = plan.wall_time_ns {
-            sys::timerfd_at(wall.as_raw_fd(), exec_ns + limit).map_err(|e| Fail::new(Step::Wait, e))?;
+        if wall_time_ns != 0 {
+            sys::timerfd_at(wall.as_raw_fd(), exec_ns + wall_time_ns).map_err(|e| Fail::new(Step::Wait, e))?;
         }
         // CPU time over a cgroup has no timer of its own: the limit cannot
         // be reached before (remaining CPU time) / (CPUs the run can keep
         // busy) has passed, so check then, and again after the same
         // computation on what remains (thesis: "CPU time limit"), at least
         // 1 ms apart. No polling while far from the limit.
-        if let (Some(limit), Some(_)) = (plan.cpu_time_ns, &plan.cgroup) {
-            sys::timerfd_at(cpu.as_raw_fd(), exec_ns + limit / plan.parallelism.max(1))
+        if let (true, Some(_)) = (cpu_time_ns != 0, &plan.cgroup) {
+            sys::timerfd_at(cpu.as_raw_fd(), exec_ns + cpu_time_ns / parallelism)
                 .map_err(|e| Fail::new(Step::Wait, e))?;
         }
     }
@@ -411,6 +475,7 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
             libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: wall.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: cpu.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: plan.control, events: libc::POLLIN, revents: 0 },
         ];
         sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
         if fds[1].revents != 0 {
@@ -425,15 +490,19 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
         if fds[3].revents != 0 {
             let mut b = [0u8; 8];
             let _ = sys::read(cpu.as_raw_fd(), &mut b);
-            let limit = plan.cpu_time_ns.unwrap_or(u64::MAX);
+            let limit = if cpu_time_ns == 0 { u64::MAX } else { cpu_time_ns };
             let used = cpu_used_ns(plan, shared);
             if used >= limit {
                 out_of_time |= FLAG_CPU_TIME;
             } else {
-                let next = ((limit - used) / plan.parallelism.max(1)).max(1_000_000);
+                let next = ((limit - used) / parallelism).max(1_000_000);
                 sys::timerfd_at(cpu.as_raw_fd(), sys::clock_monotonic_ns() + next)
                     .map_err(|e| Fail::new(Step::Wait, e))?;
             }
+        }
+        if fds[4].revents != 0 {
+            // The supervisor's `kill`.
+            out_of_time |= FLAG_KILLED;
         }
         if out_of_time != 0 {
             // Kill everything and wait for the program right here, without
@@ -494,6 +563,10 @@ fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
     shared.cpu_user_us.store(user, SeqCst);
     shared.cpu_system_us.store(system, SeqCst);
     shared.max_rss_kib.store(rss, SeqCst);
+    // The result is complete: tell the supervisor now, not when this
+    // process has finished exiting (tearing down the namespaces takes a
+    // while and happens after the result is on its way).
+    sys::eventfd_signal(plan.done);
     sys::exit(0);
 }
 
@@ -501,27 +574,28 @@ fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
 /// PID 1 is suspended until the tracee execs or exits).
 struct TraceeArgs<'a> {
     plan: &'a Plan,
-    shared: &'a Shared,
+    arena: &'a Arena<Shared>,
     proc: RawFd,
 }
 
 /// The tracee, on its own stack. Never returns: it becomes the program or
 /// exits.
 fn tracee(args: &TraceeArgs) -> ! {
-    match tracee_setup(args.plan, args.shared, args.proc) {
+    match tracee_setup(args.plan, args.arena, args.proc) {
         Ok(never) => match never {},
-        Err(f) => args.shared.fail(f),
+        Err(f) => args.arena.fail(f),
     }
     sys::exit(127)
 }
 
-fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail> {
+fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never, Fail> {
+    let shared: &Shared = arena;
     // Our ids: the uid/gid the run asked for, mapped onto PID 1's root (the
     // caller). A process may write its own maps when each is one line
     // mapping its own effective id; it inherited PID 1's non-dumpable flag,
     // which would make its /proc files root-owned, so it becomes dumpable
-    // first (it is still capsule code; execve resets the flag for the
-    // program anyway).
+    // first (it is still capsule code; PID 1 resets the flag of the shared
+    // memory when it resumes, and execve computes the program's anew).
     sys::prctl(libc::PR_SET_DUMPABLE, 1).map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
     write_proc(proc, b"setgroups", b"deny")
         .and_then(|_| write_proc(proc, b"gid_map", plan.tracee_gid_map.to_bytes()))
@@ -538,28 +612,55 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
     // inherited tty cannot push input to the caller (CVE-2017-5226), and
     // process-group signals stay inside.
     sys::setsid().map_err(|e| Fail::new(Step::Setsid, e))?;
-    // The run's stdio onto 0, 1, 2 (the supervisor keeps its own 0-2
-    // occupied, so these are always other numbers).
-    for (i, fd) in plan.stdio.iter().enumerate() {
-        sys::dup2(*fd, i as RawFd).map_err(|e| Fail::new(Step::Stdio, e))?;
-    }
     // no_new_privs: setuid binaries and file capabilities grant nothing;
     // also required for an unprivileged seccomp filter.
     sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| Fail::new(Step::NoNewPrivs, e))?;
     // Drop every capability of U3 (securebits first so uid 0 regains none).
     caps::drop_all(plan.last_cap).map_err(|e| Fail::new(Step::DropCaps, e))?;
+
+    // Everything above is the same for any run of this shape, so a PID 1
+    // prepared ahead of time has done it before the request exists. Here
+    // the tracee waits for the run: the go message carries its stdin,
+    // stdout and stderr, and the supervisor wrote the rest into the arena.
+    // End of stream: the supervisor dropped this prepared run.
+    let mut stdio = [-1; 3];
+    let (n, nfds) = sys::recv_fds_into(plan.go_sock, &mut stdio).map_err(|e| Fail::new(Step::Go, e))?;
+    if n == 0 {
+        sys::exit(0);
+    }
+    std::sync::atomic::fence(SeqCst);
+    shared.flags.fetch_or(FLAG_GO, SeqCst);
+    if nfds != 3 {
+        return Err(Fail::new(Step::Go, libc::EBADMSG));
+    }
+    // The run's stdio onto 0, 1, 2 (received above 2: 0-2 are occupied).
+    for (i, fd) in stdio.iter().enumerate() {
+        sys::dup2(*fd, i as RawFd).map_err(|e| Fail::new(Step::Stdio, e))?;
+    }
     // chdir after dropping capabilities: the program's own permissions decide.
-    if let Err(e) = sys::chdir(&plan.cwd) {
-        if !plan.cwd_fallback {
-            return Err(Fail::at(Step::Chdir, e, plan.cwd_name));
+    let cwd = arena.cstr(shared.go_cwd.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    if let Err(e) = sys::chdir(cwd) {
+        if shared.go_cwd_fallback.load(SeqCst) == 0 {
+            return Err(Fail::at(Step::Chdir, e, CWD_NAME));
         }
         sys::chdir(c"/").map_err(|e| Fail::new(Step::Chdir, e))?;
     }
     // Resource limits last before exec, so capsule's own setup is not
     // limited by them (e.g. RLIMIT_NOFILE).
-    rlimits::apply(&plan.rlimits).map_err(|(i, e)| Fail { step: Step::Rlimit, errno: e, path: i as u32 })?;
+    let limits = arena
+        .slice::<RawRlimit>(shared.go_rlimits.load(SeqCst), shared.go_rlimits_len.load(SeqCst))
+        .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    rlimits::apply(limits).map_err(|(i, e)| Fail { step: Step::Rlimit, errno: e, path: i as u32 })?;
     // Only 0, 1, 2 may reach the program.
     sys::cloexec_from(3).map_err(|e| Fail::new(Step::CloseFds, e))?;
+    let argv = arena.ptr_array(shared.go_argv.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    let envp = arena.ptr_array(shared.go_envp.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    let paths = arena
+        .slice::<u64>(shared.go_exec_paths.load(SeqCst), shared.go_exec_paths_len.load(SeqCst))
+        .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    let filter = arena
+        .slice::<libc::sock_filter>(shared.go_filter.load(SeqCst), shared.go_filter_len.load(SeqCst))
+        .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     // The CPU the program's cgroup used so far (this set-up) is not the
     // program's.
     // sched_yield first: the CPU a running task used since the scheduler
@@ -572,11 +673,12 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
     }
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
     // Seccomp last: from here on only the program's own syscalls run.
-    crate::seccomp::install(&plan.seccomp).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    crate::seccomp::install(filter).map_err(|e| Fail::new(Step::Seccomp, e))?;
     let mut err = libc::ENOENT;
     let mut eacces = false;
-    for path in &plan.exec_paths {
-        err = sys::execve(path, &plan.argv_ptrs, &plan.envp_ptrs);
+    for &path in paths {
+        let Some(path) = arena.cstr(path) else { continue };
+        err = sys::execve(path, argv, envp);
         match err {
             libc::EACCES => eacces = true,
             libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
@@ -586,5 +688,5 @@ fn tracee_setup(plan: &Plan, shared: &Shared, proc: RawFd) -> Result<Never, Fail
     if eacces && err != libc::EACCES && matches!(err, libc::ENOENT | libc::ENOTDIR) {
         err = libc::EACCES;
     }
-    Err(Fail::at(Step::Exec, err, plan.exec_name))
+    Err(Fail::at(Step::Exec, err, EXEC_NAME))
 }

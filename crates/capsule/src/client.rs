@@ -1,61 +1,71 @@
-//! The one-shot client: forks a supervisor of its own, sends it one
-//! request over the supervisor protocol and returns the result.
+//! The one-shot client (`capsule run`): forks a supervisor of its own,
+//! sends it one request over the library's protocol and returns the
+//! result.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, SysError};
-use crate::proto::{self, Request, Response};
+use crate::proto::{self, ClientMsg, ServerMsg};
 use crate::result::RunResult;
+use crate::sandbox::Config;
 use crate::spec::RunSpec;
-use crate::supervisor::{self, Supervisor};
+use crate::supervisor::{self, Conn, Mode, Supervisor};
 use crate::sys::{self, Forked};
 
 /// Runs `spec` once with `stdio` (stdin, stdout, stderr of the program) in
 /// a supervisor forked for it. The caller must be single-threaded.
-pub fn run_once(spec: &RunSpec, stdio: [RawFd; 3]) -> Result<RunResult, Error> {
+///
+/// The result comes as soon as every process of the run is gone; the
+/// supervisor then finishes tearing down the run's namespaces in the
+/// background and is not waited for: the caller (the `capsule` command)
+/// exits right after, and the orphan is reaped by init.
+/// A stream given as `None` follows the spec (a capture; `/dev/null`).
+pub fn run_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, Error> {
     spec.validate()?;
     if supervisor::is_real_root() {
         return Err(supervisor::root_refusal());
     }
     let (client, server) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;
     let parent = sys::getpid();
+    let config = Config { parallel: 1, cgroup: spec.cgroup.clone(), prepare_ahead: false, capsule_bin: None };
     let pid = match sys::fork().map_err(|e| SysError::new("clone3 (supervisor)", e))? {
         Forked::Child => {
             drop(client);
-            supervisor_main(parent, server, &spec.cgroup)
+            supervisor_main(parent, server, &config)
         }
         Forked::Parent { pid, .. } => pid,
     };
     drop(server);
     let outcome = exchange(&client, spec, stdio);
     drop(client);
-    // The supervisor exits when the socket closes.
-    let _ = sys::waitpid(pid, false);
+    // Reap it if it is already done; otherwise it finishes in the background.
+    let _ = sys::waitpid(pid, true);
     outcome
 }
 
-fn exchange(sock: &OwnedFd, spec: &RunSpec, stdio: [RawFd; 3]) -> Result<RunResult, Error> {
+fn exchange(sock: &OwnedFd, spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, Error> {
     // A supervisor that cannot start answers at once and exits, so the
     // request may meet a closed socket: its answer is still there to read.
-    let sent = proto::send_owned(sock, &Request { spec: spec.clone() }, &stdio);
-    let answer = proto::recv::<Response>(sock.as_raw_fd());
+    let msg = ClientMsg::Run { id: 1, spec: Box::new(spec.clone()), stdio: stdio.map(|s| s.is_some()), notify: false };
+    let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
+    let sent = proto::send(sock.as_raw_fd(), &msg, &fds);
+    let answer = proto::recv::<ServerMsg>(sock.as_raw_fd());
     if let (Err(e), Err(_) | Ok(None)) = (&sent, &answer) {
         return Err(Error::Supervisor(e.clone()));
     }
     match answer.map_err(Error::Supervisor)? {
-        Some((Response::Result(r), _)) => Ok(r),
-        Some((Response::Fatal(msg), _)) => Err(Error::Setup(msg)),
+        Some((ServerMsg::Result { result, .. }, _)) => Ok(result),
+        Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
+        Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
+        Some((ServerMsg::Started { .. }, _)) => Err(Error::Supervisor("unexpected message".into())),
         None => Err(Error::Supervisor("the supervisor exited without answering".into())),
     }
 }
 
-/// The forked supervisor's life: never returns.
-fn supervisor_main(parent: i32, sock: OwnedFd, cgroup: &crate::cgroups::CgroupConfig) -> ! {
-    // Die with the client (the thread that forked us is its only thread).
-    let _ = sys::set_pdeathsig(libc::SIGKILL);
-    if sys::getppid() != parent {
-        sys::exit(1);
-    }
+/// Makes the calling (freshly forked or exec'd) process a supervisor
+/// process: only `sock` (as fd 3) and stderr are kept of what it inherited,
+/// 0 and 1 become /dev/null.
+pub fn isolate_fds(sock: OwnedFd) -> OwnedFd {
     // Keep nothing of the caller but the socket and stderr: the caller's
     // other descriptors, CLOEXEC or not, must not reach any run, and 0-2
     // must stay occupied so received descriptors land above them.
@@ -74,21 +84,60 @@ fn supervisor_main(parent: i32, sock: OwnedFd, cgroup: &crate::cgroups::CgroupCo
             }
         }
     }
-    let code = match Supervisor::start(cgroup) {
+    sock
+}
+
+/// The forked supervisor's life: never returns.
+fn supervisor_main(parent: i32, sock: OwnedFd, config: &Config) -> ! {
+    // Die with the client (the thread that forked us is its only thread).
+    let _ = sys::set_pdeathsig(libc::SIGKILL);
+    if sys::getppid() != parent {
+        sys::exit(1);
+    }
+    let sock = isolate_fds(sock);
+    serve_socket(sock, config, Mode::Once)
+}
+
+/// Runs a supervisor on `sock` (the library's protocol) until the client
+/// hangs up (`Mode::Serve`) or its one request is answered (`Mode::Once`);
+/// exits the process.
+pub fn serve_socket(sock: OwnedFd, config: &Config, mode: Mode) -> ! {
+    let code = match Supervisor::start(config) {
         Ok(sup) => {
-            let code = match sup.serve(&sock, Some(1)) {
-                Ok(()) => 0,
-                Err(_) => 1,
-            };
-            // Removes the cgroups it made (no destructors run past exit).
-            drop(sup);
-            code
+            if matches!(mode, Mode::Serve) {
+                let started = ServerMsg::Started { pid: sys::getpid(), cgroups: sup.cgroup_note().to_string() };
+                if proto::send(sock.as_raw_fd(), &started, &[]).is_err() {
+                    sys::exit(1);
+                }
+            }
+            // Drops the supervisor at the end: its cgroups are removed (no
+            // destructors run past exit).
+            sup.serve(vec![Conn::binary(sock)], None, mode);
+            0
         }
         Err(e) => {
             // Answer the pending request with the reason.
-            let _ = proto::send_owned(&sock, &Response::Fatal(e.to_string()), &[]);
+            let _ = proto::send(sock.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
             1
         }
     };
     sys::exit(code)
+}
+
+/// `capsule supervise`: the supervisor of a [`crate::sandbox::Sandbox`],
+/// on fd 3; reads its configuration first.
+pub fn supervise_main() -> ! {
+    let sock = isolate_fds(sys::reclaim_fd(3));
+    let config = match proto::recv::<ClientMsg>(sock.as_raw_fd()) {
+        Ok(Some((ClientMsg::Start(config), _))) => config,
+        Ok(_) | Err(_) => {
+            let _ = proto::send(
+                sock.as_raw_fd(),
+                &ServerMsg::Fatal("`capsule supervise` expects a Start message on fd 3 (it is started by the library)".into()),
+                &[],
+            );
+            sys::exit(2)
+        }
+    };
+    serve_socket(sock, &config, Mode::Serve)
 }

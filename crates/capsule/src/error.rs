@@ -142,6 +142,10 @@ pub enum Error {
     /// path and the errno, as reported by PID 1 or the tracee.
     #[error("sandbox setup failed: {0}")]
     Setup(String),
+    /// One run could not happen (e.g. it was cancelled); other runs are
+    /// unaffected.
+    #[error("run failed: {0}")]
+    Run(String),
     /// The supervisor died or sent something unreadable.
     #[error("supervisor: {0}")]
     Supervisor(String),

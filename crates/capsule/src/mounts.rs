@@ -22,7 +22,7 @@ use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use crate::child::{Fail, Step};
+use crate::child::{Fail, SourceId, Step};
 use crate::error::SysError;
 use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
@@ -66,6 +66,19 @@ pub(crate) struct MountPlan {
     pub ops: Vec<Op>,
     /// Some `--hide` needs an empty file to bind over a file.
     pub needs_scratch: bool,
+}
+
+impl MountPlan {
+    /// The descriptors the plan holds (`file` sources), which PID 1 keeps.
+    pub(crate) fn fds(&self) -> Vec<RawFd> {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::File { src, .. } => Some(src.as_raw_fd()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 fn cstr(p: &std::path::Path) -> CString {
@@ -370,7 +383,10 @@ impl Build {
 }
 
 /// Step 1: clones the sources from the host view.
-pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
+/// `record(i, id)` reports what the bind source of operation `i` resolved
+/// to, so that a tree prepared ahead of time can be checked against the
+/// host before it is used.
+pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build, mut record: impl FnMut(usize, SourceId)) -> Result<(), Fail> {
     let root = match &plan.base {
         Base::HostView => {
             let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
@@ -388,7 +404,7 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
             .map_err(|e| Fail::new(Step::RootTmpfs, e))?,
     };
     b.root = Some(root);
-    for op in &plan.ops {
+    for (i, op) in plan.ops.iter().enumerate() {
         match op {
             Op::Bind { src, attrs, try_, clone, name, .. } => {
                 let fd = match sys::open_tree(libc::AT_FDCWD, src, OPEN_TREE_CLONE | AT_RECURSIVE) {
@@ -396,6 +412,9 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
                     Err(libc::ENOENT) if *try_ => continue,
                     Err(e) => return Err(Fail::at(Step::BindSource, e, *name)),
                 };
+                if let Ok((dev, ino)) = sys::fstat_id(fd.as_raw_fd()) {
+                    record(i, SourceId { dev, ino });
+                }
                 sys::mount_setattr(fd.as_raw_fd(), true, *attrs, 0)
                     .map_err(|e| Fail::at(Step::BindSource, e, *name))?;
                 clone.set(into_raw(fd));

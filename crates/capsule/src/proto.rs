@@ -16,18 +16,37 @@ const MAGIC: &[u8; 4] = b"CAP1";
 /// Largest message accepted (argv and environment included).
 pub const MAX_MESSAGE: usize = 64 << 20;
 
-/// A run request. Attached fds: the run's stdin, stdout, stderr.
+/// What the client sends.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Request {
-    pub spec: RunSpec,
+#[serde(rename_all = "kebab-case")]
+pub enum ClientMsg {
+    /// First message to a supervisor started with `capsule supervise`: its
+    /// configuration.
+    Start(crate::sandbox::Config),
+    /// Run `spec`. Attached descriptors, in this order: the run's stdin,
+    /// stdout and stderr where `stdio[i]` is true, then `notify` when
+    /// `notify` is true: a pipe the supervisor closes once it has sent the
+    /// run's final message (so a caller polling it wakes up, also when the
+    /// supervisor dies).
+    Run { id: u64, spec: Box<RunSpec>, stdio: [bool; 3], notify: bool },
+    /// Kill the run now; its result (status `killed`) is still sent.
+    Kill { id: u64 },
+    /// Kill the run if it started, or drop it from the queue; its final
+    /// message is `Failed` with "cancelled".
+    Cancel { id: u64 },
 }
 
-/// The supervisor's answer to one request.
+/// What the supervisor sends: exactly one final message (`Result` or
+/// `Failed`) per `Run`, in any order.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Response {
-    /// The run happened (its status may still be `error`).
-    Result(RunResult),
+#[serde(rename_all = "kebab-case")]
+pub enum ServerMsg {
+    /// Answer to `Start`: the supervisor is ready.
+    Started { pid: i32, cgroups: String },
+    /// The run happened (its status may be any but `error`).
+    Result { id: u64, result: RunResult },
+    /// The run could not happen: setup failed, it was cancelled, ...
+    Failed { id: u64, error: String },
     /// The supervisor cannot work at all (e.g. no user namespaces); it exits.
     Fatal(String),
 }

@@ -21,6 +21,8 @@ pub enum Status {
     OutputLimit,
     /// The seccomp policy killed the program.
     ForbiddenSyscall,
+    /// The caller killed the run (`kill` in the library or the protocol).
+    Killed,
     /// capsule could not start the program; see `error`.
     Error,
 }
@@ -35,6 +37,7 @@ impl Status {
             Status::MemoryLimit => "memory-limit",
             Status::OutputLimit => "output-limit",
             Status::ForbiddenSyscall => "forbidden-syscall",
+            Status::Killed => "killed",
             Status::Error => "error",
         }
     }
@@ -86,6 +89,24 @@ pub struct RunResult {
     pub killed_by_limit: bool,
     /// What went wrong, for status `error`.
     pub error: Option<String>,
+    /// The captured standard output, for `"stdout": {"capture": N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<Captured>,
+    /// The captured standard error, for `"stderr": {"capture": N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<Captured>,
+}
+
+/// A captured output stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Captured {
+    /// The first bytes of the stream, at most the capture size (invalid
+    /// UTF-8 replaced by U+FFFD).
+    pub text: String,
+    /// Bytes the program wrote in all.
+    pub bytes: u64,
+    /// The program wrote more than the capture size.
+    pub truncated: bool,
 }
 
 impl RunResult {
@@ -103,6 +124,8 @@ impl RunResult {
             pids_peak: None,
             killed_by_limit: false,
             error: Some(message.into()),
+            stdout: None,
+            stderr: None,
         }
     }
 
@@ -118,6 +141,7 @@ impl RunResult {
             Status::MemoryLimit => EXIT_MEMORY_LIMIT,
             Status::OutputLimit => EXIT_OUTPUT_LIMIT,
             Status::ForbiddenSyscall => EXIT_FORBIDDEN_SYSCALL,
+            Status::Killed => 128 + libc::SIGKILL,
             Status::Error => EXIT_CAPSULE_ERROR,
         }
     }

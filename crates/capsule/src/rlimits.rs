@@ -1,6 +1,7 @@
 //! Resource limits that need no cgroup, prepared before clone and applied
 //! by the tracee.
 
+use crate::child::RawRlimit;
 use crate::spec::Limits;
 use crate::sys::{self, Errno};
 
@@ -42,10 +43,15 @@ pub(crate) fn prepare(limits: &Limits, cgroup: bool) -> Vec<Rlimit> {
     v
 }
 
+/// The limits as the tracee applies them.
+pub(crate) fn raw(limits: &[Rlimit]) -> Vec<RawRlimit> {
+    limits.iter().map(|l| RawRlimit { resource: l.resource as u64, soft: l.value, hard: l.hard }).collect()
+}
+
 /// Applies the limits (child side). Returns the index of the one that failed.
-pub(crate) fn apply(limits: &[Rlimit]) -> Result<(), (usize, Errno)> {
+pub(crate) fn apply(limits: &[RawRlimit]) -> Result<(), (usize, Errno)> {
     for (i, l) in limits.iter().enumerate() {
-        sys::setrlimit(l.resource, l.value, l.hard).map_err(|e| (i, e))?;
+        sys::setrlimit(l.resource as u32, l.soft, l.hard).map_err(|e| (i, e))?;
     }
     Ok(())
 }

@@ -18,9 +18,9 @@ impl std::fmt::Debug for Filter {
 }
 
 /// Installs `filter` on the calling thread (child side; `no_new_privs` set).
-pub(crate) fn install(filter: &Filter) -> Result<(), Errno> {
-    if filter.program.is_empty() {
+pub(crate) fn install(filter: &[libc::sock_filter]) -> Result<(), Errno> {
+    if filter.is_empty() {
         return Ok(());
     }
-    sys::seccomp_install(&filter.program)
+    sys::seccomp_install(filter)
 }

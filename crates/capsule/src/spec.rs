@@ -62,12 +62,49 @@ pub struct RunSpec {
     pub limits: Limits,
     /// Where the run's cgroups come from.
     pub cgroup: crate::cgroups::CgroupConfig,
-    /// Standard input file (default: inherited from the caller).
-    pub stdin: Option<PathBuf>,
-    /// Standard output file (default: inherited from the caller).
-    pub stdout: Option<PathBuf>,
-    /// Standard error file (default: inherited from the caller).
-    pub stderr: Option<PathBuf>,
+    /// Standard input: a file (default: `capsule run`'s own stdin; `/dev/null`
+    /// for runs of a long-lived supervisor unless the caller passes a
+    /// descriptor).
+    pub stdin: Option<Stdio>,
+    /// Standard output: a file (created or truncated) or `{capture = N}`
+    /// (default as for `stdin`).
+    pub stdout: Option<Stdio>,
+    /// Standard error, like `stdout`.
+    pub stderr: Option<Stdio>,
+}
+
+/// Where one of a run's standard streams goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Stdio {
+    /// A host file, opened by the supervisor as the caller: read for stdin,
+    /// created or truncated for stdout and stderr.
+    Path(PathBuf),
+    /// Collect up to `capture` bytes through a pipe and return them in the
+    /// result (`stdout`/`stderr` of the result); the rest is read and
+    /// dropped, and the result says it was truncated.
+    Capture(Capture),
+}
+
+/// `{"capture": N}`: how many bytes of a stream to keep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capture {
+    #[serde(with = "units::size")]
+    pub capture: u64,
+}
+
+/// Most bytes one captured stream may keep (the result travels in one message).
+pub const MAX_CAPTURE: u64 = 16 << 20;
+
+impl Stdio {
+    /// The file, when it is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Stdio::Path(p) => Some(p),
+            Stdio::Capture(_) => None,
+        }
+    }
 }
 
 /// Limits that need no cgroup.
@@ -359,10 +396,22 @@ impl RunSpec {
                 ));
             }
         }
-        for (field, p) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)]
+        for (field, io) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)]
         {
-            if let Some(p) = p {
-                host_path(field, p)?;
+            match io {
+                None => {}
+                Some(Stdio::Path(p)) => host_path(field, p)?,
+                Some(Stdio::Capture(_)) if field == "stdin" => {
+                    return Err(SpecError::new(field, "standard input cannot be captured; give a file"))
+                }
+                Some(Stdio::Capture(Capture { capture })) => {
+                    if *capture > MAX_CAPTURE {
+                        return Err(SpecError::new(
+                            format!("{field}.capture"),
+                            format!("{capture} bytes is more than the most a result can carry ({MAX_CAPTURE})"),
+                        ));
+                    }
+                }
             }
         }
         Ok(())

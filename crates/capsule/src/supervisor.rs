@@ -1,31 +1,59 @@
-//! The supervisor: created once, serves many runs (thesis, ch. 3). For
-//! each run it prepares a [`Plan`], clones PID 1 into a new PID namespace,
-//! waits for it and turns the shared page into a [`RunResult`].
+//! The supervisor: created once, serves many runs (thesis, ch. 3).
 //!
-//! The one-shot CLI forks a supervisor and sends it one request over the
-//! same socket protocol a long-lived supervisor serves, so both take this
-//! code path.
+//! One single-threaded event loop ([`Supervisor::serve`]) over: the
+//! clients' connections (the library's binary protocol, [`crate::proto`],
+//! or `capsule serve`'s JSON lines, [`crate::serve`]), the runs in flight
+//! (an eventfd PID 1 signals when the result is in the shared page, PID 1's
+//! pidfd, capture pipes) and the PID 1s prepared ahead.
+//!
+//! A run's PID 1 is forked from the supervisor with everything known
+//! before the request: its namespaces, the mount tree, the program's user
+//! namespace and cgroup, down to the tracee waiting for its go message
+//! ([`Prepared`]). The request then only fills in the arena (argv, envp,
+//! working directory, limits) and sends the go message with the run's
+//! stdio; the tracee execs at once. While the supervisor is idle, the next
+//! PID 1 of the same shape is prepared: fresh for each run, never reused.
+//! The result is sent when PID 1 has reaped every process of the run,
+//! before PID 1 itself has finished exiting.
+//!
+//! The one-shot `capsule run` forks a supervisor that serves its one
+//! request over the same protocol and this same loop.
 
-use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::child::{self, NetJoin, Plan, Shared, Step, FLAG_CPU_TIME, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME};
-use crate::cgroups::{self, CgroupConfig, Instance, RunCgroup, Stats, DELEGATION_HINT};
-use crate::error::{errno_text, Error, SysError};
-use crate::mounts::MountPlan;
-use crate::namespaces::{self, PendingNet};
-use crate::proto::{self, Request, Response};
-use crate::result::{signal_name, Accounting, RunResult, Status};
-use crate::seccomp::Filter;
-use crate::spec::{RunSpec, DEFAULT_PATH};
-use crate::sys::{self, Forked, SharedPage, CLONE_PIDFD};
-use crate::{caps, rlimits};
+use serde_json::Value;
 
-/// The tracee's stack until its execve: its deepest path (PATH search,
+use crate::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
+use crate::child::{
+    self, NetJoin, Plan, RawRlimit, Shared, SourceId, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
+    FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
+};
+use crate::error::{errno_text, Error, SysError};
+use crate::mounts::{MountPlan, Op};
+use crate::namespaces::{self, PendingNet};
+use crate::proto::{self, ClientMsg, ServerMsg};
+use crate::result::{signal_name, Accounting, Captured, RunResult, Status};
+use crate::rlimits::{self, Rlimit};
+use crate::sandbox::Config;
+use crate::seccomp::Filter;
+use crate::serve::{self, Line, LineReader, LineRequest};
+use crate::spec::{MountOp, RunSpec, Stdio, DEFAULT_PATH};
+use crate::sys::{self, Arena, Forked, CLONE_PIDFD};
+use crate::caps;
+
+/// The tracees' stack until their execve: the deepest path (PATH search,
 /// id maps) needs a few KiB; page faults touch only what it uses.
 const TRACEE_STACK: usize = 256 << 10;
+/// Size of a run's arena: its argv, environment and the rest must fit
+/// (execve's own limit is a quarter of the stack limit, 2 MiB by default).
+/// Reserved, not allocated: only the pages written are.
+const ARENA_SIZE: usize = 16 << 20;
+/// Bytes read from a capture pipe at once.
+const CAPTURE_CHUNK: usize = 64 << 10;
 
 /// The loopback-only network namespace of the supervisor.
 enum Net {
@@ -38,9 +66,10 @@ enum Net {
 
 /// A running supervisor (lives in the process that called [`Supervisor::start`]).
 pub struct Supervisor {
+    config: Config,
     host_uid: u32,
     host_gid: u32,
-    net: RefCell<Net>,
+    net: Net,
     self_pidfd: OwnedFd,
     last_cap: u32,
     seccomp: Filter,
@@ -78,18 +107,214 @@ pub fn root_refusal() -> Error {
     )
 }
 
+/// How a connection frames its messages.
+pub enum Framing {
+    /// The library's: length-prefixed JSON with SCM_RIGHTS ([`crate::proto`]).
+    Binary,
+    /// `capsule serve`'s JSON lines ([`crate::serve`]).
+    Lines,
+}
+
+/// A client of the supervisor.
+pub struct Conn {
+    read: OwnedFd,
+    /// None: write to `read` (a socket).
+    write: Option<OwnedFd>,
+    framing: Framing,
+    lines: LineReader,
+    /// Responses not yet written (non-blocking sockets).
+    out: Vec<u8>,
+    /// No more requests will come.
+    eof: bool,
+    /// The client is gone: its runs are killed, nothing more is written.
+    gone: bool,
+    /// Stdin/stdout of `capsule serve`: at EOF, finish the accepted runs.
+    finish_at_eof: bool,
+}
+
+impl Conn {
+    /// The library's connection (a socket).
+    pub fn binary(sock: OwnedFd) -> Conn {
+        Conn::new(sock, None, Framing::Binary, false)
+    }
+
+    /// `capsule serve` on stdin/stdout.
+    pub fn lines_stdio(stdin: OwnedFd, stdout: OwnedFd) -> Conn {
+        Conn::new(stdin, Some(stdout), Framing::Lines, true)
+    }
+
+    fn new(read: OwnedFd, write: Option<OwnedFd>, framing: Framing, finish_at_eof: bool) -> Conn {
+        Conn { read, write, framing, lines: LineReader::default(), out: Vec::new(), eof: false, gone: false, finish_at_eof }
+    }
+
+    fn wfd(&self) -> RawFd {
+        self.write.as_ref().unwrap_or(&self.read).as_raw_fd()
+    }
+}
+
+/// How the loop ends.
+pub enum Mode {
+    /// Until every connection is closed (the library, `capsule serve`).
+    Serve,
+    /// After one request is answered (the one-shot `capsule run`).
+    Once,
+}
+
+/// A run's id as its client gave it.
+#[derive(Debug, Clone, PartialEq)]
+enum ClientId {
+    Binary(u64),
+    Json(Value),
+}
+
+/// A request waiting for a free slot.
+struct Request {
+    conn: usize,
+    cid: ClientId,
+    spec: Box<RunSpec>,
+    /// Caller-provided stdin, stdout, stderr.
+    stdio: [Option<OwnedFd>; 3],
+    notify: Option<OwnedFd>,
+    /// Already failed once on a PID 1 prepared ahead (retried on a fresh one).
+    retried: bool,
+}
+
+/// What must match between a request and a PID 1 prepared ahead.
+#[derive(Debug, Clone, PartialEq)]
+struct Shape {
+    empty_root: bool,
+    tmp_size: Option<u64>,
+    mounts: Vec<MountOp>,
+    share_net: bool,
+    hostname: Option<String>,
+    ids: (u32, u32),
+    cgroup: [bool; 4],
+}
+
+/// A host file a `file` operation copies, as it was when opened.
+struct FileCheck {
+    path: PathBuf,
+    stamp: Option<(u64, u64, u64, i64, i64, i64)>,
+}
+
+fn file_stamp(path: &Path) -> Option<(u64, u64, u64, i64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime_nsec() + m.mtime() * 1_000_000_000, m.ctime(), m.ctime_nsec()))
+}
+
+/// A PID 1 forked for a run of one shape: building the sandbox, or ready
+/// with its tracee waiting for the go message.
+struct Prepared {
+    shape: Shape,
+    pidfd: OwnedFd,
+    arena: Arena<Shared>,
+    /// Our end of the tracee's go socket.
+    go: OwnedFd,
+    /// PID 1 signals it when the result is in the arena.
+    done: OwnedFd,
+    /// We signal it to have the run killed.
+    control: OwnedFd,
+    cgroup: Option<RunCgroup>,
+    /// Paths errors may name: 0 the program, 1 the working directory,
+    /// then the mount plan's.
+    names: Vec<String>,
+    /// Bind sources by operation index, to check a tree built ahead.
+    binds: Vec<(usize, PathBuf)>,
+    files: Vec<FileCheck>,
+    /// Whether the tree was built before the request came.
+    ahead: bool,
+}
+
+/// A run in flight.
+struct Running {
+    p: Prepared,
+    /// Kept until the result is out: a run whose PID 1 prepared ahead
+    /// failed before its go message is retried from it.
+    req: Request,
+    rlimits: Vec<Rlimit>,
+    wall_time_ns: Option<u64>,
+    cpu_time_ns: Option<u64>,
+    capture: [Option<Capture>; 2],
+    /// Cancelled: no result is sent.
+    cancelled: bool,
+}
+
+/// A stream being captured.
+struct Capture {
+    pipe: OwnedFd,
+    limit: u64,
+    data: Vec<u8>,
+    total: u64,
+    eof: bool,
+}
+
+impl Capture {
+    /// Reads what is there; false at EOF or error.
+    fn pump(&mut self) -> bool {
+        let mut buf = [0u8; CAPTURE_CHUNK];
+        loop {
+            match sys::read(self.pipe.as_raw_fd(), &mut buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    return false;
+                }
+                Ok(n) => {
+                    self.total += n as u64;
+                    let room = (self.limit as usize).saturating_sub(self.data.len());
+                    self.data.extend_from_slice(&buf[..n.min(room)]);
+                }
+                Err(libc::EAGAIN) => return true,
+                Err(_) => {
+                    self.eof = true;
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Captured {
+        // Every writer is gone by now (the run's processes are dead): read
+        // what is left, never blocking.
+        while !self.eof && self.pump() {
+            let mut pfd = [libc::pollfd { fd: self.pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            if sys::poll(&mut pfd, 0).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        Captured {
+            text: String::from_utf8_lossy(&self.data).into_owned(),
+            bytes: self.total,
+            truncated: self.total > self.limit,
+        }
+    }
+}
+
+/// What the poll set's entries stand for.
+#[derive(Clone, Copy)]
+enum Token {
+    Listener,
+    Signals,
+    ConnRead(usize),
+    ConnWrite(usize),
+    Capture(usize, usize),
+    /// A run's result signal or a PID 1's exit: `schedule` looks at all.
+    Child,
+}
+
 impl Supervisor {
     /// Turns the calling process into a supervisor: sets up its cgroup
     /// subtree (or degraded mode), enters its user namespace and creates the
     /// namespaces shared by all runs. The caller must be single-threaded and
     /// gives up its own namespaces for good.
-    pub fn start(cgroup: &CgroupConfig) -> Result<Self, Error> {
+    pub fn start(config: &Config) -> Result<Self, Error> {
+        config.validate()?;
         if is_real_root() {
             return Err(root_refusal());
         }
         let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
         // cgroups first, as the plain user in the host's namespaces.
-        let found = cgroups::discover(cgroup);
+        let found = cgroups::discover(&config.cgroup);
         let (cgroups, cgroup_note) = match &found.base {
             Some(base) => match Instance::setup(base) {
                 Ok(inst) => (Some(inst), found.detail.clone()),
@@ -97,7 +322,7 @@ impl Supervisor {
             },
             None => (None, found.detail.clone()),
         };
-        if cgroups.is_none() && cgroup.require {
+        if cgroups.is_none() && config.cgroup.require {
             return Err(Error::Refused(format!(
                 "cgroups are required (--require-cgroups) but unavailable: {cgroup_note}; {DELEGATION_HINT}"
             )));
@@ -108,14 +333,14 @@ impl Supervisor {
         let self_pidfd = sys::pidfd_open(sys::getpid())
             .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
         let ns = namespaces::enter_supervisor(host_uid, host_gid)?;
-        let net = RefCell::new(Net::Pending(ns.loopback_net));
         // Writing to a client that went away must not kill the supervisor.
         sys::ignore_sigpipe();
         let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
         Ok(Supervisor {
+            config: config.clone(),
             host_uid,
             host_gid,
-            net,
+            net: Net::Pending(ns.loopback_net),
             self_pidfd,
             last_cap: caps::last_cap(),
             seccomp: Filter::default(),
@@ -126,121 +351,237 @@ impl Supervisor {
         })
     }
 
-    /// Serves requests on `sock` until the client closes it, or until
-    /// `max_requests` have been answered (a one-shot supervisor answers one
-    /// and exits at once, instead of waiting for the client to hang up).
-    pub fn serve(&self, sock: &OwnedFd, max_requests: Option<usize>) -> Result<(), String> {
-        let mut served = 0;
-        while max_requests.is_none_or(|max| served < max) {
-            let Some((req, fds)) = proto::recv::<Request>(sock.as_raw_fd())? else {
-                return Ok(());
-            };
-            let result = if fds.len() != 3 {
-                RunResult::error(format!("a request must carry 3 descriptors (stdin, stdout, stderr), got {}", fds.len()))
-            } else {
-                self.run(&req.spec, [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()])
-            };
-            drop(fds);
-            proto::send_owned(sock, &Response::Result(result), &[])?;
-            served += 1;
+    /// Where the cgroups come from, or why there are none.
+    pub fn cgroup_note(&self) -> &str {
+        &self.cgroup_note
+    }
+
+    /// Serves `conns` (and connections accepted on `listener`) until `mode`
+    /// says to stop; then kills what still runs and cleans up.
+    pub fn serve(mut self, conns: Vec<Conn>, listener: Option<OwnedFd>, mode: Mode) {
+        let signals = match (&listener, &mode) {
+            // A server others connect to stops cleanly on SIGTERM/SIGINT.
+            (Some(_), _) => sys::signalfd_for(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).ok(),
+            _ => None,
+        };
+        let mut l = Loop {
+            conns: conns.into_iter().map(Some).collect(),
+            listener,
+            signals,
+            once: matches!(mode, Mode::Once),
+            answered: 0,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            spares: Vec::new(),
+            zombies: Vec::new(),
+            last_shape: None,
+            stop: false,
+        };
+        l.run(&mut self);
+        l.shutdown();
+    }
+
+    /// The key a request's PID 1 is prepared by.
+    fn shape(&self, spec: &RunSpec) -> Shape {
+        Shape {
+            empty_root: spec.empty_root,
+            tmp_size: spec.tmp_size,
+            mounts: spec.mounts.clone(),
+            share_net: spec.share_net,
+            hostname: spec.hostname.clone(),
+            ids: self.ids(spec),
+            cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
+        }
+    }
+
+    fn ids(&self, spec: &RunSpec) -> (u32, u32) {
+        if spec.root {
+            (0, 0)
+        } else {
+            (spec.uid.unwrap_or(self.host_uid), spec.gid.unwrap_or(self.host_gid))
+        }
+    }
+
+    /// Checks what a long-lived supervisor cannot change per run.
+    fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
+        spec.validate().map_err(|e| e.to_string())?;
+        let c = &spec.cgroup;
+        if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
+            return Err(
+                "invalid spec: cgroup: the cgroup base and --no-cgroups are the supervisor's settings \
+                 (capsule serve --cgroup/--no-cgroups, sandbox Config::cgroup), not a run's"
+                    .into(),
+            );
+        }
+        if c.require && self.cgroups.is_none() {
+            return Err(format!(
+                "cgroups are required (cgroup.require) but this supervisor has none ({}); {DELEGATION_HINT}",
+                self.cgroup_note
+            ));
+        }
+        if self.cgroups.is_none() {
+            let l = &spec.limits;
+            let needs = [
+                ("limits.memory", l.memory.is_some()),
+                ("limits.cpu_bandwidth", l.cpu_bandwidth.is_some()),
+                ("limits.cpus", l.cpus.is_some()),
+            ];
+            if let Some((field, _)) = needs.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "{field} needs cgroup v2, and this supervisor has none ({}); {DELEGATION_HINT}",
+                    self.cgroup_note
+                ));
+            }
         }
         Ok(())
     }
 
-    /// Runs one spec with the given stdio and waits for it.
-    pub fn run(&self, spec: &RunSpec, stdio: [RawFd; 3]) -> RunResult {
-        // The one validation of the spec, before anything is made for it.
-        if let Err(e) = spec.validate() {
-            return RunResult::error(e.to_string());
+    /// How PID 1 joins the network, and the socket to send it over while
+    /// the loopback namespace is still being made.
+    fn net_join(&mut self, spec: &RunSpec) -> Result<(NetJoin, Option<(OwnedFd, OwnedFd)>), String> {
+        if spec.share_net {
+            return Ok((NetJoin::Host, None));
         }
-        // How PID 1 joins the network: while the loopback namespace is still
-        // being made, PID 1 receives it over a socket once it is ready.
-        let mut pending = None;
-        let net = if spec.share_net {
-            NetJoin::Host
-        } else {
-            match &*self.net.borrow() {
-                Net::Ready(fd) => NetJoin::Fd(fd.as_raw_fd()),
-                Net::Failed(msg) => return RunResult::error(msg.clone()),
-                Net::Pending(_) => match sys::socketpair_stream() {
-                    Ok((ours, theirs)) => {
-                        let join = NetJoin::Receive(theirs.as_raw_fd());
-                        pending = Some((ours, theirs));
-                        join
-                    }
-                    Err(e) => return RunResult::error(SysError::new("socketpair", e).to_string()),
-                },
-            }
-        };
-        let cgroup = match self.run_cgroup(spec) {
-            Ok(cg) => cg,
-            Err(msg) => return RunResult::error(msg),
-        };
-        let result = match self.prepare(spec, stdio, net, cgroup.as_ref()) {
-            Ok((plan, names)) => self.execute(&plan, &names, pending, cgroup.as_ref()),
-            Err(e) => RunResult::error(e.to_string()),
-        };
-        if let Some(cg) = cgroup {
-            cg.remove();
-        }
-        result
-    }
-
-    /// A fresh cgroup for one run; in degraded mode, an error for the limits
-    /// that need one.
-    fn run_cgroup(&self, spec: &RunSpec) -> Result<Option<RunCgroup>, String> {
-        let l = &spec.limits;
-        match &self.cgroups {
-            Some(inst) => inst.new_run(l).map(Some).map_err(|e| format!("creating the run's cgroup: {e}")),
-            None => {
-                let needs = [
-                    ("limits.memory", l.memory.is_some()),
-                    ("limits.cpu_bandwidth", l.cpu_bandwidth.is_some()),
-                    ("limits.cpus", l.cpus.is_some()),
-                ];
-                match needs.iter().find(|(_, set)| *set) {
-                    Some((field, _)) => Err(format!(
-                        "{field} needs cgroup v2, and this supervisor has none ({}); {DELEGATION_HINT}",
-                        self.cgroup_note
-                    )),
-                    None => Ok(None),
-                }
+        match &self.net {
+            Net::Ready(fd) => Ok((NetJoin::Fd(fd.as_raw_fd()), None)),
+            Net::Failed(msg) => Err(msg.clone()),
+            Net::Pending(_) => {
+                let (ours, theirs) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
+                Ok((NetJoin::Receive(theirs.as_raw_fd()), Some((ours, theirs))))
             }
         }
     }
 
     /// Waits for the loopback network and hands it to PID 1 over `sock`
     /// (dropping `sock` without an fd makes PID 1 fail its JoinNetwork step).
-    fn deliver_net(&self, sock: OwnedFd) -> Option<String> {
-        let mut net = self.net.borrow_mut();
-        if let Net::Pending(_) = &*net {
-            let Net::Pending(handle) = std::mem::replace(&mut *net, Net::Failed(String::new())) else { unreachable!() };
-            *net = match handle.join() {
+    fn deliver_net(&mut self, sock: OwnedFd) {
+        if let Net::Pending(_) = &self.net {
+            let Net::Pending(handle) = std::mem::replace(&mut self.net, Net::Failed(String::new())) else { unreachable!() };
+            self.net = match handle.join() {
                 Ok(Ok(fd)) => Net::Ready(fd),
                 Ok(Err(e)) => Net::Failed(format!("creating the sandbox network: {e}")),
                 Err(_) => Net::Failed("creating the sandbox network: the thread panicked".into()),
             };
         }
-        match &*net {
-            Net::Ready(fd) => {
-                let _ = sys::send_with_fds(sock.as_raw_fd(), b"n", &[fd.as_raw_fd()]);
-                None
-            }
-            Net::Failed(msg) => Some(msg.clone()),
-            Net::Pending(_) => unreachable!(),
+        if let Net::Ready(fd) = &self.net {
+            let _ = sys::send_with_fds(sock.as_raw_fd(), b"n", &[fd.as_raw_fd()]);
         }
     }
 
-    fn prepare(
-        &self,
-        spec: &RunSpec,
-        stdio: [RawFd; 3],
-        net: NetJoin,
-        cgroup: Option<&RunCgroup>,
-    ) -> Result<(Plan, Vec<String>), Error> {
-        let mut names: Vec<String> = Vec::new();
-        let c = |s: &str| CString::new(s).expect("validated: no NUL");
+    /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
+    /// its tracee then waits for the go message.
+    fn prepare(&mut self, spec: &RunSpec, ahead: bool) -> Result<Prepared, String> {
+        let shape = self.shape(spec);
+        let (net, pending_net) = self.net_join(spec)?;
+        let mut names = vec![String::new(), String::new()];
+        let mounts = MountPlan::prepare(spec, &mut names).map_err(|e| e.to_string())?;
+        let mut binds = Vec::new();
+        let mut files = Vec::new();
+        for (i, op) in mounts.ops.iter().enumerate() {
+            if let Op::Bind { src, .. } = op {
+                binds.push((i, PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(src.to_bytes()))));
+            }
+        }
+        for op in &spec.mounts {
+            if let MountOp::File { src, .. } = op {
+                files.push(FileCheck { path: src.clone(), stamp: file_stamp(src) });
+            }
+        }
+        let cgroup = match &self.cgroups {
+            Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),
+            None => None,
+        };
+        let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
+        let arena = Arena::<Shared>::new(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
+        let ids = vec![SourceId::default(); mounts.ops.len()];
+        let at = arena.put_slice(&ids).map_err(|e| fail("arena", e))?;
+        arena.source_ids.store(at as u64, SeqCst);
+        arena.source_ids_len.store(ids.len() as u64, SeqCst);
+        let (go, go_child) = sys::socketpair_stream().map_err(|e| fail("socketpair", e))?;
+        let done = sys::eventfd().map_err(|e| fail("eventfd", e))?;
+        let control = sys::eventfd().map_err(|e| fail("eventfd", e))?;
+        let (uid, gid) = shape.ids;
+        let c = |s: String| CString::new(s).expect("no NUL");
+        let mut keep_fds = vec![
+            self.self_pidfd.as_raw_fd(),
+            go_child.as_raw_fd(),
+            done.as_raw_fd(),
+            control.as_raw_fd(),
+        ];
+        match net {
+            NetJoin::Fd(fd) | NetJoin::Receive(fd) => keep_fds.push(fd),
+            NetJoin::Host => {}
+        }
+        if let Some(cg) = &cgroup {
+            let f = cg.raw_fds();
+            keep_fds.extend([f.prog_dir, f.cpu_stat, f.kill]);
+        }
+        keep_fds.extend(mounts.fds());
+        keep_fds.retain(|&fd| fd > 2);
+        keep_fds.sort_unstable();
+        let plan = Plan {
+            tracee_uid_map: c(format!("{uid} 0 1\n")),
+            tracee_gid_map: c(format!("{gid} 0 1\n")),
+            net,
+            hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
+            supervisor_pidfd: self.self_pidfd.as_raw_fd(),
+            mounts,
+            last_cap: self.last_cap,
+            cgroup: cgroup.as_ref().map(RunCgroup::raw_fds),
+            go_sock: go_child.as_raw_fd(),
+            done: done.as_raw_fd(),
+            control: control.as_raw_fd(),
+            keep_fds,
+        };
+        let (pid, pidfd) = match sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None) {
+            Err(e) => {
+                if let Some(cg) = cgroup {
+                    cg.remove();
+                }
+                return Err(SysError::new("clone3(CLONE_NEWPID)", e).hint("see `capsule check`").to_string());
+            }
+            Ok(Forked::Child) => child::pid1(&plan, &arena, &self.tracee_stack),
+            Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd.expect("CLONE_PIDFD")),
+        };
+        drop(go_child);
+        drop(plan);
+        if let Some((ours, theirs)) = pending_net {
+            drop(theirs);
+            self.deliver_net(ours);
+        }
+        let _ = pid;
+        Ok(Prepared { shape, pidfd, arena, go, done, control, cgroup, names, binds, files, ahead })
+    }
 
+    /// Whether a PID 1 built ahead still matches the host: every bind
+    /// source resolves to what it cloned, every copied file is unchanged.
+    fn still_fresh(&self, p: &Prepared) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        for f in &p.files {
+            if file_stamp(&f.path) != f.stamp {
+                return false;
+            }
+        }
+        if p.binds.is_empty() || p.arena.flags.load(SeqCst) & child::FLAG_SOURCES == 0 {
+            // Not cloned yet: the clones will be of the host as it is now.
+            return true;
+        }
+        let at = p.arena.source_ids.load(SeqCst);
+        let len = p.arena.source_ids_len.load(SeqCst);
+        let Some(ids) = p.arena.slice::<SourceId>(at, len) else { return false };
+        p.binds.iter().all(|(i, path)| {
+            let now = std::fs::metadata(path).ok().map(|m| SourceId { dev: m.dev(), ino: m.ino() });
+            let then = ids.get(*i).copied().unwrap_or_default();
+            match now {
+                Some(id) => id == then,
+                None => then == SourceId::default(),
+            }
+        })
+    }
+
+    /// Writes the run's half into the arena and its limits into its cgroup.
+    fn fill(&self, p: &mut Prepared, spec: &RunSpec) -> Result<(Vec<Rlimit>, Option<u64>, Option<u64>), String> {
+        let c = |s: &str| CString::new(s).expect("validated: no NUL");
         let mut env = spec.env.clone();
         for k in &spec.keep_env {
             if let Ok(v) = std::env::var(k) {
@@ -249,9 +590,6 @@ impl Supervisor {
         }
         let path_var = env.get("PATH").cloned();
         env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
-        let envp: Vec<CString> = env.iter().map(|(k, v)| c(&format!("{k}={v}"))).collect();
-        let argv: Vec<CString> = spec.argv.iter().map(|a| c(a)).collect();
-
         // PATH lookup happens in the sandbox's view: only the candidate
         // list is prepared here, the tracee tries them in order.
         let prog = &spec.argv[0];
@@ -266,114 +604,77 @@ impl Supervisor {
                 .map(|d| c(&format!("{}/{prog}", d.trim_end_matches('/'))))
                 .collect()
         };
-        names.push(if prog.contains('/') {
+        p.names[EXEC_NAME as usize] = if prog.contains('/') {
             prog.clone()
         } else {
             format!("{prog}` (searched PATH={}", path_var.as_deref().unwrap_or(DEFAULT_PATH))
-        });
-        let exec_name = 0;
+        };
         let cwd = spec.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "/".into());
-        names.push(cwd.clone());
-        let cwd_name = 1;
-
-        let (uid, gid) = if spec.root {
-            (0, 0)
-        } else {
-            (spec.uid.unwrap_or(self.host_uid), spec.gid.unwrap_or(self.host_gid))
+        p.names[CWD_NAME as usize] = cwd.clone();
+        let rl = rlimits::prepare(&spec.limits, p.cgroup.is_some());
+        let raw: Vec<RawRlimit> = rlimits::raw(&rl);
+        let a = &p.arena;
+        let too_big = |_| {
+            format!(
+                "the run's argv and environment do not fit in {} MiB (execve's own limit is a quarter of the stack limit)",
+                ARENA_SIZE >> 20
+            )
         };
-        let mounts = MountPlan::prepare(spec, &mut names)?;
-        let mut plan = Plan {
-            exec_paths,
-            exec_name,
-            argv_ptrs: Vec::new(),
-            argv,
-            envp_ptrs: Vec::new(),
-            envp,
-            cwd: c(&cwd),
-            cwd_name,
-            cwd_fallback: spec.cwd_fallback,
-            tracee_uid_map: c(&format!("{uid} 0 1\n")),
-            tracee_gid_map: c(&format!("{gid} 0 1\n")),
-            net,
-            hostname: spec.hostname.as_deref().map(c),
-            supervisor_pidfd: self.self_pidfd.as_raw_fd(),
-            mounts,
-            rlimits: rlimits::prepare(&spec.limits, cgroup.is_some()),
-            wall_time_ns: spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
-            last_cap: self.last_cap,
-            seccomp: self.seccomp.clone(),
-            stdio,
-            cgroup: cgroup.map(RunCgroup::raw_fds),
-            cpu_time_ns: spec.limits.cpu_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
-            parallelism: parallelism(self.cpus, &spec.limits),
-        };
-        plan.argv_ptrs = plan.argv.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
-        plan.envp_ptrs = plan.envp.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
-        Ok((plan, names))
-    }
-
-    fn execute(
-        &self,
-        plan: &Plan,
-        names: &[String],
-        pending_net: Option<(OwnedFd, OwnedFd)>,
-        cgroup: Option<&RunCgroup>,
-    ) -> RunResult {
-        let shared = match SharedPage::<Shared>::new() {
-            Ok(s) => s,
-            Err(e) => return RunResult::error(SysError::new("mmap (shared page)", e).to_string()),
-        };
-        let (pid, pidfd) = match sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None) {
-            Err(e) => {
-                return RunResult::error(
-                    SysError::new("clone3(CLONE_NEWPID)", e).hint("see `capsule check`").to_string(),
-                )
+        let ptrs = |v: &[CString]| -> Result<u64, String> {
+            let mut list = Vec::with_capacity(v.len() + 1);
+            for s in v {
+                list.push(a.put_cstr(s).map_err(too_big)?);
             }
-            Ok(Forked::Child) => child::pid1(plan, &shared, &self.tracee_stack),
-            Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+            list.push(std::ptr::null());
+            a.put_ptrs(&list).map(|p| p as u64).map_err(too_big)
         };
-        let net_error = pending_net.and_then(|(ours, theirs)| {
-            drop(theirs);
-            self.deliver_net(ours)
-        });
-        let status = sys::waitpid(pid, false);
-        drop(pidfd);
-        // Every process of the run is gone (PID 1 reaped them): the
-        // cgroup's figures are final.
-        let stats = cgroup.map(RunCgroup::stats);
-        match net_error {
-            Some(msg) => RunResult::error(msg),
-            None => self.result(plan, names, &shared, status, stats),
+        let argv: Vec<CString> = spec.argv.iter().map(|s| c(s)).collect();
+        let envp: Vec<CString> = env.iter().map(|(k, v)| c(&format!("{k}={v}"))).collect();
+        a.go_argv.store(ptrs(&argv)?, SeqCst);
+        a.go_envp.store(ptrs(&envp)?, SeqCst);
+        let mut path_ptrs = Vec::with_capacity(exec_paths.len());
+        for s in &exec_paths {
+            path_ptrs.push(a.put_cstr(s).map_err(too_big)? as u64);
         }
+        a.go_exec_paths.store(a.put_slice(&path_ptrs).map_err(too_big)? as u64, SeqCst);
+        a.go_exec_paths_len.store(path_ptrs.len() as u64, SeqCst);
+        a.go_cwd.store(a.put_cstr(&c(&cwd)).map_err(too_big)? as u64, SeqCst);
+        a.go_cwd_fallback.store(spec.cwd_fallback as u32, SeqCst);
+        a.go_rlimits.store(a.put_slice(&raw).map_err(too_big)? as u64, SeqCst);
+        a.go_rlimits_len.store(raw.len() as u64, SeqCst);
+        let wall = spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
+        let cpu = spec.limits.cpu_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
+        a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
+        a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
+        a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
+        let filter = &self.seccomp.program;
+        a.go_filter.store(a.put_slice(filter).map_err(too_big)? as u64, SeqCst);
+        a.go_filter_len.store(filter.len() as u64, SeqCst);
+        if let Some(cg) = &p.cgroup {
+            cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
+        }
+        std::sync::atomic::fence(SeqCst);
+        Ok((rl, wall, cpu))
     }
 
-    fn result(
-        &self,
-        plan: &Plan,
-        names: &[String],
-        shared: &Shared,
-        pid1_status: Result<Option<(i32, i32)>, i32>,
-        stats: Option<Stats>,
-    ) -> RunResult {
+    fn result(&self, r: &Running, pid1_status: Option<i32>, stats: Option<Stats>) -> RunResult {
+        let shared: &Shared = &r.p.arena;
         if let Some(f) = shared.failure() {
-            return RunResult::error(describe_failure(plan, names, f.step, f.errno, f.path));
+            return RunResult::error(describe_failure(&r.rlimits, &r.p.names, f.step, f.errno, f.path));
         }
         let flags = shared.flags.load(SeqCst);
         if flags & FLAG_TRACEE_REAPED == 0 {
             let how = match pid1_status {
-                Ok(Some((_, st))) if libc::WIFSIGNALED(st) => {
-                    format!("killed by {}", signal_name(libc::WTERMSIG(st)))
-                }
-                Ok(Some((_, st))) => format!("exit status {}", libc::WEXITSTATUS(st)),
-                Ok(None) => "no status".into(),
-                Err(e) => errno_text(e),
+                Some(st) if libc::WIFSIGNALED(st) => format!("killed by {}", signal_name(libc::WTERMSIG(st))),
+                Some(st) => format!("exit status {}", libc::WEXITSTATUS(st)),
+                None => "no status".into(),
             };
             return RunResult::error(format!("the run's PID 1 ended before the program did ({how})"));
         }
         let st = shared.wait_status.load(SeqCst);
         let exec_ns = shared.exec_ns.load(SeqCst);
         let end_ns = shared.end_ns.load(SeqCst);
-        let mut r = RunResult {
+        let mut res = RunResult {
             status: Status::Exited,
             exit_code: None,
             signal: None,
@@ -386,6 +687,8 @@ impl Supervisor {
             pids_peak: None,
             killed_by_limit: false,
             error: None,
+            stdout: None,
+            stderr: None,
         };
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve.
@@ -394,56 +697,678 @@ impl Supervisor {
             // cpu.stat splits user/system by tick sampling; the total is exact.
             let system = st.system_us.min(total.saturating_sub(at_exec));
             let user = total.saturating_sub(at_exec).saturating_sub(system);
-            r.cpu_user_ms = user as f64 / 1e3;
-            r.cpu_system_ms = system as f64 / 1e3;
+            res.cpu_user_ms = user as f64 / 1e3;
+            res.cpu_system_ms = system as f64 / 1e3;
             if let Some(peak) = st.memory_peak {
-                r.peak_memory_bytes = peak;
+                res.peak_memory_bytes = peak;
             }
-            r.pids_peak = st.pids_peak;
-            r.accounting = Accounting::Cgroup;
+            res.pids_peak = st.pids_peak;
+            res.accounting = Accounting::Cgroup;
         }
         if libc::WIFEXITED(st) {
-            r.exit_code = Some(libc::WEXITSTATUS(st));
+            res.exit_code = Some(libc::WEXITSTATUS(st));
         } else if libc::WIFSIGNALED(st) {
             let sig = libc::WTERMSIG(st);
-            r.status = Status::Signaled;
-            r.signal = Some(signal_name(sig));
+            res.status = Status::Signaled;
+            res.signal = Some(signal_name(sig));
             if sig == libc::SIGXFSZ {
-                r.status = Status::OutputLimit;
+                res.status = Status::OutputLimit;
             }
         }
-        let succeeded = r.status == Status::Exited && r.exit_code == Some(0);
+        let succeeded = res.status == Status::Exited && res.exit_code == Some(0);
         if flags & FLAG_OUTPUT_LIMIT != 0 && !succeeded {
             // The program, or an orphan PID 1 reaped, wrote past the limit
             // and the run did not succeed anyway.
-            r.status = Status::OutputLimit;
+            res.status = Status::OutputLimit;
         }
         if let Some(st) = &stats {
             // MLE, not "signal 9": an OOM kill, or any failure of a run that
             // hit its memory limit (a SIGSEGV after a failed allocation).
             if st.oom_kills > 0 || (st.memory_max_events > 0 && !succeeded) {
-                r.status = Status::MemoryLimit;
+                res.status = Status::MemoryLimit;
             }
-        } else if plan.cpu_time_ns.is_some() && r.signal.as_deref() == Some("SIGXCPU") {
+        } else if r.cpu_time_ns.is_some() && res.signal.as_deref() == Some("SIGXCPU") {
             // Degraded mode: RLIMIT_CPU sent SIGXCPU at the limit.
-            r.status = Status::CpuTimeLimit;
+            res.status = Status::CpuTimeLimit;
         }
         if flags & FLAG_CPU_TIME != 0 {
-            r.status = Status::CpuTimeLimit;
+            res.status = Status::CpuTimeLimit;
         }
         if flags & FLAG_WALL_TIME != 0 {
-            r.status = Status::WallTimeLimit;
-            if let Some(limit) = plan.wall_time_ns {
+            res.status = Status::WallTimeLimit;
+            if let Some(limit) = r.wall_time_ns {
                 // The program ran for the whole limit at least.
-                r.wall_time_ms = r.wall_time_ms.max((limit / 1000) as f64 / 1e3);
+                res.wall_time_ms = res.wall_time_ms.max((limit / 1000) as f64 / 1e3);
             }
         }
-        r.killed_by_limit = matches!(
-            r.status,
+        if flags & FLAG_KILLED != 0 {
+            res.status = Status::Killed;
+        }
+        res.killed_by_limit = matches!(
+            res.status,
             Status::WallTimeLimit | Status::CpuTimeLimit | Status::MemoryLimit | Status::OutputLimit
         );
-        r
+        res
     }
+}
+
+/// The event loop's state.
+struct Loop {
+    conns: Vec<Option<Conn>>,
+    listener: Option<OwnedFd>,
+    signals: Option<OwnedFd>,
+    once: bool,
+    answered: usize,
+    queue: VecDeque<Request>,
+    running: Vec<Running>,
+    /// PID 1s prepared ahead, idle.
+    spares: Vec<Prepared>,
+    /// PID 1s whose result went out: reaped (and their cgroups removed)
+    /// once they have finished exiting.
+    zombies: Vec<Prepared>,
+    /// The shape of the last request: spares are prepared for it.
+    last_shape: Option<Box<RunSpec>>,
+    stop: bool,
+}
+
+impl Loop {
+    fn run(&mut self, sup: &mut Supervisor) {
+        loop {
+            self.schedule(sup);
+            if self.finished() {
+                return;
+            }
+            let (mut pfds, tokens) = self.poll_set();
+            if let Err(e) = sys::poll(&mut pfds, -1) {
+                if e != libc::EINTR {
+                    return;
+                }
+                continue;
+            }
+            for (pfd, token) in pfds.iter().zip(tokens) {
+                if pfd.revents != 0 {
+                    self.event(sup, token, pfd.revents);
+                }
+            }
+        }
+    }
+
+    /// Nothing left to do.
+    fn finished(&self) -> bool {
+        if self.stop || (self.once && self.answered > 0) {
+            return true;
+        }
+        let clients = self.conns.iter().flatten().any(|c| !c.gone && !(c.eof && c.finish_at_eof));
+        let pending = !self.running.is_empty() || !self.queue.is_empty();
+        let unsent = self.conns.iter().flatten().any(|c| !c.gone && !c.out.is_empty());
+        self.listener.is_none() && !clients && !pending && !unsent
+    }
+
+    fn poll_set(&self) -> (Vec<libc::pollfd>, Vec<Token>) {
+        let mut pfds = Vec::new();
+        let mut tokens = Vec::new();
+        let mut add = |fd: RawFd, events: i16, t: Token| {
+            pfds.push(libc::pollfd { fd, events, revents: 0 });
+            tokens.push(t);
+        };
+        if let Some(l) = &self.listener {
+            add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
+        }
+        if let Some(s) = &self.signals {
+            add(s.as_raw_fd(), libc::POLLIN, Token::Signals);
+        }
+        for (i, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            if c.gone {
+                continue;
+            }
+            if !c.eof {
+                add(c.read.as_raw_fd(), libc::POLLIN, Token::ConnRead(i));
+            }
+            if !c.out.is_empty() {
+                add(c.wfd(), libc::POLLOUT, Token::ConnWrite(i));
+            } else if c.write.is_some() {
+                // stdout closing (the client went away) shows as POLLERR.
+                add(c.wfd(), 0, Token::ConnWrite(i));
+            }
+        }
+        for (i, r) in self.running.iter().enumerate() {
+            add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Child);
+            add(r.p.pidfd.as_raw_fd(), libc::POLLIN, Token::Child);
+            for (k, cap) in r.capture.iter().enumerate() {
+                if let Some(cap) = cap {
+                    if !cap.eof {
+                        add(cap.pipe.as_raw_fd(), libc::POLLIN, Token::Capture(i, k));
+                    }
+                }
+            }
+        }
+        for s in &self.spares {
+            add(s.pidfd.as_raw_fd(), libc::POLLIN, Token::Child);
+        }
+        for z in &self.zombies {
+            add(z.pidfd.as_raw_fd(), libc::POLLIN, Token::Child);
+        }
+        (pfds, tokens)
+    }
+
+    /// Handles one ready descriptor. Indices refer to the poll set's
+    /// snapshot: entries are only marked here, removed in `schedule`.
+    fn event(&mut self, sup: &mut Supervisor, token: Token, revents: i16) {
+        match token {
+            Token::Listener => self.accept(),
+            Token::Signals => self.stop = true,
+            Token::ConnRead(i) => self.read_conn(sup, i),
+            Token::ConnWrite(i) => {
+                if revents & (libc::POLLERR | libc::POLLHUP) != 0 && revents & libc::POLLOUT == 0 {
+                    self.drop_conn(i);
+                } else {
+                    self.flush(i);
+                }
+            }
+            Token::Capture(i, k) => {
+                if let Some(Some(cap)) = self.running.get_mut(i).map(|r| r.capture[k].as_mut()) {
+                    cap.pump();
+                }
+            }
+            // Collected by `schedule`, which looks at every run, spare and
+            // PID 1 left to reap.
+            Token::Child => {}
+        }
+    }
+
+    /// Starts queued requests, collects finished runs, keeps the spares.
+    fn schedule(&mut self, sup: &mut Supervisor) {
+        self.collect(sup);
+        while self.running.len() < sup.config.parallel {
+            let Some(req) = self.queue.pop_front() else { break };
+            self.start(sup, req);
+        }
+        self.reap_spares_and_zombies();
+        self.keep_spares(sup);
+    }
+
+    /// Starts one request, or answers it with an error.
+    fn start(&mut self, sup: &mut Supervisor, req: Request) {
+        let shape = sup.shape(&req.spec);
+        // A spare of this shape that still matches the host, else a fresh one.
+        let mut p = None;
+        while let Some(i) = self.spares.iter().position(|s| s.shape == shape) {
+            let s = self.spares.swap_remove(i);
+            if sup.still_fresh(&s) && !exited(&s) {
+                p = Some(s);
+                break;
+            }
+            kill_prepared(&s);
+            self.zombies.push(s);
+        }
+        if sup.config.prepare_ahead && !self.once {
+            self.last_shape = Some(req.spec.clone());
+        }
+        let mut p = match p {
+            Some(p) => p,
+            None => match sup.prepare(&req.spec, false) {
+                Ok(p) => p,
+                Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
+            },
+        };
+        match self.go(sup, &mut p, &req) {
+            Ok((rlimits, wall, cpu, capture)) => self.running.push(Running {
+                p,
+                req,
+                rlimits,
+                wall_time_ns: wall,
+                cpu_time_ns: cpu,
+                capture,
+                cancelled: false,
+            }),
+            Err(msg) => {
+                kill_prepared(&p);
+                self.zombies.push(p);
+                self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify);
+            }
+        }
+    }
+
+    /// Fills the arena and sends the go message with the run's stdio.
+    #[allow(clippy::type_complexity)]
+    fn go(
+        &mut self,
+        sup: &mut Supervisor,
+        p: &mut Prepared,
+        req: &Request,
+    ) -> Result<(Vec<Rlimit>, Option<u64>, Option<u64>, [Option<Capture>; 2]), String> {
+        let (rl, wall, cpu) = sup.fill(p, &req.spec)?;
+        let mut capture: [Option<Capture>; 2] = [None, None];
+        let mut held: Vec<OwnedFd> = Vec::new();
+        let mut fds = [-1; 3];
+        let specs = [&req.spec.stdin, &req.spec.stdout, &req.spec.stderr];
+        for i in 0..3 {
+            if let Some(fd) = &req.stdio[i] {
+                fds[i] = fd.as_raw_fd();
+                continue;
+            }
+            let fd = match specs[i] {
+                Some(Stdio::Path(path)) => open_stdio(path, i == 0)?,
+                Some(Stdio::Capture(c)) => {
+                    let (r, w) = sys::pipe().map_err(|e| SysError::new("pipe2", e).to_string())?;
+                    let _ = sys::set_nonblocking(r.as_raw_fd(), true);
+                    capture[i - 1] = Some(Capture { pipe: r, limit: c.capture, data: Vec::new(), total: 0, eof: false });
+                    w
+                }
+                None => sys::open(c"/dev/null", if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY } | libc::O_CLOEXEC, 0)
+                    .map_err(|e| SysError::new("open", e).path("/dev/null").to_string())?,
+            };
+            fds[i] = fd.as_raw_fd();
+            held.push(fd);
+        }
+        sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds)
+            .map_err(|e| format!("the prepared sandbox is gone ({})", errno_text(e)))?;
+        Ok((rl, wall, cpu, capture))
+    }
+
+    /// Collects runs whose PID 1 signalled the result or died.
+    fn collect(&mut self, sup: &mut Supervisor) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &self.running[i];
+            let done = sys::read(r.p.done.as_raw_fd(), &mut [0u8; 8]).is_ok();
+            let dead = !done && exited(&r.p);
+            if !done && !dead {
+                i += 1;
+                continue;
+            }
+            let mut r = self.running.swap_remove(i);
+            let status = if dead {
+                // A last look: the result may have been signalled just before.
+                let _ = sys::read(r.p.done.as_raw_fd(), &mut [0u8; 8]);
+                sys::pidfd_try_wait(r.p.pidfd.as_raw_fd()).ok().flatten()
+            } else {
+                None
+            };
+            let flags = r.p.arena.flags.load(SeqCst);
+            // Failed before its go message: the sandbox was built ahead and
+            // the host changed since (or a transient failure); try once
+            // more on a fresh one, whose outcome stands.
+            if dead && flags & FLAG_GO == 0 && r.p.arena.failure().is_some() && r.p.ahead && !r.req.retried && !r.cancelled {
+                r.req.retried = true;
+                self.zombies.push(r.p);
+                self.queue.push_front(r.req);
+                continue;
+            }
+            let stats = r.p.cgroup.as_ref().map(RunCgroup::stats);
+            let mut result = sup.result(&r, status, stats);
+            for (k, cap) in r.capture.iter_mut().enumerate() {
+                if let Some(cap) = cap.take() {
+                    let c = cap.finish();
+                    if k == 0 {
+                        result.stdout = Some(c);
+                    } else {
+                        result.stderr = Some(c);
+                    }
+                }
+            }
+            if self.once {
+                // The one-shot client exits on the result: leave no cgroup
+                // behind (the run's, then the supervisor's own share).
+                if let Some(cg) = r.p.cgroup.take() {
+                    if !cg.try_remove() {
+                        r.p.cgroup = Some(cg);
+                    }
+                }
+                if r.p.cgroup.is_none() {
+                    sup.cgroups = None;
+                }
+            }
+            if !r.cancelled {
+                self.answer(r.req.conn, &r.req.cid, &result, r.req.notify.take());
+            }
+            self.zombies.push(r.p);
+        }
+    }
+
+    fn reap_spares_and_zombies(&mut self) {
+        self.spares.retain(|s| {
+            if exited(s) {
+                let _ = sys::pidfd_try_wait(s.pidfd.as_raw_fd());
+                if let Some(cg) = &s.cgroup {
+                    cg.try_remove();
+                }
+                false
+            } else {
+                true
+            }
+        });
+        self.zombies.retain_mut(|z| {
+            if !exited(z) {
+                return true;
+            }
+            let _ = sys::pidfd_try_wait(z.pidfd.as_raw_fd());
+            match z.cgroup.take() {
+                Some(cg) => {
+                    if !cg.try_remove() {
+                        cg.remove();
+                    }
+                }
+                None => {}
+            }
+            false
+        });
+    }
+
+    /// Keeps up to `parallel` PID 1s prepared for the last request's shape.
+    fn keep_spares(&mut self, sup: &mut Supervisor) {
+        let Some(spec) = self.last_shape.clone() else { return };
+        if !sup.config.prepare_ahead || self.once || self.stop {
+            return;
+        }
+        let shape = sup.shape(&spec);
+        // Spares of another shape are of no use any more.
+        let mut k = 0;
+        while k < self.spares.len() {
+            if self.spares[k].shape != shape {
+                let s = self.spares.swap_remove(k);
+                kill_prepared(&s);
+                self.zombies.push(s);
+            } else {
+                k += 1;
+            }
+        }
+        // Only when no request waits: a queued request needs the CPU first.
+        while self.queue.is_empty() && self.spares.len() < sup.config.parallel {
+            match sup.prepare(&spec, true) {
+                Ok(p) => self.spares.push(p),
+                Err(_) => {
+                    // The next request of this shape reports the error itself.
+                    self.last_shape = None;
+                    break;
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        let Some(l) = &self.listener else { return };
+        match sys::accept(l.as_raw_fd()) {
+            Ok(sock) => {
+                let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
+                let conn = Conn::new(sock, None, Framing::Lines, false);
+                match self.conns.iter().position(Option::is_none) {
+                    Some(i) => self.conns[i] = Some(conn),
+                    None => self.conns.push(Some(conn)),
+                }
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn read_conn(&mut self, sup: &mut Supervisor, i: usize) {
+        let Some(conn) = self.conns[i].as_mut() else { return };
+        match conn.framing {
+            Framing::Binary => match proto::recv::<ClientMsg>(conn.read.as_raw_fd()) {
+                Ok(Some((msg, fds))) => self.binary_message(sup, i, msg, fds),
+                Ok(None) => self.drop_conn(i),
+                Err(e) => {
+                    // Unreadable: nothing sensible can follow on this stream.
+                    let _ = e;
+                    self.drop_conn(i);
+                }
+            },
+            Framing::Lines => {
+                let mut buf = vec![0u8; 64 << 10];
+                match sys::read(conn.read.as_raw_fd(), &mut buf) {
+                    Ok(0) => {
+                        conn.eof = true;
+                        if let Some(Line::Complete(line)) = conn.lines.finish() {
+                            self.line(sup, i, &line);
+                        }
+                        if !self.conns[i].as_ref().is_some_and(|c| c.finish_at_eof) {
+                            self.drop_conn(i);
+                        }
+                    }
+                    Ok(n) => {
+                        conn.lines.push(&buf[..n]);
+                        loop {
+                            let Some(conn) = self.conns[i].as_mut() else { break };
+                            match conn.lines.next() {
+                                Some(Line::Complete(line)) => self.line(sup, i, &line),
+                                Some(Line::TooLong) => {
+                                    let msg = format!("request line longer than {} bytes", serve::MAX_LINE);
+                                    self.write(i, serve::error_line(&Value::Null, &msg));
+                                }
+                                None => break,
+                            }
+                        }
+                    }
+                    Err(libc::EAGAIN) => {}
+                    Err(_) => self.drop_conn(i),
+                }
+            }
+        }
+    }
+
+    fn binary_message(&mut self, sup: &mut Supervisor, conn: usize, msg: ClientMsg, fds: Vec<OwnedFd>) {
+        match msg {
+            ClientMsg::Run { id, spec, stdio, notify } => {
+                let mut fds = fds.into_iter();
+                let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
+                for (k, has) in stdio.iter().enumerate() {
+                    if *has {
+                        slots[k] = fds.next();
+                    }
+                }
+                let notify = if notify { fds.next() } else { None };
+                let cid = ClientId::Binary(id);
+                if slots.iter().zip(stdio).any(|(s, has)| has && s.is_none()) {
+                    let r = RunResult::error("the request announced more descriptors than it carried");
+                    self.answer(conn, &cid, &r, notify);
+                    return;
+                }
+                self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify, retried: false });
+            }
+            // Unknown ids are ignored: the run may just have ended.
+            ClientMsg::Kill { id } => {
+                self.control(conn, &ClientId::Binary(id), false);
+            }
+            ClientMsg::Cancel { id } => {
+                self.control(conn, &ClientId::Binary(id), true);
+            }
+            ClientMsg::Start(_) => {}
+        }
+    }
+
+    fn line(&mut self, sup: &mut Supervisor, conn: usize, line: &[u8]) {
+        match serve::parse_line(line) {
+            Err(e) => self.write(conn, serve::error_line(&e.id, &e.message)),
+            Ok(LineRequest::Run { id, spec }) => {
+                let cid = ClientId::Json(id.clone());
+                if self.in_flight(conn, &cid) {
+                    self.write(conn, serve::error_line(&id, "a run with this id is still in flight on this connection"));
+                    return;
+                }
+                self.enqueue(sup, Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false });
+            }
+            Ok(LineRequest::Cancel { id, target }) => {
+                let found = self.control(conn, &ClientId::Json(target.clone()), true);
+                self.write(conn, control_line(&id, &target, found));
+            }
+            Ok(LineRequest::Kill { id, target }) => {
+                let found = self.control(conn, &ClientId::Json(target.clone()), false);
+                self.write(conn, control_line(&id, &target, found));
+            }
+        }
+    }
+
+    fn in_flight(&self, conn: usize, cid: &ClientId) -> bool {
+        self.queue.iter().any(|q| q.conn == conn && &q.cid == cid)
+            || self.running.iter().any(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled)
+    }
+
+    fn enqueue(&mut self, sup: &mut Supervisor, req: Request) {
+        // Validated here, so a bad request is answered at once, not when
+        // its turn comes.
+        if let Err(msg) = sup.check_request(&req.spec) {
+            let r = RunResult::error(msg);
+            self.answer(req.conn, &req.cid, &r, req.notify);
+            return;
+        }
+        self.queue.push_back(req);
+    }
+
+    /// Kill (`cancel` false) or cancel a run of `conn`; false if there is none.
+    fn control(&mut self, conn: usize, cid: &ClientId, cancel: bool) -> bool {
+        if let Some(k) = self.queue.iter().position(|q| q.conn == conn && &q.cid == cid) {
+            let req = self.queue.remove(k).expect("present");
+            if cancel {
+                self.answer_error(req.conn, &req.cid, "cancelled", req.notify);
+            } else {
+                let mut r = RunResult::error("");
+                r.status = Status::Killed;
+                r.error = None;
+                self.answer(req.conn, &req.cid, &r, req.notify);
+            }
+            return true;
+        }
+        let Some(r) = self.running.iter_mut().find(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled) else {
+            return false;
+        };
+        sys::eventfd_signal(r.p.control.as_raw_fd());
+        if cancel {
+            r.cancelled = true;
+            let (conn, cid, notify) = (r.req.conn, r.req.cid.clone(), r.req.notify.take());
+            self.answer_error(conn, &cid, "cancelled", notify);
+        }
+        true
+    }
+
+    /// Sends a run's final message; closing `notify` wakes a poller.
+    fn answer(&mut self, conn: usize, cid: &ClientId, result: &RunResult, notify: Option<OwnedFd>) {
+        self.answered += 1;
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        if c.gone {
+            return;
+        }
+        match (&c.framing, cid) {
+            (Framing::Binary, ClientId::Binary(id)) => {
+                let msg = if result.status == Status::Error {
+                    ServerMsg::Failed { id: *id, error: result.error.clone().unwrap_or_default() }
+                } else {
+                    ServerMsg::Result { id: *id, result: result.clone() }
+                };
+                if proto::send(c.read.as_raw_fd(), &msg, &[]).is_err() {
+                    self.drop_conn(conn);
+                }
+            }
+            (_, ClientId::Json(id)) => {
+                let line = serve::result_line(id, result);
+                self.write(conn, line);
+            }
+            _ => {}
+        }
+        drop(notify);
+    }
+
+    fn answer_error(&mut self, conn: usize, cid: &ClientId, msg: &str, notify: Option<OwnedFd>) {
+        self.answer(conn, cid, &RunResult::error(msg), notify);
+    }
+
+    /// Queues `data` for a JSON-lines client and writes what it can.
+    fn write(&mut self, conn: usize, data: Vec<u8>) {
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        if c.gone {
+            return;
+        }
+        c.out.extend_from_slice(&data);
+        self.flush(conn);
+    }
+
+    fn flush(&mut self, conn: usize) {
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        while !c.out.is_empty() {
+            match sys::write(c.wfd(), &c.out) {
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(libc::EAGAIN) => return,
+                Err(_) => {
+                    self.drop_conn(conn);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The client is gone: kill its runs, drop its queued requests.
+    fn drop_conn(&mut self, conn: usize) {
+        if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
+            c.gone = true;
+            c.eof = true;
+            c.out.clear();
+        }
+        self.queue.retain(|q| q.conn != conn);
+        for r in self.running.iter_mut().filter(|r| r.req.conn == conn) {
+            r.cancelled = true;
+            kill_prepared(&r.p);
+        }
+        // The binary protocol has one client per supervisor: without it,
+        // nobody is left to serve.
+        if self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| matches!(c.framing, Framing::Binary)) {
+            self.stop = true;
+        }
+        if self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| c.write.is_none() && !c.finish_at_eof) {
+            self.conns[conn] = None;
+        }
+    }
+
+    /// Kills everything still running or prepared and waits for it.
+    fn shutdown(&mut self) {
+        for r in self.running.drain(..) {
+            kill_prepared(&r.p);
+            self.zombies.push(r.p);
+        }
+        for s in self.spares.drain(..) {
+            kill_prepared(&s);
+            self.zombies.push(s);
+        }
+        for z in self.zombies.drain(..) {
+            let _ = sys::pidfd_wait(z.pidfd.as_raw_fd());
+            if let Some(cg) = z.cgroup {
+                cg.remove();
+            }
+        }
+    }
+}
+
+fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
+    if found {
+        serve::ok_line(id)
+    } else {
+        serve::error_line(id, &format!("no run with id {target} on this connection"))
+    }
+}
+
+/// Whether a PID 1 has exited (its pidfd is readable).
+fn exited(p: &Prepared) -> bool {
+    let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    sys::poll(&mut pfd, 0).unwrap_or(0) > 0
+}
+
+/// SIGKILL to a PID 1: the kernel then kills everything in its PID
+/// namespace.
+fn kill_prepared(p: &Prepared) {
+    let _ = sys::pidfd_send_signal(p.pidfd.as_raw_fd(), libc::SIGKILL);
+}
+
+/// Opens a stdio file named in the spec, as the caller.
+fn open_stdio(path: &Path, input: bool) -> Result<OwnedFd, String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in path".to_string())?;
+    let flags = if input { libc::O_RDONLY } else { libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC };
+    sys::open(&c, flags | libc::O_CLOEXEC | libc::O_NOCTTY, 0o666).map_err(|e| {
+        SysError::new("open", e)
+            .path(path.display().to_string())
+            .hint(if input { "the run's stdin file" } else { "the run's output file" })
+            .to_string()
+    })
 }
 
 /// Most CPUs a run can keep busy at once, of the supervisor's `cpus`.
@@ -470,10 +1395,10 @@ fn parallelism(cpus: u64, l: &crate::spec::Limits) -> u64 {
 
 /// Turns a child failure into a message naming the step, the path and the
 /// errno, with a fix where the user has one.
-fn describe_failure(plan: &Plan, names: &[String], step: Step, errno: i32, path: u32) -> String {
+fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32, path: u32) -> String {
     let mut msg = step.describe().to_string();
     if step == Step::Rlimit {
-        if let Some(l) = plan.rlimits.get(path as usize) {
+        if let Some(l) = rlimits.get(path as usize) {
             msg = format!("setting {} (setrlimit) to {}", l.field, l.value);
         }
     } else if path > 0 {
@@ -491,7 +1416,7 @@ fn describe_failure(plan: &Plan, names: &[String], step: Step, errno: i32, path:
         (Step::Exec, libc::EACCES) => Some("not executable by the sandbox user, or on a noexec mount"),
         (Step::Chdir, libc::ENOENT) => Some("the working directory does not exist in the sandbox"),
         (Step::Rlimit, libc::EPERM) => Some("the value is above the caller's hard limit (ulimit -H)"),
-        (Step::UserNamespace, _) | (Step::CloneTracee, _) => None,
+        (Step::Exec, libc::E2BIG) => Some("argv and environment exceed execve's limit (a quarter of the stack limit)"),
         _ => None,
     };
     let hint = hint.map(str::to_string).or_else(|| {

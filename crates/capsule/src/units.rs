@@ -177,6 +177,22 @@ pub mod opt_size {
     }
 }
 
+/// serde adapter for required `u64` sizes written as "64K" or a number of bytes.
+pub mod size {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match opt_size::deserialize(d)? {
+            Some(n) => Ok(n),
+            None => Err(de::Error::custom("a size such as \"64K\" or a number of bytes")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
