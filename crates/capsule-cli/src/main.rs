@@ -428,7 +428,13 @@ fn main() -> ExitCode {
         Some(("run", m)) => cmd_run(m),
         Some(("check", m)) => cmd_check(m),
         Some(("serve", m)) => cmd_serve(m),
-        Some(("supervise", _)) => capsule::client::supervise_main(),
+        Some(("supervise", _)) => {
+            if capsule::sys::fd_mode(3).is_err() {
+                eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");
+                return ExitCode::from(EXIT_CAPSULE_ERROR as u8);
+            }
+            capsule::client::supervise_main()
+        }
         _ => unreachable!("subcommand_required"),
     };
     match res {

@@ -282,7 +282,7 @@ pub(crate) struct Plan {
     /// The tracee waits here for the go message, which carries the run's
     /// stdin, stdout and stderr.
     pub go_sock: RawFd,
-    /// eventfd PID 1 signals once the result is in the shared page.
+    /// Pipe PID 1 writes a byte to once the result is in the shared page.
     pub done: RawFd,
     /// eventfd the supervisor signals to have the run killed.
     pub control: RawFd,
@@ -566,7 +566,7 @@ fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
     // The result is complete: tell the supervisor now, not when this
     // process has finished exiting (tearing down the namespaces takes a
     // while and happens after the result is on its way).
-    sys::eventfd_signal(plan.done);
+    let _ = sys::write(plan.done, b"d");
     sys::exit(0);
 }
 
