@@ -315,6 +315,35 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
     sys::write_all(fd.as_raw_fd(), data)
 }
 
+/// Opens `<pid>/ns/<ns>` under the procfs `proc` (no allocation).
+fn open_ns(proc: RawFd, pid: i32, ns: &[u8]) -> Result<OwnedFd, Errno> {
+    let mut buf = [0u8; 48];
+    let mut digits = [0u8; 12];
+    let (mut n, mut len) = (pid.max(0) as u32, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut at = 0;
+    for i in (0..len).rev() {
+        buf[at] = digits[i];
+        at += 1;
+    }
+    let rest = b"/ns/";
+    if at + rest.len() + ns.len() >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    buf[at..at + rest.len()].copy_from_slice(rest);
+    at += rest.len();
+    buf[at..at + ns.len()].copy_from_slice(ns);
+    let path = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EINVAL)?;
+    sys::openat(proc, path, libc::O_RDONLY, 0)
+}
+
 /// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
 /// the supervisor's user namespace; `stack` is for the tracee, which shares
 /// PID 1's memory until its execve. Never returns.
@@ -434,6 +463,12 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     let tracee = sys::clone_vfork(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, cgroup, stack, &args, tracee)
         .map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    // Hold the program's mount namespace: destroying one (unmounting its
+    // tree) is the slowest part of a process exit, and the last process of
+    // the run would otherwise do it before PID 1 hears of the exit. Held
+    // here, it goes when PID 1 exits, after the result is out. (Best
+    // effort: a program that exits within microseconds is gone already.)
+    let _program_mounts = open_ns(p, tracee, b"mnt");
     // The tracee made the shared memory dumpable again for its id maps.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
     drop(proc);
