@@ -538,3 +538,162 @@ fn degraded_cgroup_only_limits_are_errors() {
         }
     }
 }
+
+// `capsule serve` (issue 4): runs of one long-lived supervisor ------------------
+
+/// `capsule serve` on a pipe, in a fresh delegated scope.
+fn serve_in_scope(args: &[&str]) -> Running {
+    let mut c = capsule(&["serve"]);
+    c.args(args)
+        .stdio(std::process::Stdio::piped(), std::process::Stdio::piped(), std::process::Stdio::piped())
+        .timeout(Duration::from_secs(600));
+    c.spawn()
+}
+
+fn serve_send(s: &mut Running, v: &serde_json::Value) {
+    use std::io::Write;
+    let w = s.child.stdin.as_mut().expect("stdin closed");
+    w.write_all(format!("{v}\n").as_bytes()).and_then(|_| w.flush()).expect("write a request to capsule serve");
+}
+
+/// The next response, or `None` after `t`.
+fn serve_recv(s: &mut Running, t: Duration) -> Option<serde_json::Value> {
+    let l = s.next_line(t)?;
+    Some(serde_json::from_str(&l).unwrap_or_else(|e| panic!("protocol stream corrupted: {l:?} ({e})")))
+}
+
+/// Every cgroup below `dir` (relative paths).
+fn cgroups_below(dir: &std::path::Path) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                v.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+                stack.push(e.path());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// `capsule serve --parallel 2`: two concurrent runs each have their own
+/// cgroup (two populated `prog` cgroups at once), with their own limits and
+/// accounting: one is OOM-killed under its 64M while the other touches
+/// 100 MiB under its 512M and forks 20 children; memory and pids peaks are
+/// per run. When the server exits (EOF) no cgroup is left.
+#[test]
+fn server_runs_get_their_own_cgroups() {
+    require_cgroups!("server_runs_get_their_own_cgroups");
+    let _g = heavy();
+    let mut s = serve_in_scope(&["--parallel", "2"]);
+    let scope = s.scope_path().unwrap().to_path_buf();
+    let probe = probe();
+    // The shells carry a marker ($0) so the test finds them, and their cgroups, on the host.
+    let (ma, mb) = (unique("serve-run-a"), unique("serve-run-b"));
+    let a = serde_json::json!({"id": "a", "spec": {
+        "argv": ["/bin/sh", "-c", format!("sleep 1; exec {probe} memory-bomb 1024"), ma],
+        "limits": {"memory": "64M", "wall_time": "60s"}}});
+    let b = serde_json::json!({"id": "b", "spec": {
+        "argv": ["/bin/sh", "-c", format!("{probe} touch-mib 100 && {probe} fork-many 20 && sleep 2"), mb],
+        "limits": {"memory": "512M", "wall_time": "60s"},
+        "stdout": {"capture": 4096}}});
+    serve_send(&mut s, &a);
+    serve_send(&mut s, &b);
+    let mut results = std::collections::HashMap::new();
+    let mut most_at_once = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    // The cgroups (relative to the base) the two runs' shells were seen in.
+    let (mut cg_a, mut cg_b) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    let base_cg = format!("/{}", scope.strip_prefix(CGROUP_ROOT).unwrap().display());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while results.len() < 2 {
+        assert!(Instant::now() < deadline, "no results within 120 s: {results:?}");
+        let progs = prog_cgroups(&scope);
+        most_at_once = most_at_once.max(progs.len());
+        seen.extend(progs);
+        for (m, cgs) in [(&ma, &mut cg_a), (&mb, &mut cg_b)] {
+            for (pid, _) in procs_with_marker(m) {
+                if let Some(cg) = cgroup_of(pid) {
+                    cgs.insert(cg.strip_prefix(&base_cg).unwrap_or(&cg).trim_start_matches('/').to_string());
+                }
+            }
+        }
+        if let Some(v) = serve_recv(&mut s, Duration::from_millis(20)) {
+            let id = v["id"].as_str().unwrap_or_else(|| panic!("unexpected response {v}")).to_string();
+            let r = v.get("result").unwrap_or_else(|| panic!("run {id} failed: {v}")).clone();
+            results.insert(id, r);
+        }
+    }
+    let (ra, rb) = (&results["a"], &results["b"]);
+    eprintln!("serve: a {ra}\nb {rb}\nprog cgroups seen {seen:?}, {most_at_once} at once");
+    eprintln!("a's shell in {cg_a:?}, b's in {cg_b:?}");
+    assert!(most_at_once >= 2, "never two populated prog cgroups at once (seen {seen:?})");
+    assert_eq!(cg_a.len(), 1, "a's shell: cgroups {cg_a:?}");
+    assert_eq!(cg_b.len(), 1, "b's shell: cgroups {cg_b:?}");
+    assert_ne!(cg_a, cg_b, "the two runs share a cgroup");
+    for cg in cg_a.iter().chain(&cg_b) {
+        assert!(is_prog_cgroup(cg), "a run's shell in `{cg}`, not in a run's prog cgroup");
+    }
+    assert_eq!(ra["status"], "memory-limit", "a: {ra}");
+    assert_eq!(ra["accounting"], "cgroup", "a: {ra}");
+    let peak_a = ra["peak_memory_bytes"].as_f64().unwrap();
+    assert!(peak_a <= 64.0 * MIB, "a's peak {:.1} MiB above its 64M limit: {ra}", peak_a / MIB);
+    let pids_a = ra["pids_peak"].as_u64().unwrap_or_else(|| panic!("a: pids_peak: {ra}"));
+    assert!(pids_a <= 3, "a's pids_peak {pids_a} counts b's processes: {ra}");
+    assert_eq!(rb["status"], "exited", "b (not limited by a's 64M): {rb}");
+    assert_eq!(rb["exit_code"], 0, "b: {rb}");
+    assert_eq!(rb["accounting"], "cgroup", "b: {rb}");
+    let text = rb["stdout"]["text"].as_str().unwrap_or("");
+    assert!(text.contains("touched_mib=100") && text.contains("forked=20"), "b's output: {text:?}");
+    let peak_b = rb["peak_memory_bytes"].as_f64().unwrap();
+    assert!((100.0 * MIB..=130.0 * MIB).contains(&peak_b), "b's peak {:.1} MiB: {rb}", peak_b / MIB);
+    let pids_b = rb["pids_peak"].as_u64().unwrap_or_else(|| panic!("b: pids_peak: {rb}"));
+    assert!((21..=26).contains(&pids_b), "b's pids_peak {pids_b} (sh, the probe and its 20 children): {rb}");
+    s.child.stdin = None;
+    let out = s.wait();
+    out.assert_code(0);
+    out.assert_cgroups_clean();
+}
+
+/// 300 runs through one `capsule serve --parallel 2`: every run accounted
+/// from its cgroup, the cgroups under the base do not pile up, and none is
+/// left when the server exits.
+#[test]
+fn server_many_runs_leave_no_cgroups() {
+    require_cgroups!("server_many_runs_leave_no_cgroups");
+    let mut s = serve_in_scope(&["--parallel", "2"]);
+    let scope = s.scope_path().unwrap().to_path_buf();
+    let (total, batch, warm_up) = (300, 50, 50);
+    let mut after_warm_up = None;
+    let mut most = 0;
+    let mut done = 0;
+    while done < total {
+        for i in done..done + batch {
+            serve_send(&mut s, &serde_json::json!({"id": i, "spec": {"argv": ["/bin/true"]}}));
+        }
+        for _ in 0..batch {
+            let v = serve_recv(&mut s, Duration::from_secs(60)).unwrap_or_else(|| panic!("no response after {done} runs"));
+            let r = v.get("result").unwrap_or_else(|| panic!("run failed: {v}"));
+            assert_eq!(r["status"], "exited", "{v}");
+            assert_eq!(r["accounting"], "cgroup", "{v}");
+            most = most.max(cgroups_below(&scope).len());
+        }
+        done += batch;
+        std::thread::sleep(Duration::from_millis(200));
+        let now = cgroups_below(&scope);
+        if done == warm_up {
+            eprintln!("cgroups under the base after {done} runs: {now:?}");
+            after_warm_up = Some(now);
+        } else if let Some(base) = &after_warm_up {
+            assert!(now.len() <= base.len(), "cgroups pile up: after {warm_up} runs {base:?}, after {done} {now:?}");
+        }
+    }
+    eprintln!("at most {most} cgroups under the base during {total} runs");
+    s.child.stdin = None;
+    let out = s.wait();
+    out.assert_code(0);
+    out.assert_cgroups_clean();
+}

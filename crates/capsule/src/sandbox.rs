@@ -305,7 +305,8 @@ impl Inner {
             return Some(match outcome {
                 Ok(r) if r.status == Status::Error => Err(Error::Setup(r.error.unwrap_or_default())),
                 Ok(r) => Ok(r),
-                Err(e) => Err(Error::Run(e)),
+                // `Failed`: the run could not happen (its spec, its sandbox).
+                Err(e) => Err(Error::Setup(e)),
             });
         }
         st.dead.as_ref().map(|why| Err(Error::Supervisor(why.clone())))

@@ -39,8 +39,13 @@ pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
     match keys.as_slice() {
         ["spec"] => {
             let spec = map.remove("spec").expect("present");
-            let spec: RunSpec =
-                serde_json::from_value(spec).map_err(|e| fail(&id, format!("invalid spec: {e}")))?;
+            let spec: RunSpec = serde_path_to_error::deserialize(spec).map_err(|e| {
+                let path = e.path().to_string();
+                match path.as_str() {
+                    "." => fail(&id, format!("invalid spec: {}", e.inner())),
+                    _ => fail(&id, format!("invalid spec: {path}: {}", e.inner())),
+                }
+            })?;
             Ok(LineRequest::Run { id, spec: Box::new(spec) })
         }
         ["cancel"] => {
@@ -188,6 +193,10 @@ mod tests {
         let e = parse_line(br#"{"id": 3, "spec": {"argv": ["x"], "wal_time": 1}}"#).unwrap_err();
         assert_eq!(e.id, json!(3));
         assert!(e.message.contains("wal_time"), "{}", e.message);
+        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "limits": {"wall_time": "1 fortnight"}}}"#).unwrap_err();
+        assert!(e.message.contains("limits.wall_time"), "{}", e.message);
+        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "mounts": [{"type": "tmpfs", "dst": 3}]}}"#).unwrap_err();
+        assert!(e.message.contains("mounts[0]"), "{}", e.message);
         let e = parse_line(br#"{"id": 3, "spec": {}, "kill": 1}"#).unwrap_err();
         assert!(e.message.contains("exactly one"), "{}", e.message);
     }

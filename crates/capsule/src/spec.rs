@@ -253,18 +253,20 @@ impl MountOp {
     }
 }
 
-/// Parses a TOML profile into a spec (not yet validated).
+/// Parses a TOML profile into a spec (not yet validated). Errors name the
+/// field (`limits.wall_time`) where it is known, and the line.
 pub fn from_toml(text: &str) -> Result<RunSpec, SpecError> {
-    toml::from_str(text).map_err(|e| {
-        let msg = e.message().to_string();
-        let where_ = match e.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("line {line}")
-            }
-            None => "profile".to_string(),
+    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let where_ = match (path.as_str(), line) {
+            (".", Some(l)) => format!("line {l}"),
+            (".", None) => "profile".to_string(),
+            (p, Some(l)) => format!("{p} (line {l})"),
+            (p, None) => p.to_string(),
         };
-        SpecError::new(where_, msg)
+        SpecError::new(where_, inner.message().to_string())
     })
 }
 
@@ -542,6 +544,9 @@ mod tests {
         assert!(e.to_string().contains("wal_time"), "{e}");
         let e = from_toml("[limits]\nwall_time = \"soon\"\n").unwrap_err();
         assert!(e.to_string().contains("soon"), "{e}");
+        assert!(e.to_string().contains("limits.wall_time"), "{e}");
+        let e = from_toml("[limits]\nopen_files = \"x\"\n").unwrap_err();
+        assert!(e.to_string().contains("limits.open_files (line 2)"), "{e}");
     }
 
     #[test]

@@ -967,8 +967,10 @@ impl Loop {
             fds[i] = fd.as_raw_fd();
             held.push(fd);
         }
-        sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds)
-            .map_err(|e| format!("the prepared sandbox is gone ({})", errno_text(e)))?;
+        // If this fails, the tracee is gone: PID 1 failed while building the
+        // sandbox (its reason is in the arena) or was killed; the run is
+        // collected like any other and reports why.
+        let _ = sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds);
         Ok((rl, wall, cpu, capture))
     }
 

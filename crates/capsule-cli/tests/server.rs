@@ -1,0 +1,996 @@
+//! `capsule serve`: the JSON-lines protocol on stdin/stdout and on a Unix
+//! socket (`--listen`), requests pipelined with ids of any JSON type,
+//! results in any order, the runs' stdio kept off the protocol stream
+//! (`/dev/null`, files, captures), cancel and kill, malformed requests,
+//! clients going away, the server killed, and 10,000 runs through one
+//! server without growth (100,000 with `CAPSULE_TEST_LONG=1`).
+//!
+//! `capsule serve` is itself the supervisor: the process the harness spawns
+//! (setpriv execs it) is the one whose fds, memory, threads, mounts and
+//! children are measured.
+//!
+//! The tests that check that no process of the test user is left take
+//! [`procs_exclusive`]; all others take [`procs_shared`].
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// How long any one response may take (the VM is slow).
+const T: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------- protocol clients
+
+/// One end of the protocol: a line writer and a line reader.
+trait Conn {
+    fn write_raw(&mut self, bytes: &[u8]);
+    /// The next line, or `None` after `t` or at EOF.
+    fn read_line(&mut self, t: Duration) -> Option<String>;
+    /// Responses read while looking for another one.
+    fn buffered(&mut self) -> &mut Vec<Value>;
+    /// Every line read so far, for failure messages.
+    fn transcript(&self) -> String;
+
+    fn send(&mut self, v: &Value) {
+        let mut s = v.to_string();
+        s.push('\n');
+        self.write_raw(s.as_bytes());
+    }
+
+    fn request(&mut self, id: Value, spec: Value) {
+        self.send(&json!({ "id": id, "spec": spec }));
+    }
+
+    /// The next response (buffered ones first), or `None` after `t`.
+    fn try_recv(&mut self, t: Duration) -> Option<Value> {
+        if !self.buffered().is_empty() {
+            return Some(self.buffered().remove(0));
+        }
+        let line = self.read_line(t)?;
+        Some(parse_response(&line, || self.transcript()))
+    }
+
+    /// The next response; panics after `t`.
+    #[track_caller]
+    fn recv(&mut self, t: Duration) -> Value {
+        match self.try_recv(t) {
+            Some(v) => v,
+            None => panic!("no response within {t:?}; lines so far:\n{}", self.transcript()),
+        }
+    }
+
+    /// The response with this id (others are kept for later); panics after `t`.
+    #[track_caller]
+    fn recv_id(&mut self, id: &Value, t: Duration) -> Value {
+        if let Some(i) = self.buffered().iter().position(|v| &v["id"] == id) {
+            return self.buffered().remove(i);
+        }
+        let deadline = Instant::now() + t;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(line) = self.read_line(left) else {
+                panic!("no response with id {id} within {t:?}; lines so far:\n{}", self.transcript())
+            };
+            let v = parse_response(&line, || self.transcript());
+            if &v["id"] == id {
+                return v;
+            }
+            self.buffered().push(v);
+        }
+    }
+
+    /// The result of run `id` (panics on an error response).
+    #[track_caller]
+    fn result(&mut self, id: &Value, t: Duration) -> Value {
+        let v = self.recv_id(id, t);
+        match v.get("result") {
+            Some(r) if r.is_object() => r.clone(),
+            _ => panic!("expected a result for id {id}, got {v}; lines so far:\n{}", self.transcript()),
+        }
+    }
+
+    /// The error text of the response to `id` (panics on a result).
+    #[track_caller]
+    fn error(&mut self, id: &Value, t: Duration) -> String {
+        let v = self.recv_id(id, t);
+        error_text(&v).unwrap_or_else(|| panic!("expected an error for id {id}, got {v}"))
+    }
+
+    /// Runs `spec` and returns its result.
+    #[track_caller]
+    fn run(&mut self, id: Value, spec: Value) -> Value {
+        self.request(id.clone(), spec);
+        self.result(&id, T)
+    }
+}
+
+/// Parses a response line: a JSON object with an `id` and exactly one of
+/// `result`, `error`, `ok`. `transcript` describes the lines so far, for
+/// the failure message only (built only then: it grows with every line).
+#[track_caller]
+fn parse_response(line: &str, transcript: impl FnOnce() -> String) -> Value {
+    let v: Value = match serde_json::from_str(line.trim_end_matches('\n')) {
+        Ok(v) => v,
+        Err(e) => panic!("protocol stream corrupted: line {line:?} is not JSON ({e}); lines so far:\n{}", transcript()),
+    };
+    let o = v.as_object().unwrap_or_else(|| panic!("response is not an object: {line}"));
+    assert!(o.contains_key("id"), "response without an id: {line}");
+    let kinds = ["result", "error", "ok"].iter().filter(|k| o.contains_key(**k)).count();
+    assert_eq!(kinds, 1, "a response has exactly one of result, error, ok: {line}");
+    v
+}
+
+/// The last lines of a transcript (failure messages stay readable).
+fn tail(lines: &[String]) -> String {
+    let from = lines.len().saturating_sub(40);
+    let mut s = if from > 0 { format!("[{from} earlier lines]\n") } else { String::new() };
+    s.push_str(&lines[from..].concat());
+    s
+}
+
+fn error_text(v: &Value) -> Option<String> {
+    let e = v.get("error")?;
+    let s = e.as_str().unwrap_or_else(|| panic!("`error` is not a string: {v}"));
+    assert!(!s.trim().is_empty(), "empty error message: {v}");
+    Some(s.to_string())
+}
+
+/// `capsule serve ARGS` with the protocol on its stdin/stdout.
+struct Serve {
+    run: Running,
+    stdin: Option<ChildStdin>,
+    pending: Vec<Value>,
+}
+
+fn serve(args: &[&str]) -> Serve {
+    let mut c = capsule(&["serve"]);
+    c.args(args).stdio(Stdio::piped(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(300));
+    serve_cmd(c)
+}
+
+fn serve_cmd(mut c: Cmd) -> Serve {
+    let mut run = c.spawn();
+    let stdin = run.child.stdin.take();
+    Serve { run, stdin, pending: Vec::new() }
+}
+
+impl Serve {
+    fn pid(&self) -> i32 {
+        self.run.pid()
+    }
+
+    /// Closes stdin (EOF: the server finishes the accepted runs and exits).
+    fn close(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Writes `data` from another thread, so that a server that stops
+    /// reading fails the test after `limit` instead of blocking it.
+    #[track_caller]
+    fn write_big(&mut self, data: Vec<u8>, limit: Duration) {
+        let len = data.len();
+        let mut w = self.stdin.take().expect("stdin already closed");
+        let writer = std::thread::spawn(move || w.write_all(&data).and_then(|_| w.flush()).map(|_| w));
+        let deadline = Instant::now() + limit;
+        while !writer.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "capsule serve stopped reading a {len}-byte line; lines so far:\n{}",
+                self.transcript()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match writer.join().unwrap() {
+            Ok(w) => self.stdin = Some(w),
+            Err(e) => panic!("writing a long line to capsule serve: {e}; lines so far:\n{}", self.transcript()),
+        }
+    }
+
+    /// Closes stdin and waits for the server to exit; the remaining lines
+    /// must be responses too.
+    fn finish(mut self) -> Out {
+        self.close();
+        let out = self.run.wait();
+        for l in out.stdout.lines() {
+            serde_json::from_str::<Value>(l)
+                .unwrap_or_else(|e| panic!("protocol stream corrupted: {l:?} is not JSON ({e}); {}", out.describe()));
+        }
+        out
+    }
+}
+
+impl Conn for Serve {
+    fn write_raw(&mut self, bytes: &[u8]) {
+        let w = self.stdin.as_mut().expect("stdin already closed");
+        if let Err(e) = w.write_all(bytes).and_then(|_| w.flush()) {
+            let st = self.run.child.try_wait().ok().flatten();
+            panic!("writing to capsule serve: {e} (exit status {st:?}); lines so far:\n{}", self.transcript());
+        }
+    }
+    fn read_line(&mut self, t: Duration) -> Option<String> {
+        self.run.next_line(t)
+    }
+    fn buffered(&mut self) -> &mut Vec<Value> {
+        &mut self.pending
+    }
+    fn transcript(&self) -> String {
+        tail(self.run.seen())
+    }
+}
+
+/// A client connection to `capsule serve --listen PATH`.
+struct Sock {
+    stream: UnixStream,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    pending: Vec<Value>,
+}
+
+impl Sock {
+    fn connect(path: &Path) -> Sock {
+        let stream = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        let reader = stream.try_clone().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(reader);
+            let mut line = String::new();
+            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                if tx.send(line.clone()).is_err() {
+                    break;
+                }
+                line.clear();
+            }
+        });
+        Sock { stream, lines: rx, seen: Vec::new(), pending: Vec::new() }
+    }
+}
+
+impl Drop for Sock {
+    /// Closes the connection (the reader thread's clone of the stream would
+    /// otherwise keep it open).
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl Conn for Sock {
+    fn write_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap_or_else(|e| panic!("writing to the socket: {e}"));
+    }
+    fn read_line(&mut self, t: Duration) -> Option<String> {
+        let l = self.lines.recv_timeout(t).ok()?;
+        self.seen.push(l.clone());
+        Some(l)
+    }
+    fn buffered(&mut self) -> &mut Vec<Value> {
+        &mut self.pending
+    }
+    fn transcript(&self) -> String {
+        tail(&self.seen)
+    }
+}
+
+/// Starts `capsule serve --listen <dir>/sock ARGS` and waits for the socket.
+fn listen(dir: &Scratch, args: &[&str]) -> (Serve, PathBuf) {
+    let path = dir.join("sock");
+    let mut c = capsule(&["serve", "--listen", path.to_str().unwrap()]);
+    c.args(args).stdio(Stdio::null(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(300));
+    let mut s = serve_cmd(c);
+    let deadline = Instant::now() + T;
+    while UnixStream::connect(&path).is_err() {
+        assert!(s.run.alive(), "capsule serve --listen exited before listening");
+        assert!(Instant::now() < deadline, "{} did not accept connections within {T:?}", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (s, path)
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// A `sleep` argument unique on the machine (`1000.<digits>`), to find the
+/// run's process on the host.
+fn sleep_marker() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("1000.{}{}{:09}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
+}
+
+fn sh(script: &str) -> Value {
+    json!({ "argv": ["/bin/sh", "-c", script] })
+}
+
+fn with(mut v: Value, key: &str, x: Value) -> Value {
+    v.as_object_mut().unwrap().insert(key.into(), x);
+    v
+}
+
+#[track_caller]
+fn assert_exited(r: &Value, code: i64) {
+    assert_eq!(r["status"], "exited", "{r}");
+    assert_eq!(r["exit_code"], code, "{r}");
+}
+
+#[track_caller]
+fn f64_of(r: &Value, k: &str) -> f64 {
+    r[k].as_f64().unwrap_or_else(|| panic!("`{k}` is not a number: {r}"))
+}
+
+fn true_spec() -> Value {
+    json!({ "argv": ["/bin/true"] })
+}
+
+// ---------------------------------------------------------------- requests and responses
+
+/// `{"argv": ["/bin/true"]}` alone is a valid spec; pipelined requests with
+/// ids of every JSON type come back with exactly those ids; EOF on stdin
+/// ends the server with status 0.
+#[test]
+fn serve_minimal_spec_and_ids() {
+    require!("serve_minimal_spec_and_ids", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&[]);
+    let ids = [
+        json!(1),
+        json!("two"),
+        json!({"k": [1, "x"], "n": null}),
+        json!(-7),
+        json!([1, 2, 3]),
+        json!(18446744073709551615u64),
+        json!(true),
+        json!("1"),
+    ];
+    for id in &ids {
+        s.request(id.clone(), true_spec());
+    }
+    let mut got = Vec::new();
+    for _ in &ids {
+        let v = s.recv(T);
+        let r = v.get("result").unwrap_or_else(|| panic!("not a result: {v}"));
+        assert_exited(r, 0);
+        for k in ["wall_time_ms", "cpu_user_ms", "cpu_system_ms", "peak_memory_bytes"] {
+            f64_of(r, k);
+        }
+        assert!(r.get("stdout").map(Value::is_null).unwrap_or(true), "stdout captured without asking: {r}");
+        got.push(v["id"].clone());
+    }
+    for id in &ids {
+        let n = got.iter().filter(|g| *g == id).count();
+        assert_eq!(n, 1, "id {id} came back {n} times: {got:?}");
+    }
+    assert!(s.try_recv(Duration::from_millis(300)).is_none(), "an extra response");
+    let pid = s.pid();
+    assert!(proc_comm(pid).starts_with("capsule"), "the spawned process is not capsule: {}", proc_comm(pid));
+    let out = s.finish();
+    out.assert_code(0);
+}
+
+/// With `--parallel 2` a quick run sent after a slow one is answered first;
+/// both results are right.
+#[test]
+fn serve_results_in_any_order() {
+    require!("serve_results_in_any_order", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&["--parallel", "2"]);
+    s.run(json!("warm-up"), true_spec());
+    s.request(json!("slow"), json!({"argv": ["/bin/sleep", "1"]}));
+    s.request(json!("quick"), true_spec());
+    let first = s.recv(T);
+    assert_eq!(first["id"], "quick", "the quick run waited for the slow one: {first}");
+    assert_exited(&first["result"], 0);
+    let slow = s.result(&json!("slow"), T);
+    assert_exited(&slow, 0);
+    let wall = f64_of(&slow, "wall_time_ms");
+    assert!(wall >= 990.0, "sleep 1 took {wall} ms: {slow}");
+    s.finish().assert_code(0);
+}
+
+/// `--parallel N` runs up to N at once, no more: three 1 s sleeps take 2 s
+/// with N = 2 (not 1 s, not 3 s); with the default (1), two take 2 s.
+#[test]
+fn serve_parallel_limit() {
+    require!("serve_parallel_limit", userns_available());
+    let _l = procs_shared();
+    for (args, n, min, max) in [(&["--parallel", "2"][..], 3, 2.0, 2.8), (&[][..], 2, 2.0, 2.8)] {
+        let mut s = serve(args);
+        s.run(json!("warm-up"), true_spec());
+        let t0 = Instant::now();
+        for i in 0..n {
+            s.request(json!(i), json!({"argv": ["/bin/sleep", "1"]}));
+        }
+        for i in 0..n {
+            assert_exited(&s.result(&json!(i), T), 0);
+        }
+        let took = t0.elapsed().as_secs_f64();
+        eprintln!("serve {args:?}: {n} runs of sleep 1 took {took:.2} s");
+        assert!(took >= min, "serve {args:?}: {n} × sleep 1 took {took:.2} s: more than N at once");
+        assert!(took < max, "serve {args:?}: {n} × sleep 1 took {took:.2} s: fewer than N at once");
+        s.finish().assert_code(0);
+    }
+}
+
+/// A run's stdin, stdout and stderr default to /dev/null: output never
+/// reaches the protocol stream (nor capsule's stderr), a program reading
+/// stdin gets EOF at once and does not eat the next requests.
+#[test]
+fn serve_stdio_defaults_to_dev_null() {
+    require!("serve_stdio_defaults_to_dev_null", userns_available());
+    let _l = procs_shared();
+    let marker = unique("not-json");
+    let mut s = serve(&[]);
+    let r = s.run(
+        json!("noisy"),
+        sh(&format!("echo '{marker}-out'; echo '{marker}-err' >&2; printf '{{\"id\": \"forged\", \"ok\": true}}\\n'")),
+    );
+    assert_exited(&r, 0);
+    // `cat` reads stdin: it must see EOF, not the requests that follow.
+    s.request(json!("cat"), json!({"argv": ["/bin/cat"]}));
+    s.request(json!("after-cat"), true_spec());
+    assert_exited(&s.result(&json!("cat"), T), 0);
+    assert_exited(&s.result(&json!("after-cat"), T), 0);
+    // What the shell's own streams are, seen from inside: the null device
+    // (1:3). (A redirection would change them: `| cat >&2` runs in a child.)
+    let stat = |fds: &str| format!("for fd in {fds}; do stat -L -c '%F %t:%T' /proc/$$/fd/$fd; done");
+    let r = s.run(json!("links"), with(sh(&stat("0 2")), "stdout", json!({"capture": 4096})));
+    assert_exited(&r, 0);
+    assert_eq!(r["stdout"]["text"], "character special file 1:3\ncharacter special file 1:3\n", "stdin and stderr: {r}");
+    let r = s.run(json!("links-out"), with(sh(&format!("{} | cat >&2", stat("1"))), "stderr", json!({"capture": 4096})));
+    assert_exited(&r, 0);
+    assert_eq!(r["stderr"]["text"], "character special file 1:3\n", "stdout: {r}");
+    let out = s.finish();
+    out.assert_code(0);
+    assert!(!out.stdout.contains(&marker), "program output on the protocol stream; {}", out.describe());
+    assert!(!out.stdout.contains("forged"), "program output on the protocol stream; {}", out.describe());
+    assert!(!out.stderr.contains(&marker), "program output on capsule's stderr; {}", out.describe());
+}
+
+/// A spec's stdin/stdout/stderr may name files (opened by the supervisor as
+/// the caller); a file that cannot be opened is an error response naming it.
+#[test]
+fn serve_stdio_files() {
+    require!("serve_stdio_files", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("serve-files");
+    let input = dir.write("in.txt", b"hello file\n");
+    let (o, e) = (dir.join("out.txt"), dir.join("err.txt"));
+    let mut s = serve(&[]);
+    let mut spec = sh("tr a-z A-Z; echo err-line >&2");
+    spec["stdin"] = json!(input);
+    spec["stdout"] = json!(o);
+    spec["stderr"] = json!(e);
+    assert_exited(&s.run(json!(1), spec), 0);
+    assert_eq!(std::fs::read_to_string(&o).unwrap_or_default(), "HELLO FILE\n");
+    assert_eq!(std::fs::read_to_string(&e).unwrap_or_default(), "err-line\n");
+    assert_eq!(std::fs::metadata(&o).unwrap().uid(), h().uid, "stdout file not created as the caller");
+    // A directory the caller cannot write to.
+    let locked = dir.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    if h().is_root {
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    } else {
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let bad = locked.join("out.txt");
+    s.request(json!(2), with(true_spec(), "stdout", json!(bad)));
+    let err = s.error(&json!(2), T);
+    assert!(err.contains(bad.to_str().unwrap()), "the error does not name the file: {err}");
+    assert!(!bad.exists());
+    // A missing stdin file.
+    let missing = dir.join("missing.txt");
+    s.request(json!(3), with(true_spec(), "stdin", json!(missing)));
+    let err = s.error(&json!(3), T);
+    assert!(err.contains("missing.txt"), "the error does not name the file: {err}");
+    assert_exited(&s.run(json!(4), true_spec()), 0);
+    s.finish().assert_code(0);
+}
+
+/// `{"capture": N}`: the first N bytes, the total written and whether it was
+/// truncated; output past N is drained (the program is not blocked).
+#[test]
+fn serve_capture() {
+    require!("serve_capture", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&[]);
+    let mut spec = sh("printf 0123456789abcdefghij; printf EE >&2");
+    spec["stdout"] = json!({"capture": 10});
+    spec["stderr"] = json!({"capture": "64K"});
+    let r = s.run(json!("small"), spec);
+    assert_exited(&r, 0);
+    assert_eq!(r["stdout"], json!({"text": "0123456789", "bytes": 20, "truncated": true}), "{r}");
+    assert_eq!(r["stderr"], json!({"text": "EE", "bytes": 2, "truncated": false}), "{r}");
+    // Exactly N bytes: not truncated.
+    let r = s.run(json!("exact"), with(sh("printf 0123456789"), "stdout", json!({"capture": 10})));
+    assert_eq!(r["stdout"], json!({"text": "0123456789", "bytes": 10, "truncated": false}), "{r}");
+    // 1 MiB into a 1 KiB capture: drained, not blocked, not SIGPIPE'd.
+    let r = s.run(
+        json!("big"),
+        with(sh("yes | head -c 1048576; echo done >&2"), "stdout", json!({"capture": "1K"})),
+    );
+    assert_exited(&r, 0);
+    assert_eq!(r["stdout"]["bytes"], 1048576, "{r}");
+    assert_eq!(r["stdout"]["truncated"], true, "{r}");
+    assert_eq!(r["stdout"]["text"].as_str().unwrap_or(""), "y\n".repeat(512), "{r}");
+    // Nothing written.
+    let r = s.run(json!("none"), with(true_spec(), "stdout", json!({"capture": 100})));
+    assert_eq!(r["stdout"], json!({"text": "", "bytes": 0, "truncated": false}), "{r}");
+    // Only what was asked for is captured.
+    assert!(r.get("stderr").map(Value::is_null).unwrap_or(true), "{r}");
+    s.finish().assert_code(0);
+}
+
+/// kill: the run ends at once with status `killed` and its result;
+/// cancel: its processes are gone and it is answered `"cancelled"`; a
+/// queued run cancelled never runs; unknown ids are errors.
+#[test]
+fn serve_kill_and_cancel() {
+    require!("serve_kill_and_cancel", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&["--parallel", "2"]);
+
+    let m1 = sleep_marker();
+    let _g1 = MarkerGuard(m1.clone());
+    s.request(json!("long1"), json!({"argv": ["/bin/sleep", m1]}));
+    wait_marker(&m1, T);
+    let t0 = Instant::now();
+    s.send(&json!({"id": "k1", "kill": "long1"}));
+    let ack = s.recv_id(&json!("k1"), T);
+    assert_eq!(ack, json!({"id": "k1", "ok": true}), "kill acknowledgement");
+    let r = s.result(&json!("long1"), T);
+    let took = t0.elapsed();
+    assert_eq!(r["status"], "killed", "{r}");
+    assert!(took < Duration::from_secs(2), "kill took {took:?}");
+    if let Err(left) = wait_marker_gone(&m1, t0, Duration::from_secs(1)) {
+        panic!("killed run still has processes after 1 s: {left:?}");
+    }
+
+    let m2 = sleep_marker();
+    let _g2 = MarkerGuard(m2.clone());
+    s.request(json!(22), json!({"argv": ["/bin/sleep", m2]}));
+    wait_marker(&m2, T);
+    let t0 = Instant::now();
+    // A string "22" is not the number 22.
+    s.send(&json!({"id": "c0", "cancel": "22"}));
+    s.error(&json!("c0"), T);
+    s.send(&json!({"id": "c1", "cancel": 22}));
+    let ack = s.recv_id(&json!("c1"), T);
+    assert_eq!(ack, json!({"id": "c1", "ok": true}), "cancel acknowledgement");
+    let err = s.error(&json!(22), T);
+    assert!(err.contains("cancel"), "cancelled run answered {err:?}");
+    if let Err(left) = wait_marker_gone(&m2, t0, Duration::from_secs(1)) {
+        panic!("cancelled run still has processes after 1 s: {left:?}");
+    }
+
+    for (id, req) in [("u1", json!({"kill": "no-such-run"})), ("u2", json!({"cancel": 12345}))] {
+        s.send(&with(req, "id", json!(id)));
+        s.error(&json!(id), T);
+    }
+    // The finished runs' ids are unknown too (nothing to kill any more).
+    s.send(&json!({"id": "u3", "kill": "long1"}));
+    let v = s.recv_id(&json!("u3"), T);
+    assert!(v.get("result").is_none(), "{v}");
+    assert_exited(&s.run(json!("after"), true_spec()), 0);
+    s.finish().assert_code(0);
+}
+
+/// With one run at a time, a queued run can be cancelled before it starts:
+/// answered `"cancelled"` at once, and it never runs.
+#[test]
+fn serve_cancel_queued_run() {
+    require!("serve_cancel_queued_run", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("serve-queued");
+    let d = dir.s();
+    let mut s = serve(&[]);
+    let m = sleep_marker();
+    let _g = MarkerGuard(m.clone());
+    s.request(json!("first"), json!({"argv": ["/bin/sleep", m]}));
+    wait_marker(&m, T);
+    let bind = json!([{"type": "bind", "src": d, "dst": d}]);
+    s.request(json!("queued"), with(sh(&format!("touch {d}/queued-ran")), "mounts", bind.clone()));
+    s.send(&json!({"id": "c", "cancel": "queued"}));
+    assert_eq!(s.recv_id(&json!("c"), T), json!({"id": "c", "ok": true}));
+    let err = s.error(&json!("queued"), Duration::from_secs(5));
+    assert!(err.contains("cancel"), "{err}");
+    assert!(!procs_with_marker(&m).is_empty(), "cancelling the queued run stopped the running one");
+    s.send(&json!({"id": "k", "kill": "first"}));
+    assert_eq!(s.recv_id(&json!("k"), T), json!({"id": "k", "ok": true}));
+    assert_eq!(s.result(&json!("first"), T)["status"], "killed");
+    // Control: the same run, not cancelled, leaves its file.
+    assert_exited(&s.run(json!("later"), with(sh(&format!("touch {d}/later-ran")), "mounts", bind)), 0);
+    assert!(dir.join("later-ran").exists(), "control run left no file");
+    assert!(!dir.join("queued-ran").exists(), "the cancelled queued run ran");
+    s.finish().assert_code(0);
+}
+
+/// A run that cannot start (missing bind source, missing program, invalid
+/// spec) is an error response naming the cause; the next request works.
+#[test]
+fn serve_failed_run_then_next() {
+    require!("serve_failed_run_then_next", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&[]);
+    let cases = [
+        (
+            json!({"argv": ["/bin/true"], "mounts": [{"type": "bind", "src": "/nonexistent-capsule-src", "dst": "/mnt"}]}),
+            "/nonexistent-capsule-src",
+        ),
+        (json!({"argv": ["/nonexistent-capsule-prog"]}), "/nonexistent-capsule-prog"),
+        (json!({"argv": []}), "argv"),
+        (json!({"argv": ["/bin/true"], "limits": {"wall_time": "1 fortnight"}}), "limits.wall_time"),
+        (json!({"argv": ["/bin/true"], "limits": {"open_files": 1}}), "limits.open_files"),
+    ];
+    for (i, (spec, needle)) in cases.into_iter().enumerate() {
+        s.request(json!(i), spec.clone());
+        let v = s.recv_id(&json!(i), T);
+        let err = error_text(&v).unwrap_or_else(|| panic!("{spec}: expected an error response, got {v}"));
+        assert!(err.contains(needle), "{spec}: the error does not name `{needle}`: {err}");
+        assert_exited(&s.run(json!(format!("next-{i}")), true_spec()), 0);
+    }
+    s.finish().assert_code(0);
+}
+
+/// Garbage, truncated, non-object, unknown-field, invalid UTF-8 and
+/// oversized (> 1 MiB) lines: one error response each (id null where the
+/// line has none), no run; the server then serves the next request.
+#[test]
+fn serve_malformed_lines() {
+    require!("serve_malformed_lines", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&[]);
+    // Lines without a usable id: answered with id null.
+    let no_id: Vec<Vec<u8>> = vec![
+        b"this is not json".to_vec(),
+        br#"{"id": 1, "spec": "#.to_vec(),
+        b"[1, 2, 3]".to_vec(),
+        br#""just a string""#.to_vec(),
+        b"42".to_vec(),
+        b"null".to_vec(),
+        b"\xff\xfe{\"id\": 1}".to_vec(),
+        br#"{"spec": {"argv": ["/bin/true"]}}"#.to_vec(),
+    ];
+    // Objects with an id: answered with that id.
+    let with_id: Vec<(Value, Value)> = vec![
+        (json!(5), json!({"id": 5})),
+        (json!(6), json!({"id": 6, "spec": {"argv": ["/bin/true"]}, "bogus": 1})),
+        (json!(7), json!({"id": 7, "spec": {"argv": ["/bin/true"], "bogus_field": true}})),
+        (json!("s"), json!({"id": "s", "spec": "not a spec"})),
+    ];
+    for l in &no_id {
+        s.write_raw(l);
+        s.write_raw(b"\n");
+    }
+    for (_, v) in &with_id {
+        s.send(v);
+    }
+    // A valid request padded with 2 MiB of JSON whitespace: too long.
+    let mut big = br#"{"id": "big","#.to_vec();
+    big.extend_from_slice(&vec![b' '; 2 << 20]);
+    big.extend_from_slice(br#""spec": {"argv": ["/bin/true"]}}"#);
+    big.push(b'\n');
+    s.write_big(big, T);
+    s.request(json!("final"), true_spec());
+    let mut responses = Vec::new();
+    loop {
+        let v = s.recv(T);
+        let fin = v["id"] == "final";
+        responses.push(v);
+        if fin {
+            break;
+        }
+    }
+    while let Some(v) = s.try_recv(Duration::from_millis(500)) {
+        responses.push(v);
+    }
+    let fin = responses.iter().find(|v| v["id"] == "final").unwrap();
+    assert_exited(&fin["result"], 0);
+    let others: Vec<&Value> = responses.iter().filter(|v| v["id"] != "final").collect();
+    for v in &others {
+        assert!(error_text(v).is_some(), "a malformed line was not answered with an error: {v}");
+    }
+    let nulls = others.iter().filter(|v| v["id"].is_null()).count();
+    let big_answers = others.iter().filter(|v| v["id"] == "big").count();
+    assert_eq!(
+        nulls + big_answers,
+        no_id.len() + 1,
+        "lines without an id (and the oversized one): {} errors expected; responses: {others:?}",
+        no_id.len() + 1
+    );
+    assert!(big_answers <= 1, "{others:?}");
+    for (id, line) in &with_id {
+        let n = others.iter().filter(|v| &v["id"] == id).count();
+        assert_eq!(n, 1, "{line}: {n} responses; all: {others:?}");
+    }
+    let unknown = others.iter().find(|v| v["id"] == 7).unwrap();
+    assert!(error_text(unknown).unwrap().contains("bogus_field"), "the error does not name the field: {unknown}");
+    let top = others.iter().find(|v| v["id"] == 6).unwrap();
+    assert!(error_text(top).unwrap().contains("bogus"), "the error does not name the field: {top}");
+    assert_eq!(others.len(), no_id.len() + with_id.len() + 1, "{others:?}");
+    assert_exited(&s.run(json!("after"), true_spec()), 0);
+    s.finish().assert_code(0);
+}
+
+/// An oversized line is not buffered whole: 64 MiB without a newline, then
+/// one, leave the server's peak RSS well below 64 MiB, and it answers once.
+#[test]
+fn serve_oversized_line_is_not_buffered() {
+    require!("serve_oversized_line_is_not_buffered", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&[]);
+    assert_exited(&s.run(json!("warm-up"), true_spec()), 0);
+    let before = proc_stats(s.pid());
+    let mut line = vec![b'x'; 64 << 20];
+    line.push(b'\n');
+    s.write_big(line, Duration::from_secs(120));
+    let v = s.recv(T);
+    assert!(v["id"].is_null(), "{v}");
+    error_text(&v).unwrap();
+    assert_exited(&s.run(json!("after"), true_spec()), 0);
+    assert!(s.pending.is_empty(), "more than one response to the long line: {:?}", s.pending);
+    assert!(s.try_recv(Duration::from_millis(300)).is_none(), "an extra response");
+    let after = proc_stats(s.pid());
+    eprintln!("peak RSS before {} KiB, after a 64 MiB line {} KiB", before.hwm_kib, after.hwm_kib);
+    assert!(
+        after.hwm_kib < before.hwm_kib + 16 * 1024,
+        "a 64 MiB line raised the server's peak RSS from {} to {} KiB",
+        before.hwm_kib,
+        after.hwm_kib
+    );
+    s.finish().assert_code(0);
+}
+
+/// EOF on stdin: the runs already accepted finish, their responses are
+/// written, then the server exits 0.
+#[test]
+fn serve_stdin_eof_finishes_accepted_runs() {
+    require!("serve_stdin_eof_finishes_accepted_runs", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&[]);
+    s.request(json!("a"), json!({"argv": ["/bin/sleep", "0.5"]}));
+    s.request(json!("b"), with(sh("echo bee"), "stdout", json!({"capture": 10})));
+    s.request(json!("c"), true_spec());
+    s.close();
+    let out = s.finish();
+    out.assert_code(0);
+    let mut ids = HashSet::new();
+    for l in out.stdout.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert_exited(&v["result"], 0);
+        if v["id"] == "b" {
+            assert_eq!(v["result"]["stdout"]["text"], "bee\n", "{v}");
+        }
+        assert!(ids.insert(v["id"].to_string()), "duplicate response {v}");
+    }
+    assert_eq!(ids.len(), 3, "{}", out.describe());
+}
+
+/// stdout closed (the client went away): the running runs are killed within 1 s.
+#[test]
+fn serve_stdout_closed_kills_runs() {
+    require!("serve_stdout_closed_kills_runs", userns_available());
+    let _l = procs_shared();
+    let mut p = [0i32; 2];
+    // SAFETY: p is a valid array of two ints.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors from pipe2, owned here.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let mut c = capsule(&["serve"]);
+    c.stdio(Stdio::piped(), Stdio::from(w), Stdio::piped());
+    let mut s = serve_cmd(c);
+    let mut reader = BufReader::new(std::fs::File::from(r));
+    let m = sleep_marker();
+    let _g = MarkerGuard(m.clone());
+    s.request(json!(1), true_spec());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_exited(&parse_response(&line, String::new)["result"], 0);
+    s.request(json!(2), json!({"argv": ["/bin/sleep", m]}));
+    wait_marker(&m, T);
+    let t0 = Instant::now();
+    drop(reader);
+    if let Err(left) = wait_marker_gone(&m, t0, Duration::from_secs(1)) {
+        panic!("the run outlived its client's stdout by 1 s: {left:?}");
+    }
+}
+
+// ---------------------------------------------------------------- --listen
+
+/// `--listen`: socket mode 0600; two connections served at once, each
+/// getting its own responses (same ids on both); a client disconnecting
+/// mid-run has its run's processes gone within 1 s while the server and the
+/// other connection keep working.
+#[test]
+fn serve_listen_socket() {
+    require!("serve_listen_socket", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("serve-listen");
+    let (mut s, path) = listen(&dir, &["--parallel", "2"]);
+    let md = std::fs::symlink_metadata(&path).unwrap();
+    assert!(md.file_type().is_socket(), "{} is not a socket", path.display());
+    assert_eq!(md.mode() & 0o7777, 0o600, "socket mode {:o}", md.mode() & 0o7777);
+    assert_eq!(md.uid(), h().uid, "socket owner");
+
+    let mut a = Sock::connect(&path);
+    let mut b = Sock::connect(&path);
+    a.request(json!(1), with(sh("sleep 0.5; echo A"), "stdout", json!({"capture": 10})));
+    b.request(json!(1), with(sh("echo B"), "stdout", json!({"capture": 10})));
+    let rb = b.result(&json!(1), T);
+    assert_eq!(rb["stdout"]["text"], "B\n", "{rb}");
+    let ra = a.result(&json!(1), T);
+    assert_eq!(ra["stdout"]["text"], "A\n", "{ra}");
+    // A malformed line on one connection is answered there only.
+    a.write_raw(b"garbage\n");
+    assert!(error_text(&a.recv(T)).is_some());
+    assert!(b.try_recv(Duration::from_millis(300)).is_none(), "b got a's error");
+
+    // A third client goes away mid-run.
+    let m = sleep_marker();
+    let _g = MarkerGuard(m.clone());
+    let mut c = Sock::connect(&path);
+    c.request(json!("doomed"), json!({"argv": ["/bin/sleep", m]}));
+    wait_marker(&m, T);
+    // Meanwhile b is busy too.
+    b.request(json!(2), json!({"argv": ["/bin/sleep", "1"]}));
+    let t0 = Instant::now();
+    drop(c);
+    if let Err(left) = wait_marker_gone(&m, t0, Duration::from_secs(1)) {
+        panic!("a disconnected client's run still has processes after 1 s: {left:?}");
+    }
+    assert_exited(&b.result(&json!(2), T), 0);
+    assert_exited(&a.run(json!(3), true_spec()), 0);
+    // A new connection works.
+    let mut d = Sock::connect(&path);
+    assert_exited(&d.run(json!("new"), true_spec()), 0);
+    assert!(s.run.alive(), "the server exited");
+}
+
+// ---------------------------------------------------------------- server killed
+
+/// SIGKILL of `capsule serve` (stdio and `--listen`) with runs going and
+/// queued: within 1 s no process of the test user is left.
+#[test]
+fn serve_killed_leaves_no_orphans() {
+    require!("serve_killed_leaves_no_orphans", userns_available());
+    require!("serve_killed_leaves_no_orphans", require_root());
+    let _l = procs_exclusive();
+    let baseline = user_procs_baseline("serve_killed_leaves_no_orphans");
+    for listen_mode in [false, true] {
+        let dir = Scratch::new("serve-killed");
+        let marker = unique("serve-killed");
+        let _g = MarkerGuard(marker.clone());
+        let (mut s, mut sock) = if listen_mode {
+            let (s, path) = listen(&dir, &["--parallel", "2"]);
+            let sock = Sock::connect(&path);
+            (s, Some(sock))
+        } else {
+            (serve(&["--parallel", "2"]), None)
+        };
+        let c: &mut dyn Conn = match sock.as_mut() {
+            Some(k) => k,
+            None => &mut s,
+        };
+        for i in 0..2 {
+            c.request(json!(i), json!({"argv": [probe(), "sleep-tree", format!("{marker}-{i}"), "4"]}));
+        }
+        c.request(json!("queued"), json!({"argv": ["/bin/sleep", "30"]}));
+        let deadline = Instant::now() + T;
+        while procs_with_marker(&format!("held:{marker}")).len() < 8 {
+            assert!(Instant::now() < deadline, "runs did not start: {:?}", procs_with_marker(&marker));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = s.pid();
+        // SAFETY: pid is our child (capsule, exec'd by setpriv).
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let t0 = Instant::now();
+        let _ = s.run.child.wait();
+        match wait_no_user_procs(&baseline, t0, Duration::from_secs(1)) {
+            Ok(t) => eprintln!("listen={listen_mode}: everything gone {t:?} after SIGKILL of capsule serve"),
+            Err(left) => panic!("listen={listen_mode}: processes left 1 s after SIGKILL of capsule serve: {left:#?}"),
+        }
+        drop(sock);
+    }
+}
+
+// ---------------------------------------------------------------- reliability
+
+/// 10,000 consecutive `/bin/true` runs through one `capsule serve` (100,000
+/// with `CAPSULE_TEST_LONG=1`), pipelined in batches: all succeed, and from
+/// after a warm-up of 1000 runs to the end the supervisor's fds, threads,
+/// mounts and children do not grow, no zombie stays, and its RSS grows by
+/// less than 1 MiB.
+#[test]
+fn serve_reliability_many_runs() {
+    require!("serve_reliability_many_runs", userns_available());
+    let _l = procs_shared();
+    let long = std::env::var("CAPSULE_TEST_LONG").map(|v| v == "1").unwrap_or(false);
+    let total: usize = if long { 100_000 } else { 10_000 };
+    let warm_up = 1000;
+    let batch = 200;
+    let mut c = capsule(&["serve"]);
+    c.stdio(Stdio::piped(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(if long { 7200 } else { 900 }));
+    let mut s = serve_cmd(c);
+    let pid = s.pid();
+    // Once it answers, setpriv has exec'd capsule.
+    assert_exited(&s.run(json!("first"), true_spec()), 0);
+    assert!(proc_comm(pid).starts_with("capsule"), "the spawned process is not capsule: {}", proc_comm(pid));
+    let mut done = 0;
+    let mut baseline: Option<ProcStats> = None;
+    let t0 = Instant::now();
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    while done < total {
+        for i in done..done + batch {
+            s.request(json!(i), true_spec());
+        }
+        let mut seen = HashSet::new();
+        for _ in 0..batch {
+            let v = s.recv(T);
+            let id = v["id"].as_u64().unwrap_or_else(|| panic!("unexpected id: {v}")) as usize;
+            assert!((done..done + batch).contains(&id) && seen.insert(id), "unexpected or repeated id: {v}");
+            let r = v.get("result").unwrap_or_else(|| panic!("run {id} failed: {v}"));
+            let st = format!("{}:{}", r["status"], r["exit_code"]);
+            if st != "\"exited\":0" {
+                panic!("run {id} after {done} runs: {v}");
+            }
+            *statuses.entry(st).or_default() += 1;
+        }
+        done += batch;
+        if done == warm_up {
+            baseline = Some(settled_stats(pid, None));
+            eprintln!("after {done} runs ({:?}): {:?}", t0.elapsed(), baseline.unwrap());
+        }
+        if done % 10_000 == 0 {
+            eprintln!("{done} runs in {:?}: {:?}", t0.elapsed(), proc_stats(pid));
+        }
+    }
+    let base = baseline.unwrap();
+    let end = settled_stats(pid, Some(base));
+    eprintln!("after {done} runs ({:?}): {end:?}", t0.elapsed());
+    assert_eq!(statuses.values().sum::<usize>(), total);
+    assert!(end.fds <= base.fds, "fds grew from {} to {} over {} runs", base.fds, end.fds, total - warm_up);
+    assert!(end.threads <= base.threads, "threads grew from {} to {}", base.threads, end.threads);
+    assert!(end.mounts <= base.mounts, "mounts grew from {} to {}", base.mounts, end.mounts);
+    assert!(end.children <= base.children, "children grew from {} to {}", base.children, end.children);
+    assert_eq!(end.zombies, 0, "zombie children of the supervisor: {end:?}");
+    assert!(
+        end.rss_kib < base.rss_kib + 1024,
+        "RSS grew from {} KiB to {} KiB over {} runs",
+        base.rss_kib,
+        end.rss_kib,
+        total - warm_up
+    );
+    assert!(end.rss_kib <= 10 * 1024, "supervisor RSS {} KiB > 10 MiB", end.rss_kib);
+    s.finish().assert_code(0);
+}
+
+/// The supervisor's figures once idle: sampled for up to 3 s until they are
+/// no larger than `not_above` (when given) and no zombie is left, else the
+/// last sample.
+fn settled_stats(pid: i32, not_above: Option<ProcStats>) -> ProcStats {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    std::thread::sleep(Duration::from_millis(200));
+    loop {
+        let st = proc_stats(pid);
+        let ok = st.zombies == 0
+            && not_above.is_none_or(|b| {
+                st.fds <= b.fds
+                    && st.threads <= b.threads
+                    && st.mounts <= b.mounts
+                    && st.children <= b.children
+                    && st.rss_kib < b.rss_kib + 1024
+            });
+        if ok || Instant::now() > deadline {
+            return st;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
