@@ -9,11 +9,12 @@
 //! Namespaces (thesis, ch. 3): the supervisor owns user namespace U1 and
 //! the namespaces created once (IPC, UTS, time, cgroup, the loopback-only
 //! network). PID 1 is cloned into a new PID namespace while still in U1,
-//! joins the run's network, creates the run's procfs, then enters user
-//! namespace U2 + a mount namespace and builds the tree. The tracee is
-//! cloned into user namespace U3 + a mount namespace, which locks every
-//! mount PID 1 made (they came from a more privileged namespace), drops
-//! everything and execs.
+//! creates the run's procfs and a mount namespace of its own (owned by
+//! U1), builds the tree, joins the run's network and enters user namespace
+//! U2. The tracee is cloned into user namespace U3, drops everything and
+//! execs: it has no capability over U1, so it can change nothing in the
+//! run's mount namespace, and any mount namespace it creates itself is a
+//! copy made for a less privileged owner, in which every mount is locked.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -112,7 +113,7 @@ impl Step {
             Step::RootReadonly => "making the root read-only",
             Step::PivotRoot => "pivot_root into the new root",
             Step::DetachOldRoot => "detaching the old root (umount2)",
-            Step::CloneTracee => "cloning the tracee (clone3 CLONE_NEWUSER|CLONE_NEWNS)",
+            Step::CloneTracee => "cloning the tracee (clone3 CLONE_NEWUSER)",
             Step::TraceeIdMap => "writing the tracee's uid/gid maps",
             Step::CgroupNamespace => "creating the program's cgroup namespace (unshare CLONE_NEWCGROUP)",
             Step::Setsid => "starting a new session (setsid)",
@@ -315,35 +316,6 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
     sys::write_all(fd.as_raw_fd(), data)
 }
 
-/// Opens `<pid>/ns/<ns>` under the procfs `proc` (no allocation).
-fn open_ns(proc: RawFd, pid: i32, ns: &[u8]) -> Result<OwnedFd, Errno> {
-    let mut buf = [0u8; 48];
-    let mut digits = [0u8; 12];
-    let (mut n, mut len) = (pid.max(0) as u32, 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut at = 0;
-    for i in (0..len).rev() {
-        buf[at] = digits[i];
-        at += 1;
-    }
-    let rest = b"/ns/";
-    if at + rest.len() + ns.len() >= buf.len() {
-        return Err(libc::ENAMETOOLONG);
-    }
-    buf[at..at + rest.len()].copy_from_slice(rest);
-    at += rest.len();
-    buf[at..at + ns.len()].copy_from_slice(ns);
-    let path = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EINVAL)?;
-    sys::openat(proc, path, libc::O_RDONLY, 0)
-}
-
 /// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
 /// the supervisor's user namespace; `stack` is for the tracee, which shares
 /// PID 1's memory until its execve. Never returns.
@@ -449,9 +421,15 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // Block SIGCHLD before the tracee exists so no exit is missed.
     let sigchld = sys::signalfd_for(&[libc::SIGCHLD]).map_err(|e| Fail::new(Step::Wait, e))?;
 
-    // The tracee gets one more user + mount namespace: copying PID 1's
-    // mount namespace into a less privileged one locks every mount, so the
-    // program cannot unmount or remount-rw anything. It is created like
+    // The tracee gets one more user namespace, U3, whose capabilities it
+    // drops. The run's mount namespace belongs to U1, over which nothing in
+    // U3 has any capability: the program cannot mount, unmount or remount
+    // anything in it, and a mount namespace it makes itself (after its own
+    // unshare(CLONE_NEWUSER)) is a copy for a less privileged owner, where
+    // the kernel locks every mount together with its read-only and nosuid
+    // flags. No mount namespace of its own, then: copying the tree (and
+    // tearing the copy down at the program's exit) cost every run the
+    // most expensive part of its exit. It is created like
     // posix_spawn does: sharing PID 1's memory on a stack of its own, PID 1
     // suspended until the tracee has called execve or died. No page tables
     // are copied (process creation dominates a short run), and when the
@@ -461,14 +439,8 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // where it idles), so PID 1 resumes only once the program runs.
     let args = TraceeArgs { plan, arena, proc: p };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
-    let tracee = sys::clone_vfork(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, cgroup, stack, &args, tracee)
+    let tracee = sys::clone_vfork(libc::CLONE_NEWUSER, cgroup, stack, &args, tracee)
         .map_err(|e| Fail::new(Step::CloneTracee, e))?;
-    // Hold the program's mount namespace: destroying one (unmounting its
-    // tree) is the slowest part of a process exit, and the last process of
-    // the run would otherwise do it before PID 1 hears of the exit. Held
-    // here, it goes when PID 1 exits, after the result is out. (Best
-    // effort: a program that exits within microseconds is gone already.)
-    let _program_mounts = open_ns(p, tracee, b"mnt");
     // The tracee made the shared memory dumpable again for its id maps.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
     drop(proc);
