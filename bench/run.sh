@@ -410,6 +410,14 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "in [docs/benchmarks-cgroups.md](benchmarks-cgroups.md): this machine's"
     echo "cgroups are hybrid, so the runs above use none (\`accounting: rusage\`)."
     echo
+    echo "## The long-lived supervisor"
+    echo
+    echo "Runs of a long-lived supervisor (the library API, \`capsule serve\`) for five"
+    echo "workloads next to the bare process, bwrap, unshare and one-shot \`capsule run\`,"
+    echo "their throughput, the supervisor's memory over many runs and the targets of"
+    echo "issue 4 are measured by \`bench/server.sh\`, in"
+    echo "[docs/benchmarks-server.md](benchmarks-server.md)."
+    echo
     echo "To reproduce: \`sudo env ROUNDS=$rounds WARMUP=$warmup MEMFD_ITERS=$memfd_iters bench/run.sh $runs\`"
     echo "from the repository root (see the header of the script)."
 } >"$tmp"

@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! capsule-bench latency --workloads FILE [--rounds R] [--first-round N] [--only NAME]
-//!                       [--configs bare,server,bare-2,server-2] [--raw FILE]
+//!                       [--configs bare,server,bare-2,server-2] [--gap MS] [--raw FILE]
 //! capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
 //! capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
 //! common options: --capsule PATH (the binary to start `capsule supervise` from),
@@ -29,6 +29,8 @@
 //! time (user + system) of the program's processes (wait4's rusage for
 //! bare, the result's `cpu_user_ms + cpu_system_ms` for the server) and, for
 //! the server, the result's `wall_time_ms` (from the program's execve).
+//! `--gap MS` pauses that long between runs (untimed): the latency of a run
+//! that finds the supervisor idle, its next PID 1 prepared ahead.
 //!
 //! The workloads file has one workload per line, tab-separated: name,
 //! warm-up runs, runs (per round, configuration and client), the argv
@@ -64,7 +66,7 @@ use capsule::{RunSpec, Status};
 use serde_json::{json, Value};
 
 const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] [--first-round N] [--only NAME] \
-[--configs bare,server,bare-2,server-2] [--raw FILE]
+[--configs bare,server,bare-2,server-2] [--gap MS] [--raw FILE]
        capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
 common options: --capsule PATH, --no-cgroups";
@@ -97,6 +99,7 @@ struct Opts {
     window: usize,
     capsule: Option<PathBuf>,
     no_cgroups: bool,
+    gap: Duration,
 }
 
 fn parse_opts() -> Opts {
@@ -123,6 +126,7 @@ fn parse_opts() -> Opts {
         window: 16,
         capsule: None,
         no_cgroups: false,
+        gap: Duration::ZERO,
     };
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().unwrap_or_else(|| usage(format!("{name} needs a value")));
@@ -150,6 +154,7 @@ fn parse_opts() -> Opts {
             "--window" => o.window = num(&a, val(&a)),
             "--capsule" => o.capsule = Some(val(&a).into()),
             "--no-cgroups" => o.no_cgroups = true,
+            "--gap" => o.gap = Duration::from_millis(num(&a, val(&a)) as u64),
             _ => usage(format!("unknown option '{a}'")),
         }
     }
@@ -376,15 +381,20 @@ struct Sample {
 }
 
 /// `n` runs of `one` after `warmup` unrecorded ones.
-fn series(warmup: usize, n: usize, client: usize, mut one: impl FnMut() -> Sample) -> Vec<Sample> {
+fn series(warmup: usize, n: usize, client: usize, gap: Duration, mut one: impl FnMut() -> Sample) -> Vec<Sample> {
     for _ in 0..warmup {
         one();
     }
-    (0..n).map(|_| Sample { client, ..one() }).collect()
+    (0..n)
+        .map(|_| {
+            std::thread::sleep(gap);
+            Sample { client, ..one() }
+        })
+        .collect()
 }
 
 /// Two clients at once, started together after their warm-up.
-fn two_clients(warmup: usize, n: usize, one: impl Fn(usize) -> Sample + Sync) -> Vec<Sample> {
+fn two_clients(warmup: usize, n: usize, gap: Duration, one: impl Fn(usize) -> Sample + Sync) -> Vec<Sample> {
     let barrier = Barrier::new(2);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
@@ -395,7 +405,12 @@ fn two_clients(warmup: usize, n: usize, one: impl Fn(usize) -> Sample + Sync) ->
                         one(c);
                     }
                     barrier.wait();
-                    (0..n).map(|_| Sample { client: c, ..one(c) }).collect::<Vec<_>>()
+                    (0..n)
+                        .map(|_| {
+                            std::thread::sleep(gap);
+                            Sample { client: c, ..one(c) }
+                        })
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -441,10 +456,10 @@ fn latency(o: &Opts) {
                     Sample { client: t, wall, cpu, inner: Some(inner) }
                 };
                 let samples = match c.as_str() {
-                    "bare" => series(w.warmup, w.runs, 0, || bare_one(0)),
-                    "server" => series(w.warmup, w.runs, 0, || server_one(sb1.as_ref().unwrap(), 0)),
-                    "bare-2" => two_clients(w.warmup, w.runs, bare_one),
-                    "server-2" => two_clients(w.warmup, w.runs, |t| server_one(sb2.as_ref().unwrap(), t)),
+                    "bare" => series(w.warmup, w.runs, 0, o.gap, || bare_one(0)),
+                    "server" => series(w.warmup, w.runs, 0, o.gap, || server_one(sb1.as_ref().unwrap(), 0)),
+                    "bare-2" => two_clients(w.warmup, w.runs, o.gap, bare_one),
+                    "server-2" => two_clients(w.warmup, w.runs, o.gap, |t| server_one(sb2.as_ref().unwrap(), t)),
                     _ => unreachable!(),
                 };
                 for s in &samples {
