@@ -212,6 +212,10 @@ pub(crate) struct Shared {
     pub max_rss_kib: AtomicU64,
     /// The program cgroup's `user_usec + system_usec` right before execve.
     pub cgroup_cpu_us_at_exec: AtomicU64,
+    /// The tracee's own CPU time right before execve (capsule's set-up in
+    /// the program's process, taken off its rusage figures).
+    pub setup_user_us: AtomicU64,
+    pub setup_system_us: AtomicU64,
 }
 
 impl Shared {
@@ -678,6 +682,9 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
         let (user, system) = cgroups::read_cpu_stat(cg.cpu_stat).unwrap_or((0, 0));
         shared.cgroup_cpu_us_at_exec.store(user + system, SeqCst);
     }
+    let (user, system, _) = sys::rusage_self();
+    shared.setup_user_us.store(user, SeqCst);
+    shared.setup_system_us.store(system, SeqCst);
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
     // Seccomp last: from here on only the program's own syscalls run.
     crate::seccomp::install(filter).map_err(|e| Fail::new(Step::Seccomp, e))?;

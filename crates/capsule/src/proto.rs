@@ -51,23 +51,22 @@ pub enum ServerMsg {
     Fatal(String),
 }
 
-/// Sends one message with `fds` attached.
+/// Sends one message with `fds` attached: header and body in one buffer,
+/// so the receiver wakes once per message.
 pub fn send(sock: RawFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), String> {
-    let body = serde_json::to_vec(msg).map_err(|e| format!("encoding message: {e}"))?;
-    if body.len() > MAX_MESSAGE {
-        return Err(format!("message of {} bytes is larger than the limit of {MAX_MESSAGE}", body.len()));
+    let mut buf = Vec::with_capacity(512);
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(&[0u8; 4]);
+    serde_json::to_writer(&mut buf, msg).map_err(|e| format!("encoding message: {e}"))?;
+    let len = buf.len() - 8;
+    if len > MAX_MESSAGE {
+        return Err(format!("message of {len} bytes is larger than the limit of {MAX_MESSAGE}"));
     }
-    let mut header = [0u8; 8];
-    header[..4].copy_from_slice(MAGIC);
-    header[4..].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    buf[4..8].copy_from_slice(&(len as u32).to_le_bytes());
     let io = |e: i32| format!("sending message: {}", crate::error::errno_text(e));
-    let mut sent = sys::send_with_fds(sock, &header, fds).map_err(io)?;
-    while sent < header.len() {
-        sent += sys::send_with_fds(sock, &header[sent..], &[]).map_err(io)?;
-    }
-    let mut off = 0;
-    while off < body.len() {
-        off += sys::send_with_fds(sock, &body[off..], &[]).map_err(io)?;
+    let mut sent = sys::send_with_fds(sock, &buf, fds).map_err(io)?;
+    while sent < buf.len() {
+        sent += sys::send_with_fds(sock, &buf[sent..], &[]).map_err(io)?;
     }
     Ok(())
 }

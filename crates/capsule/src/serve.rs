@@ -100,7 +100,7 @@ pub struct LineReader {
     discarding: bool,
 }
 
-/// What [`LineReader::next`] found.
+/// What [`LineReader::next_line`] found.
 #[derive(Debug, PartialEq)]
 pub enum Line {
     /// A complete line (newline removed).
@@ -115,7 +115,7 @@ impl LineReader {
     }
 
     /// The next line, if a complete one (or an oversized one) is buffered.
-    pub fn next(&mut self) -> Option<Line> {
+    pub fn next_line(&mut self) -> Option<Line> {
         loop {
             match self.buf.iter().position(|&b| b == b'\n') {
                 Some(n) => {
@@ -154,69 +154,6 @@ impl LineReader {
             return None;
         }
         Some(Line::Complete(line))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn minimal_request() {
-        match parse_line(br#"{"id": 7, "spec": {"argv": ["/bin/true"]}}"#).unwrap() {
-            LineRequest::Run { id, spec } => {
-                assert_eq!(id, json!(7));
-                assert_eq!(spec.argv, vec!["/bin/true"]);
-            }
-            other => panic!("{other:?}"),
-        }
-        match parse_line(br#"{"id": "k", "kill": {"a": 1}}"#).unwrap() {
-            LineRequest::Kill { id, target } => {
-                assert_eq!(id, json!("k"));
-                assert_eq!(target, json!({"a": 1}));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn bad_requests_name_the_problem() {
-        let e = parse_line(b"garbage").unwrap_err();
-        assert_eq!(e.id, Value::Null);
-        assert!(e.message.contains("not a JSON request"), "{}", e.message);
-        let e = parse_line(br#"{"id": 1, "spec": "#).unwrap_err();
-        assert_eq!(e.id, Value::Null);
-        let e = parse_line(b"[1, 2]").unwrap_err();
-        assert!(e.message.contains("object"), "{}", e.message);
-        let e = parse_line(br#"{"spec": {"argv": ["x"]}}"#).unwrap_err();
-        assert!(e.message.contains("no `id`"), "{}", e.message);
-        let e = parse_line(br#"{"id": 3, "spec": {"argv": ["x"], "wal_time": 1}}"#).unwrap_err();
-        assert_eq!(e.id, json!(3));
-        assert!(e.message.contains("wal_time"), "{}", e.message);
-        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "limits": {"wall_time": "1 fortnight"}}}"#).unwrap_err();
-        assert!(e.message.contains("limits.wall_time"), "{}", e.message);
-        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "mounts": [{"type": "tmpfs", "dst": 3}]}}"#).unwrap_err();
-        assert!(e.message.contains("mounts[0]"), "{}", e.message);
-        let e = parse_line(br#"{"id": 3, "spec": {}, "kill": 1}"#).unwrap_err();
-        assert!(e.message.contains("exactly one"), "{}", e.message);
-    }
-
-    #[test]
-    fn lines_and_oversized_lines() {
-        let mut r = LineReader::default();
-        r.push(b"{\"a\":1}\n\n  \n{\"b\"");
-        assert_eq!(r.next(), Some(Line::Complete(b"{\"a\":1}".to_vec())));
-        assert_eq!(r.next(), None);
-        r.push(b":2}\n");
-        assert_eq!(r.next(), Some(Line::Complete(b"{\"b\":2}".to_vec())));
-        r.push(&vec![b'x'; MAX_LINE + 10]);
-        assert_eq!(r.next(), Some(Line::TooLong));
-        r.push(b"xxxx");
-        assert_eq!(r.next(), None);
-        r.push(b"yy\n{\"c\":3}\n");
-        assert_eq!(r.next(), Some(Line::Complete(b"{\"c\":3}".to_vec())));
-        r.push(b"tail");
-        assert_eq!(r.finish(), Some(Line::Complete(b"tail".to_vec())));
     }
 }
 
@@ -291,4 +228,67 @@ fn bind_socket(path: &std::path::Path) -> Result<std::os::fd::OwnedFd, crate::Er
     let listener = bound.map_err(|e| err("bind", e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| err("chmod", e))?;
     Ok(listener.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_request() {
+        match parse_line(br#"{"id": 7, "spec": {"argv": ["/bin/true"]}}"#).unwrap() {
+            LineRequest::Run { id, spec } => {
+                assert_eq!(id, json!(7));
+                assert_eq!(spec.argv, vec!["/bin/true"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_line(br#"{"id": "k", "kill": {"a": 1}}"#).unwrap() {
+            LineRequest::Kill { id, target } => {
+                assert_eq!(id, json!("k"));
+                assert_eq!(target, json!({"a": 1}));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_requests_name_the_problem() {
+        let e = parse_line(b"garbage").unwrap_err();
+        assert_eq!(e.id, Value::Null);
+        assert!(e.message.contains("not a JSON request"), "{}", e.message);
+        let e = parse_line(br#"{"id": 1, "spec": "#).unwrap_err();
+        assert_eq!(e.id, Value::Null);
+        let e = parse_line(b"[1, 2]").unwrap_err();
+        assert!(e.message.contains("object"), "{}", e.message);
+        let e = parse_line(br#"{"spec": {"argv": ["x"]}}"#).unwrap_err();
+        assert!(e.message.contains("no `id`"), "{}", e.message);
+        let e = parse_line(br#"{"id": 3, "spec": {"argv": ["x"], "wal_time": 1}}"#).unwrap_err();
+        assert_eq!(e.id, json!(3));
+        assert!(e.message.contains("wal_time"), "{}", e.message);
+        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "limits": {"wall_time": "1 fortnight"}}}"#).unwrap_err();
+        assert!(e.message.contains("limits.wall_time"), "{}", e.message);
+        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "mounts": [{"type": "tmpfs", "dst": 3}]}}"#).unwrap_err();
+        assert!(e.message.contains("mounts[0]"), "{}", e.message);
+        let e = parse_line(br#"{"id": 3, "spec": {}, "kill": 1}"#).unwrap_err();
+        assert!(e.message.contains("exactly one"), "{}", e.message);
+    }
+
+    #[test]
+    fn lines_and_oversized_lines() {
+        let mut r = LineReader::default();
+        r.push(b"{\"a\":1}\n\n  \n{\"b\"");
+        assert_eq!(r.next_line(), Some(Line::Complete(b"{\"a\":1}".to_vec())));
+        assert_eq!(r.next_line(), None);
+        r.push(b":2}\n");
+        assert_eq!(r.next_line(), Some(Line::Complete(b"{\"b\":2}".to_vec())));
+        r.push(&vec![b'x'; MAX_LINE + 10]);
+        assert_eq!(r.next_line(), Some(Line::TooLong));
+        r.push(b"xxxx");
+        assert_eq!(r.next_line(), None);
+        r.push(b"yy\n{\"c\":3}\n");
+        assert_eq!(r.next_line(), Some(Line::Complete(b"{\"c\":3}".to_vec())));
+        r.push(b"tail");
+        assert_eq!(r.finish(), Some(Line::Complete(b"tail".to_vec())));
+    }
 }

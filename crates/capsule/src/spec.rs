@@ -406,14 +406,13 @@ impl RunSpec {
                 Some(Stdio::Capture(_)) if field == "stdin" => {
                     return Err(SpecError::new(field, "standard input cannot be captured; give a file"))
                 }
-                Some(Stdio::Capture(Capture { capture })) => {
-                    if *capture > MAX_CAPTURE {
-                        return Err(SpecError::new(
-                            format!("{field}.capture"),
-                            format!("{capture} bytes is more than the most a result can carry ({MAX_CAPTURE})"),
-                        ));
-                    }
+                Some(Stdio::Capture(Capture { capture })) if *capture > MAX_CAPTURE => {
+                    return Err(SpecError::new(
+                        format!("{field}.capture"),
+                        format!("{capture} bytes is more than the most a result can carry ({MAX_CAPTURE})"),
+                    ));
                 }
+                Some(Stdio::Capture(_)) => {}
             }
         }
         Ok(())

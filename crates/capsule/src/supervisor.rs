@@ -240,6 +240,13 @@ struct Running {
     cancelled: bool,
 }
 
+/// What [`Supervisor::fill`] prepared that the result needs.
+struct Filled {
+    rlimits: Vec<Rlimit>,
+    wall_time_ns: Option<u64>,
+    cpu_time_ns: Option<u64>,
+}
+
 /// A stream being captured.
 struct Capture {
     pipe: OwnedFd,
@@ -585,7 +592,7 @@ impl Supervisor {
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.
-    fn fill(&self, p: &mut Prepared, spec: &RunSpec) -> Result<(Vec<Rlimit>, Option<u64>, Option<u64>), String> {
+    fn fill(&self, p: &mut Prepared, spec: &RunSpec) -> Result<Filled, String> {
         let c = |s: &str| CString::new(s).expect("validated: no NUL");
         let mut env = spec.env.clone();
         for k in &spec.keep_env {
@@ -659,7 +666,7 @@ impl Supervisor {
             cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
         }
         std::sync::atomic::fence(SeqCst);
-        Ok((rl, wall, cpu))
+        Ok(Filled { rlimits: rl, wall_time_ns: wall, cpu_time_ns: cpu })
     }
 
     fn result(&self, r: &Running, pid1_status: Option<i32>, stats: Option<Stats>) -> RunResult {
@@ -685,8 +692,11 @@ impl Supervisor {
             signal: None,
             // Milliseconds with microsecond precision.
             wall_time_ms: (end_ns.saturating_sub(exec_ns) / 1000) as f64 / 1e3,
-            cpu_user_ms: shared.cpu_user_us.load(SeqCst) as f64 / 1e3,
-            cpu_system_ms: shared.cpu_system_us.load(SeqCst) as f64 / 1e3,
+            // rusage of everything PID 1 reaped, less the tracee's own
+            // set-up before its execve (the same process as the program).
+            cpu_user_ms: shared.cpu_user_us.load(SeqCst).saturating_sub(shared.setup_user_us.load(SeqCst)) as f64 / 1e3,
+            cpu_system_ms: shared.cpu_system_us.load(SeqCst).saturating_sub(shared.setup_system_us.load(SeqCst)) as f64
+                / 1e3,
             peak_memory_bytes: shared.max_rss_kib.load(SeqCst) * 1024,
             accounting: Accounting::Rusage,
             pids_peak: None,
@@ -803,7 +813,7 @@ impl Loop {
         if self.stop || (self.once && self.answered > 0) {
             return true;
         }
-        let clients = self.conns.iter().flatten().any(|c| !c.gone && !(c.eof && c.finish_at_eof));
+        let clients = self.conns.iter().flatten().any(|c| !(c.gone || c.eof && c.finish_at_eof));
         let pending = !self.running.is_empty() || !self.queue.is_empty();
         let unsent = self.conns.iter().flatten().any(|c| !c.gone && !c.out.is_empty());
         self.listener.is_none() && !clients && !pending && !unsent
@@ -918,12 +928,12 @@ impl Loop {
             },
         };
         match self.go(sup, &mut p, &req) {
-            Ok((rlimits, wall, cpu, capture)) => self.running.push(Running {
+            Ok((f, capture)) => self.running.push(Running {
                 p,
                 req,
-                rlimits,
-                wall_time_ns: wall,
-                cpu_time_ns: cpu,
+                rlimits: f.rlimits,
+                wall_time_ns: f.wall_time_ns,
+                cpu_time_ns: f.cpu_time_ns,
                 capture,
                 cancelled: false,
             }),
@@ -936,14 +946,8 @@ impl Loop {
     }
 
     /// Fills the arena and sends the go message with the run's stdio.
-    #[allow(clippy::type_complexity)]
-    fn go(
-        &mut self,
-        sup: &mut Supervisor,
-        p: &mut Prepared,
-        req: &Request,
-    ) -> Result<(Vec<Rlimit>, Option<u64>, Option<u64>, [Option<Capture>; 2]), String> {
-        let (rl, wall, cpu) = sup.fill(p, &req.spec)?;
+    fn go(&mut self, sup: &mut Supervisor, p: &mut Prepared, req: &Request) -> Result<(Filled, [Option<Capture>; 2]), String> {
+        let filled = sup.fill(p, &req.spec)?;
         let mut capture: [Option<Capture>; 2] = [None, None];
         let mut held: Vec<OwnedFd> = Vec::new();
         let mut fds = [-1; 3];
@@ -971,7 +975,7 @@ impl Loop {
         // sandbox (its reason is in the arena) or was killed; the run is
         // collected like any other and reports why.
         let _ = sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds);
-        Ok((rl, wall, cpu, capture))
+        Ok((filled, capture))
     }
 
     /// Collects runs whose PID 1 signalled the result or died.
@@ -1052,13 +1056,10 @@ impl Loop {
                 return true;
             }
             let _ = sys::pidfd_try_wait(z.pidfd.as_raw_fd());
-            match z.cgroup.take() {
-                Some(cg) => {
-                    if !cg.try_remove() {
-                        cg.remove();
-                    }
+            if let Some(cg) = z.cgroup.take() {
+                if !cg.try_remove() {
+                    cg.remove();
                 }
-                None => {}
             }
             false
         });
@@ -1097,16 +1098,14 @@ impl Loop {
 
     fn accept(&mut self) {
         let Some(l) = &self.listener else { return };
-        match sys::accept(l.as_raw_fd()) {
-            Ok(sock) => {
-                let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
-                let conn = Conn::new(sock, None, Framing::Lines, false);
-                match self.conns.iter().position(Option::is_none) {
-                    Some(i) => self.conns[i] = Some(conn),
-                    None => self.conns.push(Some(conn)),
-                }
+        // A failed accept (the client already gone) is nothing to act on.
+        if let Ok(sock) = sys::accept(l.as_raw_fd()) {
+            let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
+            let conn = Conn::new(sock, None, Framing::Lines, false);
+            match self.conns.iter().position(Option::is_none) {
+                Some(i) => self.conns[i] = Some(conn),
+                None => self.conns.push(Some(conn)),
             }
-            Err(_) => {}
         }
     }
 
@@ -1136,15 +1135,14 @@ impl Loop {
                     }
                     Ok(n) => {
                         conn.lines.push(&buf[..n]);
-                        loop {
-                            let Some(conn) = self.conns[i].as_mut() else { break };
-                            match conn.lines.next() {
-                                Some(Line::Complete(line)) => self.line(sup, i, &line),
-                                Some(Line::TooLong) => {
+                        // A request may drop the connection (its client gone).
+                        while let Some(line) = self.conns[i].as_mut().and_then(|c| c.lines.next_line()) {
+                            match line {
+                                Line::Complete(line) => self.line(sup, i, &line),
+                                Line::TooLong => {
                                     let msg = format!("request line longer than {} bytes", serve::MAX_LINE);
                                     self.write(i, serve::error_line(&Value::Null, &msg));
                                 }
-                                None => break,
                             }
                         }
                     }

@@ -663,9 +663,18 @@ pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
 
 /// Rusage of all reaped children of the caller: (user µs, system µs, max RSS KiB).
 pub fn rusage_children() -> (u64, u64, u64) {
+    rusage(libc::RUSAGE_CHILDREN)
+}
+
+/// The calling process's own CPU time (user, system µs) and peak RSS (KiB).
+pub fn rusage_self() -> (u64, u64, u64) {
+    rusage(libc::RUSAGE_SELF)
+}
+
+fn rusage(who: i32) -> (u64, u64, u64) {
     let mut ru = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru is a writable rusage buffer.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, ru.as_mut_ptr()) };
+    unsafe { libc::getrusage(who, ru.as_mut_ptr()) };
     // SAFETY: zeroed rusage is a valid value and getrusage fills it.
     let ru = unsafe { ru.assume_init() };
     let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
