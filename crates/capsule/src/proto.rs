@@ -16,6 +16,9 @@ const MAGIC: &[u8; 4] = b"CAP1";
 /// Largest message accepted (argv and environment included).
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// How [`send`] errors that come from the socket (not from the message) begin.
+pub const IO_ERROR: &str = "sending message";
+
 /// What the client sends.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -63,7 +66,7 @@ pub fn send(sock: RawFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), Stri
         return Err(format!("message of {len} bytes is larger than the limit of {MAX_MESSAGE}"));
     }
     buf[4..8].copy_from_slice(&(len as u32).to_le_bytes());
-    let io = |e: i32| format!("sending message: {}", crate::error::errno_text(e));
+    let io = |e: i32| format!("{IO_ERROR}: {}", crate::error::errno_text(e));
     let mut sent = sys::send_with_fds(sock, &buf, fds).map_err(io)?;
     while sent < buf.len() {
         sent += sys::send_with_fds(sock, &buf[sent..], &[]).map_err(io)?;

@@ -186,8 +186,11 @@ impl Sandbox {
             proto::send(self.inner.sock.as_raw_fd(), &msg, &fds)
         };
         drop(notify_write);
-        if let Err(e) = sent {
-            return Err(Error::Supervisor(self.inner.died(&e)));
+        match sent {
+            Ok(()) => {}
+            // Too large to send, say: this run only.
+            Err(e) if !e.starts_with(proto::IO_ERROR) => return Err(Error::Run(e)),
+            Err(e) => return Err(Error::Supervisor(self.inner.died(&e))),
         }
         Ok(RunHandle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
     }
