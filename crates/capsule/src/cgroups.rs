@@ -152,10 +152,12 @@ fn unusable(dir: &Path) -> Option<String> {
 /// Whether a systemd user manager can delegate a scope here.
 pub fn systemd_user_manager() -> bool {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
-    let socket = runtime.is_some_and(|r| r.join("systemd/private").exists());
-    let run = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("systemd-run").is_file()));
-    socket && run
+    // The socket first: one stat, and where it is missing (most sandboxes,
+    // CI, containers) no PATH search on every start.
+    if !runtime.is_some_and(|r| r.join("systemd/private").exists()) {
+        return false;
+    }
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("systemd-run").is_file()))
 }
 
 /// Looks for a cgroup subtree, in the documented order.
