@@ -477,8 +477,7 @@ impl Supervisor {
 
     /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
     /// its tracee then waits for the go message.
-    fn prepare(&mut self, spec: &RunSpec, ahead: bool) -> Result<Prepared, String> {
-        let shape = self.shape(spec);
+    fn prepare(&mut self, spec: &RunSpec, shape: Shape, ahead: bool) -> Result<Prepared, String> {
         let (net, pending_net) = self.net_join(spec)?;
         let mut names = vec![String::new(), String::new()];
         let mounts = MountPlan::prepare(spec, &mut names).map_err(|e| e.to_string())?;
@@ -782,7 +781,7 @@ struct Loop {
     /// once they have finished exiting.
     zombies: Vec<Prepared>,
     /// The shape of the last request: spares are prepared for it.
-    last_shape: Option<Box<RunSpec>>,
+    last_shape: Option<(Box<RunSpec>, Shape)>,
     stop: bool,
 }
 
@@ -917,12 +916,14 @@ impl Loop {
             kill_prepared(&s);
             self.zombies.push(s);
         }
-        if sup.config.prepare_ahead && !self.once {
-            self.last_shape = Some(req.spec.clone());
+        // Runs to come are prepared like this one (kept only when the shape
+        // changes: no copy of the spec per request).
+        if sup.config.prepare_ahead && !self.once && self.last_shape.as_ref().is_none_or(|(_, s)| *s != shape) {
+            self.last_shape = Some((req.spec.clone(), shape.clone()));
         }
         let mut p = match p {
             Some(p) => p,
-            None => match sup.prepare(&req.spec, false) {
+            None => match sup.prepare(&req.spec, shape, false) {
                 Ok(p) => p,
                 Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
             },
@@ -1067,15 +1068,14 @@ impl Loop {
 
     /// Keeps up to `parallel` PID 1s prepared for the last request's shape.
     fn keep_spares(&mut self, sup: &mut Supervisor) {
-        let Some(spec) = self.last_shape.clone() else { return };
         if !sup.config.prepare_ahead || self.once || self.stop {
             return;
         }
-        let shape = sup.shape(&spec);
+        let Some((_, shape)) = &self.last_shape else { return };
         // Spares of another shape are of no use any more.
         let mut k = 0;
         while k < self.spares.len() {
-            if self.spares[k].shape != shape {
+            if self.spares[k].shape != *shape {
                 let s = self.spares.swap_remove(k);
                 kill_prepared(&s);
                 self.zombies.push(s);
@@ -1085,7 +1085,8 @@ impl Loop {
         }
         // Only when no request waits: a queued request needs the CPU first.
         while self.queue.is_empty() && self.spares.len() < sup.config.parallel {
-            match sup.prepare(&spec, true) {
+            let Some((spec, shape)) = &self.last_shape else { return };
+            match sup.prepare(spec, shape.clone(), true) {
                 Ok(p) => self.spares.push(p),
                 Err(_) => {
                     // The next request of this shape reports the error itself.
