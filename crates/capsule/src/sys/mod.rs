@@ -1300,3 +1300,73 @@ pub fn seccomp_install(filter: &[libc::sock_filter]) -> SysResult<()> {
     })
     .map(drop)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    #[derive(Default)]
+    struct Header {
+        n: AtomicU64,
+    }
+
+    #[test]
+    fn arena_round_trips_and_bounds() {
+        let a = Arena::<Header>::new(8192).unwrap();
+        a.n.store(7, SeqCst);
+        let s1 = a.put_cstr(c"/bin/true").unwrap();
+        let s2 = a.put_cstr(c"-x").unwrap();
+        let argv = a.put_ptrs(&[s1, s2, ptr::null()]).unwrap();
+        let got = a.ptr_array(argv as u64).unwrap();
+        assert_eq!(got.len(), 3);
+        assert!(got[2].is_null());
+        assert_eq!(a.cstr(got[0] as u64).unwrap(), c"/bin/true");
+        assert_eq!(a.cstr(got[1] as u64).unwrap(), c"-x");
+        let nums = a.put_slice(&[1u64, 2, 3]).unwrap();
+        assert_eq!(a.slice::<u64>(nums as u64, 3).unwrap(), &[1, 2, 3]);
+        assert!(a.store(nums as u64, 3, 1, 20u64));
+        assert_eq!(a.slice::<u64>(nums as u64, 3).unwrap(), &[1, 20, 3]);
+        // Out of bounds: index, length, address.
+        assert!(!a.store(nums as u64, 3, 3, 0u64));
+        assert!(a.slice::<u64>(nums as u64, 1 << 20).is_none());
+        assert!(a.cstr(1).is_none());
+        assert!(a.ptr_array(0).is_none());
+        // Full: an error, never a write past the end.
+        assert_eq!(a.put(&[0u8; 16384]), Err(libc::ENOSPC));
+        // The header is shared with a forked child.
+        match fork().unwrap() {
+            Forked::Child => {
+                a.n.store(42, SeqCst);
+                exit(0)
+            }
+            Forked::Parent { pid, .. } => {
+                waitpid(pid, false).unwrap();
+                assert_eq!(a.n.load(SeqCst), 42);
+            }
+        }
+    }
+
+    #[test]
+    fn close_all_except_keeps_the_listed() {
+        let (a, b) = pipe().unwrap();
+        let (c, d) = pipe().unwrap();
+        let mut keep = [b.as_raw_fd(), c.as_raw_fd()];
+        keep.sort_unstable();
+        match fork().unwrap() {
+            Forked::Child => {
+                close_all_except(&keep);
+                let ok = fd_mode(b.as_raw_fd()).is_ok()
+                    && fd_mode(c.as_raw_fd()).is_ok()
+                    && fd_mode(a.as_raw_fd()).is_err()
+                    && fd_mode(d.as_raw_fd()).is_err()
+                    && fd_mode(2).is_ok();
+                exit(if ok { 0 } else { 1 })
+            }
+            Forked::Parent { pid, .. } => {
+                let (_, st) = waitpid(pid, false).unwrap().unwrap();
+                assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "status {st}");
+            }
+        }
+    }
+}
