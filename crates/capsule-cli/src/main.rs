@@ -41,6 +41,15 @@ fn flag(id: &'static str, help: &'static str, heading: &'static str) -> Arg {
     Arg::new(id).long(id).action(ArgAction::SetTrue).help(help).help_heading(heading)
 }
 
+/// The cgroup options of `run` and `serve`.
+fn cgroup_args() -> [Arg; 3] {
+    [
+        one("cgroup", "PATH", "Use this delegated cgroup v2 directory as the base", "Cgroups"),
+        flag("require-cgroups", "Fail instead of running without cgroups (degraded mode)", "Cgroups"),
+        flag("no-cgroups", "Run without cgroups (rusage accounting)", "Cgroups"),
+    ]
+}
+
 fn run_command() -> Command {
     let fs = "Filesystem";
     let lim = "Limits";
@@ -86,9 +95,7 @@ fn run_command() -> Command {
         .arg(one("cpu-time", "DURATION", "CPU time over all processes and threads (without cgroups: RLIMIT_CPU per process, whole seconds)", lim))
         .arg(one("cpu-bandwidth", "CPUS", "CPU bandwidth in CPUs, e.g. 0.5 or 2 (cpu.max; needs cgroups)", lim))
         .arg(one("cpus", "LIST", "CPUs the run may use, e.g. 0,1 or 0-3 (cpuset; needs cgroups)", lim))
-        .arg(one("cgroup", "PATH", "Use this delegated cgroup v2 directory as the base", "Cgroups"))
-        .arg(flag("require-cgroups", "Fail instead of running without cgroups (degraded mode)", "Cgroups"))
-        .arg(flag("no-cgroups", "Run without cgroups (rusage accounting)", "Cgroups"))
+        .args(cgroup_args())
         .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
         .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
         .arg(one("stderr", "FILE", "Standard error (default: inherited)", io))
@@ -120,9 +127,7 @@ fn serve_command() -> Command {
         .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
         .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
         .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes while idle", "Supervisor"))
-        .arg(one("cgroup", "PATH", "Use this delegated cgroup v2 directory as the base", "Cgroups"))
-        .arg(flag("require-cgroups", "Fail instead of running without cgroups (degraded mode)", "Cgroups"))
-        .arg(flag("no-cgroups", "Run without cgroups (rusage accounting)", "Cgroups"))
+        .args(cgroup_args())
 }
 
 fn cli() -> Command {
