@@ -4,7 +4,7 @@
 //!
 //! Header: 4 bytes magic `CAP1`, 4 bytes little-endian body length.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 
 use serde::{Deserialize, Serialize};
 
@@ -108,9 +108,4 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: RawFd) -> Result<Option<(T, Vec<
     }
     let msg = serde_json::from_slice(&body).map_err(|e| format!("decoding message: {e}"))?;
     Ok(Some((msg, fds)))
-}
-
-/// Convenience for holders of an owned socket.
-pub fn send_owned(sock: &OwnedFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), String> {
-    send(sock.as_raw_fd(), msg, fds)
 }

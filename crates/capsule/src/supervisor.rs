@@ -224,6 +224,8 @@ struct Prepared {
     files: Vec<FileCheck>,
     /// Whether the tree was built before the request came.
     ahead: bool,
+    /// poll reported its result byte or pidfd since it was last looked at.
+    signalled: bool,
 }
 
 /// A run in flight.
@@ -305,8 +307,11 @@ enum Token {
     ConnRead(usize),
     ConnWrite(usize),
     Capture(usize, usize),
-    /// A run's result signal or a PID 1's exit: `schedule` looks at all.
-    Child,
+    /// A run's result byte or its PID 1's exit.
+    Run(usize),
+    /// A prepared PID 1's exit.
+    Spare(usize),
+    Zombie(usize),
 }
 
 impl Supervisor {
@@ -561,7 +566,7 @@ impl Supervisor {
             self.deliver_net(ours);
         }
         let _ = pid;
-        Ok(Prepared { shape, pidfd, arena, go, done, control, cgroup, names, binds, files, ahead })
+        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, binds, files, ahead })
     }
 
     /// Whether a PID 1 built ahead still matches the host: every bind
@@ -847,8 +852,8 @@ impl Loop {
             }
         }
         for (i, r) in self.running.iter().enumerate() {
-            add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Child);
-            add(r.p.pidfd.as_raw_fd(), libc::POLLIN, Token::Child);
+            add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Run(i));
+            add(r.p.pidfd.as_raw_fd(), libc::POLLIN, Token::Run(i));
             for (k, cap) in r.capture.iter().enumerate() {
                 if let Some(cap) = cap {
                     if !cap.eof {
@@ -857,11 +862,11 @@ impl Loop {
                 }
             }
         }
-        for s in &self.spares {
-            add(s.pidfd.as_raw_fd(), libc::POLLIN, Token::Child);
+        for (i, s) in self.spares.iter().enumerate() {
+            add(s.pidfd.as_raw_fd(), libc::POLLIN, Token::Spare(i));
         }
-        for z in &self.zombies {
-            add(z.pidfd.as_raw_fd(), libc::POLLIN, Token::Child);
+        for (i, z) in self.zombies.iter().enumerate() {
+            add(z.pidfd.as_raw_fd(), libc::POLLIN, Token::Zombie(i));
         }
         (pfds, tokens)
     }
@@ -885,9 +890,12 @@ impl Loop {
                     cap.pump();
                 }
             }
-            // Collected by `schedule`, which looks at every run, spare and
-            // PID 1 left to reap.
-            Token::Child => {}
+            // Marked here, looked at by `schedule`: only what poll reported
+            // costs a syscall there.
+            // (Indices hold: nothing is removed before `schedule`.)
+            Token::Run(i) => self.running.get_mut(i).into_iter().for_each(|r| r.p.signalled = true),
+            Token::Spare(i) => self.spares.get_mut(i).into_iter().for_each(|s| s.signalled = true),
+            Token::Zombie(i) => self.zombies.get_mut(i).into_iter().for_each(|z| z.signalled = true),
         }
     }
 
@@ -983,6 +991,10 @@ impl Loop {
     fn collect(&mut self, sup: &mut Supervisor) {
         let mut i = 0;
         while i < self.running.len() {
+            if !std::mem::take(&mut self.running[i].p.signalled) {
+                i += 1;
+                continue;
+            }
             let r = &self.running[i];
             // One byte when the result is in; end of file if PID 1 died.
             let done = matches!(sys::read(r.p.done.as_raw_fd(), &mut [0u8; 8]), Ok(n) if n > 0);
@@ -1041,8 +1053,8 @@ impl Loop {
     }
 
     fn reap_spares_and_zombies(&mut self) {
-        self.spares.retain(|s| {
-            if exited(s) {
+        self.spares.retain_mut(|s| {
+            if std::mem::take(&mut s.signalled) && exited(s) {
                 let _ = sys::pidfd_try_wait(s.pidfd.as_raw_fd());
                 if let Some(cg) = &s.cgroup {
                     cg.try_remove();
@@ -1053,7 +1065,7 @@ impl Loop {
             }
         });
         self.zombies.retain_mut(|z| {
-            if !exited(z) {
+            if !std::mem::take(&mut z.signalled) || !exited(z) {
                 return true;
             }
             let _ = sys::pidfd_try_wait(z.pidfd.as_raw_fd());

@@ -920,19 +920,6 @@ impl<T> Arena<T> {
         self.put(bytes).map(|p| p.cast())
     }
 
-    /// A pointer array of `n` entries stored by [`put_ptrs`](Self::put_ptrs)
-    /// at `at`, or None if it does not lie inside the arena.
-    pub fn ptrs(&self, at: u64, n: u64) -> Option<&[*const libc::c_char]> {
-        let off = (at as usize).checked_sub(self.ptr as usize)?;
-        let bytes = (n as usize).checked_mul(std::mem::size_of::<*const libc::c_char>())?;
-        if off.checked_add(bytes)? > self.len || off % 8 != 0 {
-            return None;
-        }
-        // SAFETY: in bounds and aligned (checked above); written by put_ptrs
-        // before the reader was told to look (a syscall in between orders it).
-        Some(unsafe { std::slice::from_raw_parts(at as *const *const libc::c_char, n as usize) })
-    }
-
     /// The string at `at` (stored by [`put_cstr`](Self::put_cstr)).
     pub fn cstr(&self, at: u64) -> Option<&CStr> {
         let off = (at as usize).checked_sub(self.ptr as usize)?;
