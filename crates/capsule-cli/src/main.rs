@@ -85,6 +85,7 @@ fn run_command() -> Command {
         .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file", fs))
         .arg(Arg::new("noexec").long("noexec").num_args(0).default_missing_value("true").action(ArgAction::Append).help("Make the mount operation just before noexec").help_heading(fs))
         .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
+        .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
         .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE)", lim))
         .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
@@ -209,6 +210,13 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     spec.root |= m.get_flag("root");
     spec.empty_root |= m.get_flag("empty-root");
     spec.share_net |= m.get_flag("share-net");
+    if let Some(v) = last(m, "seccomp") {
+        spec.seccomp = match v.parse().map_err(|e| anyhow!("--seccomp: {e}"))? {
+            // The supervisor may not share the caller's directory.
+            capsule::seccomp::PolicyName::File(p) => capsule::seccomp::PolicyName::File(absolute(&p.to_string_lossy(), &caller_cwd)),
+            name => name,
+        };
+    }
     set(m, "tmp-size", &mut spec.tmp_size, parse_size)?;
     let l = &mut spec.limits;
     set(m, "wall-time", &mut l.wall_time, parse_duration)?;

@@ -163,6 +163,9 @@ pub(crate) const FLAG_GO: u32 = 16;
 pub(crate) const FLAG_KILLED: u32 = 32;
 /// PID 1 has cloned the bind sources and recorded what they resolved to.
 pub(crate) const FLAG_SOURCES: u32 = 64;
+/// The seccomp policy's `kill`: PID 1 killed the run at a forbidden call,
+/// recorded in `forbidden_*`.
+pub(crate) const FLAG_FORBIDDEN: u32 = 128;
 
 /// The page shared by the supervisor, PID 1 and the tracee (thesis:
 /// "Inter-process communication"), the header of the run's [`sys::Arena`];
@@ -192,6 +195,8 @@ pub(crate) struct Shared {
     /// `[sock_filter]` in the arena; length 0: no filter.
     pub go_filter: AtomicU64,
     pub go_filter_len: AtomicU64,
+    /// 1: the filter notifies (its `kill`), install it with a listener.
+    pub go_filter_notify: AtomicU32,
     /// `[SourceId]` in the arena, one per mount operation: PID 1 records
     /// what each bind source resolved to when it cloned it.
     pub source_ids: AtomicU64,
@@ -216,6 +221,13 @@ pub(crate) struct Shared {
     /// the program's process, taken off its rusage figures).
     pub setup_user_us: AtomicU64,
     pub setup_system_us: AtomicU64,
+    /// The seccomp listener plus one (0: none), a descriptor in the table
+    /// the tracee shares with PID 1, set by the tracee right before execve.
+    pub notify_fd: AtomicI32,
+    /// The forbidden call (FLAG_FORBIDDEN): number, audit arch, arguments.
+    pub forbidden_nr: AtomicI32,
+    pub forbidden_arch: AtomicU32,
+    pub forbidden_args: [AtomicU64; 6],
 }
 
 impl Shared {
@@ -443,23 +455,30 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // where it idles), so PID 1 resumes only once the program runs.
     let args = TraceeArgs { plan, arena, proc: p };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
-    let tracee = sys::clone_vfork(libc::CLONE_NEWUSER, cgroup, stack, &args, tracee)
-        .map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    // It also shares PID 1's descriptor table (CLONE_FILES) until execve
+    // gives the program a copy of its own: the seccomp listener the tracee
+    // creates last, close-on-exec, thereby stays with PID 1 alone, which is
+    // how PID 1 learns of the policy's forbidden calls.
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
+    let tracee =
+        sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // The tracee made the shared memory dumpable again for its id maps.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
     drop(proc);
-    // The run's stdio went to the tracee alone (PID 1 never had it): a pipe
-    // sees EOF when the program's side closes. PID 1's own 0-2 go too.
+    // The run's stdio is the program's alone: a pipe must see EOF when the
+    // program's side closes. The tracee put it on 0-2 of the shared table
+    // (and closed what it received), so PID 1 drops 0-2 and the go socket.
     for fd in [plan.go_sock, 0, 1, 2] {
         sys::close(fd);
     }
-    pid1_wait(plan, shared, tracee, sigchld)
+    let listener = shared.notify_fd.load(SeqCst) - 1;
+    pid1_wait(plan, shared, tracee, sigchld, listener)
 }
 
 /// PID 1's event loop: arms the wall-time timer at the program's execve,
 /// enforces it, reaps every process, and ends the run when the first
 /// tracee exits.
-fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Result<Never, Fail> {
+fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut listener: RawFd) -> Result<Never, Fail> {
     let wall = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let cpu = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let exec_ns = shared.exec_ns.load(SeqCst);
@@ -487,6 +506,7 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
             libc::pollfd { fd: wall.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: cpu.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: plan.control, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 },
         ];
         sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
         if fds[1].revents != 0 {
@@ -514,6 +534,28 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd) -> Res
         if fds[4].revents != 0 {
             // The supervisor's `kill`.
             out_of_time |= FLAG_KILLED;
+        }
+        if fds[5].revents & libc::POLLIN != 0 {
+            // A call the policy forbids (its `kill` is a user notification):
+            // the calling thread is stopped inside the call until answered,
+            // so the number and arguments read here are exactly the ones it
+            // made and the call never runs; the answer is killing the run.
+            // (SIGSYS from SECCOMP_RET_KILL would name no call, and a
+            // SECCOMP_RET_TRAP handler is the program's to replace.) ENOENT:
+            // the caller died meanwhile, nothing to report.
+            if let Ok(n) = sys::seccomp_notif_recv(listener) {
+                if shared.flags.load(SeqCst) & FLAG_FORBIDDEN == 0 {
+                    shared.forbidden_nr.store(n.nr, SeqCst);
+                    shared.forbidden_arch.store(n.arch, SeqCst);
+                    for (slot, a) in shared.forbidden_args.iter().zip(n.args) {
+                        slot.store(a, SeqCst);
+                    }
+                    out_of_time |= FLAG_FORBIDDEN;
+                }
+            }
+        } else if fds[5].revents != 0 {
+            // POLLHUP: no process uses the filter any more.
+            listener = -1;
         }
         if out_of_time != 0 {
             // Kill everything and wait for the program right here, without
@@ -645,8 +687,15 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
         return Err(Fail::new(Step::Go, libc::EBADMSG));
     }
     // The run's stdio onto 0, 1, 2 (received above 2: 0-2 are occupied).
+    // The received descriptors go: the table is PID 1's too, which must
+    // not keep the program's pipes open.
     for (i, fd) in stdio.iter().enumerate() {
         sys::dup2(*fd, i as RawFd).map_err(|e| Fail::new(Step::Stdio, e))?;
+    }
+    for fd in stdio {
+        if fd > 2 {
+            sys::close(fd);
+        }
     }
     // chdir after dropping capabilities: the program's own permissions decide.
     let cwd = arena.cstr(shared.go_cwd.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
@@ -686,8 +735,11 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
     shared.setup_user_us.store(user, SeqCst);
     shared.setup_system_us.store(system, SeqCst);
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
-    // Seccomp last: from here on only the program's own syscalls run.
-    crate::seccomp::install(filter).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    // Seccomp last: from here on only the program's own syscalls run. Its
+    // listener (close-on-exec) stays in the table PID 1 shares.
+    let notify = shared.go_filter_notify.load(SeqCst) != 0;
+    let listener = crate::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    shared.notify_fd.store(listener + 1, SeqCst);
     let mut err = libc::ENOENT;
     let mut eacces = false;
     for &path in paths {

@@ -95,6 +95,13 @@ pub struct RunResult {
     /// The captured standard error, for `"stderr": {"capture": N}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<Captured>,
+    /// For `forbidden-syscall`: the call the seccomp policy forbids
+    /// (`socket`; `i386:open` or `x32:read` for a non-native ABI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<String>,
+    /// For `forbidden-syscall`: the call's six raw arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall_args: Option<Vec<u64>>,
 }
 
 /// A captured output stream.
@@ -126,6 +133,8 @@ impl RunResult {
             error: Some(message.into()),
             stdout: None,
             stderr: None,
+            syscall: None,
+            syscall_args: None,
         }
     }
 

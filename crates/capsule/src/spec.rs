@@ -58,6 +58,9 @@ pub struct RunSpec {
     pub mounts: Vec<MountOp>,
     /// Share the host's network instead of a loopback-only one.
     pub share_net: bool,
+    /// Seccomp policy: `default`, `strict`, `compile`, `none` or a policy
+    /// file (docs/seccomp.md).
+    pub seccomp: crate::seccomp::PolicyName,
     /// Resource limits.
     pub limits: Limits,
     /// Where the run's cgroups come from.

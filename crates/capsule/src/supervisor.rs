@@ -30,7 +30,7 @@ use serde_json::Value;
 use crate::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::child::{
     self, NetJoin, Plan, RawRlimit, Shared, SourceId, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
-    FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
+    FLAG_FORBIDDEN, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
 };
 use crate::error::{errno_text, Error, SysError};
 use crate::mounts::{MountPlan, Op};
@@ -39,7 +39,7 @@ use crate::proto::{self, ClientMsg, ServerMsg};
 use crate::result::{signal_name, Accounting, Captured, RunResult, Status};
 use crate::rlimits::{self, Rlimit};
 use crate::sandbox::Config;
-use crate::seccomp::Filter;
+use crate::seccomp::{Filter, PolicyName};
 use crate::serve::{self, Line, LineReader, LineRequest};
 use crate::spec::{MountOp, RunSpec, Stdio, DEFAULT_PATH};
 use crate::sys::{self, Arena, Forked, CLONE_PIDFD};
@@ -72,7 +72,8 @@ pub struct Supervisor {
     net: Net,
     self_pidfd: OwnedFd,
     last_cap: u32,
-    seccomp: Filter,
+    /// Seccomp filters compiled so far, one per policy.
+    filters: Filters,
     /// The tracees' stack (each PID 1 has its own copy-on-write copy).
     tracee_stack: sys::Stack,
     /// This supervisor's cgroup; None in degraded mode.
@@ -355,7 +356,7 @@ impl Supervisor {
             net: Net::Pending(ns.loopback_net),
             self_pidfd,
             last_cap: caps::last_cap(),
-            seccomp: Filter::default(),
+            filters: Filters::default(),
             tracee_stack,
             cgroups,
             cgroup_note,
@@ -596,7 +597,7 @@ impl Supervisor {
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.
-    fn fill(&self, p: &mut Prepared, spec: &RunSpec) -> Result<Filled, String> {
+    fn fill(&mut self, p: &mut Prepared, spec: &RunSpec) -> Result<Filled, String> {
         let c = |s: &str| CString::new(s).expect("validated: no NUL");
         let mut env = spec.env.clone();
         for k in &spec.keep_env {
@@ -663,9 +664,10 @@ impl Supervisor {
         a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
         a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
         a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
-        let filter = &self.seccomp.program;
-        a.go_filter.store(a.put_slice(filter).map_err(too_big)? as u64, SeqCst);
-        a.go_filter_len.store(filter.len() as u64, SeqCst);
+        let filter = self.filters.get(&spec.seccomp)?;
+        a.go_filter.store(a.put_slice(&filter.program).map_err(too_big)? as u64, SeqCst);
+        a.go_filter_len.store(filter.program.len() as u64, SeqCst);
+        a.go_filter_notify.store(filter.notify as u32, SeqCst);
         if let Some(cg) = &p.cgroup {
             cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
         }
@@ -708,6 +710,8 @@ impl Supervisor {
             error: None,
             stdout: None,
             stderr: None,
+            syscall: None,
+            syscall_args: None,
         };
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve.
@@ -760,6 +764,15 @@ impl Supervisor {
                 res.wall_time_ms = res.wall_time_ms.max((limit / 1000) as f64 / 1e3);
             }
         }
+        if flags & FLAG_FORBIDDEN != 0 {
+            // PID 1 killed the run at a call the policy forbids.
+            res.status = Status::ForbiddenSyscall;
+            res.exit_code = None;
+            res.signal = None;
+            let nr = shared.forbidden_nr.load(SeqCst);
+            res.syscall = Some(crate::seccomp::syscall_name(shared.forbidden_arch.load(SeqCst), nr));
+            res.syscall_args = Some(shared.forbidden_args.iter().map(|a| a.load(SeqCst)).collect());
+        }
         if flags & FLAG_KILLED != 0 {
             res.status = Status::Killed;
         }
@@ -768,6 +781,55 @@ impl Supervisor {
             Status::WallTimeLimit | Status::CpuTimeLimit | Status::MemoryLimit | Status::OutputLimit
         );
         res
+    }
+}
+
+/// The seccomp filters of a supervisor: each policy is compiled once (a
+/// policy file again only when it changed) and copied into every run's
+/// arena from here.
+#[derive(Default)]
+struct Filters {
+    compiled: Vec<(PolicyName, Option<FileStamp>, Filter)>,
+}
+
+/// What identifies a version of a policy file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Filters {
+    fn get(&mut self, name: &PolicyName) -> Result<&Filter, String> {
+        let stamp = match name {
+            PolicyName::File(path) => {
+                use std::os::unix::fs::MetadataExt;
+                let m = std::fs::metadata(path)
+                    .map_err(|e| format!("seccomp policy file {}: {e}", path.display()))?;
+                Some(FileStamp {
+                    dev: m.dev(),
+                    ino: m.ino(),
+                    size: m.size(),
+                    mtime: (m.mtime(), m.mtime_nsec()),
+                    ctime: (m.ctime(), m.ctime_nsec()),
+                })
+            }
+            _ => None,
+        };
+        let i = match self.compiled.iter().position(|(n, s, _)| n == name && *s == stamp) {
+            Some(i) => i,
+            None => {
+                let filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
+                // A changed file replaces its old version.
+                self.compiled.retain(|(n, _, _)| n != name);
+                self.compiled.push((name.clone(), stamp, filter));
+                self.compiled.len() - 1
+            }
+        };
+        Ok(&self.compiled[i].2)
     }
 }
 

@@ -1274,18 +1274,52 @@ pub fn loopback_up() -> SysResult<()> {
 }
 
 /// Installs a classic-BPF seccomp filter (`no_new_privs` must be set).
-pub fn seccomp_install(filter: &[libc::sock_filter]) -> SysResult<()> {
+/// With `listener`, also asks for a user-notification descriptor
+/// (close-on-exec), returned; else returns -1.
+pub fn seccomp_install(filter: &[libc::sock_filter], listener: bool) -> SysResult<RawFd> {
     let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+    let flags: u32 = if listener { SECCOMP_FILTER_FLAG_NEW_LISTENER } else { 0 };
     // SAFETY: prog points to `len` valid instructions that outlive the call.
-    check(unsafe {
+    let r = check(unsafe {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0u32,
+            flags,
             &prog as *const libc::sock_fprog,
         )
-    })
-    .map(drop)
+    })?;
+    Ok(if listener { r as RawFd } else { -1 })
+}
+
+const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
+/// `SECCOMP_IOWR(0, struct seccomp_notif)`.
+const SECCOMP_IOCTL_NOTIF_RECV: libc::c_ulong = 0xc050_2100;
+
+/// `struct seccomp_notif` (80 bytes since Linux 5.0; the kernel copies
+/// exactly this much).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SeccompNotif {
+    pub id: u64,
+    pub pid: u32,
+    pub flags: u32,
+    pub nr: i32,
+    pub arch: u32,
+    pub instruction_pointer: u64,
+    pub args: [u64; 6],
+}
+
+const _: () = assert!(std::mem::size_of::<SeccompNotif>() == 80);
+
+/// Receives one pending seccomp user notification (the caller polled the
+/// listener). ENOENT: the notifying process died meanwhile.
+pub fn seccomp_notif_recv(listener: RawFd) -> SysResult<SeccompNotif> {
+    // The kernel insists on a zeroed buffer.
+    let mut n = SeccompNotif::default();
+    // SAFETY: `n` is a writable struct seccomp_notif of the size the ioctl
+    // number encodes.
+    check_int(unsafe { libc::ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &mut n as *mut SeccompNotif) })?;
+    Ok(n)
 }
 
 #[cfg(test)]
