@@ -185,6 +185,10 @@ impl RunResult {
             Status::Error => {
                 return format!("capsule: error: {}", self.error.as_deref().unwrap_or("unknown"))
             }
+            Status::ForbiddenSyscall => match &self.syscall {
+                Some(name) => format!("forbidden syscall {name}"),
+                None => "forbidden syscall".into(),
+            },
             other => other.as_str().replace('-', " "),
         };
         format!(
@@ -250,6 +254,20 @@ mod tests {
         assert_eq!(r.exit_status(), 139);
         r.status = Status::WallTimeLimit;
         assert_eq!(r.exit_status(), EXIT_TIME_LIMIT);
+    }
+
+    #[test]
+    fn forbidden_syscall_is_named() {
+        let mut r = RunResult::error("x");
+        r.status = Status::ForbiddenSyscall;
+        r.error = None;
+        r.syscall = Some("socket".into());
+        r.syscall_args = Some(vec![2, 1, 0, 0, 0, 0]);
+        assert!(r.summary().starts_with("capsule: forbidden syscall socket after"), "{}", r.summary());
+        assert_eq!(r.exit_status(), EXIT_FORBIDDEN_SYSCALL);
+        let meta = r.to_meta();
+        assert!(meta.contains("status:forbidden-syscall\n") && meta.contains("syscall:socket\n"), "{meta}");
+        assert!(meta.contains("syscall_args:[2,1,0,0,0,0]\n"), "{meta}");
     }
 
     #[test]
