@@ -18,6 +18,7 @@
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use crate::cgroups::{self, CgroupFds};
@@ -192,11 +193,6 @@ pub(crate) struct Shared {
     pub go_wall_time_ns: AtomicU64,
     pub go_cpu_time_ns: AtomicU64,
     pub go_parallelism: AtomicU64,
-    /// `[sock_filter]` in the arena; length 0: no filter.
-    pub go_filter: AtomicU64,
-    pub go_filter_len: AtomicU64,
-    /// 1: the filter notifies (its `kill`), install it with a listener.
-    pub go_filter_notify: AtomicU32,
     /// `[SourceId]` in the arena, one per mount operation: PID 1 records
     /// what each bind source resolved to when it cloned it.
     pub source_ids: AtomicU64,
@@ -306,6 +302,15 @@ pub(crate) struct Plan {
     /// Every descriptor PID 1 keeps, sorted: it closes all others of the
     /// supervisor's (other runs', clients').
     pub keep_fds: Vec<RawFd>,
+    /// The run's seccomp filter, mapped by the supervisor before the fork.
+    pub filter: Rc<SealedFilter>,
+}
+
+/// A compiled seccomp filter in a sealed memfd, mapped read-only.
+pub(crate) struct SealedFilter {
+    pub map: sys::SealedMap,
+    /// Its `kill` is a user notification: install it with a listener.
+    pub notify: bool,
 }
 
 /// Path-table index of the program's name, for "not found" errors.
@@ -718,9 +723,7 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
     let paths = arena
         .slice::<u64>(shared.go_exec_paths.load(SeqCst), shared.go_exec_paths_len.load(SeqCst))
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
-    let filter = arena
-        .slice::<libc::sock_filter>(shared.go_filter.load(SeqCst), shared.go_filter_len.load(SeqCst))
-        .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    let filter: &[libc::sock_filter] = plan.filter.map.as_slice();
     // The CPU the program's cgroup used so far (this set-up) is not the
     // program's.
     // sched_yield first: the CPU a running task used since the scheduler
@@ -737,8 +740,7 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
     // Seccomp last: from here on only the program's own syscalls run. Its
     // listener (close-on-exec) stays in the table PID 1 shares.
-    let notify = shared.go_filter_notify.load(SeqCst) != 0;
-    let listener = crate::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    let listener = crate::seccomp::install(filter, plan.filter.notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
     shared.notify_fd.store(listener + 1, SeqCst);
     let mut err = libc::ENOENT;
     let mut eacces = false;
