@@ -82,6 +82,8 @@ pub struct Supervisor {
     cgroup_note: String,
     /// CPUs the supervisor may run on (its affinity mask).
     cpus: u64,
+    /// The kernel's Landlock ABI version (0: none), probed once.
+    landlock_abi: u32,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -190,6 +192,8 @@ struct Shape {
     hostname: Option<String>,
     ids: (u32, u32),
     cgroup: [bool; 4],
+    /// `tcp_connect`, `tcp_bind`: PID 1 adds their Landlock rules.
+    tcp: (Option<Vec<u16>>, Option<Vec<u16>>),
 }
 
 /// A host file a `file` operation copies, as it was when opened.
@@ -361,6 +365,7 @@ impl Supervisor {
             cgroups,
             cgroup_note,
             cpus: sys::cpu_count(),
+            landlock_abi: crate::landlock::probe(),
         })
     }
 
@@ -404,6 +409,7 @@ impl Supervisor {
             hostname: spec.hostname.clone(),
             ids: self.ids(spec),
             cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
+            tcp: (spec.tcp_connect.clone(), spec.tcp_bind.clone()),
         }
     }
 
@@ -418,6 +424,9 @@ impl Supervisor {
     /// Checks what a long-lived supervisor cannot change per run.
     fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
+        // Asked for, so enforced or refused (the filesystem part is best effort).
+        let asked = crate::landlock::requested(spec.tcp_connect.as_deref(), spec.tcp_bind.as_deref());
+        crate::landlock::check_network(self.landlock_abi, asked)?;
         let c = &spec.cgroup;
         if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
             return Err(
@@ -541,6 +550,12 @@ impl Supervisor {
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
+            landlock: crate::landlock::Plan::new(
+                self.landlock_abi,
+                &mounts,
+                spec.tcp_connect.as_deref(),
+                spec.tcp_bind.as_deref(),
+            ),
             mounts,
             last_cap: self.last_cap,
             cgroup: cgroup.as_ref().map(RunCgroup::raw_fds),
@@ -712,6 +727,7 @@ impl Supervisor {
             stderr: None,
             syscall: None,
             syscall_args: None,
+            landlock: crate::landlock::Enforcement::from_u32(shared.landlock.load(SeqCst)),
         };
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve.
