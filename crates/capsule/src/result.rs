@@ -102,6 +102,10 @@ pub struct RunResult {
     /// For `forbidden-syscall`: the call's six raw arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscall_args: Option<Vec<u64>>,
+    /// What Landlock enforced (`full`, `partial`, `none`), for every run
+    /// that reached the program's execve (docs/landlock.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<crate::landlock::Enforcement>,
 }
 
 /// A captured output stream.
@@ -135,6 +139,7 @@ impl RunResult {
             stderr: None,
             syscall: None,
             syscall_args: None,
+            landlock: None,
         }
     }
 
@@ -286,5 +291,10 @@ mod tests {
         assert!(m.contains("error:boom bang\n"), "{m}");
         assert!(m.contains("wall_time_ms:1.5\n"), "{m}");
         assert!(!m.contains("exit_code"), "{m}");
+        assert!(!m.contains("landlock"), "{m}");
+        r.landlock = Some(crate::landlock::Enforcement::Partial);
+        assert!(r.to_meta().contains("landlock:partial\n"), "{}", r.to_meta());
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["landlock"], "partial");
     }
 }

@@ -83,6 +83,8 @@ pub struct Supervisor {
     cgroup_note: String,
     /// CPUs the supervisor may run on (its affinity mask).
     cpus: u64,
+    /// The kernel's Landlock ABI version (0: none), probed once.
+    landlock_abi: u32,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -192,6 +194,8 @@ struct Shape {
     ids: (u32, u32),
     cgroup: [bool; 4],
     seccomp: PolicyName,
+    /// `landlock`, `tcp_connect`, `tcp_bind`: PID 1 builds the ruleset.
+    landlock: (bool, Option<Vec<u16>>, Option<Vec<u16>>),
 }
 
 /// A host file a `file` operation copies, as it was when opened.
@@ -365,6 +369,7 @@ impl Supervisor {
             cgroups,
             cgroup_note,
             cpus: sys::cpu_count(),
+            landlock_abi: crate::landlock::probe(),
         })
     }
 
@@ -409,6 +414,7 @@ impl Supervisor {
             ids: self.ids(spec),
             cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
             seccomp: spec.seccomp.clone(),
+            landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
         }
     }
 
@@ -423,6 +429,9 @@ impl Supervisor {
     /// Checks what a long-lived supervisor cannot change per run.
     fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
+        // Asked for, so enforced or refused (the filesystem part is best effort).
+        let asked = crate::landlock::requested(spec.landlock != Some(false), spec.tcp_connect.as_deref(), spec.tcp_bind.as_deref());
+        crate::landlock::check_network(self.landlock_abi, asked)?;
         let c = &spec.cgroup;
         if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
             return Err(
@@ -548,6 +557,13 @@ impl Supervisor {
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
+            landlock: crate::landlock::Plan::new(
+                self.landlock_abi,
+                &mounts,
+                spec.landlock != Some(false),
+                spec.tcp_connect.as_deref(),
+                spec.tcp_bind.as_deref(),
+            ),
             mounts,
             last_cap: self.last_cap,
             cgroup: cgroup.as_ref().map(RunCgroup::raw_fds),
@@ -716,6 +732,7 @@ impl Supervisor {
             stderr: None,
             syscall: None,
             syscall_args: None,
+            landlock: crate::landlock::Enforcement::from_u32(shared.landlock.load(SeqCst)),
         };
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve.

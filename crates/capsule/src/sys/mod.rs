@@ -6,6 +6,7 @@
 //! after `clone` (PID 1 and the tracee) can call them. The typed,
 //! allocating APIs live in the facility modules (`namespaces`, `mounts`, ...).
 
+pub mod landlock;
 pub mod probe;
 
 use std::ffi::CStr;
@@ -156,6 +157,12 @@ pub fn set_cloexec(fd: RawFd, on: bool) -> SysResult<()> {
     let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
     // SAFETY: as above.
     check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, new) }).map(drop)
+}
+
+/// The access mode of an open description (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
+pub fn fd_access_mode(fd: RawFd) -> SysResult<i32> {
+    // SAFETY: plain fcntl on an integer fd.
+    check_int(unsafe { libc::fcntl(fd, libc::F_GETFL) }).map(|f| f & libc::O_ACCMODE)
 }
 
 pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
