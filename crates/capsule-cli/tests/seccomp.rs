@@ -190,7 +190,11 @@ fn default_runs_build_tools_and_python() {
               print(json.dumps({'sh': r.stdout.decode().strip(), 'md5': hashlib.md5(b'x').hexdigest()}))\n";
     let out = run("default", &[], &["/usr/bin/python3", "-c", py]);
     assert_exited_ok(&out);
-    assert!(out.stdout.contains(r#"{"sh": "from-sh", "md5": "9dd4e461268c8034f5c8564e155c67a6"}"#), "{}", out.describe());
+    assert!(
+        out.stdout.contains(r#"{"sh": "from-sh", "md5": "9dd4e461268c8034f5c8564e155c67a6"}"#),
+        "{}",
+        out.describe()
+    );
 }
 
 #[test]

@@ -481,9 +481,11 @@ struct Flat {
     name: String,
     nr: i32,
     action: Action,
-    /// (index, op, value); op is never `NotIn` here.
-    conds: Vec<(u32, ScmpCompareOp, u64)>,
+    conds: Vec<Cond>,
 }
+
+/// One comparison for libseccomp: (argument index, op, value).
+type Cond = (u32, ScmpCompareOp, u64);
 
 const SECCOMP_SET_MODE_FILTER: u64 = 1;
 const SECCOMP_FILTER_FLAG_NEW_LISTENER: u64 = 1 << 3;
@@ -566,7 +568,7 @@ fn native_nr(name: &str) -> Option<i32> {
 
 /// The conditions of a rule, as one or more conjunctions for libseccomp
 /// (a `not_in` becomes several).
-fn expand_conds(args: &[ArgCond]) -> Result<Vec<Vec<(u32, ScmpCompareOp, u64)>>, String> {
+fn expand_conds(args: &[ArgCond]) -> Result<Vec<Vec<Cond>>, String> {
     let mut base = Vec::new();
     let mut not_in: Option<(u32, Vec<u32>)> = None;
     let mut seen = [false; 6];
@@ -664,9 +666,9 @@ fn not_in_cover(values: &[u32], fixed_mask: u32, fixed_value: u32, out: &mut Vec
     // A free bit on which every value inside agrees: its other side is free
     // of values, one cube; else split on the lowest free bit.
     let free = !fixed_mask;
-    let agree = (0..32).map(|b| 1u32 << b).find(|&bit| {
-        free & bit != 0 && (inside.iter().all(|v| v & bit != 0) || inside.iter().all(|v| v & bit == 0))
-    });
+    let agree = (0..32)
+        .map(|b| 1u32 << b)
+        .find(|&bit| free & bit != 0 && (inside.iter().all(|v| v & bit != 0) || inside.iter().all(|v| v & bit == 0)));
     match agree {
         Some(bit) => {
             let side = inside[0] & bit;
@@ -1017,7 +1019,11 @@ mod tests {
         let fb = compile_text("j", json, true).unwrap();
         assert_eq!(fa.program.len(), fb.program.len());
         assert!(fa.notify && fb.notify);
-        assert!(fa.program.iter().zip(&fb.program).all(|(x, y)| (x.code, x.jt, x.jf, x.k) == (y.code, y.jt, y.jf, y.k)));
+        assert!(fa
+            .program
+            .iter()
+            .zip(&fb.program)
+            .all(|(x, y)| (x.code, x.jt, x.jf, x.k) == (y.code, y.jt, y.jf, y.k)));
     }
 
     fn err(text: &str) -> String {
@@ -1029,8 +1035,7 @@ mod tests {
 
     #[test]
     fn unknown_syscalls_are_all_listed() {
-        let e = err(
-            r#"
+        let e = err(r#"
             default_action = "kill"
             [[rule]]
             syscall = ["read", "frobnicate"]
@@ -1038,8 +1043,7 @@ mod tests {
             [[rule]]
             syscall = "socketcall"
             action = "allow"
-        "#,
-        );
+        "#);
         assert!(e.starts_with("policy.toml: "), "{e}");
         assert!(e.contains("`frobnicate` (rule[0])") && e.contains("`socketcall` (rule[1])"), "{e}");
     }
