@@ -142,3 +142,26 @@ fn nested_namespaces_cannot_mount_their_way_to_writing() {
     assert!(!out.stdout.contains("WROTE"), "{}", out.describe());
     assert!(out.stderr.contains("mount"), "{}", out.describe());
 }
+
+#[test]
+fn no_landlock_lets_nested_namespaces_mount() {
+    require!("no_landlock_lets_nested_namespaces_mount", landlock_available());
+    // The opt-out for programs that mount inside (nested sandboxes): the
+    // mount happens in the program's own copy of the tree, on a tmpfs;
+    // the run reports that Landlock enforced nothing.
+    let script = "unshare -Urm --propagation unchanged sh -c \
+                  'mount -t tmpfs t /opt && echo x > /opt/f && cat /opt/f && echo WROTE'";
+    let out = capsule(&["run", "-q", "--no-landlock", "--", "sh", "-c", script]).json().run();
+    out.assert_code(0);
+    assert_eq!(out.stdout, "x\nWROTE\n", "{}", out.describe());
+    assert_eq!(out.json()["landlock"], "none", "{}", out.describe());
+    assert!(!std::path::Path::new("/opt/f").exists());
+    // The same as a profile field.
+    let dir = Scratch::new("ll-off");
+    let profile = dir.join("p.toml");
+    std::fs::write(&profile, "landlock = false\n").unwrap();
+    chown_to_user(&profile);
+    let out = capsule(&["run", "-q", "--profile", &profile.to_string_lossy(), "--", "sh", "-c", script]).json().run();
+    out.assert_code(0);
+    assert_eq!(out.json()["landlock"], "none", "{}", out.describe());
+}
