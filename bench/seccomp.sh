@@ -66,6 +66,7 @@ install -m 0755 "$repo/bench/seccomp_driver.py" "$stage/seccomp_driver.py"
 gcc -O2 -Wall -o "$stage/getppid" "$repo/bench/getppid.c" || die "gcc failed on bench/getppid.c"
 report=$stage/seccomp-out/report.md
 cd "$stage"
-"${as_user[@]}" python3 "$stage/seccomp_driver.py" "$stage/capsule" "$stage" "$rounds" "$report"
+py=$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3)
+"${as_user[@]}" "$py" "$stage/seccomp_driver.py" "$stage/capsule" "$stage" "$rounds" "$report"
 cp "$report" "$output"
 echo "written to $output" >&2
