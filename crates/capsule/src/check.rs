@@ -585,18 +585,25 @@ fn seccomp_item(outcome: &Outcome, actions: &[(&str, bool)], host: &Host) -> Che
             if !missing.is_empty() {
                 detail.push_str(&format!("; unsupported: {}", missing.join(", ")));
             }
+            if missing.contains(&"user_notif") {
+                // `kill` in strict, compile and policy files is a user
+                // notification (Linux >= 5.0).
+                let fix = "runs with --seccomp strict, compile or a policy file that uses `kill` fail at                            installing the filter: use Linux >= 5.0, or `default`/`none`";
+                return CheckItem::problem(NAME, false, detail, Some(fix.into()));
+            }
             CheckItem::ok(NAME, false, detail)
         }
         Err(f) => {
             let fix = match (f.step, f.errno) {
                 (Step::SeccompInstall, libc::EINVAL) => format!(
                     "the kernel ({}) was built without CONFIG_SECCOMP_FILTER: use a kernel with it; until then \
-                     sandboxed programs can make any system call",
+                     every run fails at installing its filter unless it asks for `--seccomp none` (and can \
+                     then make any system call)",
                     host.kernel
                 ),
                 _ => format!(
-                    "{} is denied here (an enclosing seccomp profile or LSM); sandboxed programs will run \
-                     without a syscall filter",
+                    "{} is denied here (an enclosing seccomp profile or LSM); every run fails at installing \
+                     its filter unless it asks for `--seccomp none`",
                     f.call()
                 ),
             };

@@ -1531,6 +1531,10 @@ fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32
         (Step::Chdir, libc::ENOENT) => Some("the working directory does not exist in the sandbox"),
         (Step::Rlimit, libc::EPERM) => Some("the value is above the caller's hard limit (ulimit -H)"),
         (Step::Exec, libc::E2BIG) => Some("argv and environment exceed execve's limit (a quarter of the stack limit)"),
+        (Step::Seccomp, libc::EINVAL) => Some(
+            "the kernel refused the filter: without CONFIG_SECCOMP_FILTER, or (policies with `kill`) without user notification (Linux >= 5.0); see `capsule check`, or run with --seccomp none",
+        ),
+        (Step::Seccomp, _) => Some("see `capsule check`; --seccomp none runs without a filter"),
         _ => None,
     };
     let hint = hint.map(str::to_string).or_else(|| {
