@@ -1207,7 +1207,7 @@ fn cgroup_fork_bomb(policy: &str) {
     if let Err(left) = wait_no_user_procs(&baseline, Instant::now(), Duration::from_secs(10)) {
         panic!("processes left on the host after the fork bomb: {left:?}");
     }
-    let out = run_probe(&[], &[]).run();
+    let out = run_probe(&[], &["touch-mib", "1"]).run();
     out.assert_probe_ok();
 }
 both_policies!(cgroup_fork_bomb);
