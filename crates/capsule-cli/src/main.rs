@@ -85,6 +85,9 @@ fn run_command() -> Command {
         .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file", fs))
         .arg(Arg::new("noexec").long("noexec").num_args(0).default_missing_value("true").action(ArgAction::Append).help("Make the mount operation just before noexec").help_heading(fs))
         .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
+        .arg(one("tcp-connect", "PORTS", "Allow TCP connect only to these ports (80,443 or none; Landlock, Linux ≥ 6.7, else the run fails)", "Network"))
+        .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
+        .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
         .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
         .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE)", lim))
@@ -210,6 +213,11 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     spec.root |= m.get_flag("root");
     spec.empty_root |= m.get_flag("empty-root");
     spec.share_net |= m.get_flag("share-net");
+    set(m, "tcp-connect", &mut spec.tcp_connect, spec::parse_ports)?;
+    set(m, "tcp-bind", &mut spec.tcp_bind, spec::parse_ports)?;
+    if m.get_flag("no-landlock") {
+        spec.landlock = Some(false);
+    }
     if let Some(v) = last(m, "seccomp") {
         spec.seccomp = match v.parse().map_err(|e| anyhow!("--seccomp: {e}"))? {
             // The supervisor may not share the caller's directory.

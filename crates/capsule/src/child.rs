@@ -18,12 +18,13 @@
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use crate::cgroups::{self, CgroupFds};
 use crate::mounts::{self, Build, MountPlan};
 use crate::sys::{self, Arena, Errno};
-use crate::{caps, rlimits};
+use crate::{caps, landlock, rlimits};
 
 /// The step that failed, reported by PID 1 or the tracee.
 #[repr(u32)]
@@ -68,16 +69,20 @@ pub(crate) enum Step {
     Exec,
     Wait,
     Go,
+    LandlockRuleset,
+    LandlockPort,
+    LandlockRestrict,
 }
 
-const STEPS: [Step; 39] = [
+const STEPS: [Step; 42] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
     Step::Dev, Step::Dir, Step::File, Step::Symlink, Step::Hide, Step::RootReadonly,
     Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
-    Step::Seccomp, Step::Exec, Step::Wait, Step::Go,
+    Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
+    Step::LandlockRestrict,
 ];
 
 impl Step {
@@ -127,6 +132,9 @@ impl Step {
             Step::Exec => "executing the program (execve)",
             Step::Wait => "waiting for the program (PID 1)",
             Step::Go => "receiving the run's standard streams (recvmsg)",
+            Step::LandlockRuleset => "creating the Landlock ruleset for tcp_connect/tcp_bind (landlock_create_ruleset)",
+            Step::LandlockPort => "adding a Landlock TCP port rule for tcp_connect/tcp_bind (landlock_add_rule)",
+            Step::LandlockRestrict => "enforcing Landlock for tcp_connect/tcp_bind (landlock_restrict_self)",
         }
     }
 }
@@ -192,11 +200,6 @@ pub(crate) struct Shared {
     pub go_wall_time_ns: AtomicU64,
     pub go_cpu_time_ns: AtomicU64,
     pub go_parallelism: AtomicU64,
-    /// `[sock_filter]` in the arena; length 0: no filter.
-    pub go_filter: AtomicU64,
-    pub go_filter_len: AtomicU64,
-    /// 1: the filter notifies (its `kill`), install it with a listener.
-    pub go_filter_notify: AtomicU32,
     /// `[SourceId]` in the arena, one per mount operation: PID 1 records
     /// what each bind source resolved to when it cloned it.
     pub source_ids: AtomicU64,
@@ -228,6 +231,9 @@ pub(crate) struct Shared {
     pub forbidden_nr: AtomicI32,
     pub forbidden_arch: AtomicU32,
     pub forbidden_args: [AtomicU64; 6],
+    /// What Landlock enforced (`Enforcement::to_u32`), set by the tracee
+    /// right before execve; 0: not that far.
+    pub landlock: AtomicU32,
 }
 
 impl Shared {
@@ -293,6 +299,8 @@ pub(crate) struct Plan {
     /// pidfd of the supervisor, to notice its death.
     pub supervisor_pidfd: RawFd,
     pub mounts: MountPlan,
+    /// The Landlock ruleset PID 1 builds and the tracee enforces.
+    pub landlock: landlock::Plan,
     pub last_cap: u32,
     /// The run's cgroup, when the supervisor has cgroups.
     pub cgroup: Option<CgroupFds>,
@@ -306,6 +314,15 @@ pub(crate) struct Plan {
     /// Every descriptor PID 1 keeps, sorted: it closes all others of the
     /// supervisor's (other runs', clients').
     pub keep_fds: Vec<RawFd>,
+    /// The run's seccomp filter, mapped by the supervisor before the fork.
+    pub filter: Rc<SealedFilter>,
+}
+
+/// A compiled seccomp filter in a sealed memfd, mapped read-only.
+pub(crate) struct SealedFilter {
+    pub map: sys::SealedMap,
+    /// Its `kill` is a user notification: install it with a listener.
+    pub notify: bool,
 }
 
 /// Path-table index of the program's name, for "not found" errors.
@@ -394,6 +411,12 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     let root = mounts::attach_root(&build)?;
     mounts::apply_ops(&plan.mounts, &build, root)?;
     mounts::pivot(root)?;
+    // Landlock's ruleset, with the rules for the places the mounts make
+    // writable: here, after the pivot, the paths resolve in the run's tree
+    // (and a PID 1 prepared ahead has done it before the request). Its
+    // descriptor is close-on-exec and reaches the tracee through the
+    // shared descriptor table.
+    let ruleset = landlock::build(&plan.landlock)?;
 
     // Join the loopback-only network. A one-shot supervisor is still
     // creating it (0.5 ms, the costliest namespace) while PID 1 builds the
@@ -453,7 +476,7 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // it is not.
     // The tracee waits for the run's go message (prepared ahead, this is
     // where it idles), so PID 1 resumes only once the program runs.
-    let args = TraceeArgs { plan, arena, proc: p };
+    let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     // It also shares PID 1's descriptor table (CLONE_FILES) until execve
     // gives the program a copy of its own: the seccomp listener the tracee
@@ -465,6 +488,9 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // The tracee made the shared memory dumpable again for its id maps.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
     drop(proc);
+    // The program has its own descriptor table now (or the tracee died):
+    // the ruleset is no longer needed.
+    drop(ruleset);
     // The run's stdio is the program's alone: a pipe must see EOF when the
     // program's side closes. The tracee put it on 0-2 of the shared table
     // (and closed what it received), so PID 1 drops 0-2 and the go socket.
@@ -629,19 +655,20 @@ struct TraceeArgs<'a> {
     plan: &'a Plan,
     arena: &'a Arena<Shared>,
     proc: RawFd,
+    ruleset: &'a landlock::Built,
 }
 
 /// The tracee, on its own stack. Never returns: it becomes the program or
 /// exits.
 fn tracee(args: &TraceeArgs) -> ! {
-    match tracee_setup(args.plan, args.arena, args.proc) {
+    match tracee_setup(args.plan, args.arena, args.proc, args.ruleset) {
         Ok(never) => match never {},
         Err(f) => args.arena.fail(f),
     }
     sys::exit(127)
 }
 
-fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never, Fail> {
+fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landlock::Built) -> Result<Never, Fail> {
     let shared: &Shared = arena;
     // Our ids: the uid/gid the run asked for, mapped onto PID 1's root (the
     // caller). A process may write its own maps when each is one line
@@ -697,6 +724,10 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
             sys::close(fd);
         }
     }
+    // The run's stdio is known only now: Landlock rules for those that are
+    // files or terminals open for writing, so that reopening them
+    // (`echo x > /dev/stderr`) keeps working.
+    landlock::add_stdio_rules(ruleset.raw_fd(), ruleset.handled.fs);
     // chdir after dropping capabilities: the program's own permissions decide.
     let cwd = arena.cstr(shared.go_cwd.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     if let Err(e) = sys::chdir(cwd) {
@@ -718,9 +749,12 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
     let paths = arena
         .slice::<u64>(shared.go_exec_paths.load(SeqCst), shared.go_exec_paths_len.load(SeqCst))
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
-    let filter = arena
-        .slice::<libc::sock_filter>(shared.go_filter.load(SeqCst), shared.go_filter_len.load(SeqCst))
-        .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    let filter: &[libc::sock_filter] = plan.filter.map.as_slice();
+    // Landlock last before seccomp (it needs no_new_privs, set above):
+    // from here on this process and the program may write only where the
+    // rules allow.
+    let enforced = landlock::restrict(ruleset.raw_fd(), plan.landlock.requested, ruleset.handled)?;
+    shared.landlock.store(enforced.to_u32(), SeqCst);
     // The CPU the program's cgroup used so far (this set-up) is not the
     // program's.
     // sched_yield first: the CPU a running task used since the scheduler
@@ -737,8 +771,7 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd) -> Result<Never
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
     // Seccomp last: from here on only the program's own syscalls run. Its
     // listener (close-on-exec) stays in the table PID 1 shares.
-    let notify = shared.go_filter_notify.load(SeqCst) != 0;
-    let listener = crate::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    let listener = crate::seccomp::install(filter, plan.filter.notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
     shared.notify_fd.store(listener + 1, SeqCst);
     let mut err = libc::ENOENT;
     let mut eacces = false;

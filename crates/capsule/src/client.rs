@@ -54,7 +54,7 @@ fn exchange(sock: &OwnedFd, spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result
         return Err(Error::Supervisor(e.clone()));
     }
     match answer.map_err(Error::Supervisor)? {
-        Some((ServerMsg::Result { result, .. }, _)) => Ok(result),
+        Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
         Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
         Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
         Some((ServerMsg::Started { .. }, _)) => Err(Error::Supervisor("unexpected message".into())),

@@ -1,7 +1,7 @@
 //! capsule: run untrusted programs in an unprivileged Linux sandbox.
 //!
 //! One module per kernel facility (`namespaces`, `mounts`, `rlimits`,
-//! `caps`, `seccomp`), all raw syscalls and `unsafe` in `sys`, the child
+//! `caps`, `seccomp`, `landlock`), all raw syscalls and `unsafe` in `sys`, the child
 //! path after clone in `child`, the run spec in `spec`.
 
 mod caps;
@@ -10,6 +10,7 @@ pub mod check;
 mod child;
 pub mod client;
 pub mod error;
+pub mod landlock;
 mod mounts;
 mod namespaces;
 pub mod proto;

@@ -47,7 +47,7 @@ pub enum ServerMsg {
     /// Answer to `Start`: the supervisor is ready.
     Started { pid: i32, cgroups: String },
     /// The run happened (its status may be any but `error`).
-    Result { id: u64, result: RunResult },
+    Result { id: u64, result: Box<RunResult> },
     /// The run could not happen: setup failed, it was cancelled, ...
     Failed { id: u64, error: String },
     /// The supervisor cannot work at all (e.g. no user namespaces); it exits.

@@ -102,6 +102,10 @@ pub struct RunResult {
     /// For `forbidden-syscall`: the call's six raw arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscall_args: Option<Vec<u64>>,
+    /// What Landlock enforced (`full`, `partial`, `none`), for every run
+    /// that reached the program's execve (docs/landlock.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<crate::landlock::Enforcement>,
 }
 
 /// A captured output stream.
@@ -135,6 +139,7 @@ impl RunResult {
             stderr: None,
             syscall: None,
             syscall_args: None,
+            landlock: None,
         }
     }
 
@@ -185,6 +190,10 @@ impl RunResult {
             Status::Error => {
                 return format!("capsule: error: {}", self.error.as_deref().unwrap_or("unknown"))
             }
+            Status::ForbiddenSyscall => match &self.syscall {
+                Some(name) => format!("forbidden syscall {name}"),
+                None => "forbidden syscall".into(),
+            },
             other => other.as_str().replace('-', " "),
         };
         format!(
@@ -253,6 +262,20 @@ mod tests {
     }
 
     #[test]
+    fn forbidden_syscall_is_named() {
+        let mut r = RunResult::error("x");
+        r.status = Status::ForbiddenSyscall;
+        r.error = None;
+        r.syscall = Some("socket".into());
+        r.syscall_args = Some(vec![2, 1, 0, 0, 0, 0]);
+        assert!(r.summary().starts_with("capsule: forbidden syscall socket after"), "{}", r.summary());
+        assert_eq!(r.exit_status(), EXIT_FORBIDDEN_SYSCALL);
+        let meta = r.to_meta();
+        assert!(meta.contains("status:forbidden-syscall\n") && meta.contains("syscall:socket\n"), "{meta}");
+        assert!(meta.contains("syscall_args:[2,1,0,0,0,0]\n"), "{meta}");
+    }
+
+    #[test]
     fn signal_names_round_trip() {
         for n in 1..=64 {
             assert_eq!(signal_number(&signal_name(n)), Some(n), "{n}");
@@ -268,5 +291,10 @@ mod tests {
         assert!(m.contains("error:boom bang\n"), "{m}");
         assert!(m.contains("wall_time_ms:1.5\n"), "{m}");
         assert!(!m.contains("exit_code"), "{m}");
+        assert!(!m.contains("landlock"), "{m}");
+        r.landlock = Some(crate::landlock::Enforcement::Partial);
+        assert!(r.to_meta().contains("landlock:partial\n"), "{}", r.to_meta());
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["landlock"], "partial");
     }
 }

@@ -258,7 +258,7 @@ impl Inner {
         match proto::recv::<ServerMsg>(self.sock.as_raw_fd()) {
             Ok(Some((msg, _fds))) => {
                 let (id, outcome) = match msg {
-                    ServerMsg::Result { id, result } => (id, Ok(result)),
+                    ServerMsg::Result { id, result } => (id, Ok(*result)),
                     ServerMsg::Failed { id, error } => (id, Err(error)),
                     ServerMsg::Fatal(msg) => return Err(format!("fatal error: {msg}")),
                     ServerMsg::Started { .. } => return Ok(()),

@@ -2,12 +2,29 @@
 //! policy file), compiled once per supervisor with libseccomp into a
 //! classic-BPF program, which the tracee installs last, right before execve.
 //!
-//! SKELETON (issue 5): the API below is what the rest of capsule uses; the
-//! bodies are being written.
+//! A policy is a TOML (or JSON) document (docs/seccomp.md): a default
+//! action, an action for the non-native ABIs (i386, x32) and rules by
+//! syscall name with optional argument conditions. The built-in policies are
+//! files of that format too (`crates/capsule/policies/*.toml`), embedded and
+//! parsed by the same code as a user's file.
+//!
+//! The action `kill` compiles to `SECCOMP_RET_USER_NOTIF`, not to
+//! `SECCOMP_RET_KILL_PROCESS`: the calling thread then stays blocked inside
+//! the call, which never runs, while PID 1 reads the notification (the exact
+//! number, ABI and arguments), records it and kills the run. That report is
+//! exact and race-free; SIGSYS from `SECCOMP_RET_KILL_*` names no call, and a
+//! `SECCOMP_RET_TRAP` handler is the program's to replace. Because a
+//! program's own, newer filter with a listener would see those notifications
+//! first (and could answer "continue"), every policy that uses `kill` also
+//! gets a rule refusing `seccomp(SECCOMP_SET_MODE_FILTER,
+//! SECCOMP_FILTER_FLAG_NEW_LISTENER, ...)` with EPERM.
 
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::os::fd::RawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::sys::{self, Errno};
@@ -87,27 +104,79 @@ pub struct Filter {
     pub(crate) notify: bool,
 }
 
+impl Filter {
+    /// The BPF instructions (empty: no filter).
+    pub fn program(&self) -> &[libc::sock_filter] {
+        &self.program
+    }
+
+    /// Whether the filter uses user notifications (the policy's `kill`).
+    pub fn notify(&self) -> bool {
+        self.notify
+    }
+}
+
 impl std::fmt::Debug for Filter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Filter({} instructions, notify: {})", self.program.len(), self.notify)
     }
 }
 
+/// The built-in policies, as shipped (they double as examples of the file
+/// format).
+pub const DEFAULT_POLICY: &str = include_str!("../policies/default.toml");
+pub const STRICT_POLICY: &str = include_str!("../policies/strict.toml");
+pub const COMPILE_POLICY: &str = include_str!("../policies/compile.toml");
+
 /// Loads (for a file) and compiles a policy for x86_64.
 pub fn compile(name: &PolicyName) -> Result<Filter, PolicyError> {
-    match name {
-        PolicyName::None | PolicyName::Default => Ok(Filter::default()),
-        _ => Err(PolicyError::Invalid(format!("seccomp policy `{name}`: not implemented yet"))),
-    }
+    let (origin, policy) = match name {
+        PolicyName::None => return Ok(Filter::default()),
+        PolicyName::Default => ("built-in seccomp policy `default`".to_string(), parse_toml(DEFAULT_POLICY)),
+        PolicyName::Strict => ("built-in seccomp policy `strict`".to_string(), parse_toml(STRICT_POLICY)),
+        PolicyName::Compile => ("built-in seccomp policy `compile`".to_string(), parse_toml(COMPILE_POLICY)),
+        PolicyName::File(path) => {
+            let origin = format!("seccomp policy file {}", path.display());
+            let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))?;
+            let parsed = if is_json(path) { parse_json(&text) } else { parse_toml(&text) };
+            (origin, parsed)
+        }
+    };
+    let policy = policy.map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))?;
+    compile_policy(&policy).map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))
+}
+
+/// Compiles a policy given as text (`json`: JSON, else TOML); `origin`
+/// names it in errors.
+pub fn compile_text(origin: &str, text: &str, json: bool) -> Result<Filter, PolicyError> {
+    let policy = if json { parse_json(text) } else { parse_toml(text) };
+    let policy = policy.map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))?;
+    compile_policy(&policy).map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))
+}
+
+fn is_json(path: &Path) -> bool {
+    path.extension().map(|e| e.eq_ignore_ascii_case("json")).unwrap_or(false)
 }
 
 /// The name of syscall `nr` of the audit architecture `arch`: `socket`, or
 /// `i386:open` / `x32:read` for non-native ABIs, or `syscall 999` when
 /// unknown.
 pub fn syscall_name(arch: u32, nr: i32) -> String {
-    let _ = arch;
-    format!("syscall {nr}")
+    const X32_SYSCALL_BIT: i32 = 0x4000_0000;
+    let (abi, prefix) = match arch {
+        AUDIT_ARCH_X86_64 if nr >= X32_SYSCALL_BIT => (ScmpArch::X32, "x32:"),
+        AUDIT_ARCH_X86_64 => (ScmpArch::X8664, ""),
+        AUDIT_ARCH_I386 => (ScmpArch::X86, "i386:"),
+        _ => return format!("syscall {nr} (audit arch {arch:#x})"),
+    };
+    match ScmpSyscall::from(nr).get_name_by_arch(abi) {
+        Ok(name) if !name.is_empty() => format!("{prefix}{name}"),
+        _ => format!("{prefix}syscall {nr}"),
+    }
 }
+
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 
 /// Installs `filter` on the calling thread (child side; `no_new_privs`
 /// set). Returns the listener descriptor when the filter notifies, else -1.
@@ -116,4 +185,940 @@ pub(crate) fn install(filter: &[libc::sock_filter], notify: bool) -> Result<RawF
         return Ok(-1);
     }
     sys::seccomp_install(filter, notify)
+}
+
+// ---------------------------------------------------------------- the file format
+
+/// A policy document (docs/seccomp.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// What a call no rule matches gets.
+    pub default_action: Action,
+    /// What every call of the i386 and x32 ABIs gets (they have their own
+    /// numbers, which the native rules do not match). Default: the default
+    /// action, or `errno ENOSYS` when that lets calls run (`allow`, `log`).
+    #[serde(default)]
+    pub non_native_action: Option<Action>,
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Rule>,
+}
+
+/// One rule: these syscalls, when all `args` conditions hold, get `action`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub syscall: OneOrMany,
+    pub action: Action,
+    #[serde(default)]
+    pub args: Vec<ArgCond>,
+    /// Why (free text, for the reader).
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+/// A syscall name or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn names(&self) -> &[String] {
+        match self {
+            OneOrMany::One(s) => std::slice::from_ref(s),
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// What a matching call gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The call runs.
+    Allow,
+    /// The call fails with this errno without running.
+    Errno(u16),
+    /// The run is killed and reported as `forbidden-syscall` (a user
+    /// notification; see the module documentation).
+    Kill,
+    /// The call runs and is logged by the kernel's audit log.
+    Log,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Allow => f.write_str("allow"),
+            Action::Kill => f.write_str("kill"),
+            Action::Log => f.write_str("log"),
+            Action::Errno(n) => match errno_name(*n) {
+                Some(name) => write!(f, "errno {name}"),
+                None => write!(f, "errno {n}"),
+            },
+        }
+    }
+}
+
+impl std::str::FromStr for Action {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut words = s.split_whitespace();
+        let first = words.next().unwrap_or("");
+        let second = words.next();
+        if words.next().is_some() {
+            return Err(format!("unknown action `{s}`: {ACTIONS}"));
+        }
+        match (first, second) {
+            ("allow", None) => Ok(Action::Allow),
+            ("kill", None) => Ok(Action::Kill),
+            ("log", None) => Ok(Action::Log),
+            ("errno", Some(e)) => parse_errno(e).map(Action::Errno),
+            ("errno", None) => Err(format!("action `{s}` lacks the errno: `errno EPERM` or `errno 1`")),
+            _ => Err(format!("unknown action `{s}`: {ACTIONS}")),
+        }
+    }
+}
+
+const ACTIONS: &str = "expected allow, kill, log or errno N (N a name like EPERM or a number 0-4095)";
+
+impl<'de> Deserialize<'de> for Action {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Action {
+    fn scmp(self) -> ScmpAction {
+        match self {
+            Action::Allow => ScmpAction::Allow,
+            Action::Errno(n) => ScmpAction::Errno(n.into()),
+            Action::Kill => ScmpAction::Notify,
+            Action::Log => ScmpAction::Log,
+        }
+    }
+}
+
+/// The errno names a policy may use.
+const ERRNOS: &[(&str, i32)] = &[
+    ("EPERM", libc::EPERM),
+    ("ENOENT", libc::ENOENT),
+    ("ESRCH", libc::ESRCH),
+    ("EINTR", libc::EINTR),
+    ("EIO", libc::EIO),
+    ("ENXIO", libc::ENXIO),
+    ("E2BIG", libc::E2BIG),
+    ("ENOEXEC", libc::ENOEXEC),
+    ("EBADF", libc::EBADF),
+    ("ECHILD", libc::ECHILD),
+    ("EAGAIN", libc::EAGAIN),
+    ("ENOMEM", libc::ENOMEM),
+    ("EACCES", libc::EACCES),
+    ("EFAULT", libc::EFAULT),
+    ("EBUSY", libc::EBUSY),
+    ("EEXIST", libc::EEXIST),
+    ("EXDEV", libc::EXDEV),
+    ("ENODEV", libc::ENODEV),
+    ("ENOTDIR", libc::ENOTDIR),
+    ("EISDIR", libc::EISDIR),
+    ("EINVAL", libc::EINVAL),
+    ("ENFILE", libc::ENFILE),
+    ("EMFILE", libc::EMFILE),
+    ("ENOTTY", libc::ENOTTY),
+    ("EFBIG", libc::EFBIG),
+    ("ENOSPC", libc::ENOSPC),
+    ("ESPIPE", libc::ESPIPE),
+    ("EROFS", libc::EROFS),
+    ("EMLINK", libc::EMLINK),
+    ("EPIPE", libc::EPIPE),
+    ("ERANGE", libc::ERANGE),
+    ("ENAMETOOLONG", libc::ENAMETOOLONG),
+    ("ENOSYS", libc::ENOSYS),
+    ("ENOTEMPTY", libc::ENOTEMPTY),
+    ("ELOOP", libc::ELOOP),
+    ("ENOTSOCK", libc::ENOTSOCK),
+    ("EPROTONOSUPPORT", libc::EPROTONOSUPPORT),
+    ("EOPNOTSUPP", libc::EOPNOTSUPP),
+    ("ENOTSUP", libc::ENOTSUP),
+    ("EAFNOSUPPORT", libc::EAFNOSUPPORT),
+    ("EADDRINUSE", libc::EADDRINUSE),
+    ("ENETUNREACH", libc::ENETUNREACH),
+    ("ECONNREFUSED", libc::ECONNREFUSED),
+    ("ETIMEDOUT", libc::ETIMEDOUT),
+];
+
+fn errno_name(n: u16) -> Option<&'static str> {
+    // ENOTSUP and EOPNOTSUPP are one number: name it EOPNOTSUPP.
+    ERRNOS.iter().find(|(_, v)| *v == i32::from(n)).map(|(k, _)| *k)
+}
+
+fn parse_errno(s: &str) -> Result<u16, String> {
+    if let Some((_, v)) = ERRNOS.iter().find(|(k, _)| *k == s) {
+        return Ok(*v as u16);
+    }
+    match s.parse::<u16>() {
+        // The kernel caps a filter's errno at MAX_ERRNO.
+        Ok(n) if n <= 4095 => Ok(n),
+        Ok(_) => Err(format!("errno {s} is out of range (0-4095)")),
+        Err(_) => {
+            let names: Vec<&str> = ERRNOS.iter().map(|(k, _)| *k).collect();
+            Err(format!("unknown errno `{s}`: a number 0-4095 or one of {}", names.join(", ")))
+        }
+    }
+}
+
+/// A condition on one argument.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgCond {
+    /// 0-5.
+    pub index: u32,
+    pub op: Op,
+    /// For every op but `not_in`.
+    #[serde(default)]
+    pub value: Option<Value>,
+    /// For `masked_eq`: (arg & mask) == value.
+    #[serde(default)]
+    pub mask: Option<Value>,
+    /// For `not_in`: the low 32 bits of the argument are none of these.
+    #[serde(default)]
+    pub values: Option<Vec<Value>>,
+}
+
+/// Comparison operators (on the 64-bit argument, except `not_in`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    MaskedEq,
+    /// The low 32 bits are none of `values` (for arguments the kernel reads
+    /// as `unsigned int`); compiled into several masked_eq rules.
+    NotIn,
+}
+
+/// An argument value: a number (negative ones as their 64-bit two's
+/// complement) or a string `"0x5412"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Value(pub u64);
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Value;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer or a string like \"0x5412\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+                Ok(Value(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
+                Ok(Value(v as u64))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+                let t = s.trim();
+                let r = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                    u64::from_str_radix(&h.replace('_', ""), 16)
+                } else {
+                    t.replace('_', "").parse::<u64>()
+                };
+                r.map(Value).map_err(|_| E::custom(format!("`{s}` is not a number (decimal or 0x hex)")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn parse_toml(text: &str) -> Result<Policy, String> {
+    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let where_ = match (path.as_str(), line) {
+            (".", Some(l)) => format!("line {l}"),
+            (".", None) => "the document".to_string(),
+            (p, Some(l)) => format!("{p} (line {l})"),
+            (p, None) => p.to_string(),
+        };
+        format!("{where_}: {}", inner.message().trim())
+    })
+}
+
+fn parse_json(text: &str) -> Result<Policy, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            format!("{inner}")
+        } else {
+            format!("{path}: {inner}")
+        }
+    })
+}
+
+// ---------------------------------------------------------------- compiling
+
+/// One rule after validation and expansion: single syscall, conditions
+/// ready for libseccomp.
+#[derive(Debug, Clone)]
+struct Flat {
+    /// Which rule of the file (`rule[3]`), or `automatic NEW_LISTENER rule`.
+    source: String,
+    /// The rule came from the policy (not added by capsule).
+    user: bool,
+    name: String,
+    nr: i32,
+    action: Action,
+    conds: Vec<Cond>,
+}
+
+/// One comparison for libseccomp: (argument index, op, value).
+type Cond = (u32, ScmpCompareOp, u64);
+
+const SECCOMP_SET_MODE_FILTER: u64 = 1;
+const SECCOMP_FILTER_FLAG_NEW_LISTENER: u64 = 1 << 3;
+
+/// Validates and compiles a parsed policy.
+pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
+    let non_native = p.non_native_action.unwrap_or(match p.default_action {
+        Action::Allow | Action::Log => Action::Errno(libc::ENOSYS as u16),
+        a => a,
+    });
+    // Names first: report every unknown one at once.
+    let mut unknown = Vec::new();
+    let mut resolved: Vec<Vec<(String, i32)>> = Vec::new();
+    for (i, r) in p.rules.iter().enumerate() {
+        let mut v = Vec::new();
+        if r.syscall.names().is_empty() {
+            return Err(format!("rule[{i}].syscall: the list is empty"));
+        }
+        for name in r.syscall.names() {
+            match native_nr(name) {
+                Some(nr) => v.push((name.clone(), nr)),
+                None => unknown.push(format!("`{name}` (rule[{i}])")),
+            }
+        }
+        resolved.push(v);
+    }
+    if !unknown.is_empty() {
+        return Err(format!("unknown x86_64 syscall names: {}", unknown.join(", ")));
+    }
+    let mut flat = Vec::new();
+    for (i, (r, names)) in p.rules.iter().zip(&resolved).enumerate() {
+        let expanded = expand_conds(&r.args).map_err(|e| format!("rule[{i}].{e}"))?;
+        for (name, nr) in names {
+            for conds in &expanded {
+                flat.push(Flat {
+                    source: format!("rule[{i}]"),
+                    user: true,
+                    name: name.clone(),
+                    nr: *nr,
+                    action: r.action,
+                    conds: conds.clone(),
+                });
+            }
+        }
+    }
+    let notify =
+        p.default_action == Action::Kill || non_native == Action::Kill || flat.iter().any(|f| f.action == Action::Kill);
+    if notify {
+        flat = guard_new_listener(flat)?;
+    }
+    check_conflicts(&flat, p.default_action)?;
+
+    let ctx_err = |what: &str, e: libseccomp::error::SeccompError| format!("libseccomp: {what}: {e}");
+    let mut ctx = ScmpFilterContext::new(p.default_action.scmp()).map_err(|e| ctx_err("creating the filter", e))?;
+    ctx.set_act_badarch(non_native.scmp()).map_err(|e| ctx_err("setting the non-native action", e))?;
+    for f in &flat {
+        if f.action == p.default_action {
+            // Only automatic rules get here (see check_conflicts): the
+            // default action covers them.
+            continue;
+        }
+        let cmps: Vec<ScmpArgCompare> = f.conds.iter().map(|&(i, op, v)| ScmpArgCompare::new(i, op, v)).collect();
+        ctx.add_rule_conditional_exact(f.action.scmp(), ScmpSyscall::from(f.nr), &cmps)
+            .map_err(|e| format!("{} ({} `{}`): libseccomp refuses the rule: {e}", f.source, f.name, f.action))?;
+    }
+    let program = export(&ctx)?;
+    Ok(Filter { program, notify })
+}
+
+/// The x86_64 number of a syscall name (pseudo-syscalls of other ABIs are
+/// unknown).
+fn native_nr(name: &str) -> Option<i32> {
+    if name.is_empty() || name.contains('\0') {
+        return None;
+    }
+    let s = ScmpSyscall::from_name_by_arch(name, ScmpArch::X8664).ok()?;
+    let nr = i32::from(s);
+    (nr >= 0).then_some(nr)
+}
+
+/// The conditions of a rule, as one or more conjunctions for libseccomp
+/// (a `not_in` becomes several).
+fn expand_conds(args: &[ArgCond]) -> Result<Vec<Vec<Cond>>, String> {
+    let mut base = Vec::new();
+    let mut not_in: Option<(u32, Vec<u32>)> = None;
+    let mut seen = [false; 6];
+    for (j, a) in args.iter().enumerate() {
+        let at = |m: String| format!("args[{j}]: {m}");
+        if a.index > 5 {
+            return Err(at(format!("index {} is out of range: a syscall has arguments 0-5", a.index)));
+        }
+        if std::mem::replace(&mut seen[a.index as usize], true) {
+            return Err(at(format!(
+                "a second condition on argument {}: a rule compares each argument once (write another rule)",
+                a.index
+            )));
+        }
+        match a.op {
+            Op::NotIn => {
+                if a.value.is_some() || a.mask.is_some() {
+                    return Err(at("`not_in` takes `values`, not `value` or `mask`".into()));
+                }
+                let Some(vals) = &a.values else { return Err(at("`not_in` needs `values = [...]`".into())) };
+                if vals.is_empty() {
+                    return Err(at("`values` is empty".into()));
+                }
+                let mut v32 = Vec::new();
+                for v in vals {
+                    v32.push(u32::try_from(v.0).map_err(|_| {
+                        at(format!("`not_in` compares the low 32 bits: {:#x} does not fit in 32 bits", v.0))
+                    })?);
+                }
+                if not_in.is_some() {
+                    return Err(at("only one `not_in` per rule".into()));
+                }
+                not_in = Some((a.index, v32));
+            }
+            op => {
+                if a.values.is_some() {
+                    return Err(at("`values` is only for `not_in`".into()));
+                }
+                let Some(value) = a.value else { return Err(at("the condition needs a `value`".into())) };
+                let sop = match op {
+                    Op::Eq => ScmpCompareOp::Equal,
+                    Op::Ne => ScmpCompareOp::NotEqual,
+                    Op::Lt => ScmpCompareOp::Less,
+                    Op::Le => ScmpCompareOp::LessOrEqual,
+                    Op::Gt => ScmpCompareOp::Greater,
+                    Op::Ge => ScmpCompareOp::GreaterEqual,
+                    Op::MaskedEq => {
+                        let Some(mask) = a.mask else {
+                            return Err(at("`masked_eq` needs a `mask`".into()));
+                        };
+                        if value.0 & !mask.0 != 0 {
+                            return Err(at(format!(
+                                "value {:#x} has bits outside mask {:#x}: the condition never holds",
+                                value.0, mask.0
+                            )));
+                        }
+                        ScmpCompareOp::MaskedEqual(mask.0)
+                    }
+                    Op::NotIn => unreachable!("handled above"),
+                };
+                if a.mask.is_some() && op != Op::MaskedEq {
+                    return Err(at("`mask` is only for `masked_eq`".into()));
+                }
+                base.push((a.index, sop, value.0));
+            }
+        }
+    }
+    let Some((index, values)) = not_in else { return Ok(vec![base]) };
+    let mut cubes = Vec::new();
+    not_in_cover(&values, 0, 0, &mut cubes);
+    Ok(cubes
+        .into_iter()
+        .map(|(mask, value)| {
+            let mut c = base.clone();
+            c.push((index, ScmpCompareOp::MaskedEqual(u64::from(mask)), u64::from(value)));
+            c
+        })
+        .collect())
+}
+
+/// Covers the 32-bit values outside `values` with masked comparisons
+/// `(x & mask) == value`, starting from the cube where the bits of
+/// `fixed_mask` equal `fixed_value`: disjoint cubes whose union is exactly
+/// the complement (libseccomp allows one comparison per argument, so a
+/// "none of these" becomes several rules).
+fn not_in_cover(values: &[u32], fixed_mask: u32, fixed_value: u32, out: &mut Vec<(u32, u32)>) {
+    let inside: Vec<u32> = values.iter().copied().filter(|v| v & fixed_mask == fixed_value).collect();
+    if inside.is_empty() {
+        out.push((fixed_mask, fixed_value));
+        return;
+    }
+    if fixed_mask == u32::MAX {
+        return;
+    }
+    // A free bit on which every value inside agrees: its other side is free
+    // of values, one cube; else split on the lowest free bit.
+    let free = !fixed_mask;
+    let agree = (0..32)
+        .map(|b| 1u32 << b)
+        .find(|&bit| free & bit != 0 && (inside.iter().all(|v| v & bit != 0) || inside.iter().all(|v| v & bit == 0)));
+    match agree {
+        Some(bit) => {
+            let side = inside[0] & bit;
+            out.push((fixed_mask | bit, fixed_value | (side ^ bit)));
+            not_in_cover(values, fixed_mask | bit, fixed_value | side, out);
+        }
+        None => {
+            let bit = 1u32 << free.trailing_zeros();
+            not_in_cover(values, fixed_mask | bit, fixed_value, out);
+            not_in_cover(values, fixed_mask | bit, fixed_value | bit, out);
+        }
+    }
+}
+
+/// With user notifications in the filter, `seccomp(SECCOMP_SET_MODE_FILTER,
+/// flags with SECCOMP_FILTER_FLAG_NEW_LISTENER)` must fail with EPERM: a
+/// newer filter's listener is asked first and could let our `kill`ed calls
+/// through. The policy's own rules for `seccomp` are narrowed to the other
+/// calls (split into disjoint rules: libseccomp lets an unconditional rule
+/// override conditional ones). `op` and `flags` are `unsigned int` in the
+/// kernel: only their low 32 bits count.
+fn guard_new_listener(flat: Vec<Flat>) -> Result<Vec<Flat>, String> {
+    let nr = native_nr("seccomp").ok_or("libseccomp does not know `seccomp`")?;
+    let op_is_filter = (0u32, ScmpCompareOp::MaskedEqual(0xffff_ffff), SECCOMP_SET_MODE_FILTER);
+    let with_listener =
+        (1u32, ScmpCompareOp::MaskedEqual(SECCOMP_FILTER_FLAG_NEW_LISTENER), SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    let no_listener = (1u32, ScmpCompareOp::MaskedEqual(SECCOMP_FILTER_FLAG_NEW_LISTENER), 0);
+    let eperm = Action::Errno(libc::EPERM as u16);
+    // The policy refuses every `seccomp` call with EPERM already.
+    if flat.iter().any(|f| f.nr == nr && f.conds.is_empty() && f.action == eperm) {
+        return Ok(flat);
+    }
+    let mut out = Vec::new();
+    for f in flat {
+        if f.nr != nr || f.action == eperm {
+            out.push(f);
+            continue;
+        }
+        if f.conds.iter().any(|c| c.0 <= 1) {
+            return Err(format!(
+                "{}: conditions on arguments 0 and 1 of `seccomp` cannot be combined with the automatic rule \
+                 refusing SECCOMP_FILTER_FLAG_NEW_LISTENER (the policy uses `kill`); condition on the other \
+                 arguments only, or use `errno EPERM`",
+                f.source
+            ));
+        }
+        // Any op without the listener flag...
+        let mut a = f.clone();
+        a.conds.push(no_listener);
+        out.push(a);
+        // ...and every op but SECCOMP_SET_MODE_FILTER with it.
+        let mut cubes = Vec::new();
+        not_in_cover(&[SECCOMP_SET_MODE_FILTER as u32], 0, 0, &mut cubes);
+        for (mask, value) in cubes {
+            let mut b = f.clone();
+            b.conds.push((0, ScmpCompareOp::MaskedEqual(u64::from(mask)), u64::from(value)));
+            b.conds.push(with_listener);
+            out.push(b);
+        }
+    }
+    out.push(Flat {
+        source: "the automatic NEW_LISTENER rule".into(),
+        user: false,
+        name: "seccomp".into(),
+        nr,
+        action: eperm,
+        conds: vec![op_is_filter, with_listener],
+    });
+    Ok(out)
+}
+
+/// Rules libseccomp would silently drop or refuse: a policy rule with the
+/// default action; the same syscall unconditionally twice; an unconditional
+/// rule next to conditional ones (the unconditional one would win).
+fn check_conflicts(flat: &[Flat], default: Action) -> Result<(), String> {
+    let mut by_nr: BTreeMap<i32, Vec<&Flat>> = BTreeMap::new();
+    for f in flat {
+        if f.user && f.action == default {
+            return Err(format!(
+                "{} (`{}`): the action `{}` is the default action, so the rule has no effect; remove it",
+                f.source, f.name, f.action
+            ));
+        }
+        by_nr.entry(f.nr).or_default().push(f);
+    }
+    for rules in by_nr.values() {
+        let uncond: Vec<&&Flat> = rules.iter().filter(|f| f.conds.is_empty()).collect();
+        if let Some(first) = uncond.first() {
+            if let Some(other) = rules.iter().find(|f| !std::ptr::eq(**f, **first)) {
+                let what = if other.conds.is_empty() && other.action == first.action {
+                    "duplicate rule".to_string()
+                } else if other.conds.is_empty() {
+                    format!("conflicting rules (`{}` and `{}`)", first.action, other.action)
+                } else {
+                    format!(
+                        "conflicting rules: {} applies `{}` to every call, so the conditions of {} would be ignored",
+                        first.source, first.action, other.source
+                    )
+                };
+                return Err(format!("`{}` in {} and {}: {what}", first.name, first.source, other.source));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// libseccomp's BPF, read back through a pipe (a reader thread drains it:
+/// a pipe's capacity may be smaller than a filter).
+fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
+    let (r, w) = sys::pipe().map_err(|e| format!("pipe for the BPF: {}", std::io::Error::from_raw_os_error(e)))?;
+    let bytes = std::thread::scope(|s| {
+        let reader = s.spawn(move || {
+            let mut f = std::fs::File::from(r);
+            let mut b = Vec::new();
+            f.read_to_end(&mut b).map(|_| b)
+        });
+        let exported = ctx.export_bpf(&w);
+        drop(w);
+        let read = reader.join().map_err(|_| "the BPF reader thread panicked".to_string())?;
+        exported.map_err(|e| format!("libseccomp: exporting the BPF: {e}"))?;
+        read.map_err(|e| format!("reading the BPF back: {e}"))
+    })?;
+    if bytes.is_empty() || bytes.len() % 8 != 0 {
+        return Err(format!("libseccomp exported {} bytes of BPF, not whole instructions", bytes.len()));
+    }
+    let program: Vec<libc::sock_filter> = bytes
+        .chunks_exact(8)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    // BPF_MAXINSNS.
+    if program.len() > 4096 {
+        return Err(format!("the filter has {} instructions; the kernel takes at most 4096", program.len()));
+    }
+    Ok(program)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    const RET_NOTIFY: u32 = 0x7fc0_0000;
+    const fn ret_errno(e: i32) -> u32 {
+        0x0005_0000 | e as u32
+    }
+
+    /// Runs a seccomp BPF program on one call, like the kernel.
+    fn run(prog: &[libc::sock_filter], arch: u32, nr: i32, args: [u64; 6]) -> u32 {
+        let mut data = Vec::with_capacity(64);
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0x7fff_1234_5678u64.to_ne_bytes());
+        for a in args {
+            data.extend_from_slice(&a.to_ne_bytes());
+        }
+        let (mut acc, mut x, mut mem, mut pc) = (0u32, 0u32, [0u32; 16], 0usize);
+        loop {
+            let i = prog[pc];
+            pc += 1;
+            let k = i.k;
+            match i.code {
+                0x20 => acc = u32::from_ne_bytes(data[k as usize..k as usize + 4].try_into().unwrap()),
+                0x00 => acc = k,
+                0x01 => x = k,
+                0x60 => acc = mem[k as usize],
+                0x61 => x = mem[k as usize],
+                0x02 => mem[k as usize] = acc,
+                0x03 => mem[k as usize] = x,
+                0x07 => x = acc,
+                0x87 => acc = x,
+                0x54 => acc &= k,
+                0x44 => acc |= k,
+                0x05 => pc += k as usize,
+                0x15 | 0x25 | 0x35 | 0x45 | 0x1d | 0x2d | 0x3d | 0x4d => {
+                    let v = if i.code & 0x08 != 0 { x } else { k };
+                    let t = match i.code & 0xf0 {
+                        0x10 => acc == v,
+                        0x20 => acc > v,
+                        0x30 => acc >= v,
+                        _ => acc & v != 0,
+                    };
+                    pc += if t { i.jt } else { i.jf } as usize;
+                }
+                0x06 => return k,
+                0x16 => return acc,
+                c => panic!("BPF opcode {c:#x} not emulated"),
+            }
+        }
+    }
+
+    fn nr(name: &str) -> i32 {
+        native_nr(name).unwrap()
+    }
+
+    fn native(f: &Filter, name: &str, args: [u64; 6]) -> u32 {
+        run(&f.program, AUDIT_ARCH_X86_64, nr(name), args)
+    }
+
+    /// Every syscall without conditions in the policy returns the same
+    /// action whatever its arguments: what the kernel's action cache needs.
+    fn assert_cacheable(f: &Filter, names: &[&str]) {
+        for n in names {
+            let a = native(f, n, [0; 6]);
+            let b = native(f, n, [u64::MAX, 1, 0x5412, 0x1_0000_0000, 7, 9]);
+            assert_eq!(a, b, "{n}: the result depends on the arguments");
+        }
+    }
+
+    #[test]
+    fn builtins_parse_and_compile() {
+        for (name, text) in [("default", DEFAULT_POLICY), ("strict", STRICT_POLICY), ("compile", COMPILE_POLICY)] {
+            let p = parse_toml(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!p.rules.is_empty());
+            let f = compile(&name.parse().unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(f.program.len() > 10 && f.program.len() < 4096, "{name}: {f:?}");
+            assert_eq!(f.notify, name != "default", "{name}");
+        }
+        assert!(compile(&PolicyName::None).unwrap().program.is_empty());
+    }
+
+    #[test]
+    fn default_policy_actions() {
+        let f = compile(&PolicyName::Default).unwrap();
+        let eperm = ret_errno(libc::EPERM);
+        assert_eq!(native(&f, "keyctl", [0; 6]), eperm);
+        assert_eq!(native(&f, "bpf", [0; 6]), eperm);
+        assert_eq!(native(&f, "io_uring_setup", [0; 6]), ret_errno(libc::ENOSYS));
+        assert_eq!(native(&f, "read", [0; 6]), RET_ALLOW);
+        assert_eq!(native(&f, "unshare", [0x1000_0000, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "mount", [0; 6]), RET_ALLOW);
+        // ioctl: TIOCSTI refused whatever the upper 32 bits; others run.
+        assert_eq!(native(&f, "ioctl", [0, 0x5412, 0, 0, 0, 0]), eperm);
+        assert_eq!(native(&f, "ioctl", [0, 0x1_0000_5412, 0, 0, 0, 0]), eperm);
+        assert_eq!(native(&f, "ioctl", [0, 0x541c, 0, 0, 0, 0]), eperm);
+        assert_eq!(native(&f, "ioctl", [0, 0x5401, 0, 0, 0, 0]), RET_ALLOW);
+        // personality: the default values and the query only.
+        for ok in [0u64, 8, 0x20000, 0x20008, 0xffff_ffff, 0x1_0000_0000] {
+            assert_eq!(native(&f, "personality", [ok, 0, 0, 0, 0, 0]), RET_ALLOW, "{ok:#x}");
+        }
+        for bad in [1u64, 0x40000, 0x400000, 0x0400_0008, 0xffff_fffe, 0x7fff_ffff, 0x1_0040_0000] {
+            assert_eq!(native(&f, "personality", [bad, 0, 0, 0, 0, 0]), eperm, "{bad:#x}");
+        }
+        // Non-native ABIs: ENOSYS.
+        assert_eq!(run(&f.program, AUDIT_ARCH_I386, 20, [0; 6]), ret_errno(libc::ENOSYS));
+        assert_eq!(run(&f.program, AUDIT_ARCH_X86_64, 0x4000_0027, [0; 6]), ret_errno(libc::ENOSYS));
+        assert_cacheable(&f, &["read", "write", "openat", "clone", "execve", "keyctl", "mmap"]);
+    }
+
+    #[test]
+    fn strict_policy_actions() {
+        let f = compile(&PolicyName::Strict).unwrap();
+        assert_eq!(native(&f, "read", [0; 6]), RET_ALLOW);
+        assert_eq!(native(&f, "socket", [2, 1, 0, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(native(&f, "fork", [0; 6]), RET_NOTIFY);
+        assert_eq!(native(&f, "clone", [0; 6]), RET_NOTIFY);
+        assert_eq!(native(&f, "openat", [0, 0, libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "openat", [0, 0, libc::O_WRONLY as u64, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(native(&f, "openat", [0, 0, libc::O_CREAT as u64, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(run(&f.program, AUDIT_ARCH_I386, 20, [0; 6]), RET_NOTIFY);
+        assert_eq!(run(&f.program, AUDIT_ARCH_X86_64, 0x4000_0027, [0; 6]), RET_NOTIFY);
+        assert_cacheable(&f, &["read", "write", "mmap", "execve", "exit_group", "socket", "fork"]);
+    }
+
+    #[test]
+    fn new_listener_refused_when_notifying() {
+        let eperm = ret_errno(libc::EPERM);
+        for name in [PolicyName::Strict, PolicyName::Compile] {
+            let f = compile(&name).unwrap();
+            assert!(f.notify);
+            assert_eq!(native(&f, "seccomp", [1, 8, 0, 0, 0, 0]), eperm, "{name}");
+            assert_eq!(native(&f, "seccomp", [0x1_0000_0001, 0x9, 0, 0, 0, 0]), eperm, "{name}");
+            // Other seccomp calls: the policy's default (kill).
+            assert_eq!(native(&f, "seccomp", [1, 0, 0, 0, 0, 0]), RET_NOTIFY, "{name}");
+        }
+        // A policy allowing seccomp keeps allowing the rest.
+        let text = r#"
+            default_action = "kill"
+            [[rule]]
+            syscall = ["seccomp", "read"]
+            action = "allow"
+        "#;
+        let f = compile_text("test", text, false).unwrap();
+        assert_eq!(native(&f, "seccomp", [1, 8, 0, 0, 0, 0]), eperm);
+        assert_eq!(native(&f, "seccomp", [0x1_0000_0001, 8, 0, 0, 0, 0]), eperm);
+        assert_eq!(native(&f, "seccomp", [1, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "seccomp", [1, 0x1_0000_0000, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "seccomp", [2, 8, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "seccomp", [0, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "read", [0; 6]), RET_ALLOW);
+        // Without `kill`, no rule is added.
+        let f = compile_text("test", "default_action = \"allow\"", false).unwrap();
+        assert!(!f.notify);
+        assert_eq!(native(&f, "seccomp", [1, 8, 0, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
+    fn masked_eq_and_errno_rule() {
+        let text = r#"
+            default_action = "allow"
+            [[rule]]
+            syscall = "openat"
+            action = "errno EACCES"
+            args = [{ index = 2, op = "masked_eq", mask = 3, value = 1 }]
+            [[rule]]
+            syscall = "mkdir"
+            action = "errno 13"
+            args = [{ index = 1, op = "gt", value = "0x1ff" }]
+        "#;
+        let f = compile_text("test", text, false).unwrap();
+        let eacces = ret_errno(libc::EACCES);
+        assert_eq!(native(&f, "openat", [0, 0, 0x41, 0, 0, 0]), eacces);
+        assert_eq!(native(&f, "openat", [0, 0, 0x42, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "mkdir", [0, 0x200, 0, 0, 0, 0]), eacces);
+        assert_eq!(native(&f, "mkdir", [0, 0x1ff, 0, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
+    fn json_and_toml_are_equivalent() {
+        let toml = r#"
+            default_action = "errno EPERM"
+            non_native_action = "kill"
+            [[rule]]
+            syscall = ["read", "write"]
+            action = "allow"
+            [[rule]]
+            syscall = "ioctl"
+            action = "allow"
+            args = [{ index = 1, op = "masked_eq", mask = 0xffffffff, value = 0x5401 }]
+        "#;
+        let json = r#"{
+            "default_action": "errno EPERM",
+            "non_native_action": "kill",
+            "rule": [
+                { "syscall": ["read", "write"], "action": "allow" },
+                { "syscall": "ioctl", "action": "allow",
+                  "args": [{ "index": 1, "op": "masked_eq", "mask": 4294967295, "value": "0x5401" }] }
+            ]
+        }"#;
+        let a = parse_toml(toml).unwrap();
+        let b = parse_json(json).unwrap();
+        assert_eq!(a, b);
+        let fa = compile_text("t", toml, false).unwrap();
+        let fb = compile_text("j", json, true).unwrap();
+        assert_eq!(fa.program.len(), fb.program.len());
+        assert!(fa.notify && fb.notify);
+        assert!(fa
+            .program
+            .iter()
+            .zip(&fb.program)
+            .all(|(x, y)| (x.code, x.jt, x.jf, x.k) == (y.code, y.jt, y.jf, y.k)));
+    }
+
+    fn err(text: &str) -> String {
+        match compile_text("policy.toml", text, false) {
+            Ok(f) => panic!("accepted: {f:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn unknown_syscalls_are_all_listed() {
+        let e = err(r#"
+            default_action = "kill"
+            [[rule]]
+            syscall = ["read", "frobnicate"]
+            action = "allow"
+            [[rule]]
+            syscall = "socketcall"
+            action = "allow"
+        "#);
+        assert!(e.starts_with("policy.toml: "), "{e}");
+        assert!(e.contains("`frobnicate` (rule[0])") && e.contains("`socketcall` (rule[1])"), "{e}");
+    }
+
+    #[test]
+    fn bad_actions_indexes_and_ops() {
+        let e = err("default_action = \"die\"");
+        assert!(e.contains("default_action") && e.contains("unknown action `die`"), "{e}");
+        let e = err("default_action = \"errno EWHAT\"");
+        assert!(e.contains("unknown errno `EWHAT`"), "{e}");
+        let e = err("default_action = \"errno 5000\"");
+        assert!(e.contains("out of range"), "{e}");
+        let rule = |args: &str| {
+            format!("default_action = \"allow\"\n[[rule]]\nsyscall = \"ioctl\"\naction = \"errno EPERM\"\nargs = [{args}]\n")
+        };
+        let e = err(&rule("{ index = 6, op = \"eq\", value = 1 }"));
+        assert!(e.contains("rule[0].args[0]") && e.contains("index 6"), "{e}");
+        let e = err(&rule("{ index = 1, op = \"like\", value = 1 }"));
+        assert!(e.contains("rule[0].args[0].op") && e.contains("unknown variant `like`"), "{e}");
+        let e = err(&rule("{ index = 1, op = \"masked_eq\", value = 1 }"));
+        assert!(e.contains("needs a `mask`"), "{e}");
+        let e = err(&rule("{ index = 1, op = \"eq\", value = 1 }, { index = 1, op = \"ne\", value = 2 }"));
+        assert!(e.contains("rule[0].args[1]") && e.contains("a second condition on argument 1"), "{e}");
+        let e = err(&rule("{ index = 1, op = \"eq\" }"));
+        assert!(e.contains("needs a `value`"), "{e}");
+        let e = err("default_action = \"allow\"\n[[rule]]\nsyscall = \"read\"\naction = \"allow\"\n");
+        assert!(e.contains("is the default action"), "{e}");
+    }
+
+    #[test]
+    fn malformed_documents_name_the_field() {
+        let e = err("default_action = \"allow\"\n[[rule]]\nsyscall = \"read\"\naction = 3\n");
+        assert!(e.contains("rule[0].action") && e.contains("line"), "{e}");
+        let e = err("default_action = \"allow\"\nrules = []\n");
+        assert!(e.contains("unknown field `rules`"), "{e}");
+        let e = err("default_action = ");
+        assert!(e.starts_with("policy.toml: "), "{e}");
+        let e = compile_text("p.json", r#"{"default_action": "allow", "rule": [{"syscall": "read", "action": "allow", "args": [{"index": "x"}]}]}"#, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rule[0].args[0].index"), "{e}");
+        let e = compile_text("p.json", "{", true).unwrap_err().to_string();
+        assert!(e.starts_with("p.json: "), "{e}");
+    }
+
+    #[test]
+    fn duplicates_and_conflicts() {
+        let e = err("default_action = \"kill\"\n[[rule]]\nsyscall = \"read\"\naction = \"allow\"\n[[rule]]\nsyscall = [\"write\", \"read\"]\naction = \"allow\"\n");
+        assert!(e.contains("`read` in rule[0] and rule[1]: duplicate rule"), "{e}");
+        let e = err("default_action = \"kill\"\n[[rule]]\nsyscall = \"read\"\naction = \"allow\"\n[[rule]]\nsyscall = \"read\"\naction = \"errno EIO\"\n");
+        assert!(e.contains("conflicting rules"), "{e}");
+        let e = err("default_action = \"kill\"\n[[rule]]\nsyscall = \"read\"\naction = \"allow\"\n[[rule]]\nsyscall = \"read\"\naction = \"errno EIO\"\nargs = [{ index = 0, op = \"eq\", value = 3 }]\n");
+        assert!(e.contains("would be ignored"), "{e}");
+    }
+
+    #[test]
+    fn not_in_cover_is_exact() {
+        let values = [0u32, 8, 0x20000, 0x20008, 0xffff_ffff];
+        let mut cubes = Vec::new();
+        not_in_cover(&values, 0, 0, &mut cubes);
+        let covered = |x: u32| cubes.iter().filter(|(m, v)| x & m == *v).count();
+        for x in values {
+            assert_eq!(covered(x), 0, "{x:#x}");
+        }
+        for x in [1u32, 7, 9, 0x10, 0x20001, 0x40000, 0x8000_0000, 0xffff_fffe, 0x7fff_ffff, 0x12345678] {
+            assert_eq!(covered(x), 1, "{x:#x}");
+        }
+    }
+
+    #[test]
+    fn syscall_names() {
+        assert_eq!(syscall_name(AUDIT_ARCH_X86_64, 41), "socket");
+        assert_eq!(syscall_name(AUDIT_ARCH_I386, 20), "i386:getpid");
+        assert_eq!(syscall_name(AUDIT_ARCH_X86_64, 0x4000_0000), "x32:read");
+        assert_eq!(syscall_name(AUDIT_ARCH_X86_64, 99999), "syscall 99999");
+        assert!(syscall_name(0x1234, 1).starts_with("syscall 1"));
+    }
 }

@@ -58,9 +58,22 @@ pub struct RunSpec {
     pub mounts: Vec<MountOp>,
     /// Share the host's network instead of a loopback-only one.
     pub share_net: bool,
+    /// TCP ports the program may connect to (Landlock, Linux ≥ 6.7);
+    /// absent: any, `[]`: none. With `share_net` the host's network, else
+    /// the loopback-only one (shared by a supervisor's runs). A kernel that
+    /// cannot enforce it fails the run.
+    pub tcp_connect: Option<Vec<u16>>,
+    /// TCP ports the program may bind, like `tcp_connect` (0: let the
+    /// kernel pick one).
+    pub tcp_bind: Option<Vec<u16>>,
     /// Seccomp policy: `default`, `strict`, `compile`, `none` or a policy
     /// file (docs/seccomp.md).
     pub seccomp: crate::seccomp::PolicyName,
+    /// The Landlock layer (write access only where the mounts allow it;
+    /// signals and abstract Unix sockets scoped to the run): on where the
+    /// kernel has Landlock unless `false`. Off, the program may mount
+    /// inside (nested sandboxes, `unshare -m`), which Landlock forbids.
+    pub landlock: Option<bool>,
     /// Resource limits.
     pub limits: Limits,
     /// Where the run's cgroups come from.
@@ -95,6 +108,31 @@ pub enum Stdio {
 pub struct Capture {
     #[serde(with = "units::size")]
     pub capture: u64,
+}
+
+/// Most ports `tcp_connect` or `tcp_bind` may list (one Landlock rule each).
+pub const MAX_PORTS: usize = 4096;
+
+/// Parses a port list as the CLI takes it: `none`, or ports separated by
+/// commas (`80,443`).
+pub fn parse_ports(s: &str) -> Result<Vec<u16>, String> {
+    if s.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let port = part.parse::<u16>().map_err(|_| {
+            format!("`{part}` is not a TCP port (0-65535); give ports separated by commas, or `none`")
+        })?;
+        if !out.contains(&port) {
+            out.push(port);
+        }
+    }
+    if out.len() > MAX_PORTS {
+        return Err(format!("more than {MAX_PORTS} ports"));
+    }
+    Ok(out)
 }
 
 /// Most bytes one captured stream may keep (the result travels in one message).
@@ -365,6 +403,11 @@ impl RunSpec {
             return Err(SpecError::new("tmp_size", "must be more than 0 bytes"));
         }
         self.limits.validate()?;
+        for (field, ports) in [("tcp_connect", &self.tcp_connect), ("tcp_bind", &self.tcp_bind)] {
+            if ports.as_ref().is_some_and(|p| p.len() > MAX_PORTS) {
+                return Err(SpecError::new(field, format!("more than {MAX_PORTS} ports")));
+            }
+        }
         for (i, op) in self.mounts.iter().enumerate() {
             let f = |name: &str| format!("mounts[{i}].{name}");
             match op {
@@ -549,6 +592,26 @@ mod tests {
         assert!(e.to_string().contains("limits.wall_time"), "{e}");
         let e = from_toml("[limits]\nopen_files = \"x\"\n").unwrap_err();
         assert!(e.to_string().contains("limits.open_files (line 2)"), "{e}");
+    }
+
+    #[test]
+    fn ports() {
+        assert_eq!(parse_ports("none"), Ok(vec![]));
+        assert_eq!(parse_ports("80, 443,80"), Ok(vec![80, 443]));
+        assert_eq!(parse_ports("0"), Ok(vec![0]));
+        for bad in ["", "x", "65536", "-1", "80,,443", "1-3"] {
+            let e = parse_ports(bad).unwrap_err();
+            assert!(e.contains("not a TCP port"), "{bad}: {e}");
+        }
+        let s = from_toml("argv = [\"x\"]\ntcp_connect = [80, 443]\ntcp_bind = []\n").unwrap();
+        assert_eq!((s.tcp_connect, s.tcp_bind), (Some(vec![80, 443]), Some(vec![])));
+        let s: RunSpec = serde_json::from_str(r#"{"argv": ["x"]}"#).unwrap();
+        assert_eq!((s.tcp_connect, s.tcp_bind), (None, None));
+        let e = from_toml("argv = [\"x\"]\ntcp_bind = [70000]\n").unwrap_err();
+        assert!(e.to_string().contains("tcp_bind"), "{e}");
+        let mut s = RunSpec::new(["/bin/true"]);
+        s.tcp_connect = Some((0..=MAX_PORTS as u16).collect());
+        assert_eq!(s.validate().unwrap_err().field, "tcp_connect");
     }
 
     #[test]

@@ -23,13 +23,14 @@ use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::Ordering::SeqCst;
 
 use serde_json::Value;
 
 use crate::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::child::{
-    self, NetJoin, Plan, RawRlimit, Shared, SourceId, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
+    self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, SourceId, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
     FLAG_FORBIDDEN, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
 };
 use crate::error::{errno_text, Error, SysError};
@@ -82,6 +83,8 @@ pub struct Supervisor {
     cgroup_note: String,
     /// CPUs the supervisor may run on (its affinity mask).
     cpus: u64,
+    /// The kernel's Landlock ABI version (0: none), probed once.
+    landlock_abi: u32,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -190,6 +193,9 @@ struct Shape {
     hostname: Option<String>,
     ids: (u32, u32),
     cgroup: [bool; 4],
+    seccomp: PolicyName,
+    /// `landlock`, `tcp_connect`, `tcp_bind`: PID 1 builds the ruleset.
+    landlock: (bool, Option<Vec<u16>>, Option<Vec<u16>>),
 }
 
 /// A host file a `file` operation copies, as it was when opened.
@@ -208,6 +214,8 @@ fn file_stamp(path: &Path) -> Option<(u64, u64, u64, i64, i64, i64)> {
 /// with its tracee waiting for the go message.
 struct Prepared {
     shape: Shape,
+    /// The run's seccomp filter, mapped in PID 1.
+    filter: Rc<SealedFilter>,
     pidfd: OwnedFd,
     arena: Arena<Shared>,
     /// Our end of the tracee's go socket.
@@ -361,6 +369,7 @@ impl Supervisor {
             cgroups,
             cgroup_note,
             cpus: sys::cpu_count(),
+            landlock_abi: crate::landlock::probe(),
         })
     }
 
@@ -404,6 +413,8 @@ impl Supervisor {
             hostname: spec.hostname.clone(),
             ids: self.ids(spec),
             cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
+            seccomp: spec.seccomp.clone(),
+            landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
         }
     }
 
@@ -418,6 +429,9 @@ impl Supervisor {
     /// Checks what a long-lived supervisor cannot change per run.
     fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
+        // Asked for, so enforced or refused (the filesystem part is best effort).
+        let asked = crate::landlock::requested(spec.landlock != Some(false), spec.tcp_connect.as_deref(), spec.tcp_bind.as_deref());
+        crate::landlock::check_network(self.landlock_abi, asked)?;
         let c = &spec.cgroup;
         if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
             return Err(
@@ -484,6 +498,8 @@ impl Supervisor {
     /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
     /// its tracee then waits for the go message.
     fn prepare(&mut self, spec: &RunSpec, shape: Shape, ahead: bool) -> Result<Prepared, String> {
+        // Compiled (once) before the fork, so that PID 1 inherits it.
+        let filter = self.filters.get(&spec.seccomp)?;
         let (net, pending_net) = self.net_join(spec)?;
         let mut names = vec![String::new(), String::new()];
         let mounts = MountPlan::prepare(spec, &mut names).map_err(|e| e.to_string())?;
@@ -541,6 +557,13 @@ impl Supervisor {
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
+            landlock: crate::landlock::Plan::new(
+                self.landlock_abi,
+                &mounts,
+                spec.landlock != Some(false),
+                spec.tcp_connect.as_deref(),
+                spec.tcp_bind.as_deref(),
+            ),
             mounts,
             last_cap: self.last_cap,
             cgroup: cgroup.as_ref().map(RunCgroup::raw_fds),
@@ -548,6 +571,7 @@ impl Supervisor {
             done: done_child.as_raw_fd(),
             control: control.as_raw_fd(),
             keep_fds,
+            filter: filter.clone(),
         };
         let (pid, pidfd) = match sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None) {
             Err(e) => {
@@ -567,7 +591,7 @@ impl Supervisor {
             self.deliver_net(ours);
         }
         let _ = pid;
-        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, binds, files, ahead })
+        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, binds, files, ahead, filter })
     }
 
     /// Whether a PID 1 built ahead still matches the host: every bind
@@ -597,7 +621,7 @@ impl Supervisor {
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.
-    fn fill(&mut self, p: &mut Prepared, spec: &RunSpec) -> Result<Filled, String> {
+    fn fill(&self, p: &mut Prepared, spec: &RunSpec) -> Result<Filled, String> {
         let c = |s: &str| CString::new(s).expect("validated: no NUL");
         let mut env = spec.env.clone();
         for k in &spec.keep_env {
@@ -664,10 +688,6 @@ impl Supervisor {
         a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
         a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
         a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
-        let filter = self.filters.get(&spec.seccomp)?;
-        a.go_filter.store(a.put_slice(&filter.program).map_err(too_big)? as u64, SeqCst);
-        a.go_filter_len.store(filter.program.len() as u64, SeqCst);
-        a.go_filter_notify.store(filter.notify as u32, SeqCst);
         if let Some(cg) = &p.cgroup {
             cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
         }
@@ -712,6 +732,7 @@ impl Supervisor {
             stderr: None,
             syscall: None,
             syscall_args: None,
+            landlock: crate::landlock::Enforcement::from_u32(shared.landlock.load(SeqCst)),
         };
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve.
@@ -785,11 +806,14 @@ impl Supervisor {
 }
 
 /// The seccomp filters of a supervisor: each policy is compiled once (a
-/// policy file again only when it changed) and copied into every run's
-/// arena from here.
+/// policy file again only when it changed) into a sealed memfd that the
+/// supervisor maps read-only; every PID 1 forked after that inherits the
+/// mapping, and its tracee installs the filter straight from it (the
+/// thesis's "seccomp filter as file descriptor": no copy per run, and the
+/// request carries only the policy's name).
 #[derive(Default)]
 struct Filters {
-    compiled: Vec<(PolicyName, Option<FileStamp>, Filter)>,
+    compiled: Vec<(PolicyName, Option<FileStamp>, Rc<SealedFilter>)>,
 }
 
 /// What identifies a version of a policy file.
@@ -803,7 +827,7 @@ struct FileStamp {
 }
 
 impl Filters {
-    fn get(&mut self, name: &PolicyName) -> Result<&Filter, String> {
+    fn get(&mut self, name: &PolicyName) -> Result<Rc<SealedFilter>, String> {
         let stamp = match name {
             PolicyName::File(path) => {
                 use std::os::unix::fs::MetadataExt;
@@ -822,14 +846,17 @@ impl Filters {
         let i = match self.compiled.iter().position(|(n, s, _)| n == name && *s == stamp) {
             Some(i) => i,
             None => {
-                let filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
-                // A changed file replaces its old version.
+                let filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
+                let map = sys::SealedMap::new(c"capsule-seccomp", &filter.program)
+                    .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
+                // A changed file replaces its old version (runs prepared
+                // with the old one are no longer used: see `start`).
                 self.compiled.retain(|(n, _, _)| n != name);
-                self.compiled.push((name.clone(), stamp, filter));
+                self.compiled.push((name.clone(), stamp, Rc::new(SealedFilter { map, notify: filter.notify })));
                 self.compiled.len() - 1
             }
         };
-        Ok(&self.compiled[i].2)
+        Ok(self.compiled[i].2.clone())
     }
 }
 
@@ -975,11 +1002,17 @@ impl Loop {
     /// Starts one request, or answers it with an error.
     fn start(&mut self, sup: &mut Supervisor, req: Request) {
         let shape = sup.shape(&req.spec);
+        // The policy as it is now (a policy file may have changed since a
+        // spare was prepared with it).
+        let filter = match sup.filters.get(&req.spec.seccomp) {
+            Ok(f) => f,
+            Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
+        };
         // A spare of this shape that still matches the host, else a fresh one.
         let mut p = None;
         while let Some(i) = self.spares.iter().position(|s| s.shape == shape) {
             let s = self.spares.swap_remove(i);
-            if sup.still_fresh(&s) && !exited(&s) {
+            if Rc::ptr_eq(&s.filter, &filter) && sup.still_fresh(&s) && !exited(&s) {
                 p = Some(s);
                 break;
             }
@@ -1334,7 +1367,7 @@ impl Loop {
                 let msg = if result.status == Status::Error {
                     ServerMsg::Failed { id: *id, error: result.error.clone().unwrap_or_default() }
                 } else {
-                    ServerMsg::Result { id: *id, result: result.clone() }
+                    ServerMsg::Result { id: *id, result: Box::new(result.clone()) }
                 };
                 if proto::send(c.read.as_raw_fd(), &msg, &[]).is_err() {
                     self.drop_conn(conn);

@@ -88,7 +88,7 @@ fn usage() -> ! {
         "usage: capsule-probe SUBCOMMAND [ARGS]\n\
          subcommands: exit N | signal SIG | sleep MS | hold TAG | write-bytes N [PATH] |\n\
          env | cwd | ids | rlimits | fds | kill-all [EXIT] | tiocsti CHAR |\n\
-         open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT |\n\
+         open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT | bind-tcp PORT |\n\
          connect-abstract NAME | daemon MARKER | sleep-tree MARKER [N] |\n\
          hostname | sethostname NAME | ipc-check KEY | ipc-create KEY |\n\
          ns-inodes | timens | fork-many MAX | stat PATH... | cat PATH |\n\
@@ -180,6 +180,10 @@ fn main() {
             cmd_write_ro(rest)
         }
         "connect-tcp" => cmd_connect_tcp(arg(rest, 0)),
+        "bind-tcp" => {
+            let port: u16 = parse(arg(rest, 0));
+            out("bind", io_res(&std::net::TcpListener::bind(("127.0.0.1", port))));
+        }
         "connect-abstract" => cmd_connect_abstract(arg(rest, 0)),
         "connect-unix" => cmd_connect_unix(arg(rest, 0)),
         "daemon" => cmd_daemon(arg(rest, 0)),

@@ -6,6 +6,7 @@
 //! after `clone` (PID 1 and the tracee) can call them. The typed,
 //! allocating APIs live in the facility modules (`namespaces`, `mounts`, ...).
 
+pub mod landlock;
 pub mod probe;
 
 use std::ffi::CStr;
@@ -156,6 +157,12 @@ pub fn set_cloexec(fd: RawFd, on: bool) -> SysResult<()> {
     let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
     // SAFETY: as above.
     check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, new) }).map(drop)
+}
+
+/// The access mode of an open description (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
+pub fn fd_access_mode(fd: RawFd) -> SysResult<i32> {
+    // SAFETY: plain fcntl on an integer fd.
+    check_int(unsafe { libc::fcntl(fd, libc::F_GETFL) }).map(|f| f & libc::O_ACCMODE)
 }
 
 pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
@@ -626,6 +633,69 @@ impl Drop for Stack {
     fn drop(&mut self) {
         // SAFETY: base/len are the mapping created in new().
         unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Plain-old-data slices stored in a [`SealedMap`] (no padding, no
+/// pointers, any bit pattern valid).
+pub trait Pod: Copy {}
+impl Pod for libc::sock_filter {}
+impl Pod for u8 {}
+
+/// A sealed memfd and its read-only shared mapping: data written once and
+/// never changed (F_SEAL_WRITE, SHRINK, GROW, SEAL), which processes forked
+/// after it was made see at the same address without a copy.
+pub struct SealedMap {
+    fd: OwnedFd,
+    base: *mut libc::c_void,
+    /// Bytes of data (the mapping is at least one byte long).
+    len: usize,
+}
+
+impl SealedMap {
+    /// A sealed copy of `data`; `name` shows in /proc/PID/fd and maps.
+    pub fn new<T: Pod>(name: &CStr, data: &[T]) -> SysResult<Self> {
+        // SAFETY: T is Pod, so its bytes are initialized and may be viewed
+        // as u8 for the slice's whole length.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
+        // SAFETY: name is a valid C string; the flags are plain bits.
+        let fd = check_int(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
+        // SAFETY: memfd_create returned a new descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        write_all(fd.as_raw_fd(), bytes)?;
+        let seals = libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our descriptor with integer arguments.
+        check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+        let map_len = bytes.len().max(1);
+        // SAFETY: a new read-only shared mapping of our memfd (writable
+        // shared mappings are what F_SEAL_WRITE forbids); checked for
+        // MAP_FAILED. An empty file maps as one page that is never read.
+        let base = unsafe {
+            libc::mmap(ptr::null_mut(), map_len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        Ok(SealedMap { fd, base, len: bytes.len() })
+    }
+
+    /// The data as `T`s (the mapping is page-aligned, so suitably aligned).
+    pub fn as_slice<T: Pod>(&self) -> &[T] {
+        // SAFETY: the mapping holds `len` bytes written from a [T] in new()
+        // and sealed against change; page alignment satisfies T's alignment;
+        // it lives as long as self (and in a forked child, for ever).
+        unsafe { std::slice::from_raw_parts(self.base as *const T, self.len / std::mem::size_of::<T>()) }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for SealedMap {
+    fn drop(&mut self) {
+        // SAFETY: base/len are the mapping created in new().
+        unsafe { libc::munmap(self.base, self.len.max(1)) };
     }
 }
 
