@@ -1,6 +1,7 @@
 /* Attack 18: for SECONDS (argv[1], default 1) send every signal (but
  * SIGKILL to -1, which would end the flood's helpers) to PID 1 and to -1,
- * with a helper child doing the same; then exit 0. */
+ * with a helper child doing the same (none with argv[2] "solo": for the
+ * strict policy, which forbids processes); then exit 0. */
 #include "hostile.h"
 #include <time.h>
 
@@ -31,7 +32,8 @@ int main(int argc, char **argv) {
     /* We are hit by the helper's kill(-1): ignore what can be ignored,
      * SIGSTOP is answered by the SIGCONTs. */
     for (int s = 1; s < 65; s++) signal(s, SIG_IGN);
-    pid_t helper = fork();
+    int solo = argc > 2 && !strcmp(argv[2], "solo");
+    pid_t helper = solo ? -1 : fork();
     if (helper == 0) {
         for (int s = 1; s < 65; s++) signal(s, SIG_IGN);
         flood(secs, 0);
@@ -39,9 +41,11 @@ int main(int argc, char **argv) {
     }
     long sent = flood(secs, 1);
     /* The helper may be stopped by our kill(-1, SIGSTOP)s: wake it up. */
-    kill(helper, SIGCONT);
     int st = 0;
-    waitpid(helper, &st, 0);
+    if (helper > 0) {
+        kill(helper, SIGCONT);
+        waitpid(helper, &st, 0);
+    }
     out("INFO sent=%ld helper-status=%d", sent, st);
     DONE();
     return 0;
