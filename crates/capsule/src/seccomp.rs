@@ -775,22 +775,19 @@ fn check_conflicts(flat: &[Flat], default: Action) -> Result<(), String> {
     Ok(())
 }
 
-/// libseccomp's BPF, read back through a pipe (a reader thread drains it:
-/// a pipe's capacity may be smaller than a filter).
+/// libseccomp's BPF, read back from a memfd. (Not a pipe drained by a
+/// thread: the supervisor has a pending time namespace for its children,
+/// and Linux 6.1 refuses to create threads then.)
 fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
-    let (r, w) = sys::pipe().map_err(|e| format!("pipe for the BPF: {}", std::io::Error::from_raw_os_error(e)))?;
-    let bytes = std::thread::scope(|s| {
-        let reader = s.spawn(move || {
-            let mut f = std::fs::File::from(r);
-            let mut b = Vec::new();
-            f.read_to_end(&mut b).map(|_| b)
-        });
-        let exported = ctx.export_bpf(&w);
-        drop(w);
-        let read = reader.join().map_err(|_| "the BPF reader thread panicked".to_string())?;
-        exported.map_err(|e| format!("libseccomp: exporting the BPF: {e}"))?;
-        read.map_err(|e| format!("reading the BPF back: {e}"))
-    })?;
+    use std::io::{Seek, SeekFrom};
+    let fd = sys::memfd(c"capsule-bpf")
+        .map_err(|e| format!("memfd_create for the BPF: {}", std::io::Error::from_raw_os_error(e)))?;
+    ctx.export_bpf(&fd).map_err(|e| format!("libseccomp: exporting the BPF: {e}"))?;
+    let mut f = std::fs::File::from(fd);
+    let mut bytes = Vec::new();
+    f.seek(SeekFrom::Start(0))
+        .and_then(|_| f.read_to_end(&mut bytes))
+        .map_err(|e| format!("reading the BPF back: {e}"))?;
     if bytes.is_empty() || bytes.len() % 8 != 0 {
         return Err(format!("libseccomp exported {} bytes of BPF, not whole instructions", bytes.len()));
     }

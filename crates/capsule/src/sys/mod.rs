@@ -636,6 +636,14 @@ impl Drop for Stack {
     }
 }
 
+/// A new memfd (close-on-exec).
+pub fn memfd(name: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: name is a valid C string; the flags are plain bits.
+    let fd = check_int(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: memfd_create returned a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Plain-old-data slices stored in a [`SealedMap`] (no padding, no
 /// pointers, any bit pattern valid).
 pub trait Pod: Copy {}
