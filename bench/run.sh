@@ -418,6 +418,13 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "issue 4 are measured by \`bench/server.sh\`, in"
     echo "[docs/benchmarks-server.md](benchmarks-server.md)."
     echo
+    echo "## Seccomp"
+    echo
+    echo "What the seccomp policies cost inside the sandbox (3M \`getppid\` calls and"
+    echo "\`g++ -O2\` of a 1000-line file under \`none\`, an allow-all filter, \`default\`,"
+    echo "\`strict\`/\`compile\`) is measured by \`bench/seccomp.sh\`, in"
+    echo "[docs/benchmarks-seccomp.md](benchmarks-seccomp.md)."
+    echo
     echo "To reproduce: \`sudo env ROUNDS=$rounds WARMUP=$warmup MEMFD_ITERS=$memfd_iters bench/run.sh $runs\`"
     echo "from the repository root (see the header of the script)."
 } >"$tmp"
