@@ -14,6 +14,7 @@ pub mod landlock;
 mod mounts;
 mod namespaces;
 pub mod proto;
+mod resolve;
 pub mod result;
 mod rlimits;
 pub mod sandbox;
