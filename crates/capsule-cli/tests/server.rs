@@ -549,7 +549,7 @@ fn serve_spares_follow_the_host() {
     ]);
     spec["stdout"] = json!({"capture": 100});
     let mut s = serve(&["--parallel", "2"]);
-    let mut run = |s: &mut Serve, id: &str, want: &str| {
+    let run = |s: &mut Serve, id: &str, want: &str| {
         let r = s.run(json!(id), spec.clone());
         assert_exited(&r, 0);
         assert_eq!(r["stdout"]["text"], want, "{id}: {r}");
