@@ -17,6 +17,8 @@ const RUN_AFTER: &str = "\
 Mount operations (--bind ... --noexec) apply in the order given, after the base view
 (host view: host root read-only, fresh /proc, minimal /dev, private /tmp; or --empty-root).
 --size and --noexec modify the mount operation just before them.
+A bind or --file SRC never follows a symbolic link you own (a sandboxed run could have
+made it): name the link's target, or recreate the link inside with --symlink.
 
 Exit status: the program's exit code; 128+N when it died of signal N; 124 when the
 wall-time or CPU-time limit killed it; 123 memory limit; 122 output limit; 121 forbidden

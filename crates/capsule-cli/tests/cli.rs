@@ -156,6 +156,78 @@ fn missing_bind_source_is_an_error() {
     out.assert_code(0);
 }
 
+/// A symbolic link owned by the capsule user, as one a sandboxed run
+/// could have planted (everything a run creates on the host is the
+/// user's): never followed as a bind or `--file` source, at the end of the
+/// path or in its middle; the error names the link and the fix.
+#[test]
+fn user_owned_link_as_source_is_refused() {
+    require!("user_owned_link_as_source_is_refused", userns_available());
+    let dir = Scratch::new("userlink");
+    dir.mkdir("secret");
+    dir.write("secret/marker", b"SECRET\n");
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(dir.join("secret"), &link).unwrap();
+    if h().is_root {
+        std::os::unix::fs::lchown(&link, Some(h().uid), Some(h().gid)).unwrap();
+    }
+    let l = link.display().to_string();
+    let marker = format!("{l}/marker");
+    let cases: [&[&str]; 6] = [
+        &["--bind", &l, "/mnt"],
+        &["--ro-bind", &l, "/mnt"],
+        &["--dev-bind", &l, "/mnt"],
+        &["--ro-bind-try", &l, "/mnt"],
+        &["--ro-bind", &marker, "/mnt/marker"],
+        &["--file", &marker, "/tmp/marker"],
+    ];
+    for opts in cases {
+        let mut argv = vec!["run"];
+        argv.extend_from_slice(opts);
+        argv.extend(["--", "/bin/cat", "/mnt/marker"]);
+        let out = capsule(&argv).run();
+        out.assert_code(125);
+        assert!(!out.stdout.contains("SECRET"), "{opts:?}: followed the link; {}", out.describe());
+        for needle in [format!("`{l}` is a symbolic link"), "owned by you".into(), "--symlink".into()] {
+            assert!(out.stderr.contains(&needle), "{opts:?}: no {needle:?}; {}", out.describe());
+        }
+    }
+    // The target named directly is fine.
+    let out = capsule(&["run", "-q", "--ro-bind", &dir.join("secret").display().to_string(), "/mnt", "--", "/bin/cat", "/mnt/marker"]).run();
+    out.assert_code(0);
+    assert_eq!(out.stdout, "SECRET\n", "{}", out.describe());
+}
+
+/// A link the capsule user cannot have made (root's, in a root-owned
+/// directory, like the system's `/lib64`) is followed, as a bind and a
+/// `--file` source.
+#[test]
+fn root_owned_link_as_source_is_followed() {
+    require!("root_owned_link_as_source_is_followed", require_root());
+    require!("root_owned_link_as_source_is_followed", userns_available());
+    let dir = Scratch::new("rootlink");
+    dir.mkdir("target");
+    dir.write("target/marker", b"TARGET\n");
+    let rootdir = dir.join("rootdir");
+    std::fs::create_dir(&rootdir).unwrap();
+    std::fs::set_permissions(&rootdir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let link = rootdir.join("link");
+    std::os::unix::fs::symlink("../target", &link).unwrap();
+    let l = link.display().to_string();
+    let marker = format!("{l}/marker");
+    for (opts, at) in [(&["--ro-bind", &l, "/mnt"][..], "/mnt/marker"), (&["--file", &marker, "/tmp/marker"][..], "/tmp/marker")] {
+        let mut argv = vec!["run", "-q"];
+        argv.extend_from_slice(opts);
+        argv.extend(["--", "/bin/cat", at]);
+        let out = capsule(&argv).run();
+        out.assert_code(0);
+        assert_eq!(out.stdout, "TARGET\n", "{opts:?}: {}", out.describe());
+    }
+    // A -try source behind it that is missing is still skipped.
+    let out = capsule(&["run", "-q", "--ro-bind-try", &format!("{l}/missing"), "/mnt", "--", "/bin/true"]).run();
+    out.assert_code(0);
+}
+
 // 12 ----------------------------------------------------------------------
 
 #[test]

@@ -1103,8 +1103,10 @@ both_policies!(signal_flood);
 /// `renameat2(RENAME_EXCHANGE)` as fast as possible between `src` (a
 /// directory whose `marker` says INTENDED) and a symlink to `secret` (whose
 /// marker says SECRET), while `capsule run --ro-bind src /mnt -- cat
-/// /mnt/marker` runs 100 times, then 100 runs through a server: each prints
-/// INTENDED or fails with a clear error, never SECRET.
+/// /mnt/marker` runs 100 times, then 100 runs through a server (PID 1s
+/// prepared ahead). The link belongs to the capsule user, as one a
+/// sandboxed run planted would: capsule never follows it, so each run
+/// prints INTENDED or fails with the error naming the link, never SECRET.
 fn symlink_swap_race(policy: &str) {
     require_hostile!("symlink_swap_race");
     let _l = procs_shared();
@@ -1114,6 +1116,10 @@ fn symlink_swap_race(policy: &str) {
     dir.mkdir("secret");
     dir.write("secret/marker", b"SECRET\n");
     std::os::unix::fs::symlink(dir.join("secret"), dir.join("alt")).unwrap();
+    if h().is_root {
+        std::os::unix::fs::lchown(dir.join("alt"), Some(h().uid), Some(h().gid)).unwrap();
+    }
+    let is_link_error = |e: &str| e.contains("is a symbolic link") && e.contains("--symlink");
     let stop = Arc::new(AtomicBool::new(false));
     let flips = Arc::new(AtomicUsize::new(0));
     let flipper = {
@@ -1149,6 +1155,7 @@ fn symlink_swap_race(policy: &str) {
             _ => {
                 assert_eq!(out.code, Some(125), "neither the content nor a clear error; {}", out.describe());
                 assert!(out.stderr.contains("capsule: error:"), "unclear error; {}", out.describe());
+                assert!(is_link_error(&out.stderr), "not the link's error; {}", out.describe());
                 errors += 1;
             }
         }
@@ -1159,8 +1166,9 @@ fn symlink_swap_race(policy: &str) {
         sp["mounts"] = json!([{"type": "ro-bind", "src": src, "dst": "/mnt"}]);
         s.request(json!(i), sp);
         let v = s.response(&json!(i), Duration::from_secs(60));
-        if let Some(e) = v.get("error").and_then(Value::as_str) {
+        if let Some(e) = v.get("error").or_else(|| v["result"].get("error")).and_then(Value::as_str) {
             assert!(!e.contains("seccomp"), "policy unavailable: {e}");
+            assert!(is_link_error(e), "not the link's error: {v}");
             errors += 1;
             continue;
         }

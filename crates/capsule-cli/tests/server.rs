@@ -529,6 +529,56 @@ fn serve_capture() {
     s.finish().assert_code(0);
 }
 
+/// A PID 1 prepared ahead holds its sources as resolved then: a run uses
+/// it only while every bind and `file` source still resolves to the same
+/// object (and the copied file is unchanged), else a fresh one is built,
+/// which sees the host as it is now, or reports a source it now refuses
+/// (a link of the user's swapped in).
+#[test]
+fn serve_spares_follow_the_host() {
+    require!("serve_spares_follow_the_host", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("spares");
+    dir.mkdir("src");
+    dir.write("src/marker", b"ONE\n");
+    dir.write("f", b"F1\n");
+    let mut spec = sh("cat /mnt/marker /tmp/f");
+    spec["mounts"] = json!([
+        {"type": "ro-bind", "src": dir.join("src"), "dst": "/mnt"},
+        {"type": "file", "src": dir.join("f"), "dst": "/tmp/f"},
+    ]);
+    spec["stdout"] = json!({"capture": 100});
+    let mut s = serve(&["--parallel", "2"]);
+    let run = |s: &mut Serve, id: &str, want: &str| {
+        let r = s.run(json!(id), spec.clone());
+        assert_exited(&r, 0);
+        assert_eq!(r["stdout"]["text"], want, "{id}: {r}");
+        // Time to prepare the spares of this shape.
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    run(&mut s, "first", "ONE\nF1\n");
+    run(&mut s, "same", "ONE\nF1\n");
+    // Another directory at the source's path.
+    std::fs::rename(dir.join("src"), dir.join("old")).unwrap();
+    dir.mkdir("src");
+    dir.write("src/marker", b"TWO\n");
+    run(&mut s, "replaced", "TWO\nF1\n");
+    // The copied file rewritten in place (same inode and size).
+    dir.write("f", b"F2\n");
+    run(&mut s, "rewritten", "TWO\nF2\n");
+    // A link of the user's at the source's path: refused, naming it.
+    std::fs::rename(dir.join("src"), dir.join("new")).unwrap();
+    std::os::unix::fs::symlink(dir.join("old"), dir.join("src")).unwrap();
+    if h().is_root {
+        std::os::unix::fs::lchown(dir.join("src"), Some(h().uid), Some(h().gid)).unwrap();
+    }
+    s.request(json!("link"), spec.clone());
+    let v = s.recv_id(&json!("link"), T);
+    let e = v.get("error").or_else(|| v["result"].get("error")).and_then(Value::as_str).unwrap_or_default().to_string();
+    assert!(e.contains("is a symbolic link") && e.contains("--symlink"), "not refused: {v}");
+    s.finish().assert_code(0);
+}
+
 /// kill: the run ends at once with status `killed` and its result;
 /// cancel: its processes are gone and it is answered `"cancelled"`; a
 /// queued run cancelled never runs; unknown ids are errors.

@@ -103,7 +103,7 @@ impl Step {
             Step::NonDumpable => "making PID 1 non-dumpable (prctl PR_SET_DUMPABLE)",
             Step::RootClone => "cloning the host root (open_tree /)",
             Step::RootTmpfs => "creating the empty root tmpfs",
-            Step::BindSource => "opening a bind mount source (open_tree)",
+            Step::BindSource => "cloning a bind mount source (open_tree)",
             Step::Scratch => "creating the scratch tmpfs for --hide",
             Step::AttachRoot => "attaching the new root (move_mount)",
             Step::MountPoint => "creating a mount point",
@@ -169,8 +169,6 @@ pub(crate) const FLAG_CPU_TIME: u32 = 8;
 pub(crate) const FLAG_GO: u32 = 16;
 /// PID 1 killed the run because the supervisor asked (`kill`).
 pub(crate) const FLAG_KILLED: u32 = 32;
-/// PID 1 has cloned the bind sources and recorded what they resolved to.
-pub(crate) const FLAG_SOURCES: u32 = 64;
 /// The seccomp policy's `kill`: PID 1 killed the run at a forbidden call,
 /// recorded in `forbidden_*`.
 pub(crate) const FLAG_FORBIDDEN: u32 = 128;
@@ -200,10 +198,6 @@ pub(crate) struct Shared {
     pub go_wall_time_ns: AtomicU64,
     pub go_cpu_time_ns: AtomicU64,
     pub go_parallelism: AtomicU64,
-    /// `[SourceId]` in the arena, one per mount operation: PID 1 records
-    /// what each bind source resolved to when it cloned it.
-    pub source_ids: AtomicU64,
-    pub source_ids_len: AtomicU64,
     // --- results, written by PID 1 and the tracee.
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
@@ -263,15 +257,6 @@ pub(crate) struct RawRlimit {
     pub resource: u64,
     pub soft: u64,
     pub hard: u64,
-}
-
-/// What a bind source resolved to when PID 1 cloned it (all zero: not
-/// cloned, e.g. a missing `-try` source).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct SourceId {
-    pub dev: u64,
-    pub ino: u64,
 }
 
 /// How PID 1 joins the run's network.
@@ -396,18 +381,19 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     let proc = mounts::new_proc().map_err(|e| Fail::new(Step::ProcMount, e))?;
     let p = proc.as_raw_fd();
 
+    // Clone the bind sources from the descriptors the supervisor resolved
+    // (no path is looked up again): they are mounts of the supervisor's
+    // namespace, which open_tree refuses to clone from any other, so this
+    // comes before the run's own. The clones are detached, attached later.
+    mounts::clone_binds(&plan.mounts)?;
     // A mount namespace of the run's own: a private copy of the
     // supervisor's, in which PID 1 builds the tree and pivots. The tracee's
     // user + mount namespace below will lock every mount.
     sys::unshare(libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::UserNamespace, e))?;
-    // Build the tree: clone sources from the host view, attach the new
-    // root, apply the operations in order, pivot into it.
+    // Build the tree: clone the other sources from the host view, attach
+    // the new root, apply the operations in order, pivot into it.
     let mut build = Build::new(p);
-    let (ids_at, ids_len) = (shared.source_ids.load(SeqCst), shared.source_ids_len.load(SeqCst));
-    mounts::clone_sources(&plan.mounts, &mut build, |i, id: SourceId| {
-        arena.store(ids_at, ids_len, i, id);
-    })?;
-    shared.flags.fetch_or(FLAG_SOURCES, SeqCst);
+    mounts::clone_sources(&plan.mounts, &mut build)?;
     let root = mounts::attach_root(&build)?;
     mounts::apply_ops(&plan.mounts, &build, root)?;
     mounts::pivot(root)?;

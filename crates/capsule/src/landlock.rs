@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn plan_merges_ports() {
-        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false };
+        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false, sources: Vec::new() };
         let p = Plan::new(6, &mounts, true, Some(&[80, 443]), Some(&[80]));
         assert_eq!(p.ports, vec![(80, NET_CONNECT_TCP | NET_BIND_TCP), (443, NET_CONNECT_TCP)]);
         let p = Plan::new(2, &mounts, true, None, None);
@@ -488,12 +488,12 @@ mod tests {
     fn writable_places_of_the_host_view() {
         let spec = crate::RunSpec {
             mounts: vec![
-                crate::MountOp::Bind { src: "/x".into(), dst: "/out".into(), try_: false, noexec: false },
-                crate::MountOp::RoBind { src: "/y".into(), dst: "/in".into(), try_: false, noexec: false },
+                crate::MountOp::Bind { src: "/tmp".into(), dst: "/out".into(), try_: false, noexec: false },
+                crate::MountOp::RoBind { src: "/usr".into(), dst: "/in".into(), try_: false, noexec: false },
             ],
             ..crate::RunSpec::new(["/bin/true"])
         };
-        let plan = MountPlan::prepare(&spec, &mut Vec::new()).unwrap();
+        let plan = MountPlan::prepare(&spec, u32::MAX, &mut Vec::new()).unwrap();
         let paths: Vec<(String, Grant)> =
             writable_paths(&plan).into_iter().map(|(p, g)| (p.into_string().unwrap(), g)).collect();
         let has = |p: &str, g: Grant| paths.iter().any(|(q, h)| q == p && *h == g);

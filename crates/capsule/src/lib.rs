@@ -1,6 +1,6 @@
 //! capsule: run untrusted programs in an unprivileged Linux sandbox.
 //!
-//! One module per kernel facility (`namespaces`, `mounts`, `rlimits`,
+//! One module per kernel facility (`namespaces`, `mounts` with `resolve`, `rlimits`,
 //! `caps`, `seccomp`, `landlock`), all raw syscalls and `unsafe` in `sys`, the child
 //! path after clone in `child`, the run spec in `spec`.
 
@@ -14,6 +14,7 @@ pub mod landlock;
 mod mounts;
 mod namespaces;
 pub mod proto;
+mod resolve;
 pub mod result;
 mod rlimits;
 pub mod sandbox;

@@ -2,11 +2,18 @@
 //! clone (every path a `CString`, every size a string, every host file
 //! opened), and its execution in PID 1 with the new mount API.
 //!
-//! Execution order (PID 1, in its own user + mount namespace, see
-//! `child::pid1`):
-//! 1. Clone every mount source (the host root, bind sources, device nodes)
-//!    with `open_tree(OPEN_TREE_CLONE)` while the host view is still the
-//!    current root: the clones are detached and can be attached later.
+//! Bind and `--file` sources are resolved once, by the supervisor, when it
+//! prepares the run (`crate::resolve`: a link owned by the caller is not
+//! followed); the plan holds the descriptors, and PID 1 mounts or copies
+//! what they refer to, never looking the path up again.
+//!
+//! Execution order (PID 1, see `child::pid1`):
+//! 1. Clone every mount source with `open_tree(OPEN_TREE_CLONE)`: the bind
+//!    sources from their descriptors while PID 1 is still in the
+//!    supervisor's mount namespace (open_tree refuses a mount of another
+//!    namespace), then, in its own, the host root and device nodes while
+//!    the host view is still the current root. The clones are detached and
+//!    can be attached later.
 //! 2. Attach the new root on top of the current `/`; from here on every
 //!    sandbox path is resolved with `openat2(RESOLVE_IN_ROOT)` from the new
 //!    root's fd, so a symlink inside the sandbox tree never leads out of it.
@@ -21,9 +28,10 @@
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 
-use crate::child::{Fail, SourceId, Step};
-use crate::error::SysError;
+use crate::child::{Fail, Step};
+use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
     MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, OPEN_TREE_CLONE};
@@ -47,13 +55,15 @@ pub(crate) enum Base {
 /// One prepared operation. `name` indexes the run's path table so that an
 /// error can name the path without the child allocating.
 pub(crate) enum Op {
-    Bind { src: CString, dst: CString, attrs: u64, try_: bool, clone: Cell<RawFd>, name: u32 },
+    /// `src`: the resolved source (`O_PATH`), None for a missing `-try` one.
+    Bind { src: Option<OwnedFd>, dst: CString, attrs: u64, clone: Cell<RawFd>, name: u32 },
     /// `optional`: skipped when the mount point does not exist (a default
     /// of the host view for a directory the host may lack).
     Tmpfs { dst: CString, size: CString, mode: &'static CStr, attrs: u64, optional: bool, name: u32 },
     Proc { dst: CString, name: u32 },
     Dev { dst: CString, nodes: [Cell<RawFd>; 5], name: u32 },
     Dir { dst: CString, name: u32 },
+    /// `src`: the resolved source, open for reading.
     File { src: OwnedFd, dst: CString, name: u32 },
     FileData { dst: CString, content: Vec<u8>, name: u32 },
     Symlink { target: CString, dst: CString, name: u32 },
@@ -66,22 +76,75 @@ pub(crate) struct MountPlan {
     pub ops: Vec<Op>,
     /// Some `--hide` needs an empty file to bind over a file.
     pub needs_scratch: bool,
+    /// The bind and `file` sources as resolved, to check a PID 1 prepared
+    /// ahead against the host before it is used.
+    pub sources: Vec<Source>,
+}
+
+/// A bind or `file` source as the supervisor resolved it.
+pub(crate) struct Source {
+    pub path: PathBuf,
+    /// A `file` source: its content must be unchanged too.
+    pub file: bool,
+    pub try_: bool,
+    /// None: a missing `-try` source.
+    pub stamp: Option<Stamp>,
+}
+
+/// What a source resolved to: dev, ino and, for a copied file, size,
+/// mtime and ctime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp([i64; 7]);
+
+impl Stamp {
+    fn of(fd: RawFd, file: bool) -> Option<Stamp> {
+        let st = sys::fstat(fd).ok()?;
+        let mut s = [st.st_dev as i64, st.st_ino as i64, 0, 0, 0, 0, 0];
+        if file {
+            s[2..].copy_from_slice(&[st.st_size, st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec]);
+        }
+        Some(Stamp(s))
+    }
+}
+
+impl Source {
+    /// Whether the source resolves, with the same rules, to the same
+    /// object as when the plan was prepared.
+    pub(crate) fn unchanged(&self, me: u32) -> bool {
+        match resolve::resolve(&self.path, me) {
+            Ok(fd) => self.stamp.is_some() && Stamp::of(fd.as_raw_fd(), self.file) == self.stamp,
+            Err(e) => self.stamp.is_none() && self.try_ && e.missing(),
+        }
+    }
 }
 
 impl MountPlan {
-    /// The descriptors the plan holds (`file` sources), which PID 1 keeps.
+    /// The descriptors the plan holds (bind and `file` sources), which
+    /// PID 1 keeps.
     pub(crate) fn fds(&self) -> Vec<RawFd> {
         self.ops
             .iter()
             .filter_map(|op| match op {
-                Op::File { src, .. } => Some(src.as_raw_fd()),
+                Op::File { src, .. } | Op::Bind { src: Some(src), .. } => Some(src.as_raw_fd()),
                 _ => None,
             })
             .collect()
     }
 }
 
-fn cstr(p: &std::path::Path) -> CString {
+/// Resolves a bind source (None: a missing `-try` one) and records it.
+fn bind_source(src: &Path, try_: bool, me: u32, sources: &mut Vec<Source>) -> Result<Option<OwnedFd>, String> {
+    let fd = match resolve::resolve(src, me) {
+        Ok(fd) => Some(fd),
+        Err(e) if try_ && e.missing() => None,
+        Err(e) => return Err(e.describe("bind source", src)),
+    };
+    let stamp = fd.as_ref().and_then(|fd| Stamp::of(fd.as_raw_fd(), false));
+    sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp });
+    Ok(fd)
+}
+
+fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_encoded_bytes()).expect("validated: no NUL")
 }
 
@@ -90,13 +153,16 @@ fn size_str(n: u64) -> CString {
 }
 
 impl MountPlan {
-    /// Prepares the plan; opens `--file` sources (as the caller, in the
-    /// caller's view). `names` collects the paths errors may name.
-    pub(crate) fn prepare(spec: &RunSpec, names: &mut Vec<String>) -> Result<Self, SysError> {
+    /// Prepares the plan; resolves the bind and `--file` sources in the
+    /// supervisor's view, following only the links `me` (the supervisor's
+    /// euid) may follow (`crate::resolve`). `names` collects the paths
+    /// errors may name.
+    pub(crate) fn prepare(spec: &RunSpec, me: u32, names: &mut Vec<String>) -> Result<Self, String> {
         let mut name = |s: String| {
             names.push(s);
             (names.len() - 1) as u32
         };
+        let mut sources = Vec::new();
         let mut ops = Vec::new();
         let base = if spec.empty_root {
             Base::EmptyRoot { size: size_str(spec::EMPTY_ROOT_SIZE) }
@@ -135,10 +201,9 @@ impl MountPlan {
                 // ... except what name resolution needs when the network
                 // is shared (resolv.conf links here with systemd-resolved).
                 ops.push(Op::Bind {
-                    src: c"/run/systemd/resolve".into(),
+                    src: bind_source(Path::new("/run/systemd/resolve"), true, me, &mut sources)?,
                     dst: c"/run/systemd/resolve".into(),
                     attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                    try_: true,
                     clone: Cell::new(-1),
                     name: name("/run/systemd/resolve".into()),
                 });
@@ -152,26 +217,23 @@ impl MountPlan {
             let noexec = |n: bool| if n { MOUNT_ATTR_NOEXEC } else { 0 };
             ops.push(match op {
                 MountOp::Bind { src, try_, noexec: ne, .. } => Op::Bind {
-                    src: cstr(src),
+                    src: bind_source(src, *try_, me, &mut sources)?,
                     dst,
                     attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
-                    try_: *try_,
                     clone: Cell::new(-1),
                     name: name(format!("{} -> {}", src.display(), dst_name)),
                 },
                 MountOp::RoBind { src, try_, noexec: ne, .. } => Op::Bind {
-                    src: cstr(src),
+                    src: bind_source(src, *try_, me, &mut sources)?,
                     dst,
                     attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
-                    try_: *try_,
                     clone: Cell::new(-1),
                     name: name(format!("{} -> {}", src.display(), dst_name)),
                 },
                 MountOp::DevBind { src, try_, noexec: ne, .. } => Op::Bind {
-                    src: cstr(src),
+                    src: bind_source(src, *try_, me, &mut sources)?,
                     dst,
                     attrs: MOUNT_ATTR_NOSUID | noexec(*ne),
-                    try_: *try_,
                     clone: Cell::new(-1),
                     name: name(format!("{} -> {}", src.display(), dst_name)),
                 },
@@ -187,14 +249,17 @@ impl MountPlan {
                 MountOp::Dev { .. } => Op::Dev { dst, nodes: Default::default(), name: name(dst_name) },
                 MountOp::Dir { .. } => Op::Dir { dst, name: name(dst_name) },
                 MountOp::File { src, .. } => {
-                    let c = cstr(src);
-                    let fd = sys::open(&c, libc::O_RDONLY, 0).map_err(|e| {
-                        SysError::new("open (--file source)", e).path(src.display().to_string())
-                    })?;
-                    if sys::fd_mode(fd.as_raw_fd()) == Ok(libc::S_IFDIR) {
-                        return Err(SysError::new("open (--file source)", libc::EISDIR)
-                            .path(src.display().to_string()));
+                    let what = "--file source";
+                    let at = resolve::resolve(src, me).map_err(|e| e.describe(what, src))?;
+                    let sys_err = |errno| ResolveError::Sys { errno, at: src.clone() }.describe(what, src);
+                    if sys::fd_mode(at.as_raw_fd()) == Ok(libc::S_IFDIR) {
+                        return Err(sys_err(libc::EISDIR));
                     }
+                    // What was resolved, opened for reading (an O_PATH
+                    // descriptor cannot be read).
+                    let fd = sys::reopen(at.as_raw_fd(), libc::O_RDONLY).map_err(sys_err)?;
+                    let stamp = Stamp::of(fd.as_raw_fd(), true);
+                    sources.push(Source { path: src.clone(), file: true, try_: false, stamp });
                     Op::File { src: fd, dst, name: name(dst_name) }
                 }
                 MountOp::FileData { content, .. } => Op::FileData {
@@ -211,7 +276,7 @@ impl MountPlan {
                 }
             });
         }
-        Ok(MountPlan { base, ops, needs_scratch })
+        Ok(MountPlan { base, ops, needs_scratch, sources })
     }
 }
 
@@ -382,11 +447,22 @@ impl Build {
     }
 }
 
-/// Step 1: clones the sources from the host view.
-/// `record(i, id)` reports what the bind source of operation `i` resolved
-/// to, so that a tree prepared ahead of time can be checked against the
-/// host before it is used.
-pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build, mut record: impl FnMut(usize, SourceId)) -> Result<(), Fail> {
+/// Step 1a, in the supervisor's mount namespace: clones the bind sources
+/// from the descriptors the supervisor resolved.
+pub(crate) fn clone_binds(plan: &MountPlan) -> Result<(), Fail> {
+    for op in &plan.ops {
+        let Op::Bind { src: Some(src), attrs, clone, name, .. } = op else { continue };
+        let fd = sys::open_tree(src.as_raw_fd(), c"", OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32)
+            .map_err(|e| Fail::at(Step::BindSource, e, *name))?;
+        sys::mount_setattr(fd.as_raw_fd(), true, *attrs, 0).map_err(|e| Fail::at(Step::BindSource, e, *name))?;
+        clone.set(into_raw(fd));
+    }
+    Ok(())
+}
+
+/// Step 1b, in PID 1's mount namespace: clones the other sources from the
+/// host view.
+pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
     let root = match &plan.base {
         Base::HostView => {
             let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
@@ -404,25 +480,9 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build, mut record: impl Fn
             .map_err(|e| Fail::new(Step::RootTmpfs, e))?,
     };
     b.root = Some(root);
-    for (i, op) in plan.ops.iter().enumerate() {
-        match op {
-            Op::Bind { src, attrs, try_, clone, name, .. } => {
-                let fd = match sys::open_tree(libc::AT_FDCWD, src, OPEN_TREE_CLONE | AT_RECURSIVE) {
-                    Ok(fd) => fd,
-                    Err(libc::ENOENT) if *try_ => continue,
-                    Err(e) => return Err(Fail::at(Step::BindSource, e, *name)),
-                };
-                if let Ok((dev, ino)) = sys::fstat_id(fd.as_raw_fd()) {
-                    record(i, SourceId { dev, ino });
-                }
-                sys::mount_setattr(fd.as_raw_fd(), true, *attrs, 0)
-                    .map_err(|e| Fail::at(Step::BindSource, e, *name))?;
-                clone.set(into_raw(fd));
-            }
-            Op::Dev { nodes, name, .. } => {
-                clone_devices(nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?
-            }
-            _ => {}
+    for op in &plan.ops {
+        if let Op::Dev { nodes, name, .. } = op {
+            clone_devices(nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?
         }
     }
     if plan.needs_scratch {

@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -30,11 +30,11 @@ use serde_json::Value;
 
 use crate::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::child::{
-    self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, SourceId, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
+    self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
     FLAG_FORBIDDEN, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
 };
 use crate::error::{errno_text, Error, SysError};
-use crate::mounts::{MountPlan, Op};
+use crate::mounts::{MountPlan, Source};
 use crate::namespaces::{self, PendingNet};
 use crate::proto::{self, ClientMsg, ServerMsg};
 use crate::result::{signal_name, Accounting, Captured, RunResult, Status};
@@ -198,18 +198,6 @@ struct Shape {
     landlock: (bool, Option<Vec<u16>>, Option<Vec<u16>>),
 }
 
-/// A host file a `file` operation copies, as it was when opened.
-struct FileCheck {
-    path: PathBuf,
-    stamp: Option<(u64, u64, u64, i64, i64, i64)>,
-}
-
-fn file_stamp(path: &Path) -> Option<(u64, u64, u64, i64, i64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime_nsec() + m.mtime() * 1_000_000_000, m.ctime(), m.ctime_nsec()))
-}
-
 /// A PID 1 forked for a run of one shape: building the sandbox, or ready
 /// with its tracee waiting for the go message.
 struct Prepared {
@@ -228,9 +216,9 @@ struct Prepared {
     /// Paths errors may name: 0 the program, 1 the working directory,
     /// then the mount plan's.
     names: Vec<String>,
-    /// Bind sources by operation index, to check a tree built ahead.
-    binds: Vec<(usize, PathBuf)>,
-    files: Vec<FileCheck>,
+    /// The bind and `file` sources as resolved for this PID 1, to check
+    /// one prepared ahead against the host before it is used.
+    sources: Vec<Source>,
     /// Whether the tree was built before the request came.
     ahead: bool,
     /// poll reported its result byte or pidfd since it was last looked at.
@@ -502,29 +490,16 @@ impl Supervisor {
         let filter = self.filters.get(&spec.seccomp)?;
         let (net, pending_net) = self.net_join(spec)?;
         let mut names = vec![String::new(), String::new()];
-        let mounts = MountPlan::prepare(spec, &mut names).map_err(|e| e.to_string())?;
-        let mut binds = Vec::new();
-        let mut files = Vec::new();
-        for (i, op) in mounts.ops.iter().enumerate() {
-            if let Op::Bind { src, .. } = op {
-                binds.push((i, PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(src.to_bytes()))));
-            }
-        }
-        for op in &spec.mounts {
-            if let MountOp::File { src, .. } = op {
-                files.push(FileCheck { path: src.clone(), stamp: file_stamp(src) });
-            }
-        }
+        // The sources, resolved here once, in the supervisor's (the host's)
+        // view: PID 1 mounts and copies what the descriptors refer to.
+        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &mut names)?;
+        let sources = std::mem::take(&mut mounts.sources);
         let cgroup = match &self.cgroups {
             Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),
             None => None,
         };
         let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
         let arena = Arena::<Shared>::new(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
-        let ids = vec![SourceId::default(); mounts.ops.len()];
-        let at = arena.put_slice(&ids).map_err(|e| fail("arena", e))?;
-        arena.source_ids.store(at as u64, SeqCst);
-        arena.source_ids_len.store(ids.len() as u64, SeqCst);
         let (go, go_child) = sys::socketpair_stream().map_err(|e| fail("socketpair", e))?;
         // A pipe rather than an eventfd: a pipe write wakes the supervisor
         // as a synchronous wake-up (the writer is about to exit), which lets
@@ -591,33 +566,16 @@ impl Supervisor {
             self.deliver_net(ours);
         }
         let _ = pid;
-        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, binds, files, ahead, filter })
+        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, sources, ahead, filter })
     }
 
-    /// Whether a PID 1 built ahead still matches the host: every bind
-    /// source resolves to what it cloned, every copied file is unchanged.
+    /// Whether a PID 1 prepared ahead still matches the host: every bind
+    /// and `file` source resolves, with the same rules, to the object it
+    /// resolved to then (a copied file also to the same content), else a
+    /// fresh PID 1 is built (and reports what no longer resolves).
     fn still_fresh(&self, p: &Prepared) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        for f in &p.files {
-            if file_stamp(&f.path) != f.stamp {
-                return false;
-            }
-        }
-        if p.binds.is_empty() || p.arena.flags.load(SeqCst) & child::FLAG_SOURCES == 0 {
-            // Not cloned yet: the clones will be of the host as it is now.
-            return true;
-        }
-        let at = p.arena.source_ids.load(SeqCst);
-        let len = p.arena.source_ids_len.load(SeqCst);
-        let Some(ids) = p.arena.slice::<SourceId>(at, len) else { return false };
-        p.binds.iter().all(|(i, path)| {
-            let now = std::fs::metadata(path).ok().map(|m| SourceId { dev: m.dev(), ino: m.ino() });
-            let then = ids.get(*i).copied().unwrap_or_default();
-            match now {
-                Some(id) => id == then,
-                None => then == SourceId::default(),
-            }
-        })
+        let me = sys::geteuid();
+        p.sources.iter().all(|s| s.unchanged(me))
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.

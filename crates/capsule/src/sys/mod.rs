@@ -246,16 +246,35 @@ pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
     Ok(unsafe { st.assume_init() }.st_mode & libc::S_IFMT)
 }
 
-/// (st_dev, st_ino) of an fd (child side: no allocation).
-pub fn fstat_id(fd: RawFd) -> SysResult<(u64, u64)> {
+/// fstat(2) of an fd, `O_PATH` ones included (supervisor side).
+pub fn fstat(fd: RawFd) -> SysResult<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
     // SAFETY: st is a writable stat buffer; the empty path with AT_EMPTY_PATH stats fd itself.
     check_int(unsafe {
         libc::fstatat(fd, c"".as_ptr(), st.as_mut_ptr(), libc::AT_EMPTY_PATH)
     })?;
     // SAFETY: fstatat succeeded, so st is initialized.
-    let st = unsafe { st.assume_init() };
-    Ok((st.st_dev, st.st_ino))
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The target of the symbolic link `fd` refers to (an `O_PATH |
+/// O_NOFOLLOW` descriptor of the link itself).
+pub fn readlink_fd(fd: RawFd) -> SysResult<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: buf is writable for buf.len() bytes; the empty path reads the link fd refers to.
+    let n = check(unsafe { libc::readlinkat(fd, c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) } as _)?;
+    if n as usize >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// Opens anew, with `flags`, the file an `O_PATH` descriptor refers to
+/// (through `/proc/self/fd`: no path lookup of the file itself).
+pub fn reopen(fd: RawFd, flags: i32) -> SysResult<OwnedFd> {
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
+    open(&path, flags, 0)
 }
 
 /// Copies everything readable from `from` to `to` with a stack buffer.
