@@ -27,7 +27,7 @@ mod common;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -825,41 +825,6 @@ fn userfaultfd(policy: &str) {
 both_policies!(userfaultfd);
 
 // ---------------------------------------------------------------- 14. TIOCSTI / TIOCLINUX
-
-struct Pty {
-    master: OwnedFd,
-    slave: OwnedFd,
-}
-
-fn open_pty() -> Pty {
-    // SAFETY: the posix_openpt sequence; every fd is owned below.
-    unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(m >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(m), 0);
-        assert_eq!(libc::unlockpt(m), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
-        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(s >= 0, "open pty slave");
-        // Raw: every injected byte is readable at once.
-        let mut t: libc::termios = std::mem::zeroed();
-        assert_eq!(libc::tcgetattr(s, &mut t), 0);
-        libc::cfmakeraw(&mut t);
-        assert_eq!(libc::tcsetattr(s, libc::TCSANOW, &t), 0);
-        Pty { master: OwnedFd::from_raw_fd(m), slave: OwnedFd::from_raw_fd(s) }
-    }
-}
-
-/// Bytes waiting in the terminal's input queue: what the caller's shell
-/// would read next.
-fn input_queue(fd: i32) -> i32 {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
-    assert_eq!(r, 0, "FIONREAD");
-    n
-}
 
 /// Makes the pty (stdin) the controlling terminal of a new session: the
 /// caller's terminal.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -36,41 +36,6 @@ fn kill_all_reaches_no_host_process() {
 }
 
 // 2 -------------------------------------------------------------------------
-
-struct Pty {
-    master: OwnedFd,
-    slave: OwnedFd,
-}
-
-fn open_pty() -> Pty {
-    // SAFETY: standard posix_openpt sequence; every fd is owned below.
-    unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(m >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(m), 0);
-        assert_eq!(libc::unlockpt(m), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
-        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(s >= 0, "open pty slave");
-        // Raw mode: every byte counts in the input queue (no line editing,
-        // no output processing).
-        let mut t: libc::termios = std::mem::zeroed();
-        assert_eq!(libc::tcgetattr(s, &mut t), 0);
-        libc::cfmakeraw(&mut t);
-        assert_eq!(libc::tcsetattr(s, libc::TCSANOW, &t), 0);
-        Pty { master: OwnedFd::from_raw_fd(m), slave: OwnedFd::from_raw_fd(s) }
-    }
-}
-
-/// Bytes waiting in the tty's input queue (what a shell would read next).
-fn input_queue(fd: i32) -> i32 {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
-    assert_eq!(r, 0, "FIONREAD");
-    n
-}
 
 fn drain_master(master: i32, until: &str, t: Duration) -> String {
     let mut all = Vec::new();

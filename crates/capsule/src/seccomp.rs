@@ -441,18 +441,7 @@ impl<'de> Deserialize<'de> for Value {
 }
 
 fn parse_toml(text: &str) -> Result<Policy, String> {
-    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let line = inner.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
-        let where_ = match (path.as_str(), line) {
-            (".", Some(l)) => format!("line {l}"),
-            (".", None) => "the document".to_string(),
-            (p, Some(l)) => format!("{p} (line {l})"),
-            (p, None) => p.to_string(),
-        };
-        format!("{where_}: {}", inner.message().trim())
-    })
+    crate::spec::parse_toml(text, "the document").map_err(|(where_, message)| format!("{where_}: {message}"))
 }
 
 fn parse_json(text: &str) -> Result<Policy, String> {

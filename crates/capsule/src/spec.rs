@@ -297,17 +297,23 @@ impl MountOp {
 /// Parses a TOML profile into a spec (not yet validated). Errors name the
 /// field (`limits.wall_time`) where it is known, and the line.
 pub fn from_toml(text: &str) -> Result<RunSpec, SpecError> {
+    parse_toml(text, "profile").map_err(|(where_, message)| SpecError::new(where_, message))
+}
+
+/// Deserializes TOML; an error says where (`field.path (line N)`, or
+/// `line N`, or `whole` when nothing more precise is known) and what.
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, whole: &str) -> Result<T, (String, String)> {
     serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let line = inner.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
         let where_ = match (path.as_str(), line) {
             (".", Some(l)) => format!("line {l}"),
-            (".", None) => "profile".to_string(),
+            (".", None) => whole.to_string(),
             (p, Some(l)) => format!("{p} (line {l})"),
             (p, None) => p.to_string(),
         };
-        SpecError::new(where_, inner.message().to_string())
+        (where_, inner.message().trim().to_string())
     })
 }
 

@@ -1406,3 +1406,39 @@ pub fn libtest_cmd<S: AsRef<OsStr>>(args: &[S]) -> Cmd {
     c.env("CAPSULE_BIN", &h().capsule.display().to_string());
     c
 }
+
+/// A pseudo-terminal pair, raw mode.
+pub struct Pty {
+    pub master: std::os::fd::OwnedFd,
+    pub slave: std::os::fd::OwnedFd,
+}
+
+pub fn open_pty() -> Pty {
+    // SAFETY: standard posix_openpt sequence; every fd is owned below.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(s >= 0, "open pty slave");
+        // Raw mode: every byte counts in the input queue (no line editing,
+        // no output processing).
+        let mut t: libc::termios = std::mem::zeroed();
+        assert_eq!(libc::tcgetattr(s, &mut t), 0);
+        libc::cfmakeraw(&mut t);
+        assert_eq!(libc::tcsetattr(s, libc::TCSANOW, &t), 0);
+        Pty { master: std::os::fd::FromRawFd::from_raw_fd(m), slave: std::os::fd::FromRawFd::from_raw_fd(s) }
+    }
+}
+
+/// Bytes waiting in the tty's input queue (what a shell would read next).
+pub fn input_queue(fd: i32) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    assert_eq!(r, 0, "FIONREAD");
+    n
+}
