@@ -669,11 +669,12 @@ pub trait Pod: Copy {}
 impl Pod for libc::sock_filter {}
 impl Pod for u8 {}
 
-/// A sealed memfd and its read-only shared mapping: data written once and
+/// The read-only shared mapping of a sealed memfd: data written once and
 /// never changed (F_SEAL_WRITE, SHRINK, GROW, SEAL), which processes forked
-/// after it was made see at the same address without a copy.
+/// after it was made see at the same address without a copy. The
+/// descriptor is closed once mapped (the mapping keeps the memfd alive), so
+/// a supervisor holds no descriptor per policy.
 pub struct SealedMap {
-    fd: OwnedFd,
     base: *mut libc::c_void,
     /// Bytes of data (the mapping is at least one byte long).
     len: usize,
@@ -703,7 +704,7 @@ impl SealedMap {
         if base == libc::MAP_FAILED {
             return Err(errno());
         }
-        Ok(SealedMap { fd, base, len: bytes.len() })
+        Ok(SealedMap { base, len: bytes.len() })
     }
 
     /// The data as `T`s (the mapping is page-aligned, so suitably aligned).
@@ -712,10 +713,6 @@ impl SealedMap {
         // and sealed against change; page alignment satisfies T's alignment;
         // it lives as long as self (and in a forked child, for ever).
         unsafe { std::slice::from_raw_parts(self.base as *const T, self.len / std::mem::size_of::<T>()) }
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 
