@@ -484,10 +484,15 @@ impl Supervisor {
     }
 
     /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
-    /// its tracee then waits for the go message.
-    fn prepare(&mut self, spec: &RunSpec, shape: Shape, ahead: bool) -> Result<Prepared, String> {
-        // Compiled (once) before the fork, so that PID 1 inherits it.
-        let filter = self.filters.get(&spec.seccomp)?;
+    /// its tracee then waits for the go message. `filter` is `spec`'s policy
+    /// from [`Filters::get`], mapped before the fork so that PID 1 inherits it.
+    fn prepare(
+        &mut self,
+        spec: &RunSpec,
+        shape: Shape,
+        filter: Rc<SealedFilter>,
+        ahead: bool,
+    ) -> Result<Prepared, String> {
         let (net, pending_net) = self.net_join(spec)?;
         let mut names = vec![String::new(), String::new()];
         // The sources, resolved here once, in the supervisor's (the host's)
@@ -984,7 +989,7 @@ impl Loop {
         }
         let mut p = match p {
             Some(p) => p,
-            None => match sup.prepare(&req.spec, shape, false) {
+            None => match sup.prepare(&req.spec, shape, filter, false) {
                 Ok(p) => p,
                 Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
             },
@@ -1151,7 +1156,7 @@ impl Loop {
         // Only when no request waits: a queued request needs the CPU first.
         while self.queue.is_empty() && self.spares.len() < sup.config.parallel {
             let Some((spec, shape)) = &self.last_shape else { return };
-            match sup.prepare(spec, shape.clone(), true) {
+            match sup.filters.get(&spec.seccomp).and_then(|f| sup.prepare(spec, shape.clone(), f, true)) {
                 Ok(p) => self.spares.push(p),
                 Err(_) => {
                     // The next request of this shape reports the error itself.

@@ -903,10 +903,12 @@ fn cmd_timens() {
     out("boottime_s", ts.tv_sec);
 }
 
-fn cmd_fork_many(max: usize) {
+/// Forks up to `n` children that pause until killed; reports how many
+/// forks succeeded and why the first failure failed (`ok`: none failed).
+fn fork_holding(n: usize) -> Vec<i32> {
     let mut kids = Vec::new();
     let mut err = "ok".to_string();
-    for _ in 0..max {
+    for _ in 0..n {
         let pid = fork();
         if pid < 0 {
             err = errno_name(errno());
@@ -919,7 +921,12 @@ fn cmd_fork_many(max: usize) {
     }
     out("forked", kids.len());
     out("fork_error", err);
-    for k in kids {
+    kids
+}
+
+/// Forks up to `max` children, reports, then kills and reaps them.
+fn cmd_fork_many(max: usize) {
+    for k in fork_holding(max) {
         // SAFETY: k is our child.
         unsafe {
             libc::kill(k, libc::SIGKILL);
@@ -1077,21 +1084,7 @@ fn cmd_memory_bomb(cap_mib: usize) {
 /// Tries `n` forks (children pause until the sandbox ends), reports how many
 /// succeeded and why the first failure failed, then exits leaving them.
 fn cmd_fork_bomb(n: usize) {
-    let mut forked = 0usize;
-    let mut err = "ok".to_string();
-    for _ in 0..n {
-        let pid = fork();
-        if pid < 0 {
-            err = errno_name(errno());
-            break;
-        }
-        if pid == 0 {
-            hold();
-        }
-        forked += 1;
-    }
-    out("forked", forked);
-    out("fork_error", err);
+    fork_holding(n);
 }
 
 /// N threads spinning forever (the CPU-time limit or the test ends them).
