@@ -192,17 +192,29 @@ fn cpu_time_limit_counts_all_threads() {
 }
 
 /// A 300 ms single-thread burn is reported within ±15 ms.
+///
+/// Up to three attempts: the VM this runs in is emulated, and a guest's
+/// clocks keep running while the host deschedules its vCPU, so whatever
+/// runs then (the probe's exit, after its own last clock reading) is
+/// charged the host's hiccup. A systematic error fails every attempt; each
+/// attempt's figures are printed.
 #[test]
 fn cpu_time_is_accurate() {
     require_cgroups!("cpu_time_is_accurate");
     let _g = heavy();
-    let out = run_probe(&[], &["burn-ms", "300"]).run();
-    let kv = assert_cgroup_ok(&out);
-    let own: f64 = kv.must("cpu_ms").parse().unwrap();
-    let cpu = cpu_ms(&out);
-    eprintln!("burn 300 ms: probe's clock {own:.2} ms, capsule {cpu:.2} ms");
-    assert!((285.0..=315.0).contains(&cpu), "burned {own:.1} ms (probe's clock), capsule reports {cpu:.1} ms; {}", out.describe());
-    assert!((cpu - own).abs() <= 15.0, "burned {own:.1} ms (probe's clock), capsule reports {cpu:.1} ms; {}", out.describe());
+    let mut seen = Vec::new();
+    for attempt in 1..=3 {
+        let out = run_probe(&[], &["burn-ms", "300"]).run();
+        let kv = assert_cgroup_ok(&out);
+        let own: f64 = kv.must("cpu_ms").parse().unwrap();
+        let cpu = cpu_ms(&out);
+        eprintln!("burn 300 ms, attempt {attempt}: probe's clock {own:.2} ms, capsule {cpu:.2} ms");
+        if (285.0..=315.0).contains(&cpu) && (cpu - own).abs() <= 15.0 {
+            return;
+        }
+        seen.push(format!("burned {own:.1} ms (probe's clock), capsule reported {cpu:.1} ms; {}", out.describe()));
+    }
+    panic!("CPU time off by more than 15 ms in all 3 attempts:\n{}", seen.join("\n"));
 }
 
 /// `--cpu-bandwidth 0.5` (cpu.max) halves the speed; `--cpus` (cpuset)
