@@ -70,6 +70,7 @@ fn run_command() -> Command {
         .arg(flag("root", "Be uid 0 / gid 0 inside (fakeroot; still no capabilities)", id))
         .arg(flag("empty-root", "Start from an empty read-only tmpfs instead of the host view", fs))
         .arg(one("tmp-size", "SIZE", "Size of the host view's private /tmp (default 128M)", fs))
+        .arg(one("layer", "DIR", "Run over a copy-on-write layer kept in DIR (created if missing): changes land there, the host is untouched; given twice, earlier layers stack read-only below (docs/layers.md)", fs))
         .arg(pair("bind", "SRC", "DST", "Bind SRC read-write at DST"))
         .arg(pair("bind-try", "SRC", "DST", "Like --bind; skipped if SRC is missing"))
         .arg(pair("ro-bind", "SRC", "DST", "Bind SRC read-only at DST"))
@@ -256,6 +257,9 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
                 *slot = Some(Stdio::Capture(spec::Capture { capture }));
             }
         }
+    }
+    if let Some(v) = m.get_many::<String>("layer") {
+        spec.layers.extend(v.map(|l| absolute(l, &caller_cwd)));
     }
     spec.mounts.extend(mount_ops(m, &caller_cwd)?);
     if spec.cwd.is_none() && !spec.empty_root {

@@ -72,9 +72,11 @@ pub(crate) enum Step {
     LandlockRuleset,
     LandlockPort,
     LandlockRestrict,
+    Overlay,
+    Fuse,
 }
 
-const STEPS: [Step; 42] = [
+const STEPS: [Step; 44] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
@@ -82,7 +84,7 @@ const STEPS: [Step; 42] = [
     Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
-    Step::LandlockRestrict,
+    Step::LandlockRestrict, Step::Overlay, Step::Fuse,
 ];
 
 impl Step {
@@ -135,6 +137,8 @@ impl Step {
             Step::LandlockRuleset => "creating the Landlock ruleset for tcp_connect/tcp_bind (landlock_create_ruleset)",
             Step::LandlockPort => "adding a Landlock TCP port rule for tcp_connect/tcp_bind (landlock_add_rule)",
             Step::LandlockRestrict => "enforcing Landlock for tcp_connect/tcp_bind (landlock_restrict_self)",
+            Step::Overlay => "mounting a layer (overlayfs)",
+            Step::Fuse => "starting fuse-overlayfs for a --root layer (it exited with an error; run `capsule check`)",
         }
     }
 }

@@ -288,8 +288,14 @@ pub(crate) fn writable_paths(mounts: &MountPlan) -> Vec<(CString, Grant)> {
         CString::new(p).expect("no NUL")
     };
     let mut out = Vec::new();
+    if let crate::mounts::Base::Fuse { .. } = mounts.base {
+        // A `--root` layer: the whole tree is the layer's.
+        out.push((c"/".into(), Grant::Writable));
+    }
     for op in &mounts.ops {
         match op {
+            // A layer's overlay: changes land in the layer, not the host.
+            Op::Overlay { dst, .. } => out.push((dst.clone(), Grant::Writable)),
             Op::Bind { dst, attrs, .. } | Op::Tmpfs { dst, attrs, .. } if attrs & MOUNT_ATTR_RDONLY == 0 => {
                 out.push((dst.clone(), Grant::Writable))
             }
@@ -493,7 +499,7 @@ mod tests {
             ],
             ..crate::RunSpec::new(["/bin/true"])
         };
-        let plan = MountPlan::prepare(&spec, u32::MAX, &mut Vec::new()).unwrap();
+        let plan = MountPlan::prepare(&spec, u32::MAX, &mut Vec::new(), None).unwrap();
         let paths: Vec<(String, Grant)> =
             writable_paths(&plan).into_iter().map(|(p, g)| (p.into_string().unwrap(), g)).collect();
         let has = |p: &str, g: Grant| paths.iter().any(|(q, h)| q == p && *h == g);

@@ -1,7 +1,7 @@
 //! capsule: run untrusted programs in an unprivileged Linux sandbox.
 //!
 //! One module per kernel facility (`namespaces`, `mounts` with `resolve`, `rlimits`,
-//! `caps`, `seccomp`, `landlock`), all raw syscalls and `unsafe` in `sys`, the child
+//! `caps`, `seccomp`, `landlock`, `overlay` for layers), all raw syscalls and `unsafe` in `sys`, the child
 //! path after clone in `child`, the run spec in `spec`.
 
 mod caps;
@@ -13,6 +13,7 @@ pub mod error;
 pub mod landlock;
 mod mounts;
 mod namespaces;
+pub mod overlay;
 pub mod proto;
 mod resolve;
 pub mod result;

@@ -31,6 +31,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
+use crate::overlay::{Backend, LayerPlan};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
@@ -50,6 +51,9 @@ pub(crate) enum Base {
     HostView,
     /// An empty tmpfs, made read-only once the operations are applied.
     EmptyRoot { size: CString },
+    /// A `--root` layer: fuse-overlayfs over the host's root, started by
+    /// PID 1 (`argv` and its pointer array prepared here).
+    Fuse { argv: Vec<CString>, ptrs: Vec<*const libc::c_char> },
 }
 
 /// One prepared operation. `name` indexes the run's path table so that an
@@ -68,6 +72,9 @@ pub(crate) enum Op {
     FileData { dst: CString, content: Vec<u8>, name: u32 },
     Symlink { target: CString, dst: CString, name: u32 },
     Hide { dst: CString, name: u32 },
+    /// A kernel overlay of a layer (`crate::overlay`): made in step 1b
+    /// from the host view, attached at `dst` in step 3.
+    Overlay { dst: CString, lower: CString, upper: CString, work: CString, fs: Cell<RawFd>, name: u32 },
 }
 
 /// Everything PID 1 needs to build the sandbox's mount tree.
@@ -157,7 +164,12 @@ impl MountPlan {
     /// supervisor's view, following only the links `me` (the supervisor's
     /// euid) may follow (`crate::resolve`). `names` collects the paths
     /// errors may name.
-    pub(crate) fn prepare(spec: &RunSpec, me: u32, names: &mut Vec<String>) -> Result<Self, String> {
+    pub(crate) fn prepare(
+        spec: &RunSpec,
+        me: u32,
+        names: &mut Vec<String>,
+        layers: Option<&LayerPlan>,
+    ) -> Result<Self, String> {
         let mut name = |s: String| {
             names.push(s);
             (names.len() - 1) as u32
@@ -167,6 +179,24 @@ impl MountPlan {
         let base = if spec.empty_root {
             Base::EmptyRoot { size: size_str(spec::EMPTY_ROOT_SIZE) }
         } else {
+            let fuse = match layers.map(|l| &l.backend) {
+                Some(Backend::Fuse { argv }) => {
+                    // Through fuse-overlayfs the host's pseudo filesystems
+                    // would be files of the layer: /sys is bound back as
+                    // the host view has it (/proc, /dev, /tmp, /run follow).
+                    ops.push(Op::Bind {
+                        src: bind_source(Path::new("/sys"), true, me, &mut sources)?,
+                        dst: c"/sys".into(),
+                        attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                        clone: Cell::new(-1),
+                        name: name("/sys".into()),
+                    });
+                    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+                    ptrs.push(std::ptr::null());
+                    Some(Base::Fuse { argv: argv.clone(), ptrs })
+                }
+                _ => None,
+            };
             // The host view's defaults come first, so later operations can
             // bind over or inside them.
             ops.push(Op::Proc { dst: c"/proc".into(), name: name("/proc".into()) });
@@ -208,7 +238,19 @@ impl MountPlan {
                     name: name("/run/systemd/resolve".into()),
                 });
             }
-            Base::HostView
+            if let Some(Backend::Kernel(overlays)) = layers.map(|l| &l.backend) {
+                for o in overlays {
+                    ops.push(Op::Overlay {
+                        dst: cstr(&o.dst),
+                        lower: o.lower.clone(),
+                        upper: o.upper.clone(),
+                        work: o.work.clone(),
+                        fs: Cell::new(-1),
+                        name: name(format!("{} (layer {})", o.dst.display(), layers.map(|l| l.dirs.last().expect("one").display().to_string()).unwrap_or_default())),
+                    });
+                }
+            }
+            fuse.unwrap_or(Base::HostView)
         };
         let mut needs_scratch = false;
         for op in &spec.mounts {
@@ -275,6 +317,11 @@ impl MountPlan {
                     Op::Hide { dst, name: name(dst_name) }
                 }
             });
+        }
+        // The layer directories themselves are not the program's business
+        // (and overlayfs refuses lookups into a mounted upper directory).
+        for d in layers.map(|l| l.dirs.as_slice()).unwrap_or(&[]) {
+            ops.push(Op::Hide { dst: cstr(d), name: name(d.display().to_string()) });
         }
         Ok(MountPlan { base, ops, needs_scratch, sources })
     }
@@ -478,8 +525,14 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         }
         Base::EmptyRoot { size } => tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
             .map_err(|e| Fail::new(Step::RootTmpfs, e))?,
+        Base::Fuse { argv, ptrs } => start_fuse(argv, ptrs)?,
     };
     b.root = Some(root);
+    for op in &plan.ops {
+        if let Op::Overlay { lower, upper, work, fs, name, .. } = op {
+            fs.set(into_raw(overlay(lower, upper, work).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
+        }
+    }
     for op in &plan.ops {
         if let Op::Dev { nodes, name, .. } = op {
             clone_devices(nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?
@@ -499,6 +552,63 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         b.scratch = Some(scratch);
     }
     Ok(())
+}
+
+/// Makes a kernel overlay, detached. Its layers are looked up here, in
+/// PID 1's namespace with the host view as root: overlayfs clones each as
+/// a private mount of this namespace.
+fn overlay(lower: &CStr, upper: &CStr, work: &CStr) -> SysResult<OwnedFd> {
+    let fs = sys::fsopen(c"overlay")?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"lowerdir", lower)?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"upperdir", upper)?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"workdir", work)?;
+    // Overlay's own metadata in user.* xattrs: an unprivileged mounter
+    // cannot write trusted.*.
+    sys::fsconfig_flag(fs.as_raw_fd(), c"userxattr")?;
+    sys::fsconfig_create(fs.as_raw_fd())?;
+    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+}
+
+/// Starts fuse-overlayfs (still with the supervisor's capabilities, in
+/// PID 1's mount namespace, on /tmp/fuse) and clones its mount
+/// as the new root. It daemonizes once mounted: its first process exiting
+/// with 0 means the mount is there. The daemon lives on in the run's PID
+/// namespace and dies with it.
+fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char]) -> Result<OwnedFd, Fail> {
+    let fail = |e| Fail::new(Step::Fuse, e);
+    // The daemon's lower layer is a clone of the host's root, taken before
+    // anything is mounted for it, so that its own mount is not inside it:
+    // a lookup that reached the mount through its lower layer would wait
+    // for the daemon forever. Both sit on a tmpfs of this namespace's own
+    // over /tmp (the sandbox gets its own /tmp).
+    let host = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE).map_err(fail)?;
+    let t = tmpfs(c"4096", c"0700", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC).map_err(fail)?;
+    sys::mkdirat(t.as_raw_fd(), c"fuse", 0o700).map_err(fail)?;
+    sys::mkdirat(t.as_raw_fd(), c"lower", 0o700).map_err(fail)?;
+    sys::move_mount_to_path(t.as_raw_fd(), c"/tmp").map_err(fail)?;
+    sys::move_mount_to_path(host.as_raw_fd(), c"/tmp/lower").map_err(fail)?;
+    match sys::fork().map_err(fail)? {
+        sys::Forked::Child => {
+            // Nothing of PID 1's but its stdio.
+            let _ = sys::close_from(3);
+            let envp = [std::ptr::null()];
+            sys::execve(&argv[0], ptrs, &envp);
+            sys::exit(127)
+        }
+        sys::Forked::Parent { pid, .. } => {
+            let (_, status) = sys::waitpid(pid, false).map_err(fail)?.ok_or(fail(libc::ECHILD))?;
+            if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                return Err(fail(if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 127 {
+                    libc::ENOENT
+                } else {
+                    libc::EIO
+                }));
+            }
+        }
+    }
+    let fd = sys::open_tree(libc::AT_FDCWD, c"/tmp/fuse", OPEN_TREE_CLONE).map_err(fail)?;
+    sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0).map_err(fail)?;
+    Ok(fd)
 }
 
 /// Step 2: attaches the new root over the current one.
@@ -566,6 +676,11 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 let (parent, last) = split_parent(dst, &mut buf).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
                 let dir = mkdir_p(root, parent).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
                 sys::symlinkat(target, dir.as_raw_fd(), last).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+            }
+            Op::Overlay { dst, fs, name, .. } => {
+                let fs = take(fs).ok_or(Fail::at(Step::Overlay, libc::EBADF, *name))?;
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
             }
             Op::Hide { dst, name } => {
                 let at = match sys::open_in_root(root, dst, libc::O_PATH, 0) {

@@ -54,6 +54,11 @@ pub struct RunSpec {
     /// Size of the private `/tmp` of the host view.
     #[serde(with = "units::opt_size")]
     pub tmp_size: Option<u64>,
+    /// Copy-on-write layers over the host view (docs/layers.md): host
+    /// directories whose `upper/` receives every change the program makes;
+    /// the last one is writable (created if missing), earlier ones are
+    /// stacked read-only below it.
+    pub layers: Vec<PathBuf>,
     /// Mount operations, applied in order after the base view.
     pub mounts: Vec<MountOp>,
     /// Share the host's network instead of a loopback-only one.
@@ -407,6 +412,24 @@ impl RunSpec {
         }
         if self.tmp_size == Some(0) {
             return Err(SpecError::new("tmp_size", "must be more than 0 bytes"));
+        }
+        if !self.layers.is_empty() && self.empty_root {
+            return Err(SpecError::new(
+                "layers",
+                "layers cover the host view; they cannot be combined with `empty_root`",
+            ));
+        }
+        if self.layers.len() > crate::overlay::MAX_LAYERS {
+            return Err(SpecError::new("layers", format!("at most {} layers", crate::overlay::MAX_LAYERS)));
+        }
+        for (i, l) in self.layers.iter().enumerate() {
+            host_path(&format!("layers[{i}]"), l)?;
+            if !l.is_absolute() {
+                return Err(SpecError::new(format!("layers[{i}]"), format!("`{}` must be an absolute path", l.display())));
+            }
+            if self.layers[..i].contains(l) {
+                return Err(SpecError::new(format!("layers[{i}]"), format!("`{}` is given twice", l.display())));
+            }
         }
         self.limits.validate()?;
         for (field, ports) in [("tcp_connect", &self.tcp_connect), ("tcp_bind", &self.tcp_bind)] {

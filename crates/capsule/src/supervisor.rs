@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -196,6 +196,10 @@ struct Shape {
     seccomp: PolicyName,
     /// `landlock`, `tcp_connect`, `tcp_bind`: PID 1 builds the ruleset.
     landlock: (bool, Option<Vec<u16>>, Option<Vec<u16>>),
+    /// Layer runs are never prepared ahead: a layer is locked by one run
+    /// at a time, and its roots depend on the request.
+    layers: Vec<PathBuf>,
+    root: bool,
 }
 
 /// A PID 1 forked for a run of one shape: building the sandbox, or ready
@@ -223,6 +227,8 @@ struct Prepared {
     ahead: bool,
     /// poll reported its result byte or pidfd since it was last looked at.
     signalled: bool,
+    /// The run's layers, locked until its PID 1 is gone.
+    layers: Option<crate::overlay::LayerPlan>,
 }
 
 /// A run in flight.
@@ -403,6 +409,8 @@ impl Supervisor {
             cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
             seccomp: spec.seccomp.clone(),
             landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
+            layers: spec.layers.clone(),
+            root: spec.root,
         }
     }
 
@@ -497,7 +505,9 @@ impl Supervisor {
         let mut names = vec![String::new(), String::new()];
         // The sources, resolved here once, in the supervisor's (the host's)
         // view: PID 1 mounts and copies what the descriptors refer to.
-        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &mut names)?;
+        // Layers first: their directories are created and locked here.
+        let layers = crate::overlay::prepare(spec)?;
+        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &mut names, layers.as_ref())?;
         let sources = std::mem::take(&mut mounts.sources);
         let cgroup = match &self.cgroups {
             Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),
@@ -571,7 +581,7 @@ impl Supervisor {
             self.deliver_net(ours);
         }
         let _ = pid;
-        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, sources, ahead, filter })
+        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, sources, ahead, filter, layers })
     }
 
     /// Whether a PID 1 prepared ahead still matches the host: every bind
@@ -1103,6 +1113,19 @@ impl Loop {
                     sup.cgroups = None;
                 }
             }
+            if let Some(layers) = r.p.layers.take() {
+                // The layer is consistent only once the run's mounts are
+                // gone: wait for PID 1 (it exits right after its result),
+                // then record what the changed paths were based on, then
+                // let the next run or `capsule layer` have it.
+                if !wait_gone(&r.p) {
+                    result.error.get_or_insert_with(|| "layer: the run's PID 1 did not exit".into());
+                }
+                if let Err(e) = crate::overlay::after_run(&layers) {
+                    result.error.get_or_insert(e);
+                }
+                drop(layers);
+            }
             if !r.cancelled {
                 self.answer(r.req.conn, &r.req.cid, &result, r.req.notify.take());
             }
@@ -1142,6 +1165,9 @@ impl Loop {
             return;
         }
         let Some((_, shape)) = &self.last_shape else { return };
+        if !shape.layers.is_empty() {
+            return;
+        }
         // Spares of another shape are of no use any more.
         let mut k = 0;
         while k < self.spares.len() {
@@ -1425,6 +1451,18 @@ fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
 }
 
 /// Whether a PID 1 has exited (its pidfd is readable).
+/// Waits up to 10 s for a PID 1 that has sent its result to exit, then
+/// kills it; true when it is gone.
+fn wait_gone(p: &Prepared) -> bool {
+    let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
+        kill_prepared(p);
+        pfd[0].revents = 0;
+        return sys::poll(&mut pfd, 10_000).unwrap_or(0) > 0;
+    }
+    true
+}
+
 fn exited(p: &Prepared) -> bool {
     let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
     sys::poll(&mut pfd, 0).unwrap_or(0) > 0

@@ -58,6 +58,7 @@ pub const AT_RECURSIVE: u32 = 0x8000;
 pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
 pub const FSOPEN_CLOEXEC: u32 = 1;
+pub const FSCONFIG_SET_FLAG: u32 = 0;
 pub const FSCONFIG_SET_STRING: u32 = 1;
 pub const FSCONFIG_CMD_CREATE: u32 = 6;
 pub const FSMOUNT_CLOEXEC: u32 = 1;
@@ -301,6 +302,13 @@ pub fn flock_exclusive(fd: RawFd) -> SysResult<()> {
     retry(|| check_int(unsafe { libc::flock(fd, libc::LOCK_EX) })).map(drop)
 }
 
+/// flock without waiting: `Err(EWOULDBLOCK)` when another holds it.
+pub fn flock_nb(fd: RawFd, exclusive: bool) -> SysResult<()> {
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+    // SAFETY: plain syscall on integers.
+    retry(|| check_int(unsafe { libc::flock(fd, op) })).map(drop)
+}
+
 pub fn pread(fd: RawFd, buf: &mut [u8], offset: i64) -> SysResult<usize> {
     // SAFETY: buf is a valid writable region of buf.len() bytes.
     retry(|| check(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) } as _))
@@ -391,6 +399,13 @@ pub fn fsconfig_string(fs: RawFd, key: &CStr, value: &CStr) -> SysResult<()> {
         libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0)
     })
     .map(drop)
+}
+
+/// `fsconfig(FSCONFIG_SET_FLAG)`: a parameter without a value.
+pub fn fsconfig_flag(fs: RawFd, key: &CStr) -> SysResult<()> {
+    // SAFETY: key is NUL-terminated; a flag takes no value pointer.
+    check(unsafe { libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_FLAG, key.as_ptr(), ptr::null::<u8>(), 0) })
+        .map(drop)
 }
 
 pub fn fsconfig_create(fs: RawFd) -> SysResult<()> {

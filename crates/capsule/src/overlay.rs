@@ -1,0 +1,460 @@
+//! Copy-on-write layers over the host view (`--layer DIR`, MBOX's sandbox
+//! filesystem): planned here by the supervisor, mounted by PID 1 through
+//! the new mount API (`crate::mounts`), so the host's mount table never
+//! sees them.
+//!
+//! A layer directory holds `upper/`, which mirrors absolute host paths
+//! (`DIR/upper/etc/foo` is the layer's `/etc/foo`), `work/` (overlayfs's
+//! work directories), `roots` (the directories the layer's overlays were
+//! mounted on, one per line) and `layer.lock`. Reviewing and committing is
+//! `crate::layer`'s.
+//!
+//! Two backends:
+//! - Kernel overlayfs (the default): one overlay per *root* directory,
+//!   mounted by PID 1 while it holds the supervisor's capabilities, with
+//!   `userxattr` (whiteouts are 0:0 character devices, opaque directories
+//!   carry `user.overlay.opaque`). Not one overlay over `/`, for two kernel
+//!   rules: overlayfs clones each layer as a private mount, which is
+//!   refused for a mount with locked submounts (every mount the
+//!   supervisor's namespace inherited from the host is locked), so a root
+//!   contains no mount point; and copy-up recreates a file or directory in
+//!   the upper layer with its original owner, which is impossible
+//!   (EOVERFLOW) for an owner the sandbox's user namespace does not map,
+//!   i.e. anyone but the caller. So the roots start at the highest
+//!   directory of each place the program is expected to write whose chain
+//!   down is the caller's own: the working directory, the caller's home,
+//!   `/var/tmp`, and every root an earlier run of the layer used (so what
+//!   it changed stays visible). Elsewhere the host view stays read-only,
+//!   as it is without a layer; the caller could not write there anyway.
+//! - fuse-overlayfs, for `--root` (fakeroot) runs and layers a `--root`
+//!   run used: a package manager running as the sandbox's root must change
+//!   files the host's root owns, which no kernel overlay in an
+//!   unprivileged user namespace can copy up. fuse-overlayfs copies up as
+//!   the caller and shows every file as owned by the sandbox's root (the
+//!   caller): one overlay over the whole host view. Slower (every file
+//!   operation goes through the daemon; docs/layers.md has the figures),
+//!   so only these runs pay for it.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use crate::spec::RunSpec;
+use crate::sys;
+
+/// Most layers one run may stack.
+pub const MAX_LAYERS: usize = 8;
+/// Most kernel overlays one run mounts.
+const MAX_ROOTS: usize = 64;
+/// Where the host view has a filesystem of its own (or none): never a root.
+const NOT_LAYERED: [&str; 5] = ["/proc", "/sys", "/dev", "/tmp", "/run"];
+/// Marks a layer served by fuse-overlayfs (a `--root` run used it).
+const FUSE_MARK: &str = "fuse";
+/// Where PID 1 has fuse-overlayfs mount, on a tmpfs of its private mount
+/// namespace (covered by the run's own /tmp in the sandbox).
+pub(crate) const FUSE_MOUNTPOINT: &str = "/tmp/fuse";
+/// The host's root as fuse-overlayfs sees it: a clone PID 1 attaches there
+/// (see `mounts::start_fuse`).
+const FUSE_LOWER: &str = "/tmp/lower";
+
+/// A run's layers, as the supervisor prepared them.
+pub(crate) struct LayerPlan {
+    /// The layer directories, the writable one last.
+    pub dirs: Vec<PathBuf>,
+    /// `layer.lock` of each, flock'ed (exclusive on the writable layer,
+    /// shared on the others) until the run is over and PID 1 reaped, so
+    /// that no two runs and no `capsule layer` command use an upper
+    /// directory at once (overlayfs forbids changing a mounted layer).
+    #[allow(dead_code)] // held, not read: the flock lasts as long as the descriptor
+    pub locks: Vec<OwnedFd>,
+    pub backend: Backend,
+}
+
+pub(crate) enum Backend {
+    /// One overlay per root.
+    Kernel(Vec<Overlay>),
+    /// fuse-overlayfs over the whole host view.
+    Fuse { argv: Vec<CString> },
+}
+
+/// One kernel overlay: `dst` is the host path it covers (the same path in
+/// the sandbox); the others are overlayfs parameters, escaped.
+pub(crate) struct Overlay {
+    pub dst: PathBuf,
+    pub lower: CString,
+    pub upper: CString,
+    pub work: CString,
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
+    format!("layer: {what} {}: {e}", path.display())
+}
+
+/// Characters overlayfs and fuse-overlayfs options cannot carry safely.
+fn check_chars(p: &Path) -> Result<(), String> {
+    let s = p.to_str().ok_or_else(|| format!("layer: {} is not valid UTF-8", p.display()))?;
+    if let Some(c) = s.chars().find(|c| matches!(c, ':' | ',' | '\\' | '=' | '\n')) {
+        return Err(format!(
+            "layer: {s} contains `{}`, which overlayfs options cannot carry; use a path without `:`, `,`, `=` or `\\`",
+            c.escape_default()
+        ));
+    }
+    Ok(())
+}
+
+/// `path` lexically normal: absolute, no `.`/`..`, no trailing slash.
+fn is_normal(p: &Path) -> bool {
+    p.is_absolute() && p.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+fn join_abs(base: &Path, abs: &Path) -> PathBuf {
+    base.join(abs.strip_prefix("/").expect("absolute"))
+}
+
+/// Creates the writable layer's directory structure if missing (DIR mode
+/// 0700: it holds copies of what the program read and wrote).
+fn create(dir: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {
+            let is_layer = dir.join("upper").is_dir();
+            if !is_layer && fs::read_dir(dir).map_err(|e| io_err("reading", dir, e))?.next().is_some() {
+                return Err(format!(
+                    "layer: {} exists, is not empty and is not a layer (no upper/); name a new or empty directory",
+                    dir.display()
+                ));
+            }
+        }
+        Ok(_) => return Err(format!("layer: {} exists and is not a directory", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| io_err("creating", dir, e))?;
+        }
+        Err(e) => return Err(io_err("looking at", dir, e)),
+    }
+    for sub in ["upper", "work"] {
+        let p = dir.join(sub);
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("layer: {} is not a directory", p.display())),
+            Err(_) => fs::DirBuilder::new().mode(0o755).create(&p).map_err(|e| io_err("creating", &p, e))?,
+        }
+    }
+    let meta = dir.join("layer.json");
+    if fs::symlink_metadata(&meta).is_err() {
+        fs::write(&meta, "{\"version\": 1, \"originals\": {}}\n").map_err(|e| io_err("creating", &meta, e))?;
+    }
+    Ok(())
+}
+
+/// Checks that a lower (read-only) layer is a layer.
+fn check_lower(dir: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(dir.join("upper")) {
+        Ok(m) if m.is_dir() => Ok(()),
+        _ => Err(format!(
+            "layer: {} is not a layer (no upper/ directory); only the last --layer may be new",
+            dir.display()
+        )),
+    }
+}
+
+/// Takes the layer's lock without waiting.
+fn lock(dir: &Path, exclusive: bool) -> Result<OwnedFd, String> {
+    let path = dir.join("layer.lock");
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "layer: path contains NUL".to_string())?;
+    let fd = sys::open(&c, libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW, 0o600)
+        .map_err(|e| format!("layer: opening {}: {}", path.display(), crate::error::errno_text(e)))?;
+    match sys::flock_nb(fd.as_raw_fd(), exclusive) {
+        Ok(()) => Ok(fd),
+        Err(libc::EWOULDBLOCK) => Err(format!(
+            "layer {} is in use by another capsule run or `capsule layer` command; wait for it to finish",
+            dir.display()
+        )),
+        Err(e) => Err(format!("layer: flock {}: {}", path.display(), crate::error::errno_text(e))),
+    }
+}
+
+/// The roots an earlier run of the layer recorded.
+fn recorded_roots(dir: &Path) -> Vec<PathBuf> {
+    let Ok(text) = fs::read_to_string(dir.join("roots")) else { return Vec::new() };
+    text.lines().map(PathBuf::from).filter(|p| is_normal(p)).collect()
+}
+
+fn write_roots(dir: &Path, roots: &[PathBuf]) -> Result<(), String> {
+    let path = dir.join("roots");
+    let tmp = dir.join(".roots.tmp");
+    let mut f = fs::File::create(&tmp).map_err(|e| io_err("writing", &tmp, e))?;
+    for r in roots {
+        writeln!(f, "{}", r.display()).map_err(|e| io_err("writing", &tmp, e))?;
+    }
+    f.sync_all().map_err(|e| io_err("writing", &tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| io_err("writing", &path, e))
+}
+
+fn excluded(p: &Path) -> bool {
+    p == Path::new("/") || NOT_LAYERED.iter().any(|x| p.starts_with(x))
+}
+
+/// The root for a place the program is expected to write: the highest
+/// directory above `c` whose chain down to `c` the caller owns (`c`
+/// itself when it is not the caller's).
+fn root_for(c: &Path, me: u32) -> Option<PathBuf> {
+    let c = fs::canonicalize(c).ok()?;
+    let md = fs::metadata(&c).ok()?;
+    if !md.is_dir() || excluded(&c) {
+        return None;
+    }
+    let mut r = c.clone();
+    if md.uid() == me {
+        while let Some(p) = r.parent() {
+            if p == Path::new("/") || excluded(p) {
+                break;
+            }
+            match fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() && m.uid() == me => r = p.to_path_buf(),
+                _ => break,
+            }
+        }
+    }
+    Some(r)
+}
+
+/// Mount points of the supervisor's namespace (the host's).
+fn mount_points() -> Vec<PathBuf> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    text.lines().filter_map(|l| l.split(' ').nth(4)).map(|p| PathBuf::from(unescape_octal(p))).collect()
+}
+
+/// mountinfo's `\040`-style escapes.
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Splits a root that contains mount points into roots that do not: its
+/// subdirectories, recursively (the files directly in it stay read-only).
+fn split_roots(root: &Path, mps: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if out.len() > MAX_ROOTS {
+        return Err(format!("layer: more than {MAX_ROOTS} overlays would be needed around the mount points below {}", root.display()));
+    }
+    if !mps.iter().any(|m| m.starts_with(root) && m != root) {
+        out.push(root.to_path_buf());
+        return Ok(());
+    }
+    let rd = fs::read_dir(root).map_err(|e| io_err("reading", root, e))?;
+    let mut kids: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| !excluded(p))
+        .collect();
+    kids.sort();
+    for k in kids {
+        split_roots(&k, mps, out)?;
+    }
+    Ok(())
+}
+
+/// Keeps the outermost of nested roots, in path order.
+fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
+    roots.sort();
+    roots.dedup();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for r in roots {
+        if !out.iter().any(|o| r.starts_with(o)) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Finds fuse-overlayfs.
+fn find_fuse_overlayfs() -> Result<PathBuf, String> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .filter(|d| d.starts_with('/'))
+        .chain(["/usr/bin", "/bin", "/usr/local/bin"])
+        .map(|d| Path::new(d).join("fuse-overlayfs"))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0))
+        .ok_or_else(|| {
+            "layer: a --root run in a layer needs fuse-overlayfs (apt-get install fuse-overlayfs): kernel overlayfs \
+             cannot copy up files owned by users outside the sandbox's user namespace"
+                .to_string()
+        });
+    found
+}
+
+fn cstring(s: String) -> CString {
+    CString::new(s).expect("checked: no NUL")
+}
+
+fn param(p: &Path) -> CString {
+    cstring(p.display().to_string())
+}
+
+/// Prepares the run's layers: creates the writable one if needed, takes
+/// the locks, computes the overlays. `None` without layers.
+pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
+    if spec.layers.is_empty() {
+        return Ok(None);
+    }
+    let me = sys::geteuid();
+    let n = spec.layers.len();
+    let mut dirs = Vec::with_capacity(n);
+    for (i, d) in spec.layers.iter().enumerate() {
+        check_chars(d)?;
+        if i + 1 == n {
+            create(d)?;
+        } else {
+            check_lower(d)?;
+        }
+        // Resolve once: the paths handed to overlayfs must not change meaning.
+        let c = fs::canonicalize(d).map_err(|e| io_err("resolving", d, e))?;
+        check_chars(&c)?;
+        dirs.push(c);
+    }
+    let mut locks = Vec::with_capacity(n);
+    for (i, d) in dirs.iter().enumerate() {
+        locks.push(lock(d, i + 1 == n)?);
+    }
+    let top = dirs.last().expect("n > 0").clone();
+    let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
+    let backend = if fuse {
+        let bin = find_fuse_overlayfs()?;
+        let work = top.join("work").join("fuse");
+        fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
+        fs::write(top.join(FUSE_MARK), "this layer is served by fuse-overlayfs (a --root run used it)\n")
+            .map_err(|e| io_err("writing", &top.join(FUSE_MARK), e))?;
+        let mut lower: Vec<String> = dirs[..n - 1].iter().rev().map(|d| d.join("upper").display().to_string()).collect();
+        lower.push(FUSE_LOWER.into());
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={},squash_to_root",
+            lower.join(":"),
+            top.join("upper").display(),
+            work.display()
+        );
+        let argv = vec![param(&bin), cstring("-o".into()), cstring(opts), cstring(FUSE_MOUNTPOINT.into())];
+        Backend::Fuse { argv }
+    } else {
+        Backend::Kernel(kernel_overlays(spec, &dirs, me)?)
+    };
+    Ok(Some(LayerPlan { dirs, locks, backend }))
+}
+
+fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Overlay>, String> {
+    let top = dirs.last().expect("at least one layer");
+    let mut wanted: Vec<PathBuf> = Vec::new();
+    if let Some(cwd) = &spec.cwd {
+        if let Some(r) = root_for(cwd, me) {
+            wanted.push(r);
+        }
+    }
+    if let Ok(home) = std::env::var("HOME") {
+        if home.starts_with('/') {
+            if let Some(r) = root_for(Path::new(&home), me) {
+                wanted.push(r);
+            }
+        }
+    }
+    if let Some(r) = root_for(Path::new("/var/tmp"), me) {
+        wanted.push(r);
+    }
+    for d in dirs {
+        wanted.extend(recorded_roots(d).into_iter().filter(|r| r.is_dir() && !excluded(r)));
+    }
+    for r in &wanted {
+        for d in dirs {
+            if r.starts_with(d) {
+                return Err(format!(
+                    "layer: {} is inside the layer {}; run from outside the layer directory",
+                    r.display(),
+                    d.display()
+                ));
+            }
+        }
+    }
+    let mps = mount_points();
+    let mut roots = Vec::new();
+    for r in outermost(wanted) {
+        split_roots(&r, &mps, &mut roots)?;
+    }
+    let roots = outermost(roots);
+    write_roots(top, &roots)?;
+    let mut out = Vec::with_capacity(roots.len());
+    for r in roots {
+        check_chars(&r)?;
+        let upper = join_abs(&top.join("upper"), &r);
+        let work = join_abs(&top.join("work"), &r);
+        for p in [&upper, &work] {
+            fs::DirBuilder::new().recursive(true).mode(0o755).create(p).map_err(|e| io_err("creating", p, e))?;
+        }
+        // The overlay's root shows the upper directory's attributes: give
+        // it the host directory's mode (its owner is the caller).
+        if let Ok(m) = fs::metadata(&r) {
+            let _ = fs::set_permissions(&upper, fs::Permissions::from_mode(m.mode() & 0o7777));
+        }
+        let mut lower: Vec<String> = Vec::new();
+        for d in dirs[..dirs.len() - 1].iter().rev() {
+            let l = join_abs(&d.join("upper"), &r);
+            if l.is_dir() {
+                lower.push(l.display().to_string());
+            }
+        }
+        lower.push(r.display().to_string());
+        out.push(Overlay { lower: cstring(lower.join(":")), upper: param(&upper), work: param(&work), dst: r });
+    }
+    Ok(out)
+}
+
+/// After a run, its PID 1 gone: records, for each path the run changed,
+/// the host original it was based on (for commit's conflict check).
+pub(crate) fn after_run(plan: &LayerPlan) -> Result<(), String> {
+    let _ = plan;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outermost_keeps_outer_roots() {
+        let v = |s: &[&str]| s.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(outermost(v(&["/home/u/a", "/home/u", "/var/tmp", "/home/u2", "/home/u"])), v(&["/home/u", "/home/u2", "/var/tmp"]));
+    }
+
+    #[test]
+    fn octal_escapes() {
+        assert_eq!(unescape_octal(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_octal(r"/x\\y"), r"/x\\y");
+    }
+
+    #[test]
+    fn option_characters_refused() {
+        assert!(check_chars(Path::new("/a:b")).is_err());
+        assert!(check_chars(Path::new("/a,b")).is_err());
+        assert!(check_chars(Path::new("/a b")).is_ok());
+    }
+
+    #[test]
+    fn excluded_paths() {
+        assert!(excluded(Path::new("/")));
+        assert!(excluded(Path::new("/proc/1")));
+        assert!(excluded(Path::new("/tmp")));
+        assert!(!excluded(Path::new("/tmpx")));
+        assert!(!excluded(Path::new("/var/tmp")));
+    }
+}
