@@ -78,8 +78,10 @@ fn temp_name() -> Vec<u8> {
     format!(".capsule-commit-{}-{}", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)).into_bytes()
 }
 
-pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool) -> Result<CommitReport, LayerError> {
+/// `exact`: each path names one entry (not what is below it).
+pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool) -> Result<CommitReport, LayerError> {
     let sel = Selector::new(paths)?;
+    let wanted: Vec<Vec<u8>> = paths.iter().filter_map(|p| super::normalize(p)).map(|n| n.as_os_str().as_bytes()[1..].to_vec()).collect();
     let mut meta = layer.load_meta()?;
     let mut report = CommitReport::default();
     for k in std::mem::take(&mut meta.bad_keys) {
@@ -93,15 +95,16 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool) -> Result<CommitRep
     for p in paths {
         let n = super::normalize(p).unwrap_or_else(|| p.clone());
         let rel = &n.as_os_str().as_bytes()[1..];
-        if !items.iter().any(|i| i.status.is_some() && is_at_or_below(&i.rel, rel)) {
+        if !items.iter().any(|i| i.status.is_some() && (if exact { i.rel == rel } else { is_at_or_below(&i.rel, rel) })) {
             report.nothing_at.push(n);
         }
     }
     // Directory permission changes last and deepest first: one that drops
     // write permission must not stop what goes inside.
     let dir_mode_only = |i: &Item| matches!((&i.upper, &i.host), (Upper::Entry(Node::Dir { .. }), Node::Dir { .. }));
-    let mut order: Vec<&Item> = items.iter().filter(|i| i.status.is_some() && !dir_mode_only(i)).collect();
-    order.extend(items.iter().rev().filter(|i| i.status.is_some() && dir_mode_only(i)));
+    let asked = |i: &&Item| i.status.is_some() && (!exact || wanted.contains(&i.rel));
+    let mut order: Vec<&Item> = items.iter().filter(asked).filter(|i| !dir_mode_only(i)).collect();
+    order.extend(items.iter().rev().filter(asked).filter(|i| dir_mode_only(i)));
     for item in order {
         let change = item.change().expect("a change");
         let path = change.path.clone();

@@ -86,7 +86,7 @@ impl std::fmt::Display for Change {
 #[derive(Debug, thiserror::Error)]
 pub enum LayerError {
     /// A system call failed: the call, the path and the errno.
-    #[error("{0}")]
+    #[error(transparent)]
     Sys(#[from] SysError),
     #[error("layer {} is in use by a running capsule", .0.display())]
     InUse(PathBuf),
@@ -303,7 +303,15 @@ impl Layer {
     /// see [`commit`](commit::commit).
     pub fn commit(&self, lock: &LayerLock, paths: &[PathBuf], force: bool) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
-        commit::commit(self, paths, force)
+        commit::commit(self, paths, force, false)
+    }
+
+    /// Like [`commit`](Self::commit), but each path names exactly one
+    /// change (as listed), not what lies below it: the post-run menu's
+    /// "commit some".
+    pub fn commit_entries(&self, lock: &LayerLock, paths: &[PathBuf], force: bool) -> Result<CommitReport, LayerError> {
+        self.check_lock(lock)?;
+        commit::commit(self, paths, force, true)
     }
 
     /// Removes the whole layer directory (only a layer: `upper/` and
