@@ -129,8 +129,18 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
         }
         "review" => {
             drop(layer);
+            // `sh`: the user's shell in the layer's files (no run to go back to).
+            let upper = dir.join("upper");
             review_menu(&dir, || {
-                eprintln!("capsule: no shell here: `capsule layer review` has no run to go back to; inspect {} directly", dir.display());
+                let shell = std::env::var_os("SHELL").filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into());
+                eprintln!("capsule: a shell in {} (the layer's files); exit it to come back to the menu", upper.display());
+                let st = std::process::Command::new(&shell)
+                    .current_dir(&upper)
+                    .status()
+                    .with_context(|| format!("cannot run {}", Path::new(&shell).display()))?;
+                if !st.success() {
+                    eprintln!("capsule: the shell exited with {st}");
+                }
                 Ok(())
             })?;
             Ok(ExitCode::SUCCESS)

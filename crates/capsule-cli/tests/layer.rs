@@ -439,8 +439,10 @@ fn review_menu_through_a_pty() {
     assert!(seen.contains(&format!("--- {h}/a\n+++ {h}/a (layer)\n")), "{seen}");
     step(&mut seen, "x", PROMPT);
     assert!(seen.contains("unknown choice `x`"), "{seen}");
-    step(&mut seen, "sh", PROMPT);
-    assert!(seen.contains("no shell here"), "{seen}");
+    // `sh`: a shell in the layer's files, then the menu again.
+    step(&mut seen, "sh", "exit it to come back to the menu");
+    step(&mut seen, "echo shell-in-$(basename \"$PWD\")-$((6*7)); exit", PROMPT);
+    assert!(seen.contains("shell-in-upper-42"), "{seen}");
     // Commit some: yes to a, no to b, yes to c.
     step(&mut seen, "s", "? [y/n] ");
     assert!(seen.contains(&format!("commit M  {h}/a (content)? [y/n] ")), "{seen}");
