@@ -20,6 +20,24 @@ struct T {
     layer: Layer,
 }
 
+/// The exclusive lock, waiting a little: other unit tests of this crate
+/// fork children, which hold a copy of the lock's descriptor until they
+/// exec or exit.
+fn lock_ex(l: &Layer) -> LayerLock {
+    lock_wait(l, true)
+}
+
+fn lock_wait(l: &Layer, exclusive: bool) -> LayerLock {
+    let start = std::time::Instant::now();
+    loop {
+        match l.lock_run(exclusive) {
+            Ok(lock) => return lock,
+            Err(LayerError::InUse(_)) if start.elapsed() < std::time::Duration::from_secs(10) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(e) => panic!("lock: {e}"),
+        }
+    }
+}
+
 impl T {
     fn new() -> T {
         let root = std::env::temp_dir().join(format!("capsule-layer-unit-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
@@ -69,12 +87,12 @@ impl T {
     }
 
     fn record(&self) {
-        let lock = self.layer.lock_run(true).unwrap();
+        let lock = lock_ex(&self.layer);
         self.layer.record_originals(&lock).unwrap();
     }
 
     fn commit(&self, paths: &[PathBuf], force: bool) -> CommitReport {
-        let lock = self.layer.lock_run(true).unwrap();
+        let lock = lock_ex(&self.layer);
         self.layer.commit(&lock, paths, force).unwrap()
     }
 
@@ -308,7 +326,7 @@ fn conflicts_are_refused_and_named_force_overrides() {
     write(&t.u("norecord"), "x");
     t.record();
     // The host changes a after the run; norecord's run did not finish.
-    let lock = t.layer.lock_run(true).unwrap();
+    let lock = lock_ex(&t.layer);
     let mut m = t.layer.load_meta().unwrap();
     m.originals.remove(&t.h("norecord"));
     t.layer.save_meta(&m).unwrap();
@@ -328,7 +346,7 @@ fn conflicts_are_refused_and_named_force_overrides() {
     assert_eq!(t.list(), ["M a", "M new", "A norecord"]);
     // Same size, same mtime, other content: the hash tells.
     write(&t.h("a"), "a0");
-    let lock = t.layer.lock_run(true).unwrap();
+    let lock = lock_ex(&t.layer);
     let mut m = t.layer.load_meta().unwrap();
     let rec = m.originals.get_mut(&t.h("a")).unwrap();
     let md = fs::metadata(t.h("a")).unwrap();
@@ -419,11 +437,11 @@ fn locks_and_discard() {
     let err = t.layer.lock_run(true).unwrap_err().to_string();
     assert!(err.contains("is in use by a running capsule"), "{err}");
     drop((a, b));
-    let ex = t.layer.lock_run(true).unwrap();
+    let ex = lock_ex(&t.layer);
     assert!(t.layer.lock_run(false).is_err());
     // A shared lock does not allow changes.
     drop(ex);
-    let sh = t.layer.lock_run(false).unwrap();
+    let sh = lock_wait(&t.layer, false);
     assert!(t.layer.commit(&sh, &[], false).is_err());
     drop(sh);
     // overlayfs leaves a mode-000 work directory.
@@ -434,7 +452,7 @@ fn locks_and_discard() {
     write(&t.u("f"), "f");
     let dir = t.layer.dir().to_path_buf();
     let layer = Layer::open(&dir).unwrap();
-    let lock = layer.lock_run(true).unwrap();
+    let lock = lock_ex(&layer);
     layer.discard(lock).unwrap();
     assert!(!dir.exists());
 }
@@ -460,7 +478,7 @@ fn create_refuses_what_is_not_a_layer() {
     let d3 = t.root.join("no-json");
     mkdirs(&d3.join("upper"));
     let l3 = Layer::open(&d3).unwrap();
-    let lock = l3.lock_run(true).unwrap();
+    let lock = lock_ex(&l3);
     let e = l3.discard(lock).unwrap_err().to_string();
     assert!(e.contains("no layer.json"), "{e}");
     assert!(d3.join("upper").exists());
