@@ -275,7 +275,7 @@ impl Layer {
     pub fn record_originals(&self, lock: &LayerLock) -> Result<usize, LayerError> {
         self.check_lock(lock)?;
         let mut m = self.load_meta()?;
-        let items = scan::scan(self, &Selector::all())?;
+        let items = scan::scan_with(self, &Selector::all(), false)?;
         let mut added = 0;
         for item in &items {
             let key = item.host_path();

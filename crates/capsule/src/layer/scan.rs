@@ -134,6 +134,9 @@ pub fn open_host_parent(rel: &[u8]) -> Result<(OwnedFd, &[u8]), (Errno, String)>
 
 struct Ctx<'a> {
     sel: &'a Selector,
+    /// Compare file contents (not needed to record originals: a file the
+    /// layer has is recorded whether it changed or not).
+    compare: bool,
     layer: &'a Layer,
     items: Vec<Item>,
 }
@@ -141,8 +144,14 @@ struct Ctx<'a> {
 /// Every change at or below the selector's roots (and the unchanged
 /// copy-ups there), sorted by path.
 pub fn scan(layer: &Layer, sel: &Selector) -> Result<Vec<Item>, LayerError> {
+    scan_with(layer, sel, true)
+}
+
+/// [`scan`]; without `compare`, a file present on both sides is an
+/// unchanged copy unless its size or mode differs (for recording).
+pub fn scan_with(layer: &Layer, sel: &Selector, compare: bool) -> Result<Vec<Item>, LayerError> {
     let host_root = sl::openat2(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(|e| sys_err("open", "/", e))?;
-    let mut ctx = Ctx { sel, layer, items: Vec::new() };
+    let mut ctx = Ctx { sel, compare, layer, items: Vec::new() };
     let upper = sl::openat_name(layer.upper.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(|e| sys_err("open", layer.dir.join("upper"), e))?;
     scan_dir(&mut ctx, &upper, &host_root, b"", false)?;
@@ -314,7 +323,7 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                 if !selected {
                     continue;
                 }
-                let content_differs = us != hs || {
+                let content_differs = us != hs || ctx.compare && {
                     let mut a = node::open_file(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
                     let mut b = node::open_file(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
                     !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&crel), e))?
