@@ -12,6 +12,8 @@ use capsule::units::{parse_duration, parse_size};
 use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+mod layer_cmd;
+
 const RUN_ABOUT: &str = "Run PROGRAM in a fresh sandbox as the calling unprivileged user";
 const RUN_AFTER: &str = "\
 Mount operations (--bind ... --noexec) apply in the order given, after the base view
@@ -145,6 +147,7 @@ fn cli() -> Command {
         .arg_required_else_help(true)
         .subcommand(run_command())
         .subcommand(serve_command())
+        .subcommand(layer_cmd::command())
         .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
         .subcommand(
             Command::new("check")
@@ -455,6 +458,7 @@ fn main() -> ExitCode {
         Some(("run", m)) => cmd_run(m),
         Some(("check", m)) => cmd_check(m),
         Some(("serve", m)) => cmd_serve(m),
+        Some(("layer", m)) => return layer_cmd::run(m),
         Some(("supervise", _)) => {
             if capsule::sys::fd_mode(3).is_err() {
                 eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");

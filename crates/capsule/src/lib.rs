@@ -11,6 +11,7 @@ mod child;
 pub mod client;
 pub mod error;
 pub mod landlock;
+pub mod layer;
 mod mounts;
 mod namespaces;
 pub mod overlay;

@@ -7,6 +7,7 @@
 //! allocating APIs live in the facility modules (`namespaces`, `mounts`, ...).
 
 pub mod landlock;
+pub mod layer;
 pub mod probe;
 
 use std::ffi::CStr;

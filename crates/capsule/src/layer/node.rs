@@ -1,0 +1,204 @@
+//! What one directory entry is (on the host or in the upper tree), read
+//! through a directory descriptor without following links, and the file
+//! operations the review and the commit share.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use sha2::{Digest, Sha256};
+
+use crate::sys::layer as sl;
+use crate::sys::Errno;
+
+/// One entry, as `lstat` (and `readlink`) see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Absent,
+    File { size: u64, mode: u32, mtime_ns: i64 },
+    Dir { mode: u32, mtime_ns: i64 },
+    Symlink { target: Vec<u8>, mtime_ns: i64 },
+    Fifo { mode: u32, mtime_ns: i64 },
+    /// An overlayfs whiteout (character device 0:0), upper side only.
+    Whiteout,
+    /// A socket or device.
+    Special { what: &'static str, mode: u32, mtime_ns: i64 },
+}
+
+pub fn mtime_ns(st: &libc::stat) -> i64 {
+    st.st_mtime.saturating_mul(1_000_000_000).saturating_add(st.st_mtime_nsec)
+}
+
+/// The entry `name` of `dir`; `whiteouts`: a character device 0:0 is a
+/// whiteout (upper side). A missing entry (or a parent that is not a
+/// directory) is `Absent`.
+pub fn node_at(dir: RawFd, name: &[u8], whiteouts: bool) -> Result<Node, Errno> {
+    let st = match sl::lstat_at(dir, name) {
+        Ok(st) => st,
+        Err(libc::ENOENT) | Err(libc::ENOTDIR) => return Ok(Node::Absent),
+        Err(e) => return Err(e),
+    };
+    let mode = st.st_mode & 0o7777;
+    let mtime_ns = mtime_ns(&st);
+    Ok(match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Node::File { size: st.st_size as u64, mode, mtime_ns },
+        libc::S_IFDIR => Node::Dir { mode, mtime_ns },
+        libc::S_IFLNK => Node::Symlink { target: sl::readlink_at(dir, name)?, mtime_ns },
+        libc::S_IFIFO => Node::Fifo { mode, mtime_ns },
+        libc::S_IFCHR if whiteouts && st.st_rdev == 0 => Node::Whiteout,
+        libc::S_IFCHR => Node::Special { what: "character device", mode, mtime_ns },
+        libc::S_IFBLK => Node::Special { what: "block device", mode, mtime_ns },
+        _ => Node::Special { what: "socket", mode, mtime_ns },
+    })
+}
+
+impl Node {
+    /// `file`, `directory`, ...
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Node::Absent => "nothing",
+            Node::File { .. } => "file",
+            Node::Dir { .. } => "directory",
+            Node::Symlink { .. } => "symlink",
+            Node::Fifo { .. } => "fifo",
+            Node::Whiteout => "whiteout",
+            Node::Special { what, .. } => what,
+        }
+    }
+
+    /// Permission bits, for the kinds that have meaningful ones.
+    pub fn mode(&self) -> Option<u32> {
+        match self {
+            Node::File { mode, .. } | Node::Dir { mode, .. } | Node::Fifo { mode, .. } | Node::Special { mode, .. } => Some(*mode),
+            _ => None,
+        }
+    }
+
+    pub fn mtime(&self) -> Option<i64> {
+        match self {
+            Node::File { mtime_ns, .. }
+            | Node::Dir { mtime_ns, .. }
+            | Node::Symlink { mtime_ns, .. }
+            | Node::Fifo { mtime_ns, .. }
+            | Node::Special { mtime_ns, .. } => Some(*mtime_ns),
+            _ => None,
+        }
+    }
+
+    /// `file, 12 bytes`, `symlink -> target`, `directory`.
+    pub fn describe(&self) -> String {
+        match self {
+            Node::File { size, .. } => format!("file, {size} bytes"),
+            Node::Symlink { target, .. } => format!("symlink -> {}", String::from_utf8_lossy(target)),
+            other => other.kind_name().to_string(),
+        }
+    }
+
+    pub fn same_kind(&self, other: &Node) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+pub fn octal(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+/// Opens the regular file `name` of `dir` for reading: never through a
+/// link, never blocking on a FIFO swapped in, and only if it is still a
+/// regular file once open.
+pub fn open_file(dir: RawFd, name: &[u8]) -> Result<File, Errno> {
+    let fd = sl::openat_name(dir, name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY, 0)?;
+    let st = crate::sys::fstat(fd.as_raw_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(libc::EINVAL);
+    }
+    crate::sys::set_nonblocking(fd.as_raw_fd(), false)?;
+    Ok(File::from(fd))
+}
+
+/// Opens the directory `name` of `dir` (`O_PATH`, never through a link).
+pub fn open_dir(dir: RawFd, name: &[u8]) -> Result<OwnedFd, Errno> {
+    sl::openat_name(dir, name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Errno> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(sl::errno_of(&e)),
+        }
+    }
+    Ok(n)
+}
+
+/// Whether two files have the same bytes.
+pub fn same_content(a: &mut File, b: &mut File) -> Result<bool, Errno> {
+    let mut x = vec![0u8; 65536];
+    let mut y = vec![0u8; 65536];
+    loop {
+        let n = read_full(a, &mut x)?;
+        let m = read_full(b, &mut y)?;
+        if n != m || x[..n] != y[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Hex SHA-256 of a file's content.
+pub fn sha256(f: &mut File) -> Result<String, Errno> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = read_full(f, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Reads a whole file, up to `limit` bytes (None when it is larger).
+pub fn read_limited(f: &mut File, limit: u64) -> Result<Option<Vec<u8>>, Errno> {
+    let mut v = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = read_full(f, &mut buf)?;
+        if n == 0 {
+            return Ok(Some(v));
+        }
+        if v.len() as u64 + n as u64 > limit {
+            return Ok(None);
+        }
+        v.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Removes the entry `name` of `dir` and, for a directory, everything in
+/// it, never following a link. `fix_perms`: first give the owner rwx on
+/// directories that lack it (overlayfs leaves mode-000 work directories).
+pub fn remove_tree_at(dir: RawFd, name: &[u8], fix_perms: bool) -> Result<(), Errno> {
+    let st = match sl::lstat_at(dir, name) {
+        Ok(st) => st,
+        Err(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        let fd = open_dir(dir, name)?;
+        if fix_perms && st.st_mode & 0o700 != 0o700 {
+            sl::chmod_fd(fd.as_raw_fd(), (st.st_mode & 0o7777) | 0o700)?;
+        }
+        for child in sl::list_dir(fd.as_raw_fd())? {
+            remove_tree_at(fd.as_raw_fd(), &child, fix_perms)?;
+        }
+        sl::unlink_at(dir, name, true)
+    } else {
+        sl::unlink_at(dir, name, false)
+    }
+}

@@ -1,0 +1,388 @@
+//! Change detection: the upper tree walked beside the host tree, both
+//! through directory descriptors opened with `O_NOFOLLOW` (the host's from
+//! `/`), so no symbolic link is ever followed on either side. Only the
+//! entries present in the upper tree are visited, plus the host children
+//! of opaque directories.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use super::meta::{encode, OrigKind, Record};
+use super::node::{self, octal, Node};
+use super::{host_path, join, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
+use crate::sys::layer as sl;
+use crate::sys::Errno;
+
+/// The fuse-overlayfs marker of an opaque directory.
+pub const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
+/// The fuse-overlayfs whiteout prefix.
+pub const WH_PREFIX: &[u8] = b".wh.";
+const OPAQUE_XATTRS: [&str; 3] = ["user.overlay.opaque", "trusted.overlay.opaque", "user.fuseoverlayfs.opaque"];
+const WHITEOUT_XATTRS: [&str; 2] = ["user.overlay.whiteout", "trusted.overlay.whiteout"];
+
+/// What the layer has at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upper {
+    /// A real entry of the upper tree.
+    Entry(Node),
+    /// A whiteout (either format).
+    Whiteout,
+    /// Nothing: the host entry is hidden by an opaque directory above.
+    Hidden,
+}
+
+/// One path the scan looked at.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// The path relative to `/` (no leading slash).
+    pub rel: Vec<u8>,
+    /// None: the layer's entry equals the host's (an unchanged copy-up).
+    pub status: Option<ChangeKind>,
+    pub upper: Upper,
+    /// The host's entry when scanned.
+    pub host: Node,
+    pub what: String,
+    /// Why this entry can never be committed (named in the report).
+    pub problem: Option<String>,
+}
+
+impl Item {
+    pub fn host_path(&self) -> PathBuf {
+        host_path(&self.rel)
+    }
+
+    pub fn change(&self) -> Option<Change> {
+        self.status.map(|kind| Change { kind, path: self.host_path(), what: self.what.clone() })
+    }
+
+    /// Changes and unchanged copy-ups of files and links get a record (a
+    /// copy-up is the layer's own snapshot: the host may change under it).
+    pub fn wants_record(&self) -> bool {
+        self.problem.is_none()
+            && (self.status.is_some() || matches!(self.upper, Upper::Entry(Node::File { .. }) | Upper::Entry(Node::Symlink { .. })))
+    }
+
+    /// The record of the host's entry now: the SHA-256 only for a regular
+    /// file the layer has a file for (a modification or a copy-up).
+    pub fn record(&self) -> Result<Record, Errno> {
+        let mut rec = Record::absent();
+        rec.kind = match &self.host {
+            Node::Absent => return Ok(rec),
+            Node::File { .. } => OrigKind::File,
+            Node::Dir { .. } => OrigKind::Dir,
+            Node::Symlink { .. } => OrigKind::Symlink,
+            _ => OrigKind::Other,
+        };
+        rec.mtime_ns = self.host.mtime();
+        rec.mode = self.host.mode().map(octal);
+        if let Node::File { size, .. } = self.host {
+            rec.size = Some(size);
+            if matches!(self.upper, Upper::Entry(Node::File { .. })) {
+                let (parent, name) = open_host_parent(&self.rel).map_err(|(e, _)| e)?;
+                rec.sha256 = Some(node::sha256(&mut node::open_file(parent.as_raw_fd(), name)?)?);
+            }
+        }
+        if let Node::Symlink { target, .. } = &self.host {
+            rec.target = Some(encode(target));
+        }
+        Ok(rec)
+    }
+}
+
+/// Opens the host directory holding `rel` from `/`, refusing any symbolic
+/// link on the way; returns it with the last component. The error names
+/// the component that is a link or not a directory.
+pub fn open_host_parent(rel: &[u8]) -> Result<(OwnedFd, &[u8]), (Errno, String)> {
+    let (parent, name) = super::split_last(rel);
+    let mut p = b"/".to_vec();
+    p.extend_from_slice(parent);
+    match sl::openat2(libc::AT_FDCWD, &p, libc::O_PATH | libc::O_DIRECTORY, 0, sl::RESOLVE_NO_SYMLINKS) {
+        Ok(fd) => Ok((fd, name)),
+        Err(e) => {
+            // Name the culprit: walk the components.
+            let mut at = Vec::new();
+            let mut why = format!("cannot open the host directory {}: {}", host_path(parent).display(), crate::error::errno_text(e));
+            for comp in parent.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+                at = join(&at, comp);
+                match node::node_at(libc::AT_FDCWD, host_path(&at).as_os_str().as_bytes(), false) {
+                    Ok(Node::Dir { .. }) => continue,
+                    Ok(Node::Symlink { target, .. }) => {
+                        why = format!(
+                            "host directory {} is a symbolic link (-> {}); capsule never commits through a link",
+                            host_path(&at).display(),
+                            String::from_utf8_lossy(&target)
+                        );
+                        break;
+                    }
+                    Ok(Node::Absent) => {
+                        why = format!("host directory {} does not exist", host_path(&at).display());
+                        break;
+                    }
+                    Ok(other) => {
+                        why = format!("host path {} is a {}, not a directory", host_path(&at).display(), other.kind_name());
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            Err((e, why))
+        }
+    }
+}
+
+struct Ctx<'a> {
+    sel: &'a Selector,
+    /// Compare file contents (not needed to record originals: a file the
+    /// layer has is recorded whether it changed or not).
+    compare: bool,
+    layer: &'a Layer,
+    items: Vec<Item>,
+}
+
+/// Every change at or below the selector's roots (and the unchanged
+/// copy-ups there), sorted by path.
+pub fn scan(layer: &Layer, sel: &Selector) -> Result<Vec<Item>, LayerError> {
+    scan_with(layer, sel, true)
+}
+
+/// [`scan`]; without `compare`, a file present on both sides is an
+/// unchanged copy unless its size or mode differs (for recording).
+pub fn scan_with(layer: &Layer, sel: &Selector, compare: bool) -> Result<Vec<Item>, LayerError> {
+    let host_root = sl::openat2(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(|e| sys_err("open", "/", e))?;
+    let mut ctx = Ctx { sel, compare, layer, items: Vec::new() };
+    let upper = sl::openat_name(layer.upper.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(|e| sys_err("open", layer.dir.join("upper"), e))?;
+    scan_dir(&mut ctx, &upper, &host_root, b"", false)?;
+    let mut items = ctx.items;
+    items.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(items)
+}
+
+/// Whether the upper directory `fd` (with entries `names`) is opaque.
+pub fn is_opaque(fd: RawFd, names: &[Vec<u8>]) -> Result<bool, Errno> {
+    if names.iter().any(|n| n == OPAQUE_MARKER) {
+        return Ok(true);
+    }
+    for attr in OPAQUE_XATTRS {
+        if sl::get_xattr_at(fd, b"", attr)?.as_deref() == Some(b"y") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The xattr that makes an entry foreign (redirect, metacopy), if any.
+fn foreign_xattr(dir: RawFd, name: &[u8]) -> Result<Option<String>, Errno> {
+    for x in sl::list_xattrs_at(dir, name)? {
+        let x = String::from_utf8_lossy(&x).into_owned();
+        if x.ends_with("overlay.redirect") || x.ends_with("overlay.metacopy") {
+            return Ok(Some(x));
+        }
+    }
+    Ok(None)
+}
+
+fn is_xwhiteout(dir: RawFd, name: &[u8]) -> Result<bool, Errno> {
+    for attr in WHITEOUT_XATTRS {
+        if sl::get_xattr_at(dir, name, attr)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherited_opaque: bool) -> Result<(), LayerError> {
+    let udir = upper_path(ctx.layer, rel);
+    let upath = || udir.clone();
+    let ufd = upper.as_raw_fd();
+    let names = sl::list_dir(ufd).map_err(|e| sys_err("getdents64", upath(), e))?;
+    let opaque = inherited_opaque || is_opaque(ufd, &names).map_err(|e| sys_err("lgetxattr", upath(), e))?;
+    let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut children: BTreeMap<Vec<u8>, Node> = BTreeMap::new();
+    for name in &names {
+        if name == OPAQUE_MARKER {
+            continue;
+        }
+        if let Some(target) = name.strip_prefix(WH_PREFIX) {
+            if valid_name(target) {
+                whiteouts.insert(target.to_vec());
+            } else {
+                let r = join(rel, name);
+                if ctx.sel.selected(&r) {
+                    ctx.items.push(Item {
+                        rel: r,
+                        status: Some(ChangeKind::Deleted),
+                        upper: Upper::Whiteout,
+                        host: Node::Absent,
+                        what: "invalid whiteout".into(),
+                        problem: Some(format!("whiteout `{}` names no valid entry (`.`, `..` or empty)", String::from_utf8_lossy(name))),
+                    });
+                }
+            }
+            continue;
+        }
+        let n = node::node_at(ufd, name, true).map_err(|e| sys_err("lstat", upath().join(std::ffi::OsStr::from_bytes(name)), e))?;
+        let n = match n {
+            Node::File { size: 0, .. } if is_xwhiteout(ufd, name).unwrap_or(false) => Node::Whiteout,
+            n => n,
+        };
+        match n {
+            Node::Whiteout => {
+                whiteouts.insert(name.clone());
+            }
+            Node::Absent => {}
+            n => {
+                children.insert(name.clone(), n);
+            }
+        }
+    }
+    let mut all: BTreeSet<Vec<u8>> = children.keys().cloned().collect();
+    all.extend(whiteouts.iter().cloned());
+    if opaque && ctx.sel.relevant(rel) {
+        let hnames = sl::list_dir(host.as_raw_fd()).map_err(|e| sys_err("getdents64", host_path(rel), e))?;
+        all.extend(hnames);
+    }
+    for name in all {
+        let crel = join(rel, &name);
+        if !ctx.sel.relevant(&crel) {
+            continue;
+        }
+        let selected = ctx.sel.selected(&crel);
+        let hnode = node::node_at(host.as_raw_fd(), &name, false).map_err(|e| sys_err("lstat", host_path(&crel), e))?;
+        let push = |ctx: &mut Ctx, item: Item| {
+            if selected {
+                ctx.items.push(item);
+            }
+        };
+        let base = |status, upper: Upper, what: String| Item {
+            rel: crel.clone(),
+            status,
+            upper,
+            host: hnode.clone(),
+            what,
+            problem: None,
+        };
+        let Some(unode) = children.get(&name) else {
+            // A whiteout, or a host entry hidden by the opaque directory.
+            let upper = if whiteouts.contains(&name) { Upper::Whiteout } else { Upper::Hidden };
+            if hnode != Node::Absent {
+                push(ctx, base(Some(ChangeKind::Deleted), upper, hnode.describe()));
+            } else if upper == Upper::Whiteout {
+                // The host has nothing to delete: not a change.
+                push(ctx, base(None, upper, "whiteout of nothing".into()));
+            }
+            continue;
+        };
+        let foreign = foreign_xattr(upper.as_raw_fd(), &name).map_err(|e| sys_err("llistxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+        let up = Upper::Entry(unode.clone());
+        if let Some(x) = foreign {
+            let kind = if hnode == Node::Absent { ChangeKind::Added } else { ChangeKind::Modified };
+            let mut it = base(Some(kind), up, unode.describe());
+            it.problem = Some(format!("it has the {x} attribute: the layer was not made by capsule"));
+            push(ctx, it);
+            continue;
+        }
+        if hnode == Node::Absent {
+            let mut it = base(Some(ChangeKind::Added), up, added_what(unode));
+            it.problem = special_problem(unode);
+            push(ctx, it);
+            continue;
+        }
+        if !unode.same_kind(&hnode) {
+            let mut it = base(Some(ChangeKind::Modified), up, format!("type {} -> {}", hnode.kind_name(), unode.kind_name()));
+            it.problem = special_problem(unode);
+            if let (Node::Dir { .. }, Node::Symlink { target, .. }) = (unode, &hnode) {
+                // overlayfs makes a directory that replaces something opaque;
+                // one that is not was written through the host's link (or
+                // crafted): committing it would not be what the run saw.
+                let sub = node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+                let subnames = sl::list_dir(sub.as_raw_fd()).map_err(|e| sys_err("getdents64", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+                if !is_opaque(sub.as_raw_fd(), &subnames).map_err(|e| sys_err("lgetxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))? {
+                    it.problem = Some(format!(
+                        "the host's {} is a symbolic link (-> {}) and the layer's directory there does not replace it (not opaque); capsule never commits through a link",
+                        host_path(&crel).display(),
+                        String::from_utf8_lossy(target)
+                    ));
+                }
+            }
+            push(ctx, it);
+            continue;
+        }
+        match (unode, &hnode) {
+            (Node::Dir { mode: um, .. }, Node::Dir { mode: hm, .. }) => {
+                if um != hm {
+                    push(ctx, base(Some(ChangeKind::Modified), up, format!("mode {} -> {}", octal(*hm), octal(*um))));
+                }
+                let sub_u = node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
+                let sub_h = node::open_dir(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
+                scan_dir(ctx, &sub_u, &sub_h, &crel, opaque)?;
+            }
+            (Node::File { size: us, mode: um, .. }, Node::File { size: hs, mode: hm, .. }) => {
+                if !selected {
+                    continue;
+                }
+                let content_differs = us != hs || ctx.compare && {
+                    let mut a = node::open_file(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+                    let mut b = node::open_file(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
+                    !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&crel), e))?
+                };
+                let mut what = Vec::new();
+                if content_differs {
+                    what.push(if us != hs { format!("content, {hs} -> {us} bytes") } else { "content".to_string() });
+                }
+                if um != hm {
+                    what.push(format!("mode {} -> {}", octal(*hm), octal(*um)));
+                }
+                let status = (!what.is_empty()).then_some(ChangeKind::Modified);
+                push(ctx, base(status, up, if what.is_empty() { "unchanged copy".into() } else { what.join(", ") }));
+            }
+            (Node::Symlink { target: ut, .. }, Node::Symlink { target: ht, .. }) => {
+                if ut == ht {
+                    push(ctx, base(None, up, "unchanged copy".into()));
+                } else {
+                    let what = format!("symlink {} -> {}", String::from_utf8_lossy(ht), String::from_utf8_lossy(ut));
+                    push(ctx, base(Some(ChangeKind::Modified), up, what));
+                }
+            }
+            (Node::Fifo { mode: um, .. }, Node::Fifo { mode: hm, .. }) => {
+                if um == hm {
+                    push(ctx, base(None, up, "unchanged copy".into()));
+                } else {
+                    push(ctx, base(Some(ChangeKind::Modified), up, format!("mode {} -> {}", octal(*hm), octal(*um))));
+                }
+            }
+            (u, _) => {
+                let mut it = base(Some(ChangeKind::Modified), up.clone(), u.describe());
+                it.problem = special_problem(u);
+                push(ctx, it);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where `rel` is in the upper tree (for messages).
+pub fn upper_path(layer: &Layer, rel: &[u8]) -> PathBuf {
+    let mut p = layer.dir.join("upper");
+    if !rel.is_empty() {
+        p.push(std::ffi::OsStr::from_bytes(rel));
+    }
+    p
+}
+
+fn added_what(n: &Node) -> String {
+    match n {
+        Node::Dir { .. } => "new directory".into(),
+        other => other.describe(),
+    }
+}
+
+/// Sockets and devices are never committed.
+fn special_problem(n: &Node) -> Option<String> {
+    match n {
+        Node::Special { what, .. } => Some(format!("it is a {what}; capsule commits files, directories, symlinks and FIFOs only")),
+        _ => None,
+    }
+}
