@@ -13,6 +13,8 @@ use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 mod layer_cmd;
+mod pty;
+mod shell;
 
 const RUN_ABOUT: &str = "Run PROGRAM in a fresh sandbox as the calling unprivileged user";
 const RUN_AFTER: &str = "\
@@ -108,6 +110,8 @@ fn run_command() -> Command {
         .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
         .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
         .arg(one("stderr", "FILE", "Standard error (default: inherited)", io))
+        .arg(flag("pty", "A pseudo-terminal of the run's own, its controlling terminal, in place of your terminal (stdin must be a terminal)", io).conflicts_with("no-pty"))
+        .arg(flag("no-pty", "No pseudo-terminal: the program inherits your terminal (run's default; capsule shell's when stdin is not a terminal)", io))
         .arg(one("capture", "SIZE", "Capture up to SIZE bytes of stdout and stderr into the --json result instead", io))
         .arg(one("json", "PATH", "Write the result as a JSON object to PATH", io))
         .arg(one("meta", "PATH", "Write the result as key:value lines to PATH", io))
@@ -146,6 +150,7 @@ fn cli() -> Command {
         .subcommand_required(true)
         .arg_required_else_help(true)
         .subcommand(run_command())
+        .subcommand(shell::command(run_command()))
         .subcommand(serve_command())
         .subcommand(layer_cmd::command())
         .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
@@ -399,17 +404,31 @@ fn restart_in_scope(spec: &RunSpec) -> Result<()> {
     bail!("cannot re-start in a systemd scope ({}): {err}", cmd.join(" "))
 }
 
-fn cmd_run(m: &ArgMatches) -> Result<ExitCode> {
+/// `capsule run`, and `capsule shell` (`shell`: the shell's spec, a pty by
+/// default when stdin is a terminal).
+fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
-    let outcome = spec_from(m).and_then(|spec| {
+    let outcome = spec_from(m).and_then(|mut spec| {
+        let pty = pty::wanted(m, &spec, shell)?;
+        if shell {
+            let terminal = spec.stdin.is_none() && capsule::sys::tty::isatty(0);
+            shell::prepare(&mut spec, m.contains_id("argv"), terminal);
+        }
+        spec.controlling_tty = pty;
         restart_in_scope(&spec)?;
         let (fds, _keep) = open_stdio(&spec)?;
+        if pty {
+            return pty::run(&spec, fds);
+        }
         capsule::client::run_once(&spec, fds).map_err(anyhow::Error::from)
     });
-    let result = match outcome {
+    let mut result = match outcome {
         Ok(r) => r,
         Err(e) => RunResult::error(format!("{e:#}")),
     };
+    if shell {
+        shell::explain(&mut result, m.contains_id("argv"));
+    }
     write_outputs(m, &result)?;
     if !quiet || result.status == capsule::Status::Error {
         eprintln!("{}", result.summary());
@@ -455,7 +474,8 @@ fn main() -> ExitCode {
         }
     };
     let res = match matches.subcommand() {
-        Some(("run", m)) => cmd_run(m),
+        Some(("run", m)) => cmd_run(m, false),
+        Some(("shell", m)) => cmd_run(m, true),
         Some(("check", m)) => cmd_check(m),
         Some(("serve", m)) => cmd_serve(m),
         Some(("layer", m)) => return layer_cmd::run(m),

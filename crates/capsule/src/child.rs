@@ -74,9 +74,10 @@ pub(crate) enum Step {
     LandlockRestrict,
     Overlay,
     Fuse,
+    ControllingTty,
 }
 
-const STEPS: [Step; 44] = [
+const STEPS: [Step; 45] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
@@ -84,7 +85,7 @@ const STEPS: [Step; 44] = [
     Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
-    Step::LandlockRestrict, Step::Overlay, Step::Fuse,
+    Step::LandlockRestrict, Step::Overlay, Step::Fuse, Step::ControllingTty,
 ];
 
 impl Step {
@@ -139,6 +140,7 @@ impl Step {
             Step::LandlockRestrict => "enforcing Landlock for tcp_connect/tcp_bind (landlock_restrict_self)",
             Step::Overlay => "mounting a layer (overlayfs)",
             Step::Fuse => "starting fuse-overlayfs for a --root layer (it exited with an error; run `capsule check`)",
+            Step::ControllingTty => "making stdin the controlling terminal (controlling_tty: ioctl TIOCSCTTY)",
         }
     }
 }
@@ -202,6 +204,9 @@ pub(crate) struct Shared {
     pub go_wall_time_ns: AtomicU64,
     pub go_cpu_time_ns: AtomicU64,
     pub go_parallelism: AtomicU64,
+    /// The spec's `controlling_tty`: 1 to make stdin the program's
+    /// controlling terminal.
+    pub go_controlling_tty: AtomicU32,
     // --- results, written by PID 1 and the tracee.
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
@@ -713,6 +718,10 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
         if fd > 2 {
             sys::close(fd);
         }
+    }
+    // controlling_tty: needs the session made above and fd 0 in place; seccomp below still bars TIOCSTI.
+    if shared.go_controlling_tty.load(SeqCst) != 0 {
+        sys::tty::set_controlling_tty(0).map_err(|e| Fail::new(Step::ControllingTty, e))?;
     }
     // The run's stdio is known only now: Landlock rules for those that are
     // files or terminals open for writing, so that reopening them

@@ -21,6 +21,22 @@ use crate::sys::{self, Forked};
 /// exits right after, and the orphan is reaped by init.
 /// A stream given as `None` follows the spec (a capture; `/dev/null`).
 pub fn run_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, Error> {
+    start_once(spec, stdio)?.wait()
+}
+
+/// A run started by [`start_once`], in flight: its result arrives on
+/// [`OnceRun::fd`], so the caller can do other work meanwhile (relay a
+/// terminal) in the same thread.
+pub struct OnceRun {
+    sock: OwnedFd,
+    pid: i32,
+    sent: Result<(), String>,
+}
+
+/// Like [`run_once`], but returns once the request is sent; the descriptors
+/// in `stdio` went with it, so the caller may close its own copies at once.
+/// The caller must be single-threaded (the supervisor is forked).
+pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<OnceRun, Error> {
     spec.validate()?;
     if supervisor::is_real_root() {
         return Err(supervisor::root_refusal());
@@ -36,29 +52,41 @@ pub fn run_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, 
         Forked::Parent { pid, .. } => pid,
     };
     drop(server);
-    let outcome = exchange(&client, spec, stdio);
-    drop(client);
-    // Reap it if it is already done; otherwise it finishes in the background.
-    let _ = sys::waitpid(pid, true);
-    outcome
-}
-
-fn exchange(sock: &OwnedFd, spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, Error> {
     // A supervisor that cannot start answers at once and exits, so the
     // request may meet a closed socket: its answer is still there to read.
     let msg = ClientMsg::Run { id: 1, spec: Box::new(spec.clone()), stdio: stdio.map(|s| s.is_some()), notify: false };
     let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
-    let sent = proto::send(sock.as_raw_fd(), &msg, &fds);
-    let answer = proto::recv::<ServerMsg>(sock.as_raw_fd());
-    if let (Err(e), Err(_) | Ok(None)) = (&sent, &answer) {
-        return Err(Error::Supervisor(e.clone()));
+    let sent = proto::send(client.as_raw_fd(), &msg, &fds);
+    Ok(OnceRun { sock: client, pid, sent })
+}
+
+impl OnceRun {
+    /// Readable when the result is in (or the supervisor died).
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
     }
-    match answer.map_err(Error::Supervisor)? {
-        Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
-        Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
-        Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
-        Some((ServerMsg::Started { .. }, _)) => Err(Error::Supervisor("unexpected message".into())),
-        None => Err(Error::Supervisor("the supervisor exited without answering".into())),
+
+    /// Waits for the result.
+    pub fn wait(self) -> Result<RunResult, Error> {
+        let outcome = self.answer();
+        drop(self.sock);
+        // Reap it if it is already done; otherwise it finishes in the background.
+        let _ = sys::waitpid(self.pid, true);
+        outcome
+    }
+
+    fn answer(&self) -> Result<RunResult, Error> {
+        let answer = proto::recv::<ServerMsg>(self.sock.as_raw_fd());
+        if let (Err(e), Err(_) | Ok(None)) = (&self.sent, &answer) {
+            return Err(Error::Supervisor(e.clone()));
+        }
+        match answer.map_err(Error::Supervisor)? {
+            Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
+            Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
+            Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
+            Some((ServerMsg::Started { .. }, _)) => Err(Error::Supervisor("unexpected message".into())),
+            None => Err(Error::Supervisor("the supervisor exited without answering".into())),
+        }
     }
 }
 

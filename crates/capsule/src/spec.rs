@@ -92,6 +92,12 @@ pub struct RunSpec {
     pub stdout: Option<Stdio>,
     /// Standard error, like `stdout`.
     pub stderr: Option<Stdio>,
+    /// Make the run's stdin its controlling terminal (a new session of the
+    /// sandbox's own, `TIOCSCTTY`): job control and ^C/^Z work inside.
+    /// Stdin must then be a terminal the caller passes (`capsule shell` and
+    /// `capsule run --pty` pass a pseudo-terminal of the run's own), not a
+    /// file.
+    pub controlling_tty: bool,
 }
 
 /// Where one of a run's standard streams goes.
@@ -490,6 +496,12 @@ impl RunSpec {
                 Some(Stdio::Capture(_)) => {}
             }
         }
+        if self.controlling_tty && self.stdin.is_some() {
+            return Err(SpecError::new(
+                "controlling_tty",
+                "the controlling terminal is the run's stdin, which must then be a terminal the caller passes, not `stdin` from the spec",
+            ));
+        }
         Ok(())
     }
 }
@@ -662,5 +674,18 @@ mod tests {
         let mut s = RunSpec::new(["/bin/true"]);
         s.mounts.push(MountOp::Dir { dst: "/a/../b".into() });
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn controlling_tty_needs_a_passed_stdin() {
+        let mut s = from_toml("argv = [\"sh\"]\ncontrolling_tty = true\n").unwrap();
+        assert!(s.controlling_tty);
+        s.validate().unwrap();
+        s.stdin = Some(Stdio::Path("/etc/hostname".into()));
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.field, "controlling_tty", "{e}");
+        assert!(e.to_string().contains("terminal"), "{e}");
+        let s: RunSpec = serde_json::from_str(r#"{"argv": ["sh"]}"#).unwrap();
+        assert!(!s.controlling_tty);
     }
 }

@@ -654,6 +654,7 @@ impl Supervisor {
         a.go_exec_paths_len.store(path_ptrs.len() as u64, SeqCst);
         a.go_cwd.store(a.put_cstr(&c(&cwd)).map_err(too_big)? as u64, SeqCst);
         a.go_cwd_fallback.store(spec.cwd_fallback as u32, SeqCst);
+        a.go_controlling_tty.store(spec.controlling_tty as u32, SeqCst);
         a.go_rlimits.store(a.put_slice(&raw).map_err(too_big)? as u64, SeqCst);
         a.go_rlimits_len.store(raw.len() as u64, SeqCst);
         let wall = spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
@@ -1536,6 +1537,12 @@ fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32
             "the kernel refused the filter: without CONFIG_SECCOMP_FILTER, or (policies with `kill`) without user notification (Linux >= 5.0); see `capsule check`, or run with --seccomp none",
         ),
         (Step::Seccomp, _) => Some("see `capsule check`; --seccomp none runs without a filter"),
+        (Step::ControllingTty, libc::ENOTTY) => Some(
+            "stdin is not a terminal: controlling_tty needs the caller to pass one (capsule shell and capsule run --pty pass a pseudo-terminal of the run's own)",
+        ),
+        (Step::ControllingTty, libc::EPERM) => Some(
+            "the terminal is already another session's controlling terminal (the caller's own, say): pass a pseudo-terminal of the run's own",
+        ),
         _ => None,
     };
     let hint = hint.map(str::to_string).or_else(|| {

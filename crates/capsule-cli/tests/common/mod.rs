@@ -591,7 +591,7 @@ impl Cmd {
                 extra.push("--meta".into());
                 extra.push(r.join("result.meta").into_os_string());
             }
-            let at = if args.first().map(|a| a == "run").unwrap_or(false) { 1 } else { 0 };
+            let at = if args.first().map(|a| a == "run" || a == "shell").unwrap_or(false) { 1 } else { 0 };
             args.splice(at..at, extra);
         }
         argv.extend(args);

@@ -9,6 +9,7 @@
 pub mod landlock;
 pub mod layer;
 pub mod probe;
+pub mod tty;
 
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
@@ -884,6 +885,11 @@ fn set_sigmask(signals: &[i32], how: i32) {
         }
         libc::sigprocmask(how, set.as_ptr(), ptr::null_mut());
     }
+}
+
+/// Unblocks `signals`.
+pub fn unblock_signals(signals: &[i32]) {
+    set_sigmask(signals, libc::SIG_UNBLOCK);
 }
 
 /// Blocks `signals` and returns a signalfd that reports them.
