@@ -13,6 +13,7 @@ pub mod error;
 pub mod landlock;
 mod mounts;
 mod namespaces;
+mod netlog;
 pub mod proto;
 mod resolve;
 pub mod result;
@@ -26,6 +27,6 @@ pub mod sys;
 pub mod units;
 
 pub use error::{Error, SpecError, SysError};
-pub use result::{Accounting, RunResult, Status};
+pub use result::{Accounting, NetLogEntry, RunResult, Status};
 pub use spec::{Limits, MountOp, RunSpec};
 pub use supervisor::Supervisor;
