@@ -4,8 +4,9 @@
 //! and IPv6, unix sockets by path and abstract name, the i386 ABI), that
 //! the calls still work, that sendto without an address is not logged, the
 //! table's overflow, the policies (`default`, `strict`, `none`, a file),
-//! `--share-net` with a listener on the host, the summary line, `--meta`,
-//! a profile and `capsule serve`.
+//! `--share-net` with a listener on the host, a program's own seccomp
+//! listener refused, a FUSE page stalling the read but not PID 1, the
+//! summary line, `--meta`, a profile and `capsule serve`.
 
 mod common;
 
@@ -30,13 +31,16 @@ const HELPER: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/fuse.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -321,11 +325,22 @@ int main(int argc, char **argv) {
         if (f < 0) die("open the FUSE file");
         void *page = mmap(NULL, 4096, PROT_READ, MAP_SHARED, f, 0);
         if (page == MAP_FAILED) die("mmap the FUSE file");
+        /* Closed now, while the server answers its FLUSH: one sent at exit,
+           after the server was killed, would never be answered, and the
+           kernel would keep this process (the last holder of /dev/fuse)
+           waiting for ever. */
+        close(f);
         printf("fuse=mapped\n");
         int s = socket(AF_INET, SOCK_STREAM, 0);
         long r = connect(s, (struct sockaddr *)page, sizeof(struct sockaddr_in));
         printf("connect=%ld errno=%s\n", r, en(r));
         kill(server, SIGKILL);
+    } else if (!strcmp(m, "listener")) {
+        /* A filter with a listener of the program's own. */
+        struct sock_filter f[] = { BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW) };
+        struct sock_fprog prog = { 1, f };
+        long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+        printf("listener=%ld errno=%s\n", r, en(r));
     } else if (!strcmp(m, "nothing")) {
         printf("nothing=OK\n");
     } else {
@@ -512,6 +527,18 @@ fn policies_win_and_none_gets_a_filter_for_the_log() {
     let out = run(&["--seccomp", "none"], &[&h, "udp4", "7022"]);
     assert_ok(&out);
     assert_log(&out, &[inet("sendto", "127.0.0.1", 7022, 3), inet("connect", "127.0.0.1", 7022, 1)]);
+    // The log's listener is the only one: a program's own is refused.
+    for policy in ["default", "none"] {
+        let out = run(&["--seccomp", policy], &[&h, "listener"]);
+        assert_ok(&out);
+        assert_eq!(out.kv().get("listener"), Some("-1 errno=EBUSY"), "{policy}: {}", out.describe());
+    }
+    // Without the log, `none` is no filter at all.
+    let mut c = capsule(&["run", "-q", "--seccomp", "none", "--", "/bin/sh", "-c", "grep Seccomp: /proc/self/status"]);
+    let out = c.json().run();
+    assert_ok(&out);
+    assert_eq!(out.stdout.split_whitespace().collect::<Vec<_>>(), ["Seccomp:", "0"], "{}", out.describe());
+    assert!(out.json().get("net_log").is_none(), "{}", out.describe());
     let out = run(&["--seccomp", "none"], &[&h, "i386", "7023"]);
     assert_ok(&out);
     let kv = out.kv();
@@ -521,12 +548,6 @@ fn policies_win_and_none_gets_a_filter_for_the_log() {
     }
     assert_eq!(kv.get("socketcall_connect"), Some("0 connect=0"), "{}", out.describe());
     assert_log(&out, &[inet("i386:connect", "127.0.0.1", 7023, 2)]);
-    // Without the log, `none` is no filter at all.
-    let mut c = capsule(&["run", "-q", "--seccomp", "none", "--", "/bin/sh", "-c", "grep Seccomp: /proc/self/status"]);
-    let out = c.json().run();
-    assert_ok(&out);
-    assert_eq!(out.stdout.split_whitespace().collect::<Vec<_>>(), ["Seccomp:", "0"], "{}", out.describe());
-    assert!(out.json().get("net_log").is_none(), "{}", out.describe());
 }
 
 /// PID 1 has another process read the address: one whose page the
