@@ -94,6 +94,7 @@ fn run_command() -> Command {
         .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
         .arg(one("tcp-connect", "PORTS", "Allow TCP connect only to these ports (80,443 or none; Landlock, Linux ≥ 6.7, else the run fails)", "Network"))
         .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
+        .arg(flag("net-log", "Record each connect/sendto/sendmsg/sendmmsg destination (seccomp user notification) and print a summary at the end; --json/--meta have it as net_log (docs/network.md)", "Network"))
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
         .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
@@ -226,6 +227,7 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     spec.share_net |= m.get_flag("share-net");
     set(m, "tcp-connect", &mut spec.tcp_connect, spec::parse_ports)?;
     set(m, "tcp-bind", &mut spec.tcp_bind, spec::parse_ports)?;
+    spec.net_log |= m.get_flag("net-log");
     if m.get_flag("no-landlock") {
         spec.landlock = Some(false);
     }
@@ -432,6 +434,9 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     write_outputs(m, &result)?;
     if !quiet || result.status == capsule::Status::Error {
         eprintln!("{}", result.summary());
+    }
+    if let (false, Some(line)) = (quiet, result.net_log_summary()) {
+        eprintln!("{line}");
     }
     Ok(ExitCode::from(result.exit_status().clamp(0, 255) as u8))
 }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use crate::cgroups::{self, CgroupFds};
 use crate::mounts::{self, Build, MountPlan};
+use crate::netlog::{self, NetLog};
 use crate::sys::{self, Arena, Errno};
 use crate::{caps, landlock, rlimits};
 
@@ -310,6 +311,8 @@ pub(crate) struct Plan {
     pub keep_fds: Vec<RawFd>,
     /// The run's seccomp filter, mapped by the supervisor before the fork.
     pub filter: Rc<SealedFilter>,
+    /// The network log (`net_log`), shared with the supervisor.
+    pub net_log: Option<Rc<Arena<NetLog>>>,
 }
 
 /// A compiled seccomp filter in a sealed memfd, mapped read-only.
@@ -317,6 +320,9 @@ pub(crate) struct SealedFilter {
     pub map: sys::SealedMap,
     /// Its `kill` is a user notification: install it with a listener.
     pub notify: bool,
+    /// With the network log: where its epilogue starts (see
+    /// `seccomp::with_net_log`); 0 without.
+    pub net_log_from: u32,
 }
 
 /// Path-table index of the program's name, for "not found" errors.
@@ -520,6 +526,13 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut li
                 .map_err(|e| Fail::new(Step::Wait, e))?;
         }
     }
+    let limits = TimeLimits { wall: wall.as_raw_fd(), cpu: cpu.as_raw_fd(), cpu_time_ns, parallelism };
+    // The network log's reader runs on a stack of its own (the tracee's is
+    // free again, but PID 1 holds it only shared).
+    let mut reader_stack = match &plan.net_log {
+        Some(_) => Some(sys::Stack::new(READER_STACK).map_err(|e| Fail::new(Step::Wait, e))?),
+        None => None,
+    };
     loop {
         let mut fds = [
             libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -540,17 +553,7 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut li
             out_of_time = FLAG_WALL_TIME;
         }
         if fds[3].revents != 0 {
-            let mut b = [0u8; 8];
-            let _ = sys::read(cpu.as_raw_fd(), &mut b);
-            let limit = if cpu_time_ns == 0 { u64::MAX } else { cpu_time_ns };
-            let used = cpu_used_ns(plan, shared);
-            if used >= limit {
-                out_of_time |= FLAG_CPU_TIME;
-            } else {
-                let next = ((limit - used) / parallelism).max(1_000_000);
-                sys::timerfd_at(cpu.as_raw_fd(), sys::clock_monotonic_ns() + next)
-                    .map_err(|e| Fail::new(Step::Wait, e))?;
-            }
+            out_of_time |= cpu_timer(plan, shared, &limits)?;
         }
         if fds[4].revents != 0 {
             // The supervisor's `kill`.
@@ -563,15 +566,32 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut li
             // made and the call never runs; the answer is killing the run.
             // (SIGSYS from SECCOMP_RET_KILL would name no call, and a
             // SECCOMP_RET_TRAP handler is the program's to replace.) ENOENT:
-            // the caller died meanwhile, nothing to report.
+            // the caller died meanwhile, nothing to report. With the
+            // network log, the notification may instead be the log's (the
+            // filter run again on it ends in the log's epilogue): its
+            // destination is recorded and the call goes on.
             if let Ok(n) = sys::seccomp_notif_recv(listener) {
-                if shared.flags.load(SeqCst) & FLAG_FORBIDDEN == 0 {
-                    shared.forbidden_nr.store(n.nr, SeqCst);
-                    shared.forbidden_arch.store(n.arch, SeqCst);
-                    for (slot, a) in shared.forbidden_args.iter().zip(n.args) {
-                        slot.store(a, SeqCst);
+                let data = crate::seccomp::seccomp_data(n.nr, n.arch, n.instruction_pointer, &n.args);
+                let filter = &plan.filter;
+                match (&plan.net_log, reader_stack.as_mut()) {
+                    (Some(log), Some(stack))
+                        if crate::seccomp::is_net_log(filter.map.as_slice(), filter.net_log_from, &data) =>
+                    {
+                        // (Unless the run is being killed anyway.)
+                        if out_of_time == 0 {
+                            out_of_time |= net_log_call(plan, shared, &limits, log, stack, listener, &n)?;
+                        }
                     }
-                    out_of_time |= FLAG_FORBIDDEN;
+                    _ => {
+                        if shared.flags.load(SeqCst) & FLAG_FORBIDDEN == 0 {
+                            shared.forbidden_nr.store(n.nr, SeqCst);
+                            shared.forbidden_arch.store(n.arch, SeqCst);
+                            for (slot, a) in shared.forbidden_args.iter().zip(n.args) {
+                                slot.store(a, SeqCst);
+                            }
+                            out_of_time |= FLAG_FORBIDDEN;
+                        }
+                    }
                 }
             }
         } else if fds[5].revents != 0 {
@@ -597,6 +617,120 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut li
             }
         }
     }
+}
+
+/// The run's time limits as PID 1 watches them.
+struct TimeLimits {
+    /// timerfd armed at the wall-time limit.
+    wall: RawFd,
+    /// timerfd armed when the CPU-time limit could first be reached.
+    cpu: RawFd,
+    cpu_time_ns: u64,
+    parallelism: u64,
+}
+
+/// The CPU-time timer fired: FLAG_CPU_TIME when the run has used up its
+/// CPU time, else the timer is re-armed for the next possible moment and
+/// 0 returned.
+fn cpu_timer(plan: &Plan, shared: &Shared, l: &TimeLimits) -> Result<u32, Fail> {
+    let mut b = [0u8; 8];
+    let _ = sys::read(l.cpu, &mut b);
+    let limit = if l.cpu_time_ns == 0 { u64::MAX } else { l.cpu_time_ns };
+    let used = cpu_used_ns(plan, shared);
+    if used >= limit {
+        return Ok(FLAG_CPU_TIME);
+    }
+    let next = ((limit - used) / l.parallelism).max(1_000_000);
+    sys::timerfd_at(l.cpu, sys::clock_monotonic_ns() + next).map_err(|e| Fail::new(Step::Wait, e))?;
+    Ok(0)
+}
+
+/// Stack of the network log's reader.
+const READER_STACK: usize = 256 << 10;
+
+/// What the network log's reader works on.
+struct ReadJob<'a> {
+    log: &'a NetLog,
+    listener: RawFd,
+    notif: sys::SeccompNotif,
+}
+
+/// The reader: a child sharing PID 1's memory (and so the log) that reads
+/// the destination of one notified call from the caller's memory and
+/// records it. Raw syscalls only (it shares PID 1's errno), no allocation.
+fn read_destination(job: &ReadJob) -> ! {
+    let n = &job.notif;
+    let caller = netlog::Caller { pid: n.pid as i32, listener: job.listener, id: n.id };
+    netlog::observe(job.log, n.arch, n.nr, &n.args, &caller);
+    sys::exit(0)
+}
+
+/// A call the network log records: a child of PID 1 sharing its memory
+/// reads and records its destination (the caller is stopped in the call
+/// meanwhile), then the call goes on: the log observes, it decides
+/// nothing, so a change of the address by another thread after the read
+/// (a TOCTOU race) bypasses nothing. PID 1 does not read the caller's
+/// memory itself: a page whose fault the program serves (FUSE,
+/// userfaultfd) could stall the read, and PID 1 must keep enforcing the
+/// limits; when one is reached first, the run is killed (which ends any
+/// such stall), the reader too, and the flag returned.
+fn net_log_call(
+    plan: &Plan,
+    shared: &Shared,
+    limits: &TimeLimits,
+    log: &NetLog,
+    stack: &mut sys::Stack,
+    listener: RawFd,
+    n: &sys::SeccompNotif,
+) -> Result<u32, Fail> {
+    let job = ReadJob { log, listener, notif: *n };
+    let waited = sys::with_vm_child(stack, &job, read_destination, |reader| -> Result<u32, Fail> {
+        loop {
+            let mut fds = [
+                libc::pollfd { fd: reader, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: limits.wall, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: limits.cpu, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: plan.control, events: libc::POLLIN, revents: 0 },
+            ];
+            sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
+            if fds[0].revents != 0 {
+                return Ok(0);
+            }
+            if fds[1].revents != 0 {
+                sys::exit(1);
+            }
+            let mut flags = 0;
+            if fds[2].revents != 0 {
+                flags |= FLAG_WALL_TIME;
+            }
+            if fds[3].revents != 0 {
+                flags |= cpu_timer(plan, shared, limits)?;
+            }
+            if fds[4].revents != 0 {
+                flags |= FLAG_KILLED;
+            }
+            if flags != 0 {
+                kill_run(plan);
+                return Ok(flags);
+            }
+        }
+    });
+    let done = match waited {
+        Ok((Ok(0), status)) => libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        Ok((flags, _)) => return flags,
+        // No reader (out of processes): the call goes on unread.
+        Err(_) => false,
+    };
+    if !done && sys::seccomp_notif_id_valid(listener, n.id) {
+        // The reader could not run or was killed (the program runs as the
+        // same user and may signal it where Landlock does not scope
+        // signals): the call is recorded, its destination unknown.
+        netlog::unread(log, n.arch, n.nr, &n.args);
+    }
+    // ENOENT: the caller died meanwhile.
+    let _ = sys::seccomp_notif_continue(listener, n.id);
+    Ok(0)
 }
 
 /// Kills every process of the run: atomically through `cgroup.kill` (no

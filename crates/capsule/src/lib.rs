@@ -14,6 +14,7 @@ pub mod landlock;
 pub mod layer;
 mod mounts;
 mod namespaces;
+mod netlog;
 pub mod overlay;
 pub mod proto;
 mod resolve;
@@ -28,6 +29,6 @@ pub mod sys;
 pub mod units;
 
 pub use error::{Error, SpecError, SysError};
-pub use result::{Accounting, RunResult, Status};
+pub use result::{Accounting, NetLogEntry, RunResult, Status};
 pub use spec::{Limits, MountOp, RunSpec};
 pub use supervisor::Supervisor;

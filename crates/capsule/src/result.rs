@@ -106,6 +106,55 @@ pub struct RunResult {
     /// that reached the program's execve (docs/landlock.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landlock: Option<crate::landlock::Enforcement>,
+    /// With `net_log`: every destination of the run's `connect`, `sendto`,
+    /// `sendmsg` and `sendmmsg` calls, in the order first seen, with how
+    /// many calls (messages, for `sendmmsg`) went there
+    /// (docs/network.md). Absent without `net_log`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_log: Option<Vec<NetLogEntry>>,
+    /// With `net_log`, when the log was full: calls to destinations it had
+    /// no room for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_log_dropped: Option<u64>,
+}
+
+/// One destination of the network log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetLogEntry {
+    /// `connect`, `sendto`, `sendmsg` or `sendmmsg` (`i386:connect`,
+    /// `x32:sendmsg` for the other ABIs).
+    pub syscall: String,
+    /// `inet`, `inet6`, `unix`, `netlink`, `unspec`, `other`; `invalid`
+    /// (an address too short for its family: the call failed) or `unknown`
+    /// (the address could not be read).
+    pub family: String,
+    /// `93.184.216.34`, `::1`, `fe80::1%2`; a unix socket's path, `@name`
+    /// for an abstract one, bytes other than printable ASCII as `\xNN`;
+    /// a netlink port id (`0`: the kernel), with `groups 0x..` when
+    /// multicast; `family N` for other families.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// For `inet` and `inet6`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    pub count: u64,
+}
+
+impl NetLogEntry {
+    /// `93.184.216.34:443`, `[::1]:53`, `unix:/run/x`, `netlink:0`...
+    pub fn destination(&self) -> String {
+        let addr = self.address.as_deref().unwrap_or("");
+        match (self.family.as_str(), self.port) {
+            ("inet", Some(p)) => format!("{addr}:{p}"),
+            ("inet6", Some(p)) => format!("[{addr}]:{p}"),
+            ("unix", _) if addr.is_empty() => "unix:(unnamed)".into(),
+            ("unix" | "netlink", _) => format!("{}:{addr}", self.family),
+            ("other", _) => addr.to_string(),
+            ("unknown", _) => "(address unreadable)".into(),
+            ("invalid", _) => "(invalid address)".into(),
+            (f, _) => f.to_string(),
+        }
+    }
 }
 
 /// A captured output stream.
@@ -140,6 +189,8 @@ impl RunResult {
             syscall: None,
             syscall_args: None,
             landlock: None,
+            net_log: None,
+            net_log_dropped: None,
         }
     }
 
@@ -160,7 +211,8 @@ impl RunResult {
         }
     }
 
-    /// The `--meta` form: one `key:value` line per field, null fields left out.
+    /// The `--meta` form: one `key:value` line per field, null fields left
+    /// out; `net_log` as in [`net_log_summary`](Self::net_log_summary).
     pub fn to_meta(&self) -> String {
         let mut out = String::new();
         let v = serde_json::to_value(self).expect("result serializes");
@@ -168,6 +220,7 @@ impl RunResult {
             for (k, v) in map {
                 let text = match v {
                     serde_json::Value::Null => continue,
+                    _ if k == "net_log" => self.net_log_text().unwrap_or_default(),
                     serde_json::Value::String(s) => s.replace('\n', " "),
                     other => other.to_string(),
                 };
@@ -178,6 +231,30 @@ impl RunResult {
             }
         }
         out
+    }
+
+    /// The network log as one line for people, when the run had one:
+    /// `capsule: network: connect 93.184.216.34:443 ×2, sendto
+    /// 127.0.0.53:53 ×4` (`none` when the program made no such call).
+    pub fn net_log_summary(&self) -> Option<String> {
+        self.net_log_text().map(|t| format!("capsule: network: {t}"))
+    }
+
+    fn net_log_text(&self) -> Option<String> {
+        let log = self.net_log.as_ref()?;
+        let mut parts: Vec<String> =
+            log.iter().map(|e| format!("{} {} \u{d7}{}", e.syscall, e.destination(), e.count)).collect();
+        if let Some(n) = self.net_log_dropped.filter(|n| *n > 0) {
+            parts.push(format!(
+                "{n} more call{} to destinations the log had no room for (it keeps {})",
+                if n == 1 { "" } else { "s" },
+                log.len()
+            ));
+        }
+        if parts.is_empty() {
+            parts.push("none".into());
+        }
+        Some(parts.join(", "))
     }
 
     /// The one-line human summary.
@@ -273,6 +350,51 @@ mod tests {
         let meta = r.to_meta();
         assert!(meta.contains("status:forbidden-syscall\n") && meta.contains("syscall:socket\n"), "{meta}");
         assert!(meta.contains("syscall_args:[2,1,0,0,0,0]\n"), "{meta}");
+    }
+
+    #[test]
+    fn net_log_lines() {
+        let mut r = RunResult::error("x");
+        assert_eq!(r.net_log_summary(), None);
+        assert!(!serde_json::to_string(&r).unwrap().contains("net_log"));
+        r.net_log = Some(Vec::new());
+        assert_eq!(r.net_log_summary().as_deref(), Some("capsule: network: none"));
+        let e = |syscall: &str, family: &str, address: Option<&str>, port: Option<u16>, count: u64| NetLogEntry {
+            syscall: syscall.into(),
+            family: family.into(),
+            address: address.map(Into::into),
+            port,
+            count,
+        };
+        r.net_log = Some(vec![
+            e("connect", "inet", Some("93.184.216.34"), Some(443), 2),
+            e("sendto", "inet6", Some("::1"), Some(53), 4),
+            e("connect", "unix", Some("/run/x"), None, 1),
+            e("sendmsg", "unix", Some("@abs"), None, 1),
+            e("sendto", "netlink", Some("0"), None, 3),
+            e("i386:connect", "unknown", None, None, 1),
+            e("connect", "invalid", None, None, 1),
+            e("sendto", "other", Some("family 17"), None, 1),
+            e("connect", "unspec", None, None, 1),
+        ]);
+        r.net_log_dropped = Some(7);
+        let want = "connect 93.184.216.34:443 \u{d7}2, sendto [::1]:53 \u{d7}4, connect unix:/run/x \u{d7}1, \
+                    sendmsg unix:@abs \u{d7}1, sendto netlink:0 \u{d7}3, i386:connect (address unreadable) \u{d7}1, \
+                    connect (invalid address) \u{d7}1, sendto family 17 \u{d7}1, connect unspec \u{d7}1, \
+                    7 more calls to destinations the log had no room for (it keeps 9)";
+        assert_eq!(r.net_log_summary().unwrap(), format!("capsule: network: {want}"));
+        let meta = r.to_meta();
+        assert!(meta.contains(&format!("\nnet_log:{want}\n")), "{meta}");
+        assert!(meta.contains("\nnet_log_dropped:7\n"), "{meta}");
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            j["net_log"][0],
+            serde_json::json!({"syscall": "connect", "family": "inet", "address": "93.184.216.34", "port": 443, "count": 2})
+        );
+        assert_eq!(j["net_log"][5], serde_json::json!({"syscall": "i386:connect", "family": "unknown", "count": 1}));
+        assert_eq!(j["net_log_dropped"], 7);
+        let back: RunResult = serde_json::from_value(j).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub struct Filter {
     /// SECCOMP_RET_USER_NOTIF: PID 1 reads the notification, records the
     /// call and kills the run. Installed with a listener.
     pub(crate) notify: bool,
+    /// With the network log ([`with_net_log`]): where its epilogue starts
+    /// (the policy's own program comes first); 0 without.
+    pub(crate) net_log_from: u32,
 }
 
 impl Filter {
@@ -110,15 +113,21 @@ impl Filter {
         &self.program
     }
 
-    /// Whether the filter uses user notifications (the policy's `kill`).
+    /// Whether the filter uses user notifications (the policy's `kill`, the
+    /// network log).
     pub fn notify(&self) -> bool {
         self.notify
+    }
+
+    /// Whether the filter has the network log ([`with_net_log`]).
+    pub fn net_log(&self) -> bool {
+        self.net_log_from != 0
     }
 }
 
 impl std::fmt::Debug for Filter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Filter({} instructions, notify: {})", self.program.len(), self.notify)
+        write!(f, "Filter({} instructions, notify: {}, net_log: {})", self.program.len(), self.notify, self.net_log())
     }
 }
 
@@ -541,7 +550,7 @@ pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
             .map_err(|e| format!("{} ({} `{}`): libseccomp refuses the rule: {e}", f.source, f.name, f.action))?;
     }
     let program = export(&ctx)?;
-    Ok(Filter { program, notify })
+    Ok(Filter { program, notify, net_log_from: 0 })
 }
 
 /// The x86_64 number of a syscall name (pseudo-syscalls of other ABIs are
@@ -796,6 +805,336 @@ fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
     Ok(program)
 }
 
+// ---------------------------------------------------------------- the network log
+
+const RET_ACTION_FULL: u32 = 0xffff_0000;
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_LOG: u32 = 0x7ffc_0000;
+const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+
+// Classic BPF opcodes a seccomp filter may use.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_LD_W_LEN: u16 = 0x80;
+const BPF_LDX_W_LEN: u16 = 0x81;
+const BPF_LD_IMM: u16 = 0x00;
+const BPF_LDX_IMM: u16 = 0x01;
+const BPF_LD_MEM: u16 = 0x60;
+const BPF_LDX_MEM: u16 = 0x61;
+const BPF_ST: u16 = 0x02;
+const BPF_STX: u16 = 0x03;
+const BPF_TAX: u16 = 0x07;
+const BPF_TXA: u16 = 0x87;
+const BPF_ALU: u16 = 0x04;
+const BPF_JMP: u16 = 0x05;
+const BPF_JA: u16 = 0x05;
+const BPF_JEQ_K: u16 = 0x15;
+const BPF_RET_K: u16 = 0x06;
+const BPF_RET_A: u16 = 0x16;
+
+/// `struct seccomp_data`: what a filter sees of one call.
+pub(crate) fn seccomp_data(nr: i32, arch: u32, ip: u64, args: &[u64; 6]) -> [u8; 64] {
+    let mut d = [0u8; 64];
+    d[0..4].copy_from_slice(&nr.to_ne_bytes());
+    d[4..8].copy_from_slice(&arch.to_ne_bytes());
+    d[8..16].copy_from_slice(&ip.to_ne_bytes());
+    for (i, a) in args.iter().enumerate() {
+        d[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
+    }
+    d
+}
+
+/// Runs a seccomp classic-BPF program on one call's `struct seccomp_data`
+/// like the kernel does; returns the program's result and the index of the
+/// `ret` instruction that produced it. None for what the kernel's checker
+/// would have refused (a jump or load out of range, an unknown opcode) or a
+/// division by zero. No allocation and no panic: PID 1 runs it.
+pub(crate) fn run_bpf(prog: &[libc::sock_filter], data: &[u8; 64]) -> Option<(u32, usize)> {
+    let (mut a, mut x, mut mem) = (0u32, 0u32, [0u32; 16]);
+    let mut pc = 0usize;
+    loop {
+        let at = pc;
+        let i = prog.get(pc)?;
+        pc += 1;
+        let k = i.k;
+        match i.code {
+            BPF_LD_W_ABS => {
+                let off = k as usize;
+                let w = data.get(off..off.checked_add(4)?)?;
+                if off % 4 != 0 {
+                    return None;
+                }
+                a = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
+            }
+            BPF_LD_W_LEN => a = 64,
+            BPF_LDX_W_LEN => x = 64,
+            BPF_LD_IMM => a = k,
+            BPF_LDX_IMM => x = k,
+            BPF_LD_MEM => a = *mem.get(k as usize)?,
+            BPF_LDX_MEM => x = *mem.get(k as usize)?,
+            BPF_ST => *mem.get_mut(k as usize)? = a,
+            BPF_STX => *mem.get_mut(k as usize)? = x,
+            BPF_TAX => x = a,
+            BPF_TXA => a = x,
+            BPF_RET_K => return Some((k, at)),
+            BPF_RET_A => return Some((a, at)),
+            code if code & 0x07 == BPF_ALU => {
+                let v = if code & 0x08 != 0 { x } else { k };
+                a = match code & 0xf0 {
+                    0x00 => a.wrapping_add(v),
+                    0x10 => a.wrapping_sub(v),
+                    0x20 => a.wrapping_mul(v),
+                    0x30 => a.checked_div(v)?,
+                    0x40 => a | v,
+                    0x50 => a & v,
+                    0x60 => a.checked_shl(v).unwrap_or(0),
+                    0x70 => a.checked_shr(v).unwrap_or(0),
+                    0x80 => a.wrapping_neg(),
+                    0x90 => a.checked_rem(v)?,
+                    0xa0 => a ^ v,
+                    _ => return None,
+                };
+            }
+            BPF_JA => pc = pc.checked_add(k as usize)?,
+            code if code & 0x07 == BPF_JMP => {
+                let v = if code & 0x08 != 0 { x } else { k };
+                let taken = match code & 0xf0 {
+                    0x10 => a == v,
+                    0x20 => a > v,
+                    0x30 => a >= v,
+                    0x40 => a & v != 0,
+                    _ => return None,
+                };
+                pc += usize::from(if taken { i.jt } else { i.jf });
+            }
+            _ => return None,
+        }
+    }
+}
+
+const X32: u32 = 0x4000_0000;
+/// x86_64 numbers (x32: with the X32 bit).
+const NR_CONNECT: u32 = 42;
+const NR_SENDTO: u32 = 44;
+const NR_SENDMSG: u32 = 46;
+const NR_SENDMMSG: u32 = 307;
+const NR_X32_SENDMSG: u32 = X32 | 518;
+const NR_X32_SENDMMSG: u32 = X32 | 538;
+/// i386 numbers, and `socketcall`'s call numbers (`SYS_CONNECT`...).
+const NR_I386_SOCKETCALL: u32 = 102;
+const NR_I386_SENDMMSG: u32 = 345;
+const NR_I386_CONNECT: u32 = 362;
+const NR_I386_SENDTO: u32 = 369;
+const NR_I386_SENDMSG: u32 = 370;
+pub(crate) const SYS_CONNECT: u64 = 3;
+pub(crate) const SYS_SENDTO: u64 = 11;
+pub(crate) const SYS_SENDMSG: u64 = 16;
+pub(crate) const SYS_SENDMMSG: u64 = 20;
+
+/// A call the network log records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NetCall {
+    Connect,
+    Sendto,
+    Sendmsg,
+    Sendmmsg,
+}
+
+/// The ABI of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abi {
+    Native,
+    X32,
+    /// `int $0x80`: 32-bit arguments, compat structures.
+    I386,
+}
+
+/// What the network log makes of a call: which one and in which ABI, and
+/// its arguments (for i386 `socketcall`, the arguments are still in memory:
+/// `args[1]` points to them). None: not a call it records.
+pub(crate) fn net_call(arch: u32, nr: i32, args: &[u64; 6]) -> Option<(NetCall, Abi, bool)> {
+    let nr = nr as u32;
+    let (call, abi) = match arch {
+        AUDIT_ARCH_X86_64 => match nr {
+            NR_CONNECT => (NetCall::Connect, Abi::Native),
+            NR_SENDTO => (NetCall::Sendto, Abi::Native),
+            NR_SENDMSG => (NetCall::Sendmsg, Abi::Native),
+            NR_SENDMMSG => (NetCall::Sendmmsg, Abi::Native),
+            n if n == X32 | NR_CONNECT => (NetCall::Connect, Abi::X32),
+            n if n == X32 | NR_SENDTO => (NetCall::Sendto, Abi::X32),
+            NR_X32_SENDMSG => (NetCall::Sendmsg, Abi::X32),
+            NR_X32_SENDMMSG => (NetCall::Sendmmsg, Abi::X32),
+            _ => return None,
+        },
+        AUDIT_ARCH_I386 => match nr {
+            NR_I386_CONNECT => (NetCall::Connect, Abi::I386),
+            NR_I386_SENDTO => (NetCall::Sendto, Abi::I386),
+            NR_I386_SENDMSG => (NetCall::Sendmsg, Abi::I386),
+            NR_I386_SENDMMSG => (NetCall::Sendmmsg, Abi::I386),
+            NR_I386_SOCKETCALL => {
+                let call = match args[0] & 0xffff_ffff {
+                    SYS_CONNECT => NetCall::Connect,
+                    SYS_SENDTO => NetCall::Sendto,
+                    SYS_SENDMSG => NetCall::Sendmsg,
+                    SYS_SENDMMSG => NetCall::Sendmmsg,
+                    _ => return None,
+                };
+                return Some((call, Abi::I386, true));
+            }
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some((call, abi, false))
+}
+
+/// Whether a user notification of `program` (a filter from
+/// [`with_net_log`], its epilogue starting at instruction `from`) is the
+/// network log's rather than the policy's `kill`: run on the same data,
+/// the program ends in the epilogue.
+pub(crate) fn is_net_log(program: &[libc::sock_filter], from: u32, data: &[u8; 64]) -> bool {
+    from != 0
+        && matches!(run_bpf(program, data),
+            Some((ret, at)) if ret & RET_ACTION_FULL == RET_USER_NOTIF && at >= from as usize)
+}
+
+/// `filter` (a compiled policy; empty for `none`) with the network log
+/// (docs/network.md): every `ret` of the policy's program whose action is
+/// `allow` or `log` becomes a jump to an epilogue that sends `connect`,
+/// `sendto` with an address (argument 4 not NULL), `sendmsg` and
+/// `sendmmsg` (native, x32 and i386, `socketcall` included) to the
+/// listener, SECCOMP_RET_USER_NOTIF, and returns the policy's action for
+/// every other call. Whatever else the policy does with those calls (an
+/// errno, its `kill`) stays: the policy wins. A jump replaces a `ret` one
+/// for one, so the policy's own jumps keep their targets.
+pub fn with_net_log(filter: &Filter) -> Result<Filter, PolicyError> {
+    let ret = |k: u32| libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k };
+    let mut program = if filter.program.is_empty() { vec![ret(RET_ALLOW)] } else { filter.program.clone() };
+    let n = program.len();
+    let mut passes: Vec<u32> = Vec::new();
+    for i in &program {
+        if i.code == BPF_RET_A {
+            return Err(PolicyError::Invalid(
+                "the network log cannot extend a filter whose action is computed (BPF ret A)".into(),
+            ));
+        }
+        let action = i.k & RET_ACTION_FULL;
+        if i.code == BPF_RET_K && (action == RET_ALLOW || action == RET_LOG) && !passes.contains(&i.k) {
+            passes.push(i.k);
+        }
+    }
+    let mut starts = Vec::new();
+    for &k in &passes {
+        starts.push((k, program.len()));
+        program.extend(net_log_epilogue(k)?);
+    }
+    for (at, i) in program.iter_mut().enumerate().take(n) {
+        if i.code != BPF_RET_K {
+            continue;
+        }
+        if let Some(&(_, start)) = starts.iter().find(|(k, _)| *k == i.k) {
+            *i = libc::sock_filter { code: BPF_JA, jt: 0, jf: 0, k: (start - at - 1) as u32 };
+        }
+    }
+    // BPF_MAXINSNS.
+    if program.len() > 4096 {
+        return Err(PolicyError::Invalid(format!(
+            "with the network log the filter has {} instructions; the kernel takes at most 4096",
+            program.len()
+        )));
+    }
+    Ok(Filter { program, notify: true, net_log_from: n as u32 })
+}
+
+/// The epilogue of [`with_net_log`] for a policy's action `pass` (`allow`
+/// or `log`).
+fn net_log_epilogue(pass: u32) -> Result<Vec<libc::sock_filter>, PolicyError> {
+    use Asm::*;
+    const NEXT: &str = "";
+    let args_lo = |i: u32| 16 + 8 * i;
+    let code = [
+        Ld(4),
+        Jeq(AUDIT_ARCH_X86_64, "native", NEXT),
+        Jeq(AUDIT_ARCH_I386, "i386", "pass"),
+        Label("native"),
+        Ld(0),
+        Jeq(NR_CONNECT, "notify", NEXT),
+        Jeq(NR_SENDMSG, "notify", NEXT),
+        Jeq(NR_SENDMMSG, "notify", NEXT),
+        Jeq(X32 | NR_CONNECT, "notify", NEXT),
+        Jeq(NR_X32_SENDMSG, "notify", NEXT),
+        Jeq(NR_X32_SENDMMSG, "notify", NEXT),
+        Jeq(NR_SENDTO, "sendto", NEXT),
+        Jeq(X32 | NR_SENDTO, "sendto", "pass"),
+        Label("i386"),
+        Ld(0),
+        Jeq(NR_I386_CONNECT, "notify", NEXT),
+        Jeq(NR_I386_SENDMSG, "notify", NEXT),
+        Jeq(NR_I386_SENDMMSG, "notify", NEXT),
+        Jeq(NR_I386_SENDTO, "sendto", NEXT),
+        Jeq(NR_I386_SOCKETCALL, NEXT, "pass"),
+        // socketcall(call, args): which call is in argument 0; its own
+        // arguments are in memory, out of the filter's sight.
+        Ld(args_lo(0)),
+        Jeq(SYS_CONNECT as u32, "notify", NEXT),
+        Jeq(SYS_SENDTO as u32, "notify", NEXT),
+        Jeq(SYS_SENDMSG as u32, "notify", NEXT),
+        Jeq(SYS_SENDMMSG as u32, "notify", "pass"),
+        // sendto(fd, buf, len, flags, addr, addrlen): no address, a
+        // connected socket's traffic, needs no notification. (i386's upper
+        // half may hold garbage from a 64-bit caller: PID 1 ignores it.)
+        Label("sendto"),
+        Ld(args_lo(4)),
+        Jeq(0, NEXT, "notify"),
+        Ld(args_lo(4) + 4),
+        Jeq(0, "pass", "notify"),
+        Label("notify"),
+        Ret(RET_USER_NOTIF),
+        Label("pass"),
+        Ret(pass),
+    ];
+    assemble(&code).map_err(PolicyError::Invalid)
+}
+
+/// A tiny assembler for the epilogue: labels instead of jump offsets (""
+/// is the next instruction).
+enum Asm {
+    /// A = the 32-bit word at this offset of `struct seccomp_data`.
+    Ld(u32),
+    /// if A == k goto t else goto f.
+    Jeq(u32, &'static str, &'static str),
+    Ret(u32),
+    Label(&'static str),
+}
+
+fn assemble(code: &[Asm]) -> Result<Vec<libc::sock_filter>, String> {
+    let mut labels: Vec<(&str, usize)> = Vec::new();
+    let mut n = 0;
+    for a in code {
+        match a {
+            Asm::Label(l) => labels.push((l, n)),
+            _ => n += 1,
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    for a in code {
+        let at = out.len();
+        let target = |l: &str| -> Result<u8, String> {
+            if l.is_empty() {
+                return Ok(0);
+            }
+            let (_, to) = labels.iter().find(|(x, _)| *x == l).ok_or(format!("no label `{l}`"))?;
+            to.checked_sub(at + 1).and_then(|d| u8::try_from(d).ok()).ok_or(format!("jump to `{l}` out of range"))
+        };
+        match a {
+            Asm::Label(_) => {}
+            Asm::Ld(off) => out.push(libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: *off }),
+            Asm::Jeq(k, t, f) => out.push(libc::sock_filter { code: BPF_JEQ_K, jt: target(t)?, jf: target(f)?, k: *k }),
+            Asm::Ret(k) => out.push(libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: *k }),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -808,46 +1147,7 @@ mod tests {
 
     /// Runs a seccomp BPF program on one call, like the kernel.
     fn run(prog: &[libc::sock_filter], arch: u32, nr: i32, args: [u64; 6]) -> u32 {
-        let mut data = Vec::with_capacity(64);
-        data.extend_from_slice(&nr.to_ne_bytes());
-        data.extend_from_slice(&arch.to_ne_bytes());
-        data.extend_from_slice(&0x7fff_1234_5678u64.to_ne_bytes());
-        for a in args {
-            data.extend_from_slice(&a.to_ne_bytes());
-        }
-        let (mut acc, mut x, mut mem, mut pc) = (0u32, 0u32, [0u32; 16], 0usize);
-        loop {
-            let i = prog[pc];
-            pc += 1;
-            let k = i.k;
-            match i.code {
-                0x20 => acc = u32::from_ne_bytes(data[k as usize..k as usize + 4].try_into().unwrap()),
-                0x00 => acc = k,
-                0x01 => x = k,
-                0x60 => acc = mem[k as usize],
-                0x61 => x = mem[k as usize],
-                0x02 => mem[k as usize] = acc,
-                0x03 => mem[k as usize] = x,
-                0x07 => x = acc,
-                0x87 => acc = x,
-                0x54 => acc &= k,
-                0x44 => acc |= k,
-                0x05 => pc += k as usize,
-                0x15 | 0x25 | 0x35 | 0x45 | 0x1d | 0x2d | 0x3d | 0x4d => {
-                    let v = if i.code & 0x08 != 0 { x } else { k };
-                    let t = match i.code & 0xf0 {
-                        0x10 => acc == v,
-                        0x20 => acc > v,
-                        0x30 => acc >= v,
-                        _ => acc & v != 0,
-                    };
-                    pc += if t { i.jt } else { i.jf } as usize;
-                }
-                0x06 => return k,
-                0x16 => return acc,
-                c => panic!("BPF opcode {c:#x} not emulated"),
-            }
-        }
+        run_bpf(prog, &seccomp_data(nr, arch, 0x7fff_1234_5678, &args)).expect("a valid program").0
     }
 
     fn nr(name: &str) -> i32 {
@@ -1097,6 +1397,158 @@ mod tests {
         for x in [1u32, 7, 9, 0x10, 0x20001, 0x40000, 0x8000_0000, 0xffff_fffe, 0x7fff_ffff, 0x12345678] {
             assert_eq!(covered(x), 1, "{x:#x}");
         }
+    }
+
+    /// A network-log filter's verdict on a call: (action, from the log).
+    fn net(f: &Filter, arch: u32, nr: i32, args: [u64; 6]) -> (u32, bool) {
+        let data = seccomp_data(nr, arch, 0x7fff_1234_5678, &args);
+        (run_bpf(&f.program, &data).expect("a valid program").0, is_net_log(&f.program, f.net_log_from, &data))
+    }
+
+    const LOGGED: (u32, bool) = (RET_NOTIFY, true);
+    const ALLOWED: (u32, bool) = (RET_ALLOW, false);
+    const KILLED: (u32, bool) = (RET_NOTIFY, false);
+
+    #[test]
+    fn net_log_under_default() {
+        let f = with_net_log(&compile(&PolicyName::Default).unwrap()).unwrap();
+        assert!(f.notify && f.net_log(), "{f:?}");
+        let x = AUDIT_ARCH_X86_64;
+        assert_eq!(net(&f, x, nr("connect"), [3, 0x1000, 16, 0, 0, 0]), LOGGED);
+        assert_eq!(net(&f, x, nr("sendmsg"), [3, 0x1000, 0, 0, 0, 0]), LOGGED);
+        assert_eq!(net(&f, x, nr("sendmmsg"), [3, 0x1000, 2, 0, 0, 0]), LOGGED);
+        // sendto: only with an address (argument 4), all 64 bits of it.
+        assert_eq!(net(&f, x, nr("sendto"), [3, 0x1000, 5, 0, 0x2000, 16]), LOGGED);
+        assert_eq!(net(&f, x, nr("sendto"), [3, 0x1000, 5, 0, 0x1_0000_0000, 16]), LOGGED);
+        assert_eq!(net(&f, x, nr("sendto"), [3, 0x1000, 5, 0, 0, 0]), ALLOWED);
+        // Everything else as the policy says.
+        assert_eq!(net(&f, x, nr("read"), [0; 6]), ALLOWED);
+        assert_eq!(net(&f, x, nr("socket"), [2, 1, 0, 0, 0, 0]), ALLOWED);
+        assert_eq!(net(&f, x, nr("recvfrom"), [3, 0x1000, 5, 0, 0x2000, 16]), ALLOWED);
+        assert_eq!(net(&f, x, nr("keyctl"), [0; 6]), (ret_errno(libc::EPERM), false));
+        assert_eq!(net(&f, x, nr("ioctl"), [0, 0x5412, 0, 0, 0, 0]), (ret_errno(libc::EPERM), false));
+        // The policy refuses the other ABIs: nothing to log.
+        assert_eq!(net(&f, AUDIT_ARCH_I386, 362, [0; 6]), (ret_errno(libc::ENOSYS), false));
+        assert_eq!(net(&f, x, 0x4000_002a, [0; 6]), (ret_errno(libc::ENOSYS), false));
+        // Calls without argument checks keep the kernel's action cache.
+        assert_cacheable(&f, &["read", "write", "openat", "connect", "sendmsg", "sendmmsg", "keyctl", "socket"]);
+        // The policy's own filter is unchanged.
+        let plain = compile(&PolicyName::Default).unwrap();
+        assert!(!plain.net_log() && !plain.notify);
+        assert_eq!(native(&plain, "connect", [0; 6]), RET_ALLOW);
+    }
+
+    #[test]
+    fn net_log_under_none_covers_every_abi() {
+        let f = with_net_log(&compile(&PolicyName::None).unwrap()).unwrap();
+        assert!(f.notify && f.net_log() && f.program.len() < 64, "{f:?}");
+        let (x, i386) = (AUDIT_ARCH_X86_64, AUDIT_ARCH_I386);
+        assert_eq!(net(&f, x, nr("connect"), [0; 6]), LOGGED);
+        assert_eq!(net(&f, x, nr("getpid"), [0; 6]), ALLOWED);
+        assert_eq!(net(&f, x, nr("keyctl"), [0; 6]), ALLOWED);
+        // x32.
+        assert_eq!(net(&f, x, 0x4000_0000 | 42, [0; 6]), LOGGED);
+        assert_eq!(net(&f, x, 0x4000_0000 | 518, [0; 6]), LOGGED);
+        assert_eq!(net(&f, x, 0x4000_0000 | 538, [0; 6]), LOGGED);
+        assert_eq!(net(&f, x, 0x4000_0000 | 44, [0, 0, 0, 0, 8, 0]), LOGGED);
+        assert_eq!(net(&f, x, 0x4000_0000 | 44, [0; 6]), ALLOWED);
+        assert_eq!(net(&f, x, 0x4000_0000 | 39, [0; 6]), ALLOWED);
+        // i386, direct and through socketcall (whose arguments are in
+        // memory: every sendto goes to PID 1).
+        for n in [362, 370, 345] {
+            assert_eq!(net(&f, i386, n, [0; 6]), LOGGED, "{n}");
+        }
+        assert_eq!(net(&f, i386, 369, [3, 0, 0, 0, 0x8000, 16]), LOGGED);
+        assert_eq!(net(&f, i386, 369, [3, 0, 0, 0, 0, 0]), ALLOWED);
+        for call in [3, 11, 16, 20] {
+            assert_eq!(net(&f, i386, 102, [call, 0x8000, 0, 0, 0, 0]), LOGGED, "{call}");
+        }
+        for call in [1, 2, 9, 12] {
+            assert_eq!(net(&f, i386, 102, [call, 0x8000, 0, 0, 0, 0]), ALLOWED, "{call}");
+        }
+        assert_eq!(net(&f, i386, 20, [0; 6]), ALLOWED);
+        // Another architecture's calls are not ours to log.
+        assert_eq!(net(&f, 0xc000_00b7, 203, [0; 6]), ALLOWED);
+        // What the network log decodes.
+        assert_eq!(net_call(x, 42, &[0; 6]), Some((NetCall::Connect, Abi::Native, false)));
+        assert_eq!(net_call(x, 0x4000_0000 | 518, &[0; 6]), Some((NetCall::Sendmsg, Abi::X32, false)));
+        assert_eq!(net_call(i386, 102, &[0x1_0000_000b, 0, 0, 0, 0, 0]), Some((NetCall::Sendto, Abi::I386, true)));
+        assert_eq!(net_call(i386, 102, &[1, 0, 0, 0, 0, 0]), None);
+        assert_eq!(net_call(x, 41, &[0; 6]), None);
+        // The numbers are the ones libseccomp knows.
+        assert_eq!(syscall_name(i386, 362), "i386:connect");
+        assert_eq!(syscall_name(i386, 369), "i386:sendto");
+        assert_eq!(syscall_name(i386, 370), "i386:sendmsg");
+        assert_eq!(syscall_name(i386, 345), "i386:sendmmsg");
+        assert_eq!(syscall_name(i386, 102), "i386:socketcall");
+        assert_eq!(syscall_name(x, 0x4000_0000 | 518), "x32:sendmsg");
+        assert_eq!(syscall_name(x, 0x4000_0000 | 538), "x32:sendmmsg");
+        assert_eq!(syscall_name(x, 0x4000_0000 | 42), "x32:connect");
+    }
+
+    #[test]
+    fn net_log_keeps_the_policys_kill_and_errno() {
+        let f = with_net_log(&compile(&PolicyName::Strict).unwrap()).unwrap();
+        // strict kills connect (no rule: its default): still the policy's.
+        assert_eq!(net(&f, AUDIT_ARCH_X86_64, nr("connect"), [0; 6]), KILLED);
+        assert_eq!(net(&f, AUDIT_ARCH_X86_64, nr("read"), [0; 6]), ALLOWED);
+        assert_eq!(net(&f, AUDIT_ARCH_I386, 102, [3, 0, 0, 0, 0, 0]), KILLED);
+        let text = r#"
+            default_action = "log"
+            [[rule]]
+            syscall = "connect"
+            action = "errno ECONNREFUSED"
+            [[rule]]
+            syscall = "sendto"
+            action = "kill"
+            args = [{ index = 0, op = "eq", value = 5 }]
+            [[rule]]
+            syscall = ["read", "write"]
+            action = "allow"
+        "#;
+        let f = with_net_log(&compile_text("t", text, false).unwrap()).unwrap();
+        let x = AUDIT_ARCH_X86_64;
+        assert_eq!(net(&f, x, nr("connect"), [0; 6]), (ret_errno(libc::ECONNREFUSED), false));
+        assert_eq!(net(&f, x, nr("sendto"), [5, 0, 0, 0, 0x2000, 16]), KILLED);
+        assert_eq!(net(&f, x, nr("sendto"), [5, 0, 0, 0, 0, 0]), KILLED);
+        assert_eq!(net(&f, x, nr("sendto"), [4, 0, 0, 0, 0x2000, 16]), LOGGED);
+        assert_eq!(net(&f, x, nr("sendto"), [4, 0, 0, 0, 0, 0]), (RET_LOG, false));
+        assert_eq!(net(&f, x, nr("sendmsg"), [4, 0, 0, 0, 0, 0]), LOGGED);
+        assert_eq!(net(&f, x, nr("getpid"), [0; 6]), (RET_LOG, false));
+        assert_eq!(net(&f, x, nr("read"), [0; 6]), ALLOWED);
+        // Two epilogues (allow and log), each jumped to from the policy.
+        assert!(f.program.iter().filter(|i| i.code == BPF_RET_K && i.k == RET_USER_NOTIF).count() >= 2);
+    }
+
+    #[test]
+    fn bpf_interpreter_refuses_bad_programs() {
+        let i = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        let d = seccomp_data(1, AUDIT_ARCH_X86_64, 0, &[7, 0, 0, 0, 0, 0]);
+        // Arithmetic, scratch memory, X, ret A.
+        let prog = [
+            i(BPF_LD_W_ABS, 0, 0, 16),
+            i(0x04, 0, 0, 5),    // A += 5
+            i(BPF_ST, 0, 0, 3),  // M[3] = A
+            i(BPF_LDX_IMM, 0, 0, 2),
+            i(0x2c, 0, 0, 0),    // A *= X
+            i(0x3d, 1, 0, 0),    // if A >= X skip 1
+            i(BPF_RET_K, 0, 0, 0),
+            i(BPF_LDX_MEM, 0, 0, 3),
+            i(0xac, 0, 0, 0),    // A ^= X
+            i(BPF_RET_A, 0, 0, 0),
+        ];
+        assert_eq!(run_bpf(&prog, &d), Some((24 ^ 12, 9)));
+        // Out of range: a load, a jump, falling off the end, a slot, an
+        // unknown opcode, a division by zero.
+        assert_eq!(run_bpf(&[i(BPF_LD_W_ABS, 0, 0, 64), i(BPF_RET_A, 0, 0, 0)], &d), None);
+        assert_eq!(run_bpf(&[i(BPF_LD_W_ABS, 0, 0, 2), i(BPF_RET_A, 0, 0, 0)], &d), None);
+        assert_eq!(run_bpf(&[i(BPF_JA, 0, 0, 5), i(BPF_RET_A, 0, 0, 0)], &d), None);
+        assert_eq!(run_bpf(&[i(BPF_JA, 0, 0, u32::MAX)], &d), None);
+        assert_eq!(run_bpf(&[i(BPF_LD_IMM, 0, 0, 1)], &d), None);
+        assert_eq!(run_bpf(&[i(BPF_ST, 0, 0, 16), i(BPF_RET_A, 0, 0, 0)], &d), None);
+        assert_eq!(run_bpf(&[i(0xff, 0, 0, 0)], &d), None);
+        assert_eq!(run_bpf(&[i(0x3c, 0, 0, 0), i(BPF_RET_A, 0, 0, 0)], &d), None);
+        assert_eq!(run_bpf(&[], &d), None);
     }
 
     #[test]

@@ -71,6 +71,12 @@ pub struct RunSpec {
     /// TCP ports the program may bind, like `tcp_connect` (0: let the
     /// kernel pick one).
     pub tcp_bind: Option<Vec<u16>>,
+    /// Record the destination of every `connect`, `sendto`, `sendmsg` and
+    /// `sendmmsg` of the run (seccomp user notifications read by PID 1) and
+    /// return them in the result's `net_log` (docs/network.md). Works with
+    /// every seccomp policy; with `none`, the run gets a filter that only
+    /// does this.
+    pub net_log: bool,
     /// Seccomp policy: `default`, `strict`, `compile`, `none` or a policy
     /// file (docs/seccomp.md).
     pub seccomp: crate::seccomp::PolicyName,

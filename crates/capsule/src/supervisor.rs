@@ -35,6 +35,7 @@ use crate::child::{
 };
 use crate::error::{errno_text, Error, SysError};
 use crate::mounts::{MountPlan, Source};
+use crate::netlog::NetLog;
 use crate::namespaces::{self, PendingNet};
 use crate::proto::{self, ClientMsg, ServerMsg};
 use crate::result::{signal_name, Accounting, Captured, RunResult, Status};
@@ -225,6 +226,8 @@ struct Prepared {
     sources: Vec<Source>,
     /// Whether the tree was built before the request came.
     ahead: bool,
+    /// The network log, for runs with `net_log`.
+    net_log: Option<Rc<Arena<NetLog>>>,
     /// poll reported its result byte or pidfd since it was last looked at.
     signalled: bool,
     /// The run's layers, locked until its PID 1 is gone.
@@ -515,6 +518,10 @@ impl Supervisor {
         };
         let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
         let arena = Arena::<Shared>::new(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
+        let net_log = match filter.net_log_from {
+            0 => None,
+            _ => Some(Rc::new(Arena::<NetLog>::new(0).map_err(|e| fail("mmap (network log)", e))?)),
+        };
         let (go, go_child) = sys::socketpair_stream().map_err(|e| fail("socketpair", e))?;
         // A pipe rather than an eventfd: a pipe write wakes the supervisor
         // as a synchronous wake-up (the writer is about to exit), which lets
@@ -562,6 +569,7 @@ impl Supervisor {
             control: control.as_raw_fd(),
             keep_fds,
             filter: filter.clone(),
+            net_log: net_log.clone(),
         };
         let (pid, pidfd) = match sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None) {
             Err(e) => {
@@ -581,7 +589,22 @@ impl Supervisor {
             self.deliver_net(ours);
         }
         let _ = pid;
-        Ok(Prepared { signalled: false, shape, pidfd, arena, go, done, control, cgroup, names, sources, ahead, filter, layers })
+        Ok(Prepared {
+            signalled: false,
+            shape,
+            pidfd,
+            arena,
+            go,
+            done,
+            control,
+            cgroup,
+            names,
+            sources,
+            ahead,
+            filter,
+            net_log,
+            layers,
+        })
     }
 
     /// Whether a PID 1 prepared ahead still matches the host: every bind
@@ -707,7 +730,14 @@ impl Supervisor {
             syscall: None,
             syscall_args: None,
             landlock: crate::landlock::Enforcement::from_u32(shared.landlock.load(SeqCst)),
+            net_log: None,
+            net_log_dropped: None,
         };
+        if let Some(log) = &r.p.net_log {
+            let (entries, dropped) = log.entries();
+            res.net_log = Some(entries);
+            res.net_log_dropped = (dropped > 0).then_some(dropped);
+        }
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve.
             let at_exec = shared.cgroup_cpu_us_at_exec.load(SeqCst);
@@ -787,7 +817,8 @@ impl Supervisor {
 /// request carries only the policy's name).
 #[derive(Default)]
 struct Filters {
-    compiled: Vec<(PolicyName, Option<FileStamp>, Rc<SealedFilter>)>,
+    /// Policy, with the network log, file version, filter.
+    compiled: Vec<(PolicyName, bool, Option<FileStamp>, Rc<SealedFilter>)>,
 }
 
 /// What identifies a version of a policy file.
@@ -801,7 +832,9 @@ struct FileStamp {
 }
 
 impl Filters {
-    fn get(&mut self, name: &PolicyName) -> Result<Rc<SealedFilter>, String> {
+    /// The filter of policy `name`, with the network log when `net_log`
+    /// (`seccomp::with_net_log`), compiled on first use.
+    fn get(&mut self, name: &PolicyName, net_log: bool) -> Result<Rc<SealedFilter>, String> {
         let stamp = match name {
             PolicyName::File(path) => {
                 use std::os::unix::fs::MetadataExt;
@@ -817,20 +850,24 @@ impl Filters {
             }
             _ => None,
         };
-        let i = match self.compiled.iter().position(|(n, s, _)| n == name && *s == stamp) {
+        let i = match self.compiled.iter().position(|(n, l, s, _)| n == name && *l == net_log && *s == stamp) {
             Some(i) => i,
             None => {
-                let filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
+                let mut filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
+                if net_log {
+                    filter = crate::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
+                }
                 let map = sys::SealedMap::new(c"capsule-seccomp", &filter.program)
                     .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
                 // A changed file replaces its old version (runs prepared
                 // with the old one are no longer used: see `start`).
-                self.compiled.retain(|(n, _, _)| n != name);
-                self.compiled.push((name.clone(), stamp, Rc::new(SealedFilter { map, notify: filter.notify })));
+                self.compiled.retain(|(n, l, _, _)| !(n == name && *l == net_log));
+                let sealed = SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from };
+                self.compiled.push((name.clone(), net_log, stamp, Rc::new(sealed)));
                 self.compiled.len() - 1
             }
         };
-        Ok(self.compiled[i].2.clone())
+        Ok(self.compiled[i].3.clone())
     }
 }
 
@@ -978,7 +1015,7 @@ impl Loop {
         let shape = sup.shape(&req.spec);
         // The policy as it is now (a policy file may have changed since a
         // spare was prepared with it).
-        let filter = match sup.filters.get(&req.spec.seccomp) {
+        let filter = match sup.filters.get(&req.spec.seccomp, req.spec.net_log) {
             Ok(f) => f,
             Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
         };
@@ -1183,7 +1220,7 @@ impl Loop {
         // Only when no request waits: a queued request needs the CPU first.
         while self.queue.is_empty() && self.spares.len() < sup.config.parallel {
             let Some((spec, shape)) = &self.last_shape else { return };
-            match sup.filters.get(&spec.seccomp).and_then(|f| sup.prepare(spec, shape.clone(), f, true)) {
+            match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), f, true)) {
                 Ok(p) => self.spares.push(p),
                 Err(_) => {
                     // The next request of this shape reports the error itself.

@@ -576,16 +576,6 @@ pub fn clone_vfork<T>(
     arg: &T,
     child: fn(&T) -> !,
 ) -> SysResult<i32> {
-    struct Call<'a, T> {
-        arg: &'a T,
-        child: fn(&T) -> !,
-    }
-    extern "C" fn trampoline<T>(p: *const libc::c_void) -> ! {
-        // SAFETY: `p` is the `Call` on the parent's stack below, which stays
-        // alive and untouched while the parent is suspended (CLONE_VFORK).
-        let call = unsafe { &*(p as *const Call<'_, T>) };
-        (call.child)(call.arg)
-    }
     let call = Call { arg, child };
     let mut args = CloneArgs {
         flags: (flags as u64)
@@ -600,15 +590,48 @@ pub fn clone_vfork<T>(
         cgroup: cgroup.unwrap_or(0) as u64,
         ..Default::default()
     };
+    // SAFETY: `stack` is a live mapping no other process uses while this
+    // child runs (the caller is suspended until the child's execve or exit:
+    // CLONE_VFORK), and so are `call` and `args`, on this frame.
+    let ret = unsafe { clone3_on_stack(&mut args, &call) };
+    if ret < 0 {
+        Err(-ret as Errno)
+    } else {
+        Ok(ret as i32)
+    }
+}
+
+/// What a child started on a stack of its own runs: `child(arg)`.
+struct Call<'a, T> {
+    arg: &'a T,
+    child: fn(&T) -> !,
+}
+
+extern "C" fn trampoline<T>(p: *const libc::c_void) -> ! {
+    // SAFETY: `p` is the `Call` the parent passed to clone3_on_stack, which
+    // its callers keep alive and unchanged until the child has exec'd or
+    // exited.
+    let call = unsafe { &*(p as *const Call<'_, T>) };
+    (call.child)(call.arg)
+}
+
+/// clone3 with `args` (CLONE_VM and a stack), the child calling
+/// `call.child(call.arg)`; returns the child's pid or -errno.
+///
+/// # Safety
+/// `args.stack` must be a live mapping that nothing else uses until the
+/// child has exec'd or exited, and `call` must stay alive and unchanged
+/// that long.
+unsafe fn clone3_on_stack<T>(args: &mut CloneArgs, call: &Call<'_, T>) -> i64 {
     let ret: i64;
     // SAFETY: clone3 with CLONE_VM starts the child right after the
     // `syscall` instruction with the same registers but rsp at the top of
-    // `stack`, a live private mapping used only by this child. The child
-    // path never returns into Rust code: it calls `trampoline(call)` (r12,
-    // r13 survive the syscall) on the new, 16-byte aligned stack, and the
-    // trampoline ends in execve or _exit. The parent is suspended until
-    // then (CLONE_VFORK), so `call`, `args` and what they point to stay
-    // valid; it resumes here with rax = pid or -errno. rcx and r11 are
+    // `args.stack`, a live mapping used only by this child (the caller's
+    // contract). The child path never returns into Rust code: it calls
+    // `trampoline(call)` (r12, r13 survive the syscall) on the new, 16-byte
+    // aligned stack, and the trampoline ends in execve or _exit. `call` and
+    // what it points to stay valid that long (the caller's contract); the
+    // parent resumes here with rax = pid or -errno. rcx and r11 are
     // clobbered by `syscall`.
     unsafe {
         std::arch::asm!(
@@ -622,19 +645,73 @@ pub fn clone_vfork<T>(
             "ud2",
             "2:",
             inlateout("rax") libc::SYS_clone3 => ret,
-            in("rdi") &mut args as *mut CloneArgs,
+            in("rdi") args as *mut CloneArgs,
             in("rsi") std::mem::size_of::<CloneArgs>(),
             in("r12") trampoline::<T> as *const (),
-            in("r13") &call as *const Call<'_, T>,
+            in("r13") call as *const Call<'_, T>,
             out("rcx") _,
             out("r11") _,
         );
     }
-    if ret < 0 {
-        Err(-ret as Errno)
-    } else {
-        Ok(ret as i32)
+    ret
+}
+
+/// Runs `child(arg)` in a new process that shares the caller's memory and
+/// descriptor table (CLONE_VM | CLONE_FILES), on `stack`, while the caller
+/// goes on with `parent(pidfd)`, `pidfd` being the child's. When `parent`
+/// returns (or unwinds), the child is killed if it still runs, and reaped:
+/// `arg` and `stack` are borrowed for that whole time, so they outlive it.
+/// Returns `parent`'s value and the child's wait status.
+///
+/// The child shares the caller's thread-local storage, errno included: it
+/// must not allocate or panic, may only use the calls documented here as
+/// leaving errno alone ([`process_vm_read`], [`seccomp_notif_id_valid`]),
+/// and must end with [`exit`].
+pub fn with_vm_child<T: Sync, R>(
+    stack: &mut Stack,
+    arg: &T,
+    child: fn(&T) -> !,
+    parent: impl FnOnce(RawFd) -> R,
+) -> SysResult<(R, i32)> {
+    /// Kills (if need be) and reaps the child, also when `parent` unwinds.
+    struct Reap(Option<OwnedFd>);
+    impl Reap {
+        fn finish(&mut self) -> i32 {
+            let Some(fd) = self.0.take() else { return 0 };
+            if let Ok(Some(status)) = pidfd_try_wait(fd.as_raw_fd()) {
+                return status;
+            }
+            let _ = pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
+            pidfd_wait(fd.as_raw_fd()).ok().flatten().unwrap_or(libc::SIGKILL)
+        }
     }
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            self.finish();
+        }
+    }
+    let call = Call { arg, child };
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: libc::CLONE_VM as u64 | libc::CLONE_FILES as u64 | CLONE_PIDFD,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base as u64,
+        stack_size: (stack.len & !15) as u64,
+        ..Default::default()
+    };
+    // SAFETY: `stack` is borrowed mutably until the child is reaped below
+    // (by `Reap`, also on unwinding), so nothing else uses it meanwhile;
+    // `call` lives on this frame, unchanged, until then as well.
+    let ret = unsafe { clone3_on_stack(&mut args, &call) };
+    if ret < 0 {
+        return Err(-ret as Errno);
+    }
+    let mut reap = Reap(Some(owned(pidfd as libc::c_long)));
+    let fd = reap.0.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
+    let r = parent(fd);
+    let status = reap.finish();
+    Ok((r, status))
 }
 
 /// A stack for [`clone_vfork`] children: a private anonymous mapping,
@@ -1438,6 +1515,99 @@ pub fn seccomp_notif_recv(listener: RawFd) -> SysResult<SeccompNotif> {
     Ok(n)
 }
 
+/// `SECCOMP_IOW(2, __u64)`.
+const SECCOMP_IOCTL_NOTIF_ID_VALID: libc::c_ulong = 0x4008_2102;
+/// `SECCOMP_IOWR(1, struct seccomp_notif_resp)`.
+const SECCOMP_IOCTL_NOTIF_SEND: libc::c_ulong = 0xc018_2101;
+const SECCOMP_USER_NOTIF_FLAG_CONTINUE: u32 = 1;
+
+/// `struct seccomp_notif_resp`.
+#[repr(C)]
+struct SeccompNotifResp {
+    id: u64,
+    val: i64,
+    error: i32,
+    flags: u32,
+}
+
+/// Answers notification `id`: let the call run as if no filter had asked
+/// (SECCOMP_USER_NOTIF_FLAG_CONTINUE, Linux >= 5.5). ENOENT: the caller
+/// died meanwhile.
+pub fn seccomp_notif_continue(listener: RawFd, id: u64) -> SysResult<()> {
+    let mut resp = SeccompNotifResp { id, val: 0, error: 0, flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE };
+    // SAFETY: `resp` is a struct seccomp_notif_resp of the size the ioctl
+    // number encodes.
+    check_int(unsafe { libc::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &mut resp as *mut SeccompNotifResp) }).map(drop)
+}
+
+/// A system call made without libc: the kernel's raw result, -errno on
+/// failure. errno is left alone, which a CLONE_VM child sharing its
+/// parent's thread-local storage needs (see [`with_vm_child`]).
+///
+/// # Safety
+/// The arguments must be valid for system call `nr`, like for `syscall(2)`.
+unsafe fn raw_syscall(nr: libc::c_long, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: the `syscall` instruction with the x86_64 convention (number
+    // in rax, arguments in rdi, rsi, rdx, r10, r8, r9; rcx and r11
+    // clobbered); what the call does with its arguments is the caller's
+    // contract.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Copies `buf.len()` bytes at `addr` in process `pid` into `buf`
+/// (process_vm_readv; the caller needs ptrace access to it); returns how
+/// many bytes were copied (fewer when the range runs into unmapped
+/// memory). Leaves errno alone.
+pub fn process_vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> SysResult<usize> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, writable for its length; `remote` is
+    // only read, in the other process, by the kernel (a bad address there
+    // is EFAULT, not a fault here).
+    let r = unsafe {
+        raw_syscall(
+            libc::SYS_process_vm_readv,
+            [pid as u64, &local as *const libc::iovec as u64, 1, &remote as *const libc::iovec as u64, 1, 0],
+        )
+    };
+    if r < 0 {
+        Err(-r as Errno)
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Whether notification `id` is still pending, i.e. its caller is still
+/// stopped in the call (SECCOMP_IOCTL_NOTIF_ID_VALID): what was read of
+/// its memory since the notification came in was read from the right
+/// process, not from one that reused its pid. Leaves errno alone.
+pub fn seccomp_notif_id_valid(listener: RawFd, id: u64) -> bool {
+    // SAFETY: the ioctl reads one u64 at the pointer, a live local.
+    let r = unsafe {
+        raw_syscall(
+            libc::SYS_ioctl,
+            [listener as u64, SECCOMP_IOCTL_NOTIF_ID_VALID, &id as *const u64 as u64, 0, 0, 0],
+        )
+    };
+    r == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1482,6 +1652,50 @@ mod tests {
                 assert_eq!(a.n.load(SeqCst), 42);
             }
         }
+    }
+
+    #[test]
+    fn vm_child_shares_memory_and_is_reaped() {
+        struct Job {
+            pid: i32,
+            src: u64,
+            out: AtomicU64,
+        }
+        fn child(j: &Job) -> ! {
+            let mut b = [0u8; 8];
+            let v = match process_vm_read(j.pid, j.src, &mut b) {
+                Ok(8) => u64::from_ne_bytes(b),
+                Ok(_) => 1,
+                Err(e) => 1000 + e as u64,
+            };
+            j.out.store(v, SeqCst);
+            exit(0)
+        }
+        let value: u64 = 0x1234_5678_9abc_def0;
+        let job = Job { pid: getpid(), src: &value as *const u64 as u64, out: AtomicU64::new(0) };
+        let mut stack = Stack::new(64 << 10).unwrap();
+        let (polled, status) = with_vm_child(&mut stack, &job, child, |pidfd| {
+            let mut p = [libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 }];
+            poll(&mut p, 10_000).unwrap()
+        })
+        .unwrap();
+        assert_eq!(polled, 1);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
+        assert_eq!(job.out.load(SeqCst), value);
+        // Unmapped memory: EFAULT, errno untouched.
+        let mut b = [0u8; 8];
+        // SAFETY: setting errno, a thread-local int.
+        unsafe { *libc::__errno_location() = 0 };
+        assert_eq!(process_vm_read(getpid(), 8, &mut b), Err(libc::EFAULT));
+        assert_eq!(errno(), 0);
+        // A child still running when `parent` returns is killed and reaped.
+        fn spin(_: &Job) -> ! {
+            loop {
+                std::hint::spin_loop();
+            }
+        }
+        let (_, status) = with_vm_child(&mut stack, &job, spin, |_| ()).unwrap();
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL, "status {status:#x}");
     }
 
     #[test]
