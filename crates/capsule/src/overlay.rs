@@ -38,10 +38,10 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use crate::layer::{Layer, LayerError, LayerLock};
 use crate::spec::RunSpec;
 use crate::sys;
 
@@ -64,12 +64,11 @@ const FUSE_LOWER: &str = "/tmp/lower";
 pub(crate) struct LayerPlan {
     /// The layer directories, the writable one last.
     pub dirs: Vec<PathBuf>,
-    /// `layer.lock` of each, flock'ed (exclusive on the writable layer,
-    /// shared on the others) until the run is over and PID 1 reaped, so
+    /// Each layer with its lock (exclusive on the writable layer, shared
+    /// on the others), held until the run is over and PID 1 reaped, so
     /// that no two runs and no `capsule layer` command use an upper
     /// directory at once (overlayfs forbids changing a mounted layer).
-    #[allow(dead_code)] // held, not read: the flock lasts as long as the descriptor
-    pub locks: Vec<OwnedFd>,
+    pub locks: Vec<(Layer, LayerLock)>,
     pub backend: Backend,
 }
 
@@ -112,67 +111,6 @@ fn is_normal(p: &Path) -> bool {
 
 fn join_abs(base: &Path, abs: &Path) -> PathBuf {
     base.join(abs.strip_prefix("/").expect("absolute"))
-}
-
-/// Creates the writable layer's directory structure if missing (DIR mode
-/// 0700: it holds copies of what the program read and wrote).
-fn create(dir: &Path) -> Result<(), String> {
-    match fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {
-            let is_layer = dir.join("upper").is_dir();
-            if !is_layer && fs::read_dir(dir).map_err(|e| io_err("reading", dir, e))?.next().is_some() {
-                return Err(format!(
-                    "layer: {} exists, is not empty and is not a layer (no upper/); name a new or empty directory",
-                    dir.display()
-                ));
-            }
-        }
-        Ok(_) => return Err(format!("layer: {} exists and is not a directory", dir.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| io_err("creating", dir, e))?;
-        }
-        Err(e) => return Err(io_err("looking at", dir, e)),
-    }
-    for sub in ["upper", "work"] {
-        let p = dir.join(sub);
-        match fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(format!("layer: {} is not a directory", p.display())),
-            Err(_) => fs::DirBuilder::new().mode(0o755).create(&p).map_err(|e| io_err("creating", &p, e))?,
-        }
-    }
-    let meta = dir.join("layer.json");
-    if fs::symlink_metadata(&meta).is_err() {
-        fs::write(&meta, "{\"version\": 1, \"originals\": {}}\n").map_err(|e| io_err("creating", &meta, e))?;
-    }
-    Ok(())
-}
-
-/// Checks that a lower (read-only) layer is a layer.
-fn check_lower(dir: &Path) -> Result<(), String> {
-    match fs::symlink_metadata(dir.join("upper")) {
-        Ok(m) if m.is_dir() => Ok(()),
-        _ => Err(format!(
-            "layer: {} is not a layer (no upper/ directory); only the last --layer may be new",
-            dir.display()
-        )),
-    }
-}
-
-/// Takes the layer's lock without waiting.
-fn lock(dir: &Path, exclusive: bool) -> Result<OwnedFd, String> {
-    let path = dir.join("layer.lock");
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "layer: path contains NUL".to_string())?;
-    let fd = sys::open(&c, libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW, 0o600)
-        .map_err(|e| format!("layer: opening {}: {}", path.display(), crate::error::errno_text(e)))?;
-    match sys::flock_nb(fd.as_raw_fd(), exclusive) {
-        Ok(()) => Ok(fd),
-        Err(libc::EWOULDBLOCK) => Err(format!(
-            "layer {} is in use by another capsule run or `capsule layer` command; wait for it to finish",
-            dir.display()
-        )),
-        Err(e) => Err(format!("layer: flock {}: {}", path.display(), crate::error::errno_text(e))),
-    }
 }
 
 /// The roots an earlier run of the layer recorded.
@@ -314,21 +252,20 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
     let me = sys::geteuid();
     let n = spec.layers.len();
     let mut dirs = Vec::with_capacity(n);
+    let mut locks = Vec::with_capacity(n);
     for (i, d) in spec.layers.iter().enumerate() {
         check_chars(d)?;
-        if i + 1 == n {
-            create(d)?;
-        } else {
-            check_lower(d)?;
-        }
+        let writable = i + 1 == n;
+        let layer = if writable { Layer::create(d) } else { Layer::open(d) }.map_err(|e| match e {
+            LayerError::NotALayer { .. } if !writable => format!("{e}; only the last --layer may be new"),
+            e => e.to_string(),
+        })?;
+        let lock = layer.lock_run(writable).map_err(|e| e.to_string())?;
         // Resolve once: the paths handed to overlayfs must not change meaning.
         let c = fs::canonicalize(d).map_err(|e| io_err("resolving", d, e))?;
         check_chars(&c)?;
         dirs.push(c);
-    }
-    let mut locks = Vec::with_capacity(n);
-    for (i, d) in dirs.iter().enumerate() {
-        locks.push(lock(d, i + 1 == n)?);
+        locks.push((layer, lock));
     }
     let top = dirs.last().expect("n > 0").clone();
     let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
@@ -422,8 +359,8 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
 /// After a run, its PID 1 gone: records, for each path the run changed,
 /// the host original it was based on (for commit's conflict check).
 pub(crate) fn after_run(plan: &LayerPlan) -> Result<(), String> {
-    let _ = plan;
-    Ok(())
+    let (layer, lock) = plan.locks.last().expect("at least one layer");
+    layer.record_originals(lock).map(drop).map_err(|e| format!("recording the layer's originals: {e}"))
 }
 
 #[cfg(test)]
