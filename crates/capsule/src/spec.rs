@@ -56,6 +56,9 @@ pub struct RunSpec {
     pub tmp_size: Option<u64>,
     /// Mount operations, applied in order after the base view.
     pub mounts: Vec<MountOp>,
+    /// Which host paths the run sees, may write or may not see
+    /// (`[filesystem]`, docs/filesystem.md); applied after `mounts`.
+    pub filesystem: Filesystem,
     /// Share the host's network instead of a loopback-only one.
     pub share_net: bool,
     /// TCP ports the program may connect to (Landlock, Linux ≥ 6.7);
@@ -87,6 +90,97 @@ pub struct RunSpec {
     pub stdout: Option<Stdio>,
     /// Standard error, like `stdout`.
     pub stderr: Option<Stdio>,
+}
+
+/// The filesystem rules (`[filesystem]` of a profile; docs/filesystem.md):
+/// host paths made visible, read-only, writable or hidden. A path is
+/// absolute, or starts with `~` (the caller's home). The most specific
+/// path wins; a path in two lists is an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Filesystem {
+    /// Visible as in the base view: undoes a `hide` (or a default secret
+    /// hide) of the path or of a parent.
+    pub allow: Vec<PathBuf>,
+    /// Visible and read-only, even beneath a `writable` path.
+    pub read_only: Vec<PathBuf>,
+    /// Bound read-write from the host (must exist).
+    pub writable: Vec<PathBuf>,
+    /// Covered by an empty read-only directory or file (a missing path is
+    /// fine).
+    pub hide: Vec<PathBuf>,
+    /// Hide the usual secrets of the caller's home
+    /// ([`crate::fsrules::SECRETS`]); default true.
+    pub hide_secrets: bool,
+}
+
+impl Default for Filesystem {
+    fn default() -> Self {
+        Filesystem { allow: Vec::new(), read_only: Vec::new(), writable: Vec::new(), hide: Vec::new(), hide_secrets: true }
+    }
+}
+
+impl Filesystem {
+    /// The four lists with their field names.
+    pub fn lists(&self) -> [(&'static str, &[PathBuf]); 4] {
+        [("allow", &self.allow), ("read_only", &self.read_only), ("writable", &self.writable), ("hide", &self.hide)]
+    }
+
+    /// Command-line rules over a profile's: a path given in `cli` leaves
+    /// the profile's lists, then `cli`'s lists are appended (a path in two
+    /// of `cli`'s own lists stays an error).
+    pub fn override_with(&mut self, cli: Filesystem) {
+        let given: Vec<PathBuf> = cli.lists().iter().flat_map(|(_, l)| l.iter().cloned()).collect();
+        for list in [&mut self.allow, &mut self.read_only, &mut self.writable, &mut self.hide] {
+            list.retain(|p| !given.contains(p));
+        }
+        self.allow.extend(cli.allow);
+        self.read_only.extend(cli.read_only);
+        self.writable.extend(cli.writable);
+        self.hide.extend(cli.hide);
+        self.hide_secrets &= cli.hide_secrets;
+    }
+
+    fn validate(&self) -> Result<(), SpecError> {
+        for (list, paths) in self.lists() {
+            for (i, p) in paths.iter().enumerate() {
+                rule_path(&format!("filesystem.{list}[{i}]"), p)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A filesystem rule's path: absolute or `~`-relative, no `..`, not `/`.
+fn rule_path(field: &str, p: &Path) -> Result<(), SpecError> {
+    let s = p.to_str().ok_or_else(|| SpecError::new(field, "must be valid UTF-8"))?;
+    no_nul(field, s)?;
+    if s.is_empty() {
+        return Err(SpecError::new(field, "must not be empty"));
+    }
+    if s.starts_with('~') && s != "~" && !s.starts_with("~/") {
+        let user = s[1..].split('/').next().unwrap_or("");
+        return Err(SpecError::new(
+            field,
+            format!("`{s}`: `~{user}` (another user's home) is not supported; only `~` (your own home) is, or write the path out"),
+        ));
+    }
+    if !s.starts_with('~') && !p.is_absolute() {
+        return Err(SpecError::new(
+            field,
+            format!("`{s}` must be an absolute path or start with `~/` (on the command line, a relative path is taken from the current directory)"),
+        ));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(SpecError::new(field, format!("`{s}` must not contain `..`")));
+    }
+    if p.components().all(|c| c == Component::RootDir || c == Component::CurDir) {
+        return Err(SpecError::new(
+            field,
+            format!("`{s}` is the root itself, which a rule cannot cover or bind (use `empty_root` for an empty root)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Where one of a run's standard streams goes.
@@ -450,6 +544,7 @@ impl RunSpec {
                 ));
             }
         }
+        self.filesystem.validate()?;
         for (field, io) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)]
         {
             match io {
