@@ -716,6 +716,66 @@ mod tests {
     }
 
     #[test]
+    fn filesystem_rules() {
+        // Absent: no rules, the secrets hidden; the same from JSON.
+        let s = from_toml("argv = [\"x\"]\n").unwrap();
+        assert_eq!(s.filesystem, Filesystem::default());
+        assert!(s.filesystem.hide_secrets);
+        let s = from_toml("argv = [\"x\"]\n[filesystem]\nallow = [\"~/.ssh\"]\nhide = [\"~\", \"/srv/x\"]\n").unwrap();
+        s.validate().unwrap();
+        assert!(s.filesystem.hide_secrets, "a [filesystem] table keeps the default");
+        assert_eq!(s.filesystem.hide, vec![PathBuf::from("~"), PathBuf::from("/srv/x")]);
+        let j: RunSpec = serde_json::from_str(r#"{"argv": ["x"], "filesystem": {"hide_secrets": false, "writable": ["/w"]}}"#).unwrap();
+        assert!(!j.filesystem.hide_secrets);
+        assert_eq!(j.filesystem.writable, vec![PathBuf::from("/w")]);
+        let e = from_toml("[filesystem]\nread-only = [\"/x\"]\n").unwrap_err();
+        assert!(e.to_string().contains("filesystem.read-only") && e.to_string().contains("read_only"), "{e}");
+        // Each bad path, named by its field.
+        for (bad, says) in [
+            ("rel/x", "absolute"),
+            ("./x", "absolute"),
+            ("~bob/x", "another user's home"),
+            ("~bob", "another user's home"),
+            ("/a/../b", "`..`"),
+            ("~/../x", "`..`"),
+            ("/", "root itself"),
+            ("//.", "root itself"),
+            ("", "empty"),
+            ("/a\0b", "NUL"),
+        ] {
+            let mut s = RunSpec::new(["/bin/true"]);
+            s.filesystem.read_only = vec!["/ok".into(), bad.into()];
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.field, "filesystem.read_only[1]", "{bad:?}: {e}");
+            assert!(e.message.contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn flags_override_the_profile_rules() {
+        let mut profile = Filesystem {
+            allow: vec!["/a".into()],
+            hide: vec!["~/.ssh".into(), "/b/".into(), "/keep".into()],
+            ..Default::default()
+        };
+        let cli = Filesystem {
+            allow: vec!["~/.ssh".into()],
+            writable: vec!["/b".into()],
+            hide_secrets: true,
+            ..Default::default()
+        };
+        profile.override_with(cli);
+        assert_eq!(profile.allow, vec![PathBuf::from("/a"), "~/.ssh".into()]);
+        assert_eq!(profile.hide, vec![PathBuf::from("/keep")]);
+        assert_eq!(profile.writable, vec![PathBuf::from("/b")]);
+        assert!(profile.hide_secrets);
+        profile.override_with(Filesystem { hide_secrets: false, ..Default::default() });
+        assert!(!profile.hide_secrets);
+        profile.override_with(Filesystem::default());
+        assert!(!profile.hide_secrets, "a profile's `hide_secrets = false` stays without --no-hide-secrets");
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let mut s = RunSpec::new(["/bin/true"]);
         s.mounts.push(MountOp::Tmpfs { dst: "tmp".into(), size: None, noexec: false });
