@@ -782,7 +782,13 @@ mod tests {
         // Not under /tmp, which the host view replaces (paths there are
         // looked up by PID 1).
         let home = PathBuf::from(format!("/var/tmp/capsule-mounts-rules-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&home);
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _rm = Rm(home.clone());
         std::fs::create_dir_all(home.join(".ssh")).unwrap();
         std::fs::create_dir_all(home.join("proj/src")).unwrap();
         let h = |rel: &str| home.join(rel).display().to_string();
@@ -830,7 +836,6 @@ mod tests {
         spec.filesystem.writable.push("~/nope".into());
         let e = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new()).err().unwrap();
         assert!(e.contains("filesystem.writable") && e.contains(&h("nope")), "{e}");
-        std::fs::remove_dir_all(&home).unwrap();
     }
 
     #[test]
