@@ -24,6 +24,13 @@ Mount operations (--bind ... --noexec) apply in the order given, after the base 
 A bind or --file SRC never follows a symbolic link you own (a sandboxed run could have
 made it): name the link's target, or recreate the link inside with --symlink.
 
+Filesystem rules (--allow --read-only --writable --hide; profile: [filesystem]) act on
+host paths after the mount operations; the most specific path wins. PATH may start with
+~ (your home: $HOME, else /etc/passwd); a relative PATH is taken from the current
+directory. Your usual secrets are hidden unless allowed (--allow ~/.ssh) or
+--no-hide-secrets: ~/.ssh ~/.gnupg ~/.aws ~/.kube ~/.docker/config.json ~/.netrc, cloud,
+registry and git credentials, browser profiles, keyrings (the list: docs/filesystem.md).
+
 Exit status: the program's exit code; 128+N when it died of signal N; 124 when the
 wall-time or CPU-time limit killed it; 123 memory limit; 122 output limit; 121 forbidden
 system call; 125 when capsule could not run it (the message says which step, path and errno).";
@@ -89,7 +96,11 @@ fn run_command() -> Command {
         .arg(pair("file", "SRC", "DST", "Copy the host file SRC to DST"))
         .arg(pair("file-data", "DST", "CONTENT", "Create DST holding CONTENT"))
         .arg(pair("symlink", "TARGET", "DST", "Create a symlink DST -> TARGET"))
-        .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file", fs))
+        .arg(one("allow", "PATH", "Show PATH as the host view does, even under a hidden parent or default secret (rule)", fs))
+        .arg(one("read-only", "PATH", "Show PATH read-only, even under a writable parent (rule)", fs))
+        .arg(one("writable", "PATH", "Bind the host's PATH read-write; it must exist (rule)", fs))
+        .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file (rule)", fs))
+        .arg(flag("no-hide-secrets", "Do not hide the usual secrets of your home (~/.ssh, ~/.gnupg, ... docs/filesystem.md)", fs))
         .arg(Arg::new("noexec").long("noexec").num_args(0).default_missing_value("true").action(ArgAction::Append).help("Make the mount operation just before noexec").help_heading(fs))
         .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
         .arg(one("tcp-connect", "PORTS", "Allow TCP connect only to these ports (80,443 or none; Landlock, Linux ≥ 6.7, else the run fails)", "Network"))
@@ -272,6 +283,7 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
         spec.layers.extend(v.map(|l| absolute(l, &caller_cwd)));
     }
     spec.mounts.extend(mount_ops(m, &caller_cwd)?);
+    spec.filesystem.override_with(rules(m, &caller_cwd));
     if spec.cwd.is_none() && !spec.empty_root {
         // Like running the program itself: start where the caller is, when
         // the sandbox shows that directory.
@@ -305,7 +317,7 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
             ops.push((idx[2 * i], op));
         }
     }
-    for id in ["tmpfs", "proc", "dev", "dir", "hide"] {
+    for id in ["tmpfs", "proc", "dev", "dir"] {
         let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) else { continue };
         for (i, v) in idx.zip(vals) {
             let p: PathBuf = v.into();
@@ -314,14 +326,18 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
                 "proc" => MountOp::Proc { dst: p },
                 "dev" => MountOp::Dev { dst: p },
                 "dir" => MountOp::Dir { dst: p },
-                "hide" => MountOp::Hide { path: p },
                 _ => unreachable!(),
             }));
         }
     }
     ops.sort_by_key(|(i, _)| *i);
+    // A rule flag between a mount and its --size/--noexec is an error:
+    // the modifier would silently skip the rule.
+    let rule_at: Vec<usize> = RULES.iter().filter_map(|(id, _)| m.indices_of(id)).flatten().collect();
     let preceding = |ops: &mut Vec<(usize, MountOp)>, at: usize| -> Option<usize> {
-        ops.iter().rposition(|(i, _)| *i < at)
+        let k = ops.iter().rposition(|(i, _)| *i < at)?;
+        let op_at = ops[k].0;
+        (!rule_at.iter().any(|&r| r > op_at && r < at)).then_some(k)
     };
     if let (Some(idx), Some(vals)) = (m.indices_of("size"), m.get_many::<String>("size")) {
         for (at, v) in idx.zip(vals) {
@@ -346,6 +362,30 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
         }
     }
     Ok(ops.into_iter().map(|(_, op)| op).collect())
+}
+
+/// The filesystem rule flags and the lists they fill.
+const RULES: [(&str, &str); 4] = [("allow", "allow"), ("read-only", "read_only"), ("writable", "writable"), ("hide", "hide")];
+
+/// The filesystem rule flags (relative paths from `cwd`, `~` kept for
+/// the supervisor to expand).
+fn rules(m: &ArgMatches, cwd: &Path) -> spec::Filesystem {
+    let mut fs = spec::Filesystem { hide_secrets: !m.get_flag("no-hide-secrets"), ..Default::default() };
+    for (id, list) in RULES {
+        let paths: Vec<PathBuf> = m
+            .get_many::<String>(id)
+            .into_iter()
+            .flatten()
+            .map(|v| if v.is_empty() || v.starts_with('~') { PathBuf::from(v) } else { absolute(v, cwd) })
+            .collect();
+        match list {
+            "allow" => fs.allow = paths,
+            "read_only" => fs.read_only = paths,
+            "writable" => fs.writable = paths,
+            _ => fs.hide = paths,
+        }
+    }
+    fs
 }
 
 /// The run's stdio as the caller sees it: its own streams, or the files the

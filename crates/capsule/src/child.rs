@@ -76,9 +76,10 @@ pub(crate) enum Step {
     Overlay,
     Fuse,
     ControllingTty,
+    Reveal,
 }
 
-const STEPS: [Step; 45] = [
+const STEPS: [Step; 46] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
@@ -86,7 +87,7 @@ const STEPS: [Step; 45] = [
     Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
-    Step::LandlockRestrict, Step::Overlay, Step::Fuse, Step::ControllingTty,
+    Step::LandlockRestrict, Step::Overlay, Step::Fuse, Step::ControllingTty, Step::Reveal,
 ];
 
 impl Step {
@@ -119,6 +120,7 @@ impl Step {
             Step::File => "creating a file",
             Step::Symlink => "creating a symlink",
             Step::Hide => "hiding a path",
+            Step::Reveal => "showing a path again or making it read-only (filesystem rule: open_tree, move_mount)",
             Step::RootReadonly => "making the root read-only",
             Step::PivotRoot => "pivot_root into the new root",
             Step::DetachOldRoot => "detaching the old root (umount2)",

@@ -482,7 +482,7 @@ mod tests {
 
     #[test]
     fn plan_merges_ports() {
-        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false, sources: Vec::new() };
+        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false, saved: Vec::new(), sources: Vec::new() };
         let p = Plan::new(6, &mounts, true, Some(&[80, 443]), Some(&[80]));
         assert_eq!(p.ports, vec![(80, NET_CONNECT_TCP | NET_BIND_TCP), (443, NET_CONNECT_TCP)]);
         let p = Plan::new(2, &mounts, true, None, None);
@@ -499,7 +499,7 @@ mod tests {
             ],
             ..crate::RunSpec::new(["/bin/true"])
         };
-        let plan = MountPlan::prepare(&spec, u32::MAX, &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, u32::MAX, None, &mut Vec::new(), None).unwrap();
         let paths: Vec<(String, Grant)> =
             writable_paths(&plan).into_iter().map(|(p, g)| (p.into_string().unwrap(), g)).collect();
         let has = |p: &str, g: Grant| paths.iter().any(|(q, h)| q == p && *h == g);
@@ -508,6 +508,19 @@ mod tests {
             assert!(has(p, Grant::Writable), "{p}: {paths:?}");
         }
         assert!(!paths.iter().any(|(p, _)| p == "/in" || p == "/dev"), "{paths:?}");
+    }
+
+    #[test]
+    fn writable_rules_are_writable_places() {
+        let mut spec = crate::RunSpec::new(["/bin/true"]);
+        spec.filesystem.writable.push("/usr/share".into());
+        spec.filesystem.read_only.push("/usr/share/doc".into());
+        spec.filesystem.hide.push("/usr/share/man".into());
+        spec.filesystem.allow.push("/usr/share/man/man1".into());
+        let plan = MountPlan::prepare(&spec, u32::MAX, None, &mut Vec::new(), None).unwrap();
+        let paths: Vec<String> = writable_paths(&plan).into_iter().map(|(p, _)| p.into_string().unwrap()).collect();
+        assert!(paths.iter().any(|p| p == "/usr/share"), "{paths:?}");
+        assert!(!paths.iter().any(|p| p.starts_with("/usr/share/")), "{paths:?}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod check;
 mod child;
 pub mod client;
 pub mod error;
+pub mod fsrules;
 pub mod landlock;
 pub mod layer;
 mod mounts;

@@ -17,7 +17,9 @@
 //! 2. Attach the new root on top of the current `/`; from here on every
 //!    sandbox path is resolved with `openat2(RESOLVE_IN_ROOT)` from the new
 //!    root's fd, so a symlink inside the sandbox tree never leads out of it.
-//! 3. Apply the operations in order.
+//! 3. Apply the operations in order, then the filesystem rules
+//!    (`crate::fsrules`: covers, clones shown again, writable binds; the
+//!    covers with mount points in them are made read-only last).
 //! 4. `pivot_root(".", ".")` and detach the old root, which takes every
 //!    host mount not cloned into the new tree with it.
 //!
@@ -31,6 +33,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
+use crate::fsrules::{self, Action};
 use crate::overlay::{Backend, LayerPlan};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
@@ -71,7 +74,15 @@ pub(crate) enum Op {
     File { src: OwnedFd, dst: CString, name: u32 },
     FileData { dst: CString, content: Vec<u8>, name: u32 },
     Symlink { target: CString, dst: CString, name: u32 },
-    Hide { dst: CString, name: u32 },
+    /// `holes`: the cover of a directory stays writable (for the mount
+    /// points of the rules beneath it) until every operation is applied;
+    /// `cover` keeps it until then.
+    Hide { dst: CString, holes: bool, cover: Cell<RawFd>, name: u32 },
+    /// Clone `dst` (no link followed on the way) into `saved[slot]`,
+    /// recursively; nothing when it is missing.
+    Save { dst: CString, slot: usize, name: u32 },
+    /// Attach `saved[slot]` at `dst`, with `attrs` set recursively.
+    Reveal { dst: CString, slot: usize, attrs: u64, name: u32 },
     /// A kernel overlay of a layer (`crate::overlay`): made in step 1b
     /// from the host view, attached at `dst` in step 3.
     Overlay { dst: CString, lower: CString, upper: CString, work: CString, fs: Cell<RawFd>, name: u32 },
@@ -81,8 +92,11 @@ pub(crate) enum Op {
 pub(crate) struct MountPlan {
     pub base: Base,
     pub ops: Vec<Op>,
-    /// Some `--hide` needs an empty file to bind over a file.
+    /// Some `--hide` needs the empty file or directory bound over what it
+    /// hides.
     pub needs_scratch: bool,
+    /// The clones `Op::Save` keeps for `Op::Reveal`.
+    pub saved: Vec<Cell<RawFd>>,
     /// The bind and `file` sources as resolved, to check a PID 1 prepared
     /// ahead against the host before it is used.
     pub sources: Vec<Source>,
@@ -96,6 +110,9 @@ pub(crate) struct Source {
     pub try_: bool,
     /// None: a missing `-try` source.
     pub stamp: Option<Stamp>,
+    /// A path a rule hides: looked up as the kernel does (links followed);
+    /// what matters is which object, if any, is there to cover.
+    pub covered: bool,
 }
 
 /// What a source resolved to: dev, ino and, for a copied file, size,
@@ -112,12 +129,23 @@ impl Stamp {
         }
         Some(Stamp(s))
     }
+
+    /// What `path` names (links followed): dev, ino and file type; None
+    /// when nothing (reachable) is there.
+    fn of_path(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp([m.dev() as i64, m.ino() as i64, (m.mode() & libc::S_IFMT) as i64, 0, 0, 0, 0]))
+    }
 }
 
 impl Source {
     /// Whether the source resolves, with the same rules, to the same
     /// object as when the plan was prepared.
     pub(crate) fn unchanged(&self, me: u32) -> bool {
+        if self.covered {
+            return Stamp::of_path(&self.path) == self.stamp;
+        }
         match resolve::resolve(&self.path, me) {
             Ok(fd) => self.stamp.is_some() && Stamp::of(fd.as_raw_fd(), self.file) == self.stamp,
             Err(e) => self.stamp.is_none() && self.try_ && e.missing(),
@@ -141,14 +169,35 @@ impl MountPlan {
 
 /// Resolves a bind source (None: a missing `-try` one) and records it.
 fn bind_source(src: &Path, try_: bool, me: u32, sources: &mut Vec<Source>) -> Result<Option<OwnedFd>, String> {
+    bind_source_as("bind source", src, try_, me, sources)
+}
+
+/// [`bind_source`], errors calling the source `what`.
+fn bind_source_as(what: &str, src: &Path, try_: bool, me: u32, sources: &mut Vec<Source>) -> Result<Option<OwnedFd>, String> {
     let fd = match resolve::resolve(src, me) {
         Ok(fd) => Some(fd),
         Err(e) if try_ && e.missing() => None,
-        Err(e) => return Err(e.describe("bind source", src)),
+        Err(e) => return Err(e.describe(what, src)),
     };
     let stamp = fd.as_ref().and_then(|fd| Stamp::of(fd.as_raw_fd(), false));
-    sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp });
+    sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp, covered: false });
     Ok(fd)
+}
+
+/// Whether the sandbox may show at `path` something else than the host
+/// does: beneath one of the spec's mount operations or of the host view's
+/// own mounts. There the supervisor cannot tell from the host what a rule
+/// will find, and PID 1 looks.
+fn shadowed(spec: &RunSpec, path: &Path) -> bool {
+    // As bytes (a `Path` compares component by component, and every run
+    // of the host view asks this of each default secret); `path` is clean.
+    let under = |p: &[u8], dir: &[u8]| {
+        let dir = dir.strip_suffix(b"/").unwrap_or(dir);
+        p.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+    };
+    let p = path.as_os_str().as_encoded_bytes();
+    spec.mounts.iter().any(|op| under(p, op.dst().as_os_str().as_encoded_bytes()))
+        || !spec.empty_root && [&b"/proc"[..], b"/dev", b"/tmp", b"/run"].iter().any(|m| under(p, m))
 }
 
 fn cstr(p: &Path) -> CString {
@@ -162,11 +211,13 @@ fn size_str(n: u64) -> CString {
 impl MountPlan {
     /// Prepares the plan; resolves the bind and `--file` sources in the
     /// supervisor's view, following only the links `me` (the supervisor's
-    /// euid) may follow (`crate::resolve`). `names` collects the paths
-    /// errors may name.
+    /// euid) may follow (`crate::resolve`). `home` is the caller's, for
+    /// the filesystem rules. `names` collects the paths errors may name.
+    /// `layers`: the run's, prepared by `crate::overlay`.
     pub(crate) fn prepare(
         spec: &RunSpec,
         me: u32,
+        home: Option<&Path>,
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
     ) -> Result<Self, String> {
@@ -301,7 +352,7 @@ impl MountPlan {
                     // descriptor cannot be read).
                     let fd = sys::reopen(at.as_raw_fd(), libc::O_RDONLY).map_err(sys_err)?;
                     let stamp = Stamp::of(fd.as_raw_fd(), true);
-                    sources.push(Source { path: src.clone(), file: true, try_: false, stamp });
+                    sources.push(Source { path: src.clone(), file: true, try_: false, stamp, covered: false });
                     Op::File { src: fd, dst, name: name(dst_name) }
                 }
                 MountOp::FileData { content, .. } => Op::FileData {
@@ -314,16 +365,87 @@ impl MountPlan {
                 }
                 MountOp::Hide { .. } => {
                     needs_scratch = true;
-                    Op::Hide { dst, name: name(dst_name) }
+                    Op::Hide { dst, holes: false, cover: Cell::new(-1), name: name(dst_name) }
                 }
             });
+        }
+        // The filesystem rules, last. Where the supervisor can tell, a path
+        // missing on the host costs this one lookup and no operation (the
+        // default secrets of every run); a PID 1 prepared ahead is used
+        // only while the same objects are there (`Source::unchanged`).
+        let actions = fsrules::plan(&spec.filesystem, home, spec.empty_root).map_err(|e| e.to_string())?;
+        let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
+        let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        for action in actions {
+            match action {
+                Action::Hide { path, holes } => {
+                    if !shadowed(spec, &path) {
+                        let stamp = Stamp::of_path(&path);
+                        sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true });
+                        if stamp.is_none() {
+                            continue; // nothing to hide
+                        }
+                    }
+                    needs_scratch = true;
+                    let n = name(path.display().to_string());
+                    ops.push(Op::Hide { dst: cstr(&path), holes, cover: Cell::new(-1), name: n });
+                }
+                Action::Save { path, slot } => {
+                    // What is shown again is found without following a link
+                    // the caller owns (a sandboxed run could have planted
+                    // one to a secret): resolved here like a bind source,
+                    // and PID 1 follows no link at all on the path it was
+                    // resolved to.
+                    let at = if shadowed(spec, &path) {
+                        path
+                    } else {
+                        match resolve::resolve_at(&path, me) {
+                            Ok((fd, real)) => {
+                                let stamp = Stamp::of(fd.as_raw_fd(), false);
+                                sources.push(Source { path, file: false, try_: true, stamp, covered: false });
+                                real
+                            }
+                            Err(e) if e.missing() => {
+                                sources.push(Source { path, file: false, try_: true, stamp: None, covered: false });
+                                continue;
+                            }
+                            Err(e) => return Err(e.describe("filesystem rule path", &path)),
+                        }
+                    };
+                    let n = name(at.display().to_string());
+                    ops.push(Op::Save { dst: cstr(&at), slot, name: n });
+                    saved_at[slot] = Some(at);
+                }
+                Action::Reveal { slot, read_only, .. } => {
+                    let Some(at) = &saved_at[slot] else { continue }; // missing
+                    let attrs = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
+                    let n = name(at.display().to_string());
+                    ops.push(Op::Reveal { dst: cstr(at), slot, attrs, name: n });
+                }
+                Action::Writable { path } => ops.push(Op::Bind {
+                    src: bind_source_as("filesystem.writable path", &path, false, me, &mut sources)?,
+                    dst: cstr(&path),
+                    attrs: rw,
+                    clone: Cell::new(-1),
+                    name: name(path.display().to_string()),
+                }),
+                Action::HostReadOnly { path } => ops.push(Op::Bind {
+                    src: bind_source_as("filesystem path", &path, true, me, &mut sources)?,
+                    dst: cstr(&path),
+                    attrs: MOUNT_ATTR_RDONLY | rw,
+                    clone: Cell::new(-1),
+                    name: name(path.display().to_string()),
+                }),
+            }
         }
         // The layer directories themselves are not the program's business
         // (and overlayfs refuses lookups into a mounted upper directory).
         for d in layers.map(|l| l.dirs.as_slice()).unwrap_or(&[]) {
-            ops.push(Op::Hide { dst: cstr(d), name: name(d.display().to_string()) });
+            needs_scratch = true;
+            ops.push(Op::Hide { dst: cstr(d), holes: false, cover: Cell::new(-1), name: name(d.display().to_string()) });
         }
-        Ok(MountPlan { base, ops, needs_scratch, sources })
+        let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
+        Ok(MountPlan { base, ops, needs_scratch, saved, sources })
     }
 }
 
@@ -548,6 +670,8 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
             sys::openat(scratch.as_raw_fd(), c"empty", libc::O_CREAT | libc::O_WRONLY, 0o444)
                 .map_err(|e| Fail::new(Step::Scratch, e))?,
         );
+        // ... and an empty one to bind over hidden directories.
+        sys::mkdirat(scratch.as_raw_fd(), c"dir", 0o555).map_err(|e| Fail::new(Step::Scratch, e))?;
         sys::move_mount_to_path(scratch.as_raw_fd(), c"/tmp").map_err(|e| Fail::new(Step::Scratch, e))?;
         b.scratch = Some(scratch);
     }
@@ -682,24 +806,59 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
                 sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
             }
-            Op::Hide { dst, name } => {
+            Op::Hide { dst, holes, cover: keep, name } => {
                 let at = match sys::open_in_root(root, dst, libc::O_PATH, 0) {
                     Ok(fd) => fd,
-                    Err(libc::ENOENT) => continue, // nothing there to hide
+                    Err(libc::ENOENT | libc::ENOTDIR) => continue, // nothing there to hide
                     Err(e) => return Err(Fail::at(Step::Hide, e, *name)),
                 };
                 let is_dir = sys::fd_mode(at.as_raw_fd()) == Ok(libc::S_IFDIR);
-                let cover = if is_dir {
-                    tmpfs(c"4096", c"0555", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+                let keep_open = *holes && is_dir;
+                let cover = if keep_open {
+                    // A tmpfs of its own, to make mount points in.
+                    tmpfs(c"4096", c"0555", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
                 } else {
+                    // A clone of the scratch tmpfs's empty directory or file:
+                    // a third of the cost of a tmpfs of its own.
                     let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
-                    sys::open_tree(scratch, c"empty", OPEN_TREE_CLONE).and_then(|fd| {
+                    let empty = if is_dir { c"dir" } else { c"empty" };
+                    sys::open_tree(scratch, empty, OPEN_TREE_CLONE).and_then(|fd| {
                         sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0)?;
                         Ok(fd)
                     })
                 }
                 .map_err(|e| Fail::at(Step::Hide, e, *name))?;
                 sys::move_mount_fd(cover.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                if keep_open {
+                    keep.set(into_raw(cover));
+                }
+            }
+            Op::Save { dst, slot, name } => {
+                let at = match sys::open_in_root_nofollow(root, dst, libc::O_PATH) {
+                    Ok(fd) => fd,
+                    Err(libc::ENOENT | libc::ENOTDIR) => continue, // nothing to show
+                    Err(e) => return Err(Fail::at(Step::Reveal, e, *name)),
+                };
+                let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32;
+                let clone = sys::open_tree(at.as_raw_fd(), c"", flags).map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+                plan.saved[*slot].set(into_raw(clone));
+            }
+            Op::Reveal { dst, slot, attrs, name } => {
+                let Some(src) = take(&plan.saved[*slot]) else { continue }; // it was missing
+                if *attrs != 0 {
+                    sys::mount_setattr(src.as_raw_fd(), true, *attrs, 0).map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+                }
+                let is_file = sys::fd_mode(src.as_raw_fd()).is_ok_and(|m| m != libc::S_IFDIR);
+                let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+            }
+        }
+    }
+    // The covers that received mount points are read-only from here on.
+    for op in &plan.ops {
+        if let Op::Hide { cover, name, .. } = op {
+            if let Some(fd) = take(cover) {
+                sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0).map_err(|e| Fail::at(Step::Hide, e, *name))?;
             }
         }
     }
@@ -722,6 +881,80 @@ pub(crate) fn pivot(root: RawFd) -> Result<(), Fail> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The paths of the plan's operations of one kind.
+    fn dsts(plan: &MountPlan, kind: &str) -> Vec<String> {
+        plan.ops
+            .iter()
+            .filter_map(|op| match (op, kind) {
+                (Op::Hide { dst, .. }, "hide") | (Op::Save { dst, .. }, "save") | (Op::Reveal { dst, .. }, "reveal") => Some(dst),
+                (Op::Bind { dst, .. }, "bind") => Some(dst),
+                _ => None,
+            })
+            .map(|d| d.to_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn rules_emit_operations_only_for_what_exists() {
+        // Not under /tmp, which the host view replaces (paths there are
+        // looked up by PID 1).
+        let home = PathBuf::from(format!("/var/tmp/capsule-mounts-rules-{}", std::process::id()));
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _rm = Rm(home.clone());
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(home.join("proj/src")).unwrap();
+        let h = |rel: &str| home.join(rel).display().to_string();
+        let me = u32::MAX;
+        let mut spec = RunSpec::new(["/bin/true"]);
+        // Nothing to hide, nothing to prepare for it.
+        std::fs::create_dir_all(home.join("plain")).unwrap();
+        let mut bare = spec.clone();
+        bare.filesystem.hide.push(home.join(".ssh/nope"));
+        let plan = MountPlan::prepare(&bare, me, Some(&home.join("plain")), &mut Vec::new(), None).unwrap();
+        assert!(dsts(&plan, "hide").is_empty() && !plan.needs_scratch);
+        // Only the secret that exists is covered, with the scratch's empty directory.
+        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), [h(".ssh")]);
+        assert!(plan.needs_scratch);
+        // Every secret was looked up once, and is recorded for a PID 1
+        // prepared ahead.
+        let covered: Vec<&Source> = plan.sources.iter().filter(|s| s.covered).collect();
+        assert_eq!(covered.len(), fsrules::SECRETS.len());
+        assert!(covered.iter().all(|s| s.unchanged(me)));
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        assert!(!covered.iter().all(|s| s.unchanged(me)), "a new secret goes unnoticed");
+        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), [h(".netrc"), h(".ssh")]);
+        // Beneath a mount operation the host cannot tell: PID 1 looks.
+        spec.mounts.push(MountOp::Tmpfs { dst: home.join(".aws"), size: None, noexec: false });
+        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), [h(".aws"), h(".netrc"), h(".ssh")]);
+        // Shown again inside a hidden home: cloned before the cover, at
+        // the path it resolved to; a missing one costs nothing.
+        spec.mounts.clear();
+        spec.filesystem.hide.push("~".into());
+        spec.filesystem.allow.extend(["~/proj/src".into(), "~/gone".into()]);
+        spec.filesystem.writable.push("~/proj".into());
+        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), [home.display().to_string()]);
+        assert_eq!(dsts(&plan, "bind"), [h("proj")]);
+        assert_eq!(dsts(&plan, "save"), Vec::<String>::new(), "an allow beneath a writable path is already visible");
+        spec.filesystem.writable.clear();
+        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "save"), [h("proj/src")]);
+        assert_eq!(dsts(&plan, "reveal"), [h("proj/src")]);
+        assert_eq!(plan.saved.len(), 2);
+        // A missing writable path is an error naming it.
+        spec.filesystem.writable.push("~/nope".into());
+        let e = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).err().unwrap();
+        assert!(e.contains("filesystem.writable") && e.contains(&h("nope")), "{e}");
+    }
 
     #[test]
     fn split() {

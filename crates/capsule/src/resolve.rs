@@ -96,6 +96,13 @@ impl ResolveError {
 /// names, following only the symbolic links `me` may follow (the last
 /// component's too).
 pub(crate) fn resolve(path: &Path, me: u32) -> Result<OwnedFd, ResolveError> {
+    resolve_at(path, me).map(|(fd, _)| fd)
+}
+
+/// [`resolve`], and the path it resolved to: `path` with every link
+/// followed replaced by its target and every `..` applied (no link left
+/// on it when it was resolved).
+pub(crate) fn resolve_at(path: &Path, me: u32) -> Result<(OwnedFd, PathBuf), ResolveError> {
     let fail = |errno, at: &Path| ResolveError::Sys { errno, at: at.to_path_buf() };
     let root = sys::open(c"/", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| fail(e, Path::new("/")))?;
     let mut cur = sys::dup_cloexec(root.as_raw_fd()).map_err(|e| fail(e, Path::new("/")))?;
@@ -147,7 +154,7 @@ pub(crate) fn resolve(path: &Path, me: u32) -> Result<OwnedFd, ResolveError> {
         }
         push_front(&mut todo, &target);
     }
-    Ok(cur)
+    Ok((cur, at))
 }
 
 /// Puts the components of `path` in front of `todo`, in order (empty ones
@@ -279,6 +286,11 @@ mod tests {
         assert!(matches!(e, ResolveError::Unsafe { ref link, .. } if *link == t.p("chain")), "{e:?}");
         // Plain paths still resolve for the owner.
         assert_eq!(fd_id(&resolve(&f, me).unwrap()), id(&f));
+        // The path resolved to has no link left on it.
+        let (_, real) = resolve_at(&t.p("other/up/f"), other()).unwrap();
+        assert_eq!(real, f);
+        let (_, real) = resolve_at(&t.p("abs/../sub/f"), other()).unwrap();
+        assert_eq!(real, f);
         // A dangling link is missing.
         t.link("nowhere", "dangling");
         assert!(resolve(&t.p("dangling"), other()).unwrap_err().missing());

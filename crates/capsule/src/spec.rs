@@ -61,6 +61,9 @@ pub struct RunSpec {
     pub layers: Vec<PathBuf>,
     /// Mount operations, applied in order after the base view.
     pub mounts: Vec<MountOp>,
+    /// Which host paths the run sees, may write or may not see
+    /// (`[filesystem]`, docs/filesystem.md); applied after `mounts`.
+    pub filesystem: Filesystem,
     /// Share the host's network instead of a loopback-only one.
     pub share_net: bool,
     /// TCP ports the program may connect to (Landlock, Linux ≥ 6.7);
@@ -104,6 +107,97 @@ pub struct RunSpec {
     /// `capsule run --pty` pass a pseudo-terminal of the run's own), not a
     /// file.
     pub controlling_tty: bool,
+}
+
+/// The filesystem rules (`[filesystem]` of a profile; docs/filesystem.md):
+/// host paths made visible, read-only, writable or hidden. A path is
+/// absolute, or starts with `~` (the caller's home). The most specific
+/// path wins; a path in two lists is an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Filesystem {
+    /// Visible as in the base view: undoes a `hide` (or a default secret
+    /// hide) of the path or of a parent.
+    pub allow: Vec<PathBuf>,
+    /// Visible and read-only, even beneath a `writable` path.
+    pub read_only: Vec<PathBuf>,
+    /// Bound read-write from the host (must exist).
+    pub writable: Vec<PathBuf>,
+    /// Covered by an empty read-only directory or file (a missing path is
+    /// fine).
+    pub hide: Vec<PathBuf>,
+    /// Hide the usual secrets of the caller's home
+    /// ([`crate::fsrules::SECRETS`]); default true.
+    pub hide_secrets: bool,
+}
+
+impl Default for Filesystem {
+    fn default() -> Self {
+        Filesystem { allow: Vec::new(), read_only: Vec::new(), writable: Vec::new(), hide: Vec::new(), hide_secrets: true }
+    }
+}
+
+impl Filesystem {
+    /// The four lists with their field names.
+    pub fn lists(&self) -> [(&'static str, &[PathBuf]); 4] {
+        [("allow", &self.allow), ("read_only", &self.read_only), ("writable", &self.writable), ("hide", &self.hide)]
+    }
+
+    /// Command-line rules over a profile's: a path given in `cli` leaves
+    /// the profile's lists, then `cli`'s lists are appended (a path in two
+    /// of `cli`'s own lists stays an error).
+    pub fn override_with(&mut self, cli: Filesystem) {
+        let given: Vec<PathBuf> = cli.lists().iter().flat_map(|(_, l)| l.iter().cloned()).collect();
+        for list in [&mut self.allow, &mut self.read_only, &mut self.writable, &mut self.hide] {
+            list.retain(|p| !given.contains(p));
+        }
+        self.allow.extend(cli.allow);
+        self.read_only.extend(cli.read_only);
+        self.writable.extend(cli.writable);
+        self.hide.extend(cli.hide);
+        self.hide_secrets &= cli.hide_secrets;
+    }
+
+    fn validate(&self) -> Result<(), SpecError> {
+        for (list, paths) in self.lists() {
+            for (i, p) in paths.iter().enumerate() {
+                rule_path(&format!("filesystem.{list}[{i}]"), p)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A filesystem rule's path: absolute or `~`-relative, no `..`, not `/`.
+fn rule_path(field: &str, p: &Path) -> Result<(), SpecError> {
+    let s = p.to_str().ok_or_else(|| SpecError::new(field, "must be valid UTF-8"))?;
+    no_nul(field, s)?;
+    if s.is_empty() {
+        return Err(SpecError::new(field, "must not be empty"));
+    }
+    if s.starts_with('~') && s != "~" && !s.starts_with("~/") {
+        let user = s[1..].split('/').next().unwrap_or("");
+        return Err(SpecError::new(
+            field,
+            format!("`{s}`: `~{user}` (another user's home) is not supported; only `~` (your own home) is, or write the path out"),
+        ));
+    }
+    if !s.starts_with('~') && !p.is_absolute() {
+        return Err(SpecError::new(
+            field,
+            format!("`{s}` must be an absolute path or start with `~/` (on the command line, a relative path is taken from the current directory)"),
+        ));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(SpecError::new(field, format!("`{s}` must not contain `..`")));
+    }
+    if p.components().all(|c| c == Component::RootDir || c == Component::CurDir) {
+        return Err(SpecError::new(
+            field,
+            format!("`{s}` is the root itself, which a rule cannot cover or bind (use `empty_root` for an empty root)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Where one of a run's standard streams goes.
@@ -485,6 +579,7 @@ impl RunSpec {
                 ));
             }
         }
+        self.filesystem.validate()?;
         for (field, io) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)]
         {
             match io {
@@ -659,6 +754,66 @@ mod tests {
         let mut s = RunSpec::new(["/bin/true"]);
         s.tcp_connect = Some((0..=MAX_PORTS as u16).collect());
         assert_eq!(s.validate().unwrap_err().field, "tcp_connect");
+    }
+
+    #[test]
+    fn filesystem_rules() {
+        // Absent: no rules, the secrets hidden; the same from JSON.
+        let s = from_toml("argv = [\"x\"]\n").unwrap();
+        assert_eq!(s.filesystem, Filesystem::default());
+        assert!(s.filesystem.hide_secrets);
+        let s = from_toml("argv = [\"x\"]\n[filesystem]\nallow = [\"~/.ssh\"]\nhide = [\"~\", \"/srv/x\"]\n").unwrap();
+        s.validate().unwrap();
+        assert!(s.filesystem.hide_secrets, "a [filesystem] table keeps the default");
+        assert_eq!(s.filesystem.hide, vec![PathBuf::from("~"), PathBuf::from("/srv/x")]);
+        let j: RunSpec = serde_json::from_str(r#"{"argv": ["x"], "filesystem": {"hide_secrets": false, "writable": ["/w"]}}"#).unwrap();
+        assert!(!j.filesystem.hide_secrets);
+        assert_eq!(j.filesystem.writable, vec![PathBuf::from("/w")]);
+        let e = from_toml("[filesystem]\nread-only = [\"/x\"]\n").unwrap_err();
+        assert!(e.to_string().contains("filesystem.read-only") && e.to_string().contains("read_only"), "{e}");
+        // Each bad path, named by its field.
+        for (bad, says) in [
+            ("rel/x", "absolute"),
+            ("./x", "absolute"),
+            ("~bob/x", "another user's home"),
+            ("~bob", "another user's home"),
+            ("/a/../b", "`..`"),
+            ("~/../x", "`..`"),
+            ("/", "root itself"),
+            ("//.", "root itself"),
+            ("", "empty"),
+            ("/a\0b", "NUL"),
+        ] {
+            let mut s = RunSpec::new(["/bin/true"]);
+            s.filesystem.read_only = vec!["/ok".into(), bad.into()];
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.field, "filesystem.read_only[1]", "{bad:?}: {e}");
+            assert!(e.message.contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn flags_override_the_profile_rules() {
+        let mut profile = Filesystem {
+            allow: vec!["/a".into()],
+            hide: vec!["~/.ssh".into(), "/b/".into(), "/keep".into()],
+            ..Default::default()
+        };
+        let cli = Filesystem {
+            allow: vec!["~/.ssh".into()],
+            writable: vec!["/b".into()],
+            hide_secrets: true,
+            ..Default::default()
+        };
+        profile.override_with(cli);
+        assert_eq!(profile.allow, vec![PathBuf::from("/a"), "~/.ssh".into()]);
+        assert_eq!(profile.hide, vec![PathBuf::from("/keep")]);
+        assert_eq!(profile.writable, vec![PathBuf::from("/b")]);
+        assert!(profile.hide_secrets);
+        profile.override_with(Filesystem { hide_secrets: false, ..Default::default() });
+        assert!(!profile.hide_secrets);
+        profile.override_with(Filesystem::default());
+        assert!(!profile.hide_secrets, "a profile's `hide_secrets = false` stays without --no-hide-secrets");
     }
 
     #[test]

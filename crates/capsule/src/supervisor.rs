@@ -86,6 +86,9 @@ pub struct Supervisor {
     cpus: u64,
     /// The kernel's Landlock ABI version (0: none), probed once.
     landlock_abi: u32,
+    /// The caller's home (`~` of the filesystem rules, the default
+    /// secrets), found once; None when unknown.
+    home: Option<std::path::PathBuf>,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -190,6 +193,7 @@ struct Shape {
     empty_root: bool,
     tmp_size: Option<u64>,
     mounts: Vec<MountOp>,
+    filesystem: crate::spec::Filesystem,
     share_net: bool,
     hostname: Option<String>,
     ids: (u32, u32),
@@ -331,6 +335,8 @@ impl Supervisor {
             return Err(root_refusal());
         }
         let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
+        // In the host's user namespace, where the euid is the caller's.
+        let home = crate::fsrules::caller_home(sys::geteuid());
         // cgroups first, as the plain user in the host's namespaces.
         let found = cgroups::discover(&config.cgroup);
         let (cgroups, cgroup_note) = match &found.base {
@@ -367,6 +373,7 @@ impl Supervisor {
             cgroup_note,
             cpus: sys::cpu_count(),
             landlock_abi: crate::landlock::probe(),
+            home,
         })
     }
 
@@ -406,6 +413,7 @@ impl Supervisor {
             empty_root: spec.empty_root,
             tmp_size: spec.tmp_size,
             mounts: spec.mounts.clone(),
+            filesystem: spec.filesystem.clone(),
             share_net: spec.share_net,
             hostname: spec.hostname.clone(),
             ids: self.ids(spec),
@@ -510,7 +518,7 @@ impl Supervisor {
         // view: PID 1 mounts and copies what the descriptors refer to.
         // Layers first: their directories are created and locked here.
         let layers = crate::overlay::prepare(spec)?;
-        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &mut names, layers.as_ref())?;
+        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), self.home.as_deref(), &mut names, layers.as_ref())?;
         let sources = std::mem::take(&mut mounts.sources);
         let cgroup = match &self.cgroups {
             Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),

@@ -69,6 +69,7 @@ pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
 pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_IN_ROOT: u64 = 0x10;
 pub const CLONE_PIDFD: u64 = 0x1000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -208,11 +209,16 @@ pub fn openat(dir: RawFd, path: &CStr, flags: i32, mode: u32) -> SysResult<Owned
 /// openat2 with `RESOLVE_IN_ROOT`: `path` resolves as if `root` were `/`,
 /// symlinks included, so a sandbox path never escapes the sandbox tree.
 pub fn open_in_root(root: RawFd, path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: mode as u64,
-        resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
-    };
+    openat2(root, path, flags, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+}
+
+/// [`open_in_root`] following no symbolic link at all (`ELOOP` on one).
+pub fn open_in_root_nofollow(root: RawFd, path: &CStr, flags: i32) -> SysResult<OwnedFd> {
+    openat2(root, path, flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)
+}
+
+fn openat2(root: RawFd, path: &CStr, flags: i32, mode: u32, resolve: u64) -> SysResult<OwnedFd> {
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
     // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
     let fd = retry(|| {
         check(unsafe {
