@@ -81,6 +81,7 @@ fn run_command() -> Command {
         .arg(flag("root", "Be uid 0 / gid 0 inside (fakeroot; still no capabilities)", id))
         .arg(flag("empty-root", "Start from an empty read-only tmpfs instead of the host view", fs))
         .arg(one("tmp-size", "SIZE", "Size of the host view's private /tmp (default 128M)", fs))
+        .arg(flag("no-review", "After a --layer run on a terminal, do not offer the review menu (commit, diff, list, ...)", fs))
         .arg(one("layer", "DIR", "Run over a copy-on-write layer kept in DIR (created if missing): changes land there, the host is untouched; given twice, earlier layers stack read-only below (docs/layers.md)", fs))
         .arg(pair("bind", "SRC", "DST", "Bind SRC read-write at DST"))
         .arg(pair("bind-try", "SRC", "DST", "Like --bind; skipped if SRC is missing"))
@@ -450,7 +451,12 @@ fn restart_in_scope(spec: &RunSpec) -> Result<()> {
 /// default when stdin is a terminal).
 fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
+    let mut review: Option<Vec<PathBuf>> = None;
     let outcome = spec_from(m).and_then(|mut spec| {
+        // MBOX's menu after a run in a layer, when there is a terminal to ask on.
+        if !spec.layers.is_empty() && spec.stdin.is_none() && !m.get_flag("no-review") && capsule::sys::tty::isatty(0) {
+            review = Some(spec.layers.clone());
+        }
         let pty = pty::wanted(m, &spec, shell)?;
         if shell {
             let terminal = spec.stdin.is_none() && capsule::sys::tty::isatty(0);
@@ -477,6 +483,21 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     }
     if let (false, Some(line)) = (quiet, result.net_log_summary()) {
         eprintln!("{line}");
+    }
+    if let (Some(layers), false) = (review, result.status == capsule::Status::Error) {
+        // The shell choice opens `capsule shell` over the same layers.
+        let shell = || -> Result<()> {
+            let exe = std::env::current_exe().context("locating the capsule binary")?;
+            let mut cmd = std::process::Command::new(exe);
+            cmd.arg("shell");
+            for l in &layers {
+                cmd.arg("--layer").arg(l);
+            }
+            cmd.arg("--no-review");
+            cmd.status().context("starting `capsule shell`")?;
+            Ok(())
+        };
+        layer_cmd::review_menu(layers.last().expect("one layer"), shell)?;
     }
     Ok(ExitCode::from(result.exit_status().clamp(0, 255) as u8))
 }
