@@ -142,7 +142,7 @@ impl Step {
             Step::LandlockPort => "adding a Landlock TCP port rule for tcp_connect/tcp_bind (landlock_add_rule)",
             Step::LandlockRestrict => "enforcing Landlock for tcp_connect/tcp_bind (landlock_restrict_self)",
             Step::Overlay => "mounting a layer (overlayfs)",
-            Step::Fuse => "starting fuse-overlayfs for a --root layer (it exited with an error; run `capsule check`)",
+            Step::Fuse => "starting fuse-overlayfs for a --root layer (it failed: run the command named here, in `unshare -Urm`, to see why)",
             Step::ControllingTty => "making stdin the controlling terminal (controlling_tty: ioctl TIOCSCTTY)",
         }
     }

@@ -56,7 +56,8 @@ pub(crate) enum Base {
     EmptyRoot { size: CString },
     /// A `--root` layer: fuse-overlayfs over the host's root, started by
     /// PID 1 (`argv` and its pointer array prepared here).
-    Fuse { argv: Vec<CString>, ptrs: Vec<*const libc::c_char> },
+    /// `name`: the command line, for errors.
+    Fuse { argv: Vec<CString>, ptrs: Vec<*const libc::c_char>, name: u32 },
 }
 
 /// One prepared operation. `name` indexes the run's path table so that an
@@ -244,7 +245,8 @@ impl MountPlan {
                     });
                     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
                     ptrs.push(std::ptr::null());
-                    Some(Base::Fuse { argv: argv.clone(), ptrs })
+                    let line: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+                    Some(Base::Fuse { argv: argv.clone(), ptrs, name: name(line.join(" ")) })
                 }
                 _ => None,
             };
@@ -647,7 +649,7 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         }
         Base::EmptyRoot { size } => tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
             .map_err(|e| Fail::new(Step::RootTmpfs, e))?,
-        Base::Fuse { argv, ptrs } => start_fuse(argv, ptrs)?,
+        Base::Fuse { argv, ptrs, name } => start_fuse(argv, ptrs, *name)?,
     };
     b.root = Some(root);
     for op in &plan.ops {
@@ -698,8 +700,8 @@ fn overlay(lower: &CStr, upper: &CStr, work: &CStr) -> SysResult<OwnedFd> {
 /// as the new root. It daemonizes once mounted: its first process exiting
 /// with 0 means the mount is there. The daemon lives on in the run's PID
 /// namespace and dies with it.
-fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char]) -> Result<OwnedFd, Fail> {
-    let fail = |e| Fail::new(Step::Fuse, e);
+fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u32) -> Result<OwnedFd, Fail> {
+    let fail = |e| Fail::at(Step::Fuse, e, name);
     // The daemon's lower layer is a clone of the host's root, taken before
     // anything is mounted for it, so that its own mount is not inside it:
     // a lookup that reached the mount through its lower layer would wait
@@ -713,8 +715,15 @@ fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char]) -> Result<OwnedFd,
     sys::move_mount_to_path(host.as_raw_fd(), c"/tmp/lower").map_err(fail)?;
     match sys::fork().map_err(fail)? {
         sys::Forked::Child => {
-            // Nothing of PID 1's but its stdio.
+            // Nothing of PID 1's; stdout and stderr to /dev/null (Debian
+            // 12's fuse-overlayfs 1.10 complains about an option it passes
+            // itself on every start; a failure is reported with the
+            // command line).
             let _ = sys::close_from(3);
+            if let Ok(null) = sys::open(c"/dev/null", libc::O_RDWR, 0) {
+                let _ = sys::dup2(null.as_raw_fd(), 1);
+                let _ = sys::dup2(null.as_raw_fd(), 2);
+            }
             let envp = [std::ptr::null()];
             sys::execve(&argv[0], ptrs, &envp);
             sys::exit(127)
