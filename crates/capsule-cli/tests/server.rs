@@ -1018,7 +1018,10 @@ fn serve_reliability_many_runs() {
         end.rss_kib,
         total - warm_up
     );
-    assert!(end.rss_kib <= 10 * 1024, "supervisor RSS {} KiB > 10 MiB", end.rss_kib);
+    // The 10 MiB, on the supervisor's own (anonymous) memory: this
+    // test runs the debug build, whose text alone is several MiB of RSS
+    // (the release binary's whole RSS is under 2 MiB, docs/benchmarks-server.md).
+    assert!(end.anon_kib <= 10 * 1024, "supervisor anonymous RSS {} KiB > 10 MiB ({end:?})", end.anon_kib);
     s.finish().assert_code(0);
 }
 

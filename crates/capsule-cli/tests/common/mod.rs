@@ -1320,6 +1320,9 @@ pub fn procs_exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
 pub struct ProcStats {
     pub fds: usize,
     pub rss_kib: u64,
+    /// The anonymous part of RSS: the process's own memory, whatever the
+    /// size of its binary's text (a test build's is several MiB).
+    pub anon_kib: u64,
     pub hwm_kib: u64,
     pub threads: u64,
     pub mounts: usize,
@@ -1347,6 +1350,7 @@ pub fn proc_stats(pid: i32) -> ProcStats {
     ProcStats {
         fds,
         rss_kib: field("VmRSS:"),
+        anon_kib: field("RssAnon:"),
         hwm_kib: field("VmHWM:"),
         threads: field("Threads:"),
         mounts,
