@@ -593,3 +593,41 @@ dpkg-deb --root-owner-group --build pkg pkg.deb >/dev/null"#
     fx.layer("discard", "L", &[]).assert_code(0);
     assert_eq!(host_bytes("/var/lib/dpkg/status"), status);
 }
+
+/// A host file the caller cannot read (a root-only lock file, 0640 like
+/// dpkg's) cannot be copied up by any overlay; stacking a hand-made layer
+/// holding an empty stand-in makes it writable in the run. The run's layer
+/// then holds an empty copy of an empty file it cannot compare by reading:
+/// `list`, the originals' record and `commit` must still work.
+#[test]
+fn an_empty_host_file_the_caller_cannot_read_is_no_obstacle() {
+    require!("an_empty_host_file_the_caller_cannot_read_is_no_obstacle", layers_available());
+    require!("an_empty_host_file_the_caller_cannot_read_is_no_obstacle", require_root());
+    let fx = Fx::with_own_layer_dir("unreadable");
+    // The host file: empty, root's, 0640 (the test runs as root).
+    let lock = fx.p.join("lock");
+    std::fs::write(&lock, b"").unwrap();
+    std::fs::set_permissions(&lock, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let out = fx.run(&["L"], &[], "set -e; : > lock");
+    assert_eq!(out.code, Some(2), "{}", out.describe());
+    assert!(out.stderr.contains("Permission denied"), "{}", out.describe());
+    // The stand-in layer, made by hand.
+    fx.host_sh(
+        r#"mkdir -p "$L/S/upper$P" "$L/S/work"; chmod 700 "$L/S"
+printf '{"version": 1, "originals": {}}\n' > "$L/S/layer.json"
+p=""; for c in $(echo "$P" | tr / ' '); do p="$p/$c"; chmod "$(stat -c %a "$p")" "$L/S/upper$p"; done
+: > "$L/S/upper$P/lock"; chmod 640 "$L/S/upper$P/lock""#,
+    );
+    let host = snapshot(&fx.p.path);
+    let out = fx.run(&["S", "L"], &[], "set -e; : > lock; echo written > new");
+    out.assert_code(0);
+    assert_same(&host, &snapshot(&fx.p.path), "after the run");
+    assert_eq!(fx.list("L"), ["A  P/new"]);
+    let meta = std::fs::read_to_string(fx.layer_dir("L").join("layer.json")).unwrap();
+    assert!(meta.contains(&format!("\"{}/lock\"", fx.p.s())) && meta.contains(&format!("\"{}/new\"", fx.p.s())), "{meta}");
+    let out = fx.layer("commit", "L", &[]);
+    out.assert_code(0);
+    assert_eq!(std::fs::read_to_string(fx.p.join("new")).unwrap(), "written\n");
+    assert!(fx.list("L").is_empty());
+    assert_eq!(std::fs::metadata(&lock).unwrap().uid(), 0);
+}
