@@ -182,6 +182,24 @@ fn host_bytes(p: &str) -> Option<Vec<u8>> {
     std::fs::read(p).ok()
 }
 
+/// The `--root` (fuse-overlayfs) tests take this exclusively, the others
+/// shared: a `dpkg -i` in a `--root` layer was seen failing now and then
+/// (`unable to truncate for updated status ...: No such file or
+/// directory`, `error setting ownership of ...: No such file or
+/// directory`) while other layer runs (kernel overlays) started and ended
+/// beside it, about one time in eight: not understood yet, reported as a
+/// bug. The tests of this file are about each scenario, not that
+/// interference.
+static FUSE_ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    FUSE_ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    FUSE_ALONE.write().unwrap_or_else(|e| e.into_inner())
+}
+
 // ---------------------------------------------------------------- requirements
 
 /// Unprivileged kernel overlayfs: Linux ≥ 5.11, and user namespaces.
@@ -221,6 +239,7 @@ fn fuse_available() -> Result<(), String> {
 #[test]
 fn each_kind_of_change_by_a_program_then_committed() {
     require!("each_kind_of_change_by_a_program_then_committed", layers_available());
+    let _serial = shared();
     let fx = Fx::new("kinds");
     fx.host_sh(
         r#"printf 'one\ntwo\nthree\n' > mod.txt
@@ -326,6 +345,7 @@ printf '{MARK}'
 #[test]
 fn a_build_in_the_working_directory_leaves_the_tree_clean() {
     require!("a_build_in_the_working_directory_leaves_the_tree_clean", layers_available());
+    let _serial = shared();
     let fx = Fx::new("build");
     fx.host_sh(
         "printf 'all: out/result.txt\\n\\nout/result.txt: input.txt\\n\\tmkdir -p out\\n\\ttr a-z A-Z < input.txt > out/result.txt\\n' > Makefile
@@ -373,6 +393,7 @@ echo hello > input.txt",
 #[test]
 fn persistence_and_stacking() {
     require!("persistence_and_stacking", layers_available());
+    let _serial = shared();
     let fx = Fx::with_own_layer_dir("stack");
     fx.host_sh("echo v0 > f; echo doomed > gone; echo keep > kept");
     let host = snapshot(&fx.p.path);
@@ -419,6 +440,7 @@ fn persistence_and_stacking() {
 #[test]
 fn conflicts_through_a_real_run() {
     require!("conflicts_through_a_real_run", layers_available());
+    let _serial = shared();
     let fx = Fx::new("conflict");
     fx.host_sh("echo a0 > a; echo b0 > b");
     fx.run(&["L"], &[], "echo a1 > a; echo b1 > b; echo n > n").assert_code(0);
@@ -445,6 +467,7 @@ fn conflicts_through_a_real_run() {
 #[test]
 fn the_layer_is_hidden_and_locked_while_in_use() {
     require!("the_layer_is_hidden_and_locked_while_in_use", layers_available());
+    let _serial = shared();
     let fx = Fx::new("lock");
     fx.host_sh("echo a > a");
     fx.run(&["L"], &[], "echo b > b").assert_code(0);
@@ -494,6 +517,7 @@ fn the_layer_is_hidden_and_locked_while_in_use() {
 #[test]
 fn secrets_hidden_and_read_only_paths_kept_in_a_layer() {
     require!("secrets_hidden_and_read_only_paths_kept_in_a_layer", layers_available());
+    let _serial = shared();
     let fx = Fx::new("hidden");
     fx.host_sh("mkdir -m 700 \"$H/.ssh\"; echo SECRET-KEY > \"$H/.ssh/id_ed25519\"; mkdir ro; echo r > ro/f");
     let home = snapshot(&fx.h.path);
@@ -527,6 +551,7 @@ echo w > "$H/notes"; echo w > rw"#,
 #[test]
 fn a_root_layer_changes_system_files_in_the_layer_only() {
     require!("a_root_layer_changes_system_files_in_the_layer_only", fuse_available());
+    let _serial = alone();
     let fx = Fx::new("rootlayer");
     let host = host_bytes("/etc/hostname");
     let out = fx.run(&["L"], &[], "echo capsule-x > /etc/hostname");
@@ -560,6 +585,7 @@ fn dpkg_installs_a_package_into_a_root_layer() {
         "dpkg_installs_a_package_into_a_root_layer",
         if in_path("dpkg-deb") && in_path("dpkg") { Ok(()) } else { Err("dpkg is not installed (apt-get install dpkg)".to_string()) }
     );
+    let _serial = alone();
     let fx = Fx::new("dpkg");
     fx.host_sh(&format!(
         r#"mkdir -p pkg/DEBIAN pkg/usr/bin pkg/usr/share/{PKG}
@@ -603,6 +629,7 @@ dpkg-deb --root-owner-group --build pkg pkg.deb >/dev/null"#
 fn an_empty_host_file_the_caller_cannot_read_is_no_obstacle() {
     require!("an_empty_host_file_the_caller_cannot_read_is_no_obstacle", layers_available());
     require!("an_empty_host_file_the_caller_cannot_read_is_no_obstacle", require_root());
+    let _serial = shared();
     let fx = Fx::with_own_layer_dir("unreadable");
     // The host file: empty, root's, 0640 (the test runs as root).
     let lock = fx.p.join("lock");

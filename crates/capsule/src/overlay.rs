@@ -36,7 +36,10 @@
 //!   the caller and shows every file as owned by the sandbox's root (the
 //!   caller): one overlay over the whole host view. Slower (every file
 //!   operation goes through the daemon; docs/layers.md has the figures),
-//!   so only these runs pay for it.
+//!   so only these runs pay for it. A host file the caller cannot read
+//!   cannot be copied up (fuse-overlayfs reads it as the caller); for the
+//!   empty ones, the package managers' lock files, each run gets an
+//!   empty stand-in of its own in a lower layer (`stand_ins`).
 
 use std::ffi::CString;
 use std::fs;
@@ -251,6 +254,70 @@ fn mirror_dirs(upper: &Path, host: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Where a `--root` run looks for empty files the caller cannot read: the
+/// package managers' lock files (dpkg's `lock`, `lock-frontend` and
+/// `triggers/Lock`, apt's `lists/lock` and `archives/lock`, `/etc/.pwd.lock`
+/// of useradd and passwd) are root's, mode 0640 or 0600.
+const STAND_IN_DIRS: [&str; 3] = ["/etc", "/var/lib", "/var/cache"];
+/// Most entries looked at for stand-ins (a few thousand on a Debian system,
+/// about 30 ms).
+const STAND_IN_SCAN_MAX: usize = 200_000;
+
+/// fuse-overlayfs copies a file up by reading it, as the caller: a host
+/// file the caller cannot read cannot be written in the layer, even when
+/// it is empty and opened with `O_TRUNC`, which is how programs use lock
+/// files (dpkg fails with "you do not have permission to lock the dpkg
+/// database directory"). For each empty regular file below
+/// [`STAND_IN_DIRS`] that the caller cannot read, `dir` (made afresh for
+/// each run) gets an empty file of the same mode, the caller's, at the same
+/// path: a lower layer just above the host, from which the copy-up reads
+/// nothing. Directories the caller cannot read are not looked into, other
+/// filesystems are not entered. `None` when there is no such file.
+fn stand_ins(dir: &Path) -> Result<Option<PathBuf>, String> {
+    if fs::symlink_metadata(dir).is_ok() {
+        fs::remove_dir_all(dir).map_err(|e| io_err("removing", dir, e))?;
+    }
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    for top in STAND_IN_DIRS {
+        let Ok(m) = fs::symlink_metadata(top) else { continue };
+        if !m.is_dir() {
+            continue;
+        }
+        let mut stack = vec![PathBuf::from(top)];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                seen += 1;
+                if seen > STAND_IN_SCAN_MAX {
+                    break;
+                }
+                let Ok(em) = e.metadata() else { continue };
+                if em.is_dir() && em.dev() == m.dev() {
+                    stack.push(e.path());
+                } else if em.is_file()
+                    && em.len() == 0
+                    && fs::File::open(e.path()).is_err_and(|x| x.kind() == std::io::ErrorKind::PermissionDenied)
+                {
+                    found.push((e.path(), em.mode() & 0o7777));
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| io_err("creating", dir, e))?;
+    for (p, mode) in found {
+        let parent = p.parent().expect("below a top directory");
+        mirror_dirs(dir, parent)?;
+        let s = join_abs(dir, &p);
+        fs::File::create(&s).map_err(|e| io_err("creating", &s, e))?;
+        fs::set_permissions(&s, fs::Permissions::from_mode(mode)).map_err(|e| io_err("setting the mode of", &s, e))?;
+    }
+    Ok(Some(dir.to_path_buf()))
+}
+
 /// Finds fuse-overlayfs.
 fn find_fuse_overlayfs() -> Result<PathBuf, String> {
     let path = std::env::var("PATH").unwrap_or_default();
@@ -320,6 +387,9 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         fs::write(top.join(FUSE_MARK), "this layer is served by fuse-overlayfs (a --root run used it)\n")
             .map_err(|e| io_err("writing", &top.join(FUSE_MARK), e))?;
         let mut lower: Vec<String> = dirs[..n - 1].iter().rev().map(|d| d.join("upper").display().to_string()).collect();
+        if let Some(s) = stand_ins(&top.join("work").join("stand-ins"))? {
+            lower.push(s.display().to_string());
+        }
         lower.push(FUSE_LOWER.into());
         let opts = format!(
             "lowerdir={},upperdir={},workdir={},squash_to_root",
