@@ -26,6 +26,9 @@
 //!   `/var/tmp`, and every root an earlier run of the layer used (so what
 //!   it changed stays visible). Elsewhere the host view stays read-only,
 //!   as it is without a layer; the caller could not write there anyway.
+//!   A root containing the directory of a layer stacked below is split
+//!   around it, as around a mount point: overlayfs refuses a lower layer
+//!   inside another (ELOOP).
 //! - fuse-overlayfs, for `--root` (fakeroot) runs and layers a `--root`
 //!   run used: a package manager running as the sandbox's root must change
 //!   files the host's root owns, which no kernel overlay in an
@@ -33,7 +36,10 @@
 //!   the caller and shows every file as owned by the sandbox's root (the
 //!   caller): one overlay over the whole host view. Slower (every file
 //!   operation goes through the daemon; docs/layers.md has the figures),
-//!   so only these runs pay for it.
+//!   so only these runs pay for it. A host file the caller cannot read
+//!   cannot be copied up (fuse-overlayfs reads it as the caller); for the
+//!   empty ones, the package managers' lock files, each run gets an
+//!   empty stand-in of its own in a lower layer (`stand_ins`).
 
 use std::ffi::CString;
 use std::fs;
@@ -181,13 +187,22 @@ fn unescape_octal(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Splits a root that contains mount points into roots that do not: its
-/// subdirectories, recursively (the files directly in it stay read-only).
-fn split_roots(root: &Path, mps: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<(), String> {
+/// Splits a root that contains mount points, or the directory of a layer
+/// stacked below (`below`: overlayfs refuses a lower layer inside another,
+/// ELOOP), into roots that do not: its subdirectories, recursively (the
+/// files directly in it stay read-only). A root at or inside one of the
+/// run's layer directories (`layers`, hidden in the sandbox) is dropped.
+fn split_roots(root: &Path, mps: &[PathBuf], below: &[PathBuf], layers: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<(), String> {
     if out.len() > MAX_ROOTS {
-        return Err(format!("layer: more than {MAX_ROOTS} overlays would be needed around the mount points below {}", root.display()));
+        return Err(format!(
+            "layer: more than {MAX_ROOTS} overlays would be needed around the mount points and stacked layers below {}",
+            root.display()
+        ));
     }
-    if !mps.iter().any(|m| m.starts_with(root) && m != root) {
+    if layers.iter().any(|a| root.starts_with(a)) {
+        return Ok(());
+    }
+    if !mps.iter().any(|m| m.starts_with(root) && m != root) && !below.iter().any(|a| a.starts_with(root)) {
         out.push(root.to_path_buf());
         return Ok(());
     }
@@ -200,7 +215,7 @@ fn split_roots(root: &Path, mps: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<(
         .collect();
     kids.sort();
     for k in kids {
-        split_roots(&k, mps, out)?;
+        split_roots(&k, mps, below, layers, out)?;
     }
     Ok(())
 }
@@ -216,6 +231,91 @@ fn outermost(mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Makes the directories of the host path `host` (a directory) in the
+/// upper tree `upper`, each new one with the host directory's permission
+/// bits. Stops with an error at an entry of the upper tree that is not a
+/// directory (a whiteout: the layer deleted it).
+fn mirror_dirs(upper: &Path, host: &Path) -> Result<(), String> {
+    let mut h = PathBuf::from("/");
+    for c in host.strip_prefix("/").expect("absolute").components() {
+        h.push(c);
+        let u = join_abs(upper, &h);
+        match fs::DirBuilder::new().mode(0o755).create(&u) {
+            Ok(()) => {
+                let m = fs::symlink_metadata(&h).map_err(|e| io_err("reading", &h, e))?;
+                fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &u, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && fs::symlink_metadata(&u).is_ok_and(|m| m.is_dir()) => {}
+            Err(e) => return Err(io_err("creating", &u, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Where a `--root` run looks for empty files the caller cannot read: the
+/// package managers' lock files (dpkg's `lock`, `lock-frontend` and
+/// `triggers/Lock`, apt's `lists/lock` and `archives/lock`, `/etc/.pwd.lock`
+/// of useradd and passwd) are root's, mode 0640 or 0600.
+const STAND_IN_DIRS: [&str; 3] = ["/etc", "/var/lib", "/var/cache"];
+/// Most entries looked at for stand-ins (a few thousand on a Debian system,
+/// about 30 ms).
+const STAND_IN_SCAN_MAX: usize = 200_000;
+
+/// fuse-overlayfs copies a file up by reading it, as the caller: a host
+/// file the caller cannot read cannot be written in the layer, even when
+/// it is empty and opened with `O_TRUNC`, which is how programs use lock
+/// files (dpkg fails with "you do not have permission to lock the dpkg
+/// database directory"). For each empty regular file below
+/// [`STAND_IN_DIRS`] that the caller cannot read, `dir` (made afresh for
+/// each run) gets an empty file of the same mode, the caller's, at the same
+/// path: a lower layer just above the host, from which the copy-up reads
+/// nothing. Directories the caller cannot read are not looked into, other
+/// filesystems are not entered. `None` when there is no such file.
+fn stand_ins(dir: &Path) -> Result<Option<PathBuf>, String> {
+    if fs::symlink_metadata(dir).is_ok() {
+        fs::remove_dir_all(dir).map_err(|e| io_err("removing", dir, e))?;
+    }
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    for top in STAND_IN_DIRS {
+        let Ok(m) = fs::symlink_metadata(top) else { continue };
+        if !m.is_dir() {
+            continue;
+        }
+        let mut stack = vec![PathBuf::from(top)];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                seen += 1;
+                if seen > STAND_IN_SCAN_MAX {
+                    break;
+                }
+                let Ok(em) = e.metadata() else { continue };
+                if em.is_dir() && em.dev() == m.dev() {
+                    stack.push(e.path());
+                } else if em.is_file()
+                    && em.len() == 0
+                    && fs::File::open(e.path()).is_err_and(|x| x.kind() == std::io::ErrorKind::PermissionDenied)
+                {
+                    found.push((e.path(), em.mode() & 0o7777));
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| io_err("creating", dir, e))?;
+    for (p, mode) in found {
+        let parent = p.parent().expect("below a top directory");
+        mirror_dirs(dir, parent)?;
+        let s = join_abs(dir, &p);
+        fs::File::create(&s).map_err(|e| io_err("creating", &s, e))?;
+        fs::set_permissions(&s, fs::Permissions::from_mode(mode)).map_err(|e| io_err("setting the mode of", &s, e))?;
+    }
+    Ok(Some(dir.to_path_buf()))
 }
 
 /// Finds fuse-overlayfs.
@@ -267,6 +367,17 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         dirs.push(c);
         locks.push((layer, lock));
     }
+    // A working directory inside a layer would be the layer's own files,
+    // hidden in the sandbox (an empty directory): refused.
+    if let Some(cwd) = spec.cwd.as_deref().and_then(|c| fs::canonicalize(c).ok()) {
+        if let Some(d) = dirs.iter().find(|d| cwd.starts_with(d)) {
+            return Err(format!(
+                "layer: the working directory {} is inside the layer {}; run from outside the layer directory",
+                cwd.display(),
+                d.display()
+            ));
+        }
+    }
     let top = dirs.last().expect("n > 0").clone();
     let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
     let backend = if fuse {
@@ -276,6 +387,9 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         fs::write(top.join(FUSE_MARK), "this layer is served by fuse-overlayfs (a --root run used it)\n")
             .map_err(|e| io_err("writing", &top.join(FUSE_MARK), e))?;
         let mut lower: Vec<String> = dirs[..n - 1].iter().rev().map(|d| d.join("upper").display().to_string()).collect();
+        if let Some(s) = stand_ins(&top.join("work").join("stand-ins"))? {
+            lower.push(s.display().to_string());
+        }
         lower.push(FUSE_LOWER.into());
         let opts = format!(
             "lowerdir={},upperdir={},workdir={},squash_to_root",
@@ -324,25 +438,26 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
         }
     }
     let mps = mount_points();
+    // The layers stacked below are lower layers of every overlay: none
+    // may lie inside a root (the writable layer's upper may).
+    let below = &dirs[..dirs.len() - 1];
     let mut roots = Vec::new();
-    for r in outermost(wanted) {
-        split_roots(&r, &mps, &mut roots)?;
+    for r in outermost(wanted.clone()) {
+        split_roots(&r, &mps, below, dirs, &mut roots)?;
     }
-    let roots = outermost(roots);
+    // A directory removed since it was listed is no root.
+    let roots: Vec<PathBuf> = outermost(roots).into_iter().filter(|r| fs::symlink_metadata(r).is_ok_and(|m| m.is_dir())).collect();
     write_roots(top, &roots)?;
     let mut out = Vec::with_capacity(roots.len());
     for r in roots {
         check_chars(&r)?;
         let upper = join_abs(&top.join("upper"), &r);
         let work = join_abs(&top.join("work"), &r);
-        for p in [&upper, &work] {
-            fs::DirBuilder::new().recursive(true).mode(0o755).create(p).map_err(|e| io_err("creating", p, e))?;
-        }
-        // The overlay's root shows the upper directory's attributes: give
-        // it the host directory's mode (its owner is the caller).
-        if let Ok(m) = fs::metadata(&r) {
-            let _ = fs::set_permissions(&upper, fs::Permissions::from_mode(m.mode() & 0o7777));
-        }
+        fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
+        // The overlay's root shows the upper directory's attributes, and
+        // the directories above it are compared with the host's: each
+        // gets the host directory's mode (its owner is the caller).
+        mirror_dirs(&top.join("upper"), &r)?;
         let mut lower: Vec<String> = Vec::new();
         for d in dirs[..dirs.len() - 1].iter().rev() {
             let l = join_abs(&d.join("upper"), &r);
@@ -352,6 +467,16 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
         }
         lower.push(r.display().to_string());
         out.push(Overlay { lower: cstring(lower.join(":")), upper: param(&upper), work: param(&work), dst: r });
+    }
+    // A place the program is expected to write that lies inside another
+    // root: the directories from that root down to it may not be the
+    // caller's (a root-owned, world-writable /var/tmp/shared), and
+    // overlayfs cannot copy those up (EOVERFLOW): they are made in the
+    // upper tree beforehand (owned by the caller, as every entry there).
+    for w in &wanted {
+        if out.iter().any(|o| w.starts_with(&o.dst) && w != &o.dst) {
+            let _ = mirror_dirs(&top.join("upper"), w);
+        }
     }
     Ok(out)
 }
@@ -384,6 +509,63 @@ mod tests {
         assert!(check_chars(Path::new("/a:b")).is_err());
         assert!(check_chars(Path::new("/a,b")).is_err());
         assert!(check_chars(Path::new("/a b")).is_ok());
+    }
+
+    /// A scratch directory for the tests below, removed on drop.
+    struct Tmp(PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    fn tmp(tag: &str) -> Tmp {
+        // Not under /tmp, which is never a root.
+        let p = Path::new("/var/tmp").join(format!("capsule-overlay-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir(&p).unwrap();
+        Tmp(fs::canonicalize(&p).unwrap())
+    }
+
+    #[test]
+    fn roots_go_around_stacked_layers_and_drop_layer_dirs() {
+        let t = tmp("split");
+        for d in ["a", "b/layers/A", "b/layers/B", "b/c", "e"] {
+            fs::create_dir_all(t.0.join(d)).unwrap();
+        }
+        fs::write(t.0.join("b/file"), "").unwrap();
+        let (below, all) = (vec![t.0.join("b/layers/A")], vec![t.0.join("b/layers/A"), t.0.join("b/layers/B")]);
+        let mut out = Vec::new();
+        split_roots(&t.0, &[], &below, &all, &mut out).unwrap();
+        assert_eq!(out, vec![t.0.join("a"), t.0.join("b/c"), t.0.join("e")]);
+        // Without a layer stacked below, the root stays whole.
+        let mut out = Vec::new();
+        split_roots(&t.0, &[], &[], &all, &mut out).unwrap();
+        assert_eq!(out, vec![t.0.clone()]);
+    }
+
+    #[test]
+    fn mirrored_directories_get_the_host_modes() {
+        let t = tmp("mirror");
+        let host = t.0.join("h/x");
+        fs::create_dir_all(&host).unwrap();
+        fs::set_permissions(t.0.join("h"), fs::Permissions::from_mode(0o1777)).unwrap();
+        fs::set_permissions(&host, fs::Permissions::from_mode(0o711)).unwrap();
+        let upper = t.0.join("upper");
+        fs::create_dir(&upper).unwrap();
+        mirror_dirs(&upper, &host).unwrap();
+        let mode = |p: &Path| fs::metadata(join_abs(&upper, p)).unwrap().mode() & 0o7777;
+        assert_eq!(mode(&t.0.join("h")), 0o1777);
+        assert_eq!(mode(&host), 0o711);
+        // An existing directory keeps its mode (the layer changed it).
+        fs::set_permissions(join_abs(&upper, &host), fs::Permissions::from_mode(0o700)).unwrap();
+        mirror_dirs(&upper, &host).unwrap();
+        assert_eq!(mode(&host), 0o700);
+        // A whiteout (here a file) on the way stops it, named.
+        let gone = t.0.join("h/gone");
+        fs::create_dir(&gone).unwrap();
+        fs::write(join_abs(&upper, &gone), "").unwrap();
+        let e = mirror_dirs(&upper, &gone.join("sub")).unwrap_err();
+        assert!(e.contains("creating") && e.contains("gone"), "{e}");
     }
 
     #[test]

@@ -183,8 +183,12 @@ fn conflict(rec: Option<&Record>, now: &Node, item: &Item, parent: RawFd, name: 
                 return changed(format!("mode {} -> {}", rec.mode.as_deref().unwrap_or("?"), octal(*mode)));
             }
             if let Some(want) = &rec.sha256 {
-                let mut f = node::open_file(parent, name).map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?;
-                let have = node::sha256(&mut f).map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?;
+                let have = if *size == 0 {
+                    node::EMPTY_SHA256.to_string()
+                } else {
+                    let mut f = node::open_file(parent, name).map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?;
+                    node::sha256(&mut f).map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?
+                };
                 if &have != want {
                     return changed("its content differs (sha256)".into());
                 }

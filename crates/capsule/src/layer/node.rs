@@ -150,6 +150,10 @@ pub fn same_content(a: &mut File, b: &mut File) -> Result<bool, Errno> {
     }
 }
 
+/// Hex SHA-256 of nothing: the hash of an empty file, known without
+/// reading it (the caller may not be allowed to: a root-only lock file).
+pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 /// Hex SHA-256 of a file's content.
 pub fn sha256(f: &mut File) -> Result<String, Errno> {
     let mut h = Sha256::new();

@@ -79,7 +79,9 @@ impl Item {
         rec.mode = self.host.mode().map(octal);
         if let Node::File { size, .. } = self.host {
             rec.size = Some(size);
-            if matches!(self.upper, Upper::Entry(Node::File { .. })) {
+            if size == 0 && matches!(self.upper, Upper::Entry(Node::File { .. })) {
+                rec.sha256 = Some(node::EMPTY_SHA256.into());
+            } else if matches!(self.upper, Upper::Entry(Node::File { .. })) {
                 let (parent, name) = open_host_parent(&self.rel).map_err(|(e, _)| e)?;
                 rec.sha256 = Some(node::sha256(&mut node::open_file(parent.as_raw_fd(), name)?)?);
             }
@@ -323,7 +325,9 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                 if !selected {
                     continue;
                 }
-                let content_differs = us != hs || ctx.compare && {
+                // Two empty files are equal unread (the host's may be
+                // unreadable to the caller: a root-only lock file).
+                let content_differs = us != hs || ctx.compare && *us > 0 && {
                     let mut a = node::open_file(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
                     let mut b = node::open_file(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
                     !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&crel), e))?

@@ -515,3 +515,12 @@ fn diff_shows_text_binary_modes_links_and_dirs() {
     }
     assert!(!out.contains("--- /dev/null\n+++") || out.contains("nd"), "{out}");
 }
+
+#[test]
+fn empty_sha256_is_the_hash_of_an_empty_file() {
+    let p = std::env::temp_dir().join(format!("capsule-empty-sha-{}", std::process::id()));
+    fs::write(&p, b"").unwrap();
+    let mut f = fs::File::open(&p).unwrap();
+    assert_eq!(node::sha256(&mut f).unwrap(), node::EMPTY_SHA256);
+    fs::remove_file(&p).unwrap();
+}
