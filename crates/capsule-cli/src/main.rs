@@ -484,6 +484,10 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     if let (false, Some(line)) = (quiet, result.net_log_summary()) {
         eprintln!("{line}");
     }
+    if let (true, Some(e)) = (result.status != capsule::Status::Error, &result.error) {
+        // The program ran, but something after it failed (recording a layer's originals).
+        eprintln!("capsule: {e}");
+    }
     if let (Some(layers), false) = (review, result.status == capsule::Status::Error) {
         // The shell choice opens `capsule shell` over the same layers.
         let shell = || -> Result<()> {
