@@ -425,6 +425,13 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "\`strict\`/\`compile\`) is measured by \`bench/seccomp.sh\`, in"
     echo "[docs/benchmarks-seccomp.md](benchmarks-seccomp.md)."
     echo
+    echo "## Layers"
+    echo
+    echo "What a copy-on-write layer costs (untar of a 4,000-file tarball and \`make -j2\`"
+    echo "of a 40-module C project, bare, in \`capsule run --bind\`, in \`--layer\` with kernel"
+    echo "overlayfs and in \`--root --layer\` with fuse-overlayfs) is measured by"
+    echo "\`bench/layer.sh\`, in [docs/benchmarks-layer.md](benchmarks-layer.md)."
+    echo
     echo "To reproduce: \`sudo env ROUNDS=$rounds WARMUP=$warmup MEMFD_ITERS=$memfd_iters bench/run.sh $runs\`"
     echo "from the repository root (see the header of the script)."
 } >"$tmp"
