@@ -679,7 +679,7 @@ pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape_mount(s: &str) -> String {
+pub(crate) fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -167,24 +167,7 @@ fn root_for(c: &Path, me: u32) -> Option<PathBuf> {
 /// Mount points of the supervisor's namespace (the host's).
 fn mount_points() -> Vec<PathBuf> {
     let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    text.lines().filter_map(|l| l.split(' ').nth(4)).map(|p| PathBuf::from(unescape_octal(p))).collect()
-}
-
-/// mountinfo's `\040`-style escapes.
-fn unescape_octal(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    text.lines().filter_map(|l| l.split(' ').nth(4)).map(|p| PathBuf::from(crate::check::unescape_mount(p))).collect()
 }
 
 /// Splits a root that contains mount points, or the directory of a layer
@@ -500,8 +483,8 @@ mod tests {
 
     #[test]
     fn octal_escapes() {
-        assert_eq!(unescape_octal(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(unescape_octal(r"/x\\y"), r"/x\\y");
+        assert_eq!(crate::check::unescape_mount(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(crate::check::unescape_mount(r"/x\\y"), r"/x\\y");
     }
 
     #[test]
