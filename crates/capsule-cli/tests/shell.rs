@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -35,20 +35,7 @@ struct Term {
 }
 
 fn term(rows: u16, cols: u16) -> Term {
-    // SAFETY: the posix_openpt sequence; both fds are owned below.
-    let (m, s, name) = unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(m >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(m), 0);
-        assert_eq!(libc::unlockpt(m), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
-        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(s >= 0, "open pty slave");
-        (m, s, std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned())
-    };
-    // SAFETY: fresh descriptors nobody else owns.
-    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s)) };
+    let (common::Pty { master, slave }, name) = common::open_pty_cooked();
     let t = Term { master, slave, name, out: Vec::new(), cursor: 0 };
     t.resize(rows, cols);
     t

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
 use crate::fsrules::{self, Action};
-use crate::overlay::{Backend, LayerPlan};
+use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
@@ -709,10 +709,11 @@ fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u32) -> Resu
     // over /tmp (the sandbox gets its own /tmp).
     let host = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE).map_err(fail)?;
     let t = tmpfs(c"4096", c"0700", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC).map_err(fail)?;
+    // FUSE_MOUNTPOINT and FUSE_LOWER, once the tmpfs is on /tmp.
     sys::mkdirat(t.as_raw_fd(), c"fuse", 0o700).map_err(fail)?;
     sys::mkdirat(t.as_raw_fd(), c"lower", 0o700).map_err(fail)?;
     sys::move_mount_to_path(t.as_raw_fd(), c"/tmp").map_err(fail)?;
-    sys::move_mount_to_path(host.as_raw_fd(), c"/tmp/lower").map_err(fail)?;
+    sys::move_mount_to_path(host.as_raw_fd(), FUSE_LOWER).map_err(fail)?;
     match sys::fork().map_err(fail)? {
         sys::Forked::Child => {
             // Nothing of PID 1's; stdout and stderr to /dev/null (Debian
@@ -739,7 +740,7 @@ fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u32) -> Resu
             }
         }
     }
-    let fd = sys::open_tree(libc::AT_FDCWD, c"/tmp/fuse", OPEN_TREE_CLONE).map_err(fail)?;
+    let fd = sys::open_tree(libc::AT_FDCWD, FUSE_MOUNTPOINT, OPEN_TREE_CLONE).map_err(fail)?;
     sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0).map_err(fail)?;
     Ok(fd)
 }

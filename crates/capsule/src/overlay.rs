@@ -41,7 +41,7 @@
 //!   empty ones, the package managers' lock files, each run gets an
 //!   empty stand-in of its own in a lower layer (`stand_ins`).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -61,10 +61,10 @@ const NOT_LAYERED: [&str; 5] = ["/proc", "/sys", "/dev", "/tmp", "/run"];
 const FUSE_MARK: &str = "fuse";
 /// Where PID 1 has fuse-overlayfs mount, on a tmpfs of its private mount
 /// namespace (covered by the run's own /tmp in the sandbox).
-pub(crate) const FUSE_MOUNTPOINT: &str = "/tmp/fuse";
+pub(crate) const FUSE_MOUNTPOINT: &CStr = c"/tmp/fuse";
 /// The host's root as fuse-overlayfs sees it: a clone PID 1 attaches there
 /// (see `mounts::start_fuse`).
-const FUSE_LOWER: &str = "/tmp/lower";
+pub(crate) const FUSE_LOWER: &CStr = c"/tmp/lower";
 
 /// A run's layers, as the supervisor prepared them.
 pub(crate) struct LayerPlan {
@@ -373,14 +373,14 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         if let Some(s) = stand_ins(&top.join("work").join("stand-ins"))? {
             lower.push(s.display().to_string());
         }
-        lower.push(FUSE_LOWER.into());
+        lower.push(FUSE_LOWER.to_str().expect("ASCII").into());
         let opts = format!(
             "lowerdir={},upperdir={},workdir={},squash_to_root",
             lower.join(":"),
             top.join("upper").display(),
             work.display()
         );
-        let argv = vec![param(&bin), cstring("-o".into()), cstring(opts), cstring(FUSE_MOUNTPOINT.into())];
+        let argv = vec![param(&bin), cstring("-o".into()), cstring(opts), FUSE_MOUNTPOINT.into()];
         Backend::Fuse { argv }
     } else {
         Backend::Kernel(kernel_overlays(spec, &dirs, me)?)
