@@ -204,7 +204,6 @@ struct Shape {
     /// Layer runs are never prepared ahead: a layer is locked by one run
     /// at a time, and its roots depend on the request.
     layers: Vec<PathBuf>,
-    root: bool,
 }
 
 /// A PID 1 forked for a run of one shape: building the sandbox, or ready
@@ -421,7 +420,6 @@ impl Supervisor {
             seccomp: spec.seccomp.clone(),
             landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
             layers: spec.layers.clone(),
-            root: spec.root,
         }
     }
 
