@@ -84,7 +84,9 @@ impl OnceRun {
             Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
             Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
             Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
-            Some((ServerMsg::Started { .. }, _)) => Err(Error::Supervisor("unexpected message".into())),
+            Some((ServerMsg::Started { .. } | ServerMsg::Interacted { .. }, _)) => {
+                Err(Error::Supervisor("unexpected message".into()))
+            }
             None => Err(Error::Supervisor("the supervisor exited without answering".into())),
         }
     }

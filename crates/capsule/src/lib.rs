@@ -18,6 +18,7 @@ mod namespaces;
 mod netlog;
 pub mod overlay;
 pub mod proto;
+mod relay;
 mod resolve;
 pub mod result;
 mod rlimits;
@@ -30,6 +31,6 @@ pub mod sys;
 pub mod units;
 
 pub use error::{Error, SpecError, SysError};
-pub use result::{Accounting, NetLogEntry, RunResult, Status};
-pub use spec::{Limits, MountOp, RunSpec};
+pub use result::{Accounting, InteractResult, NetLogEntry, RunResult, Side, Status};
+pub use spec::{InteractSpec, Limits, MountOp, RunSpec};
 pub use supervisor::Supervisor;

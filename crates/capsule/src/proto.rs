@@ -32,6 +32,10 @@ pub enum ClientMsg {
     /// run's final message (so a caller polling it wakes up, also when the
     /// supervisor dies).
     Run { id: u64, spec: Box<RunSpec>, stdio: [bool; 3], notify: bool },
+    /// Run the two programs of an interactive run, connected through the
+    /// supervisor's relay. Attached: `notify` as for `Run`. Answered with
+    /// `Interacted` or `Failed`; `Kill` and `Cancel` act on both programs.
+    Interact { id: u64, spec: Box<crate::spec::InteractSpec>, notify: bool },
     /// Kill the run now; its result (status `killed`) is still sent.
     Kill { id: u64 },
     /// Kill the run if it started, or drop it from the queue; its final
@@ -48,6 +52,8 @@ pub enum ServerMsg {
     Started { pid: i32, cgroups: String },
     /// The run happened (its status may be any but `error`).
     Result { id: u64, result: Box<RunResult> },
+    /// The interactive run happened.
+    Interacted { id: u64, result: Box<crate::result::InteractResult> },
     /// The run could not happen: setup failed, it was cancelled, ...
     Failed { id: u64, error: String },
     /// The supervisor cannot work at all (e.g. no user namespaces); it exits.

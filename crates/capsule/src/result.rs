@@ -157,6 +157,35 @@ impl NetLogEntry {
     }
 }
 
+/// One of the two programs of an interactive run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    Solution,
+    Interactor,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Solution => "solution",
+            Side::Interactor => "interactor",
+        }
+    }
+}
+
+/// The result of an interactive run (docs/interactive.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractResult {
+    /// The program that left the conversation first: the first whose end
+    /// of a pipe the relay saw close (its exit closes both), before the
+    /// relay passed that on to the other program. A program killed by the
+    /// other's leaving (SIGPIPE, end of input) is never first.
+    pub first_to_exit: Side,
+    pub solution: RunResult,
+    pub interactor: RunResult,
+}
+
 /// A captured output stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Captured {

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::cgroups::CgroupConfig;
 use crate::error::{Error, SysError};
 use crate::proto::{self, ClientMsg, ServerMsg};
-use crate::result::{RunResult, Status};
-use crate::spec::RunSpec;
+use crate::result::{InteractResult, RunResult, Status};
+use crate::spec::{InteractSpec, RunSpec};
 use crate::sys;
 
 /// How a supervisor works; fixed for its life.
@@ -99,12 +99,20 @@ struct Inner {
     filed: Condvar,
 }
 
+/// A final message from the supervisor.
+enum Outcome {
+    Run(RunResult),
+    Interact(InteractResult),
+    /// The run could not happen.
+    Failed(String),
+}
+
 #[derive(Default)]
 struct State {
     /// A thread is blocked reading the socket.
     reading: bool,
     /// Final messages not yet picked up, by run id.
-    done: HashMap<u64, Result<RunResult, String>>,
+    done: HashMap<u64, Outcome>,
     /// Runs whose result nobody wants any more (cancelled or dropped).
     dropped: std::collections::HashSet<u64>,
     /// Why the supervisor is gone, once it is.
@@ -172,15 +180,33 @@ impl Sandbox {
     /// keeps its own). Returns at once.
     pub fn run_with(&self, spec: RunSpec, stdio: StdioFds<'_>) -> Result<RunHandle, Error> {
         spec.validate()?;
+        let slots = [stdio.stdin, stdio.stdout, stdio.stderr];
+        let fds: Vec<RawFd> = slots.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
+        let has = slots.map(|s| s.is_some());
+        let handle = self.request(|id| ClientMsg::Run { id, spec: Box::new(spec), stdio: has, notify: true }, fds)?;
+        Ok(RunHandle(handle))
+    }
+
+    /// Starts an interactive run (docs/interactive.md): the solution and
+    /// the interactor, each in a sandbox of its own, talking through pipes
+    /// the supervisor relays. Returns at once; the result says which one
+    /// left the conversation first. It takes two of the supervisor's
+    /// `parallel` slots (all of them when there is one).
+    pub fn interact(&self, spec: InteractSpec) -> Result<InteractHandle, Error> {
+        spec.validate()?;
+        let handle = self.request(|id| ClientMsg::Interact { id, spec: Box::new(spec), notify: true }, Vec::new())?;
+        Ok(InteractHandle(handle))
+    }
+
+    /// Sends a request built for a fresh id, with `fds` and a notify pipe.
+    fn request(&self, msg: impl FnOnce(u64) -> ClientMsg, mut fds: Vec<RawFd>) -> Result<Handle, Error> {
         if let Some(why) = self.inner.lock().dead.clone() {
             return Err(Error::Supervisor(why));
         }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (notify_read, notify_write) = sys::pipe().map_err(|e| SysError::new("pipe2", e))?;
-        let slots = [stdio.stdin, stdio.stdout, stdio.stderr];
-        let mut fds: Vec<RawFd> = slots.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
         fds.push(notify_write.as_raw_fd());
-        let msg = ClientMsg::Run { id, spec: Box::new(spec), stdio: slots.map(|s| s.is_some()), notify: true };
+        let msg = msg(id);
         let sent = {
             let _g = self.inner.send.lock().unwrap_or_else(|e| e.into_inner());
             proto::send(self.inner.sock.as_raw_fd(), &msg, &fds)
@@ -192,7 +218,7 @@ impl Sandbox {
             Err(e) if !e.starts_with(proto::IO_ERROR) => return Err(Error::Run(e)),
             Err(e) => return Err(Error::Supervisor(self.inner.died(&e))),
         }
-        Ok(RunHandle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
+        Ok(Handle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
     }
 }
 
@@ -258,8 +284,9 @@ impl Inner {
         match proto::recv::<ServerMsg>(self.sock.as_raw_fd()) {
             Ok(Some((msg, _fds))) => {
                 let (id, outcome) = match msg {
-                    ServerMsg::Result { id, result } => (id, Ok(*result)),
-                    ServerMsg::Failed { id, error } => (id, Err(error)),
+                    ServerMsg::Result { id, result } => (id, Outcome::Run(*result)),
+                    ServerMsg::Interacted { id, result } => (id, Outcome::Interact(*result)),
+                    ServerMsg::Failed { id, error } => (id, Outcome::Failed(error)),
                     ServerMsg::Fatal(msg) => return Err(format!("fatal error: {msg}")),
                     ServerMsg::Started { .. } => return Ok(()),
                 };
@@ -303,13 +330,13 @@ impl Inner {
         (st, true)
     }
 
-    fn take(&self, st: &mut State, id: u64) -> Option<Result<RunResult, Error>> {
+    fn take(&self, st: &mut State, id: u64) -> Option<Result<Outcome, Error>> {
         if let Some(outcome) = st.done.remove(&id) {
             return Some(match outcome {
-                Ok(r) if r.status == Status::Error => Err(Error::Setup(r.error.unwrap_or_default())),
-                Ok(r) => Ok(r),
+                Outcome::Run(r) if r.status == Status::Error => Err(Error::Setup(r.error.unwrap_or_default())),
                 // `Failed`: the run could not happen (its spec, its sandbox).
-                Err(e) => Err(Error::Setup(e)),
+                Outcome::Failed(e) => Err(Error::Setup(e)),
+                other => Ok(other),
             });
         }
         st.dead.as_ref().map(|why| Err(Error::Supervisor(why.clone())))
@@ -321,8 +348,8 @@ impl Inner {
     }
 }
 
-/// One run of a [`Sandbox`].
-pub struct RunHandle {
+/// What a run's and an interactive run's handles share.
+struct Handle {
     inner: Arc<Inner>,
     id: u64,
     /// Read end of the notify pipe (readable once the result is sent).
@@ -330,16 +357,8 @@ pub struct RunHandle {
     finished: bool,
 }
 
-impl RunHandle {
-    /// The run's id (unique within its sandbox).
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Waits for the run's result. A run that could not start is an `Err`
-    /// for this run only; a supervisor that died is an `Err` for every
-    /// handle.
-    pub fn wait(mut self) -> Result<RunResult, Error> {
+impl Handle {
+    fn wait(&mut self) -> Result<Outcome, Error> {
         let mut st = self.inner.lock();
         loop {
             if let Some(outcome) = self.inner.take(&mut st, self.id) {
@@ -350,8 +369,7 @@ impl RunHandle {
         }
     }
 
-    /// The result if the run has ended, without blocking.
-    pub fn try_wait(&mut self) -> Result<Option<RunResult>, Error> {
+    fn try_wait(&mut self) -> Result<Option<Outcome>, Error> {
         if self.finished {
             return Err(Error::Run("the result was already taken".into()));
         }
@@ -369,15 +387,11 @@ impl RunHandle {
         }
     }
 
-    /// Kills every process of the run now; [`wait`](Self::wait) still
-    /// returns its result (status `killed`, unless it had already ended).
-    pub fn kill(&self) -> Result<(), Error> {
+    fn kill(&self) -> Result<(), Error> {
         self.inner.send(&ClientMsg::Kill { id: self.id })
     }
 
-    /// Discards the run: killed if it is running, dropped if it is queued;
-    /// its result is never delivered.
-    pub fn cancel(mut self) -> Result<(), Error> {
+    fn cancel(&mut self) -> Result<(), Error> {
         self.finished = true;
         self.forget();
         self.inner.send(&ClientMsg::Cancel { id: self.id })
@@ -391,9 +405,9 @@ impl RunHandle {
     }
 }
 
-impl Drop for RunHandle {
+impl Drop for Handle {
     /// A handle dropped without its result: the result is discarded when it
-    /// comes (the run is not stopped; use [`cancel`](Self::cancel) for that).
+    /// comes (the run is not stopped; use `cancel` for that).
     fn drop(&mut self) {
         if !self.finished {
             self.forget();
@@ -401,11 +415,104 @@ impl Drop for RunHandle {
     }
 }
 
+/// A final message of the wrong kind for its handle: a protocol error.
+fn mismatch() -> Error {
+    Error::Supervisor("the supervisor answered a run with another kind of result".into())
+}
+
+/// One run of a [`Sandbox`].
+pub struct RunHandle(Handle);
+
+impl RunHandle {
+    /// The run's id (unique within its sandbox).
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Waits for the run's result. A run that could not start is an `Err`
+    /// for this run only; a supervisor that died is an `Err` for every
+    /// handle.
+    pub fn wait(mut self) -> Result<RunResult, Error> {
+        match self.0.wait()? {
+            Outcome::Run(r) => Ok(r),
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// The result if the run has ended, without blocking.
+    pub fn try_wait(&mut self) -> Result<Option<RunResult>, Error> {
+        match self.0.try_wait()? {
+            None => Ok(None),
+            Some(Outcome::Run(r)) => Ok(Some(r)),
+            Some(_) => Err(mismatch()),
+        }
+    }
+
+    /// Kills every process of the run now; [`wait`](Self::wait) still
+    /// returns its result (status `killed`, unless it had already ended).
+    pub fn kill(&self) -> Result<(), Error> {
+        self.0.kill()
+    }
+
+    /// Discards the run: killed if it is running, dropped if it is queued;
+    /// its result is never delivered.
+    pub fn cancel(mut self) -> Result<(), Error> {
+        self.0.cancel()
+    }
+}
+
 impl AsFd for RunHandle {
     /// Readable once the result has arrived (then [`try_wait`](Self::try_wait)
     /// returns it) or the supervisor is gone.
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.notify.as_fd()
+        self.0.notify.as_fd()
+    }
+}
+
+/// An interactive run of a [`Sandbox`] ([`Sandbox::interact`]).
+pub struct InteractHandle(Handle);
+
+impl InteractHandle {
+    /// The interactive run's id (unique within its sandbox).
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Waits for both programs' results and which one left first. A
+    /// program that could not start is an `Err` naming it.
+    pub fn wait(mut self) -> Result<InteractResult, Error> {
+        match self.0.wait()? {
+            Outcome::Interact(r) => Ok(r),
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// The result if both programs have ended, without blocking.
+    pub fn try_wait(&mut self) -> Result<Option<InteractResult>, Error> {
+        match self.0.try_wait()? {
+            None => Ok(None),
+            Some(Outcome::Interact(r)) => Ok(Some(r)),
+            Some(_) => Err(mismatch()),
+        }
+    }
+
+    /// Kills both programs now; [`wait`](Self::wait) still returns the
+    /// result (status `killed` for a program that had not ended).
+    pub fn kill(&self) -> Result<(), Error> {
+        self.0.kill()
+    }
+
+    /// Discards the interactive run: both programs killed or dropped from
+    /// the queue; no result is delivered.
+    pub fn cancel(mut self) -> Result<(), Error> {
+        self.0.cancel()
+    }
+}
+
+impl AsFd for InteractHandle {
+    /// Readable once the result has arrived or the supervisor is gone.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.notify.as_fd()
     }
 }
 

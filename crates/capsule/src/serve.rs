@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
-use crate::result::{RunResult, Status};
-use crate::spec::RunSpec;
+use crate::result::{InteractResult, RunResult, Status};
+use crate::spec::{InteractSpec, RunSpec};
 
 /// Longest request line accepted, newline excluded.
 pub const MAX_LINE: usize = 1 << 20;
@@ -14,6 +14,7 @@ pub const MAX_LINE: usize = 1 << 20;
 #[derive(Debug)]
 pub enum LineRequest {
     Run { id: Value, spec: Box<RunSpec> },
+    Interact { id: Value, spec: Box<InteractSpec> },
     Cancel { id: Value, target: Value },
     Kill { id: Value, target: Value },
 }
@@ -39,14 +40,13 @@ pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
     match keys.as_slice() {
         ["spec"] => {
             let spec = map.remove("spec").expect("present");
-            let spec: RunSpec = serde_path_to_error::deserialize(spec).map_err(|e| {
-                let path = e.path().to_string();
-                match path.as_str() {
-                    "." => fail(&id, format!("invalid spec: {}", e.inner())),
-                    _ => fail(&id, format!("invalid spec: {path}: {}", e.inner())),
-                }
-            })?;
+            let spec: RunSpec = typed(spec, "spec").map_err(|m| fail(&id, m))?;
             Ok(LineRequest::Run { id, spec: Box::new(spec) })
+        }
+        ["interact"] => {
+            let spec = map.remove("interact").expect("present");
+            let spec: InteractSpec = typed(spec, "interact").map_err(|m| fail(&id, m))?;
+            Ok(LineRequest::Interact { id, spec: Box::new(spec) })
         }
         ["cancel"] => {
             let target = map.remove("cancel").expect("present");
@@ -56,11 +56,11 @@ pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
             let target = map.remove("kill").expect("present");
             Ok(LineRequest::Kill { id, target })
         }
-        [] => Err(fail(&id, "the request has neither `spec`, `cancel` nor `kill`".into())),
+        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel` nor `kill`".into())),
         _ => Err(fail(
             &id,
             format!(
-                "a request has `id` and exactly one of `spec`, `cancel`, `kill`; got {}",
+                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`; got {}",
                 keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
             ),
         )),
@@ -73,6 +73,22 @@ pub fn result_line(id: &Value, result: &RunResult) -> Vec<u8> {
     if result.status == Status::Error {
         return error_line(id, result.error.as_deref().unwrap_or("unknown error"));
     }
+    line(json!({ "id": id, "result": result }))
+}
+
+/// A request's spec (`what`: `spec` or `interact`), errors naming the field.
+fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        match path.as_str() {
+            "." => format!("invalid {what}: {}", e.inner()),
+            _ => format!("invalid {what}: {path}: {}", e.inner()),
+        }
+    })
+}
+
+/// `{"id": ..., "result": {"first_to_exit": ..., "solution": ..., "interactor": ...}}`.
+pub fn interact_line(id: &Value, result: &InteractResult) -> Vec<u8> {
     line(json!({ "id": id, "result": result }))
 }
 

@@ -211,6 +211,20 @@ pub enum Stdio {
     /// result (`stdout`/`stderr` of the result); the rest is read and
     /// dropped, and the result says it was truncated.
     Capture(Capture),
+    /// `{"pipe": F}`, read-once input and write-once output: for stdin, the
+    /// supervisor feeds the host file F through a pipe (splice), so the
+    /// program cannot seek, map or reread it; for stdout and stderr, it
+    /// collects the pipe into F (created or truncated), at most
+    /// `limits.output_limit` bytes: one byte more kills the run with status
+    /// `output-limit`, F holding exactly the first `output_limit` bytes.
+    Pipe(PipeFile),
+}
+
+/// `{"pipe": F}`: a host file moved through a pipe (see [`Stdio::Pipe`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipeFile {
+    pub pipe: PathBuf,
 }
 
 /// `{"capture": N}`: how many bytes of a stream to keep.
@@ -254,7 +268,7 @@ impl Stdio {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Stdio::Path(p) => Some(p),
-            Stdio::Capture(_) => None,
+            Stdio::Capture(_) | Stdio::Pipe(_) => None,
         }
     }
 }
@@ -595,6 +609,7 @@ impl RunSpec {
                     ));
                 }
                 Some(Stdio::Capture(_)) => {}
+                Some(Stdio::Pipe(PipeFile { pipe })) => host_path(&format!("{field}.pipe"), pipe)?,
             }
         }
         if self.controlling_tty && self.stdin.is_some() {
@@ -676,6 +691,45 @@ impl Limits {
                 return Err(SpecError::new(
                     "limits.cpus",
                     format!("`{c}` is not a CPU list (like `0`, `0,2` or `0-3`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An interactive run (docs/interactive.md): two programs, each in a
+/// sandbox of its own with its own limits and policy, the solution's stdout
+/// feeding the interactor's stdin and the interactor's stdout the
+/// solution's stdin, through two pairs of pipes the supervisor holds and
+/// relays (splice), so it knows which program left the conversation first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InteractSpec {
+    /// The program being judged.
+    pub solution: RunSpec,
+    /// The program that talks to it and decides (a checker).
+    pub interactor: RunSpec,
+}
+
+impl InteractSpec {
+    /// Both specs validated; their stdin and stdout are the conversation,
+    /// so a spec may not set them (stderr as usual).
+    pub fn validate(&self) -> Result<(), SpecError> {
+        for (side, spec) in [("solution", &self.solution), ("interactor", &self.interactor)] {
+            spec.validate().map_err(|e| SpecError::new(format!("{side}.{}", e.field), e.message))?;
+            for (field, io) in [("stdin", &spec.stdin), ("stdout", &spec.stdout)] {
+                if io.is_some() {
+                    return Err(SpecError::new(
+                        format!("{side}.{field}"),
+                        "an interactive run's stdin and stdout are the pipes to the other program; leave them unset",
+                    ));
+                }
+            }
+            if spec.controlling_tty {
+                return Err(SpecError::new(
+                    format!("{side}.controlling_tty"),
+                    "an interactive run's stdin is a pipe, not a terminal",
                 ));
             }
         }

@@ -4,7 +4,9 @@
 //! clients' connections (the library's binary protocol, [`crate::proto`],
 //! or `capsule serve`'s JSON lines, [`crate::serve`]), the runs in flight
 //! (an eventfd PID 1 signals when the result is in the shared page, PID 1's
-//! pidfd, capture pipes) and the PID 1s prepared ahead.
+//! pidfd, the streams the supervisor carries: captures, read-once input,
+//! write-once output, interactive relays, [`crate::relay`]) and the PID 1s
+//! prepared ahead.
 //!
 //! A run's PID 1 is forked from the supervisor with everything known
 //! before the request: its namespaces, the mount tree, the program's user
@@ -38,12 +40,13 @@ use crate::mounts::{MountPlan, Source};
 use crate::netlog::NetLog;
 use crate::namespaces::{self, PendingNet};
 use crate::proto::{self, ClientMsg, ServerMsg};
-use crate::result::{signal_name, Accounting, Captured, RunResult, Status};
+use crate::relay::{Capture, Collect, Feed, Relay};
+use crate::result::{signal_name, Accounting, InteractResult, RunResult, Side, Status};
 use crate::rlimits::{self, Rlimit};
 use crate::sandbox::Config;
 use crate::seccomp::{Filter, PolicyName};
 use crate::serve::{self, Line, LineReader, LineRequest};
-use crate::spec::{MountOp, RunSpec, Stdio, DEFAULT_PATH};
+use crate::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
 use crate::sys::{self, Arena, Forked, CLONE_PIDFD};
 use crate::caps;
 
@@ -54,8 +57,6 @@ const TRACEE_STACK: usize = 256 << 10;
 /// (execve's own limit is a quarter of the stack limit, 2 MiB by default).
 /// Reserved, not allocated: only the pages written are.
 const ARENA_SIZE: usize = 16 << 20;
-/// Bytes read from a capture pipe at once.
-const CAPTURE_CHUNK: usize = 64 << 10;
 
 /// The loopback-only network namespace of the supervisor.
 enum Net {
@@ -185,6 +186,38 @@ struct Request {
     notify: Option<OwnedFd>,
     /// Already failed once on a PID 1 prepared ahead (retried on a fresh one).
     retried: bool,
+    /// One of the two programs of an interactive run: the pair's id and
+    /// which one. Its stdin and stdout are the relay's pipes; its result
+    /// goes to the pair.
+    pair: Option<(u64, Side)>,
+}
+
+/// An interactive run in flight: two ordinary runs whose stdin and stdout
+/// are the relay's, and whose results come here.
+struct Pair {
+    id: u64,
+    conn: usize,
+    cid: ClientId,
+    notify: Option<OwnedFd>,
+    relay: Relay,
+    /// Each program's result and end time (CLOCK_MONOTONIC ns).
+    results: [Option<(RunResult, u64)>; 2],
+    /// Cancelled, or its client is gone: no answer is sent.
+    cancelled: bool,
+}
+
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::Solution => 0,
+        Side::Interactor => 1,
+    }
+}
+
+fn other(side: Side) -> Side {
+    match side {
+        Side::Solution => Side::Interactor,
+        Side::Interactor => Side::Solution,
+    }
 }
 
 /// What must match between a request and a PID 1 prepared ahead.
@@ -246,9 +279,20 @@ struct Running {
     rlimits: Vec<Rlimit>,
     wall_time_ns: Option<u64>,
     cpu_time_ns: Option<u64>,
-    capture: [Option<Capture>; 2],
+    io: Streams,
+    /// Its write-once output went past the output limit: killed for it.
+    output_over: bool,
     /// Cancelled: no result is sent.
     cancelled: bool,
+}
+
+/// The streams the supervisor carries for a run: stdout and stderr
+/// captured or collected into files, stdin fed from a file.
+#[derive(Default)]
+struct Streams {
+    capture: [Option<Capture>; 2],
+    collect: [Option<Collect>; 2],
+    feed: Option<Feed>,
 }
 
 /// What [`Supervisor::fill`] prepared that the result needs.
@@ -256,56 +300,6 @@ struct Filled {
     rlimits: Vec<Rlimit>,
     wall_time_ns: Option<u64>,
     cpu_time_ns: Option<u64>,
-}
-
-/// A stream being captured.
-struct Capture {
-    pipe: OwnedFd,
-    limit: u64,
-    data: Vec<u8>,
-    total: u64,
-    eof: bool,
-}
-
-impl Capture {
-    /// Reads what is there; false at EOF or error.
-    fn pump(&mut self) -> bool {
-        let mut buf = [0u8; CAPTURE_CHUNK];
-        loop {
-            match sys::read(self.pipe.as_raw_fd(), &mut buf) {
-                Ok(0) => {
-                    self.eof = true;
-                    return false;
-                }
-                Ok(n) => {
-                    self.total += n as u64;
-                    let room = (self.limit as usize).saturating_sub(self.data.len());
-                    self.data.extend_from_slice(&buf[..n.min(room)]);
-                }
-                Err(libc::EAGAIN) => return true,
-                Err(_) => {
-                    self.eof = true;
-                    return false;
-                }
-            }
-        }
-    }
-
-    fn finish(mut self) -> Captured {
-        // Every writer is gone by now (the run's processes are dead): read
-        // what is left, never blocking.
-        while !self.eof && self.pump() {
-            let mut pfd = [libc::pollfd { fd: self.pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-            if sys::poll(&mut pfd, 0).unwrap_or(0) == 0 {
-                break;
-            }
-        }
-        Captured {
-            text: String::from_utf8_lossy(&self.data).into_owned(),
-            bytes: self.total,
-            truncated: self.total > self.limit,
-        }
-    }
 }
 
 /// What the poll set's entries stand for.
@@ -316,6 +310,11 @@ enum Token {
     ConnRead(usize),
     ConnWrite(usize),
     Capture(usize, usize),
+    /// A run's read-once input, write-once output.
+    Feed(usize),
+    Collect(usize, usize),
+    /// An interactive run's relay: pair, direction, its `to` end.
+    Relay(usize, usize, bool),
     /// A run's result byte or its PID 1's exit.
     Run(usize),
     /// A prepared PID 1's exit.
@@ -400,6 +399,9 @@ impl Supervisor {
             spares: Vec::new(),
             zombies: Vec::new(),
             last_shape: None,
+            pairs: Vec::new(),
+            next_pair: 0,
+            round: 0,
             stop: false,
         };
         l.run(&mut self);
@@ -807,6 +809,11 @@ impl Supervisor {
         if flags & FLAG_KILLED != 0 {
             res.status = Status::Killed;
         }
+        if r.output_over {
+            // Killed by the supervisor for writing past the output limit
+            // into a write-once output.
+            res.status = Status::OutputLimit;
+        }
         res.killed_by_limit = matches!(
             res.status,
             Status::WallTimeLimit | Status::CpuTimeLimit | Status::MemoryLimit | Status::OutputLimit
@@ -893,6 +900,11 @@ struct Loop {
     zombies: Vec<Prepared>,
     /// The shape of the last request: spares are prepared for it.
     last_shape: Option<(Box<RunSpec>, Shape)>,
+    /// Interactive runs in flight.
+    pairs: Vec<Pair>,
+    next_pair: u64,
+    /// Wake-ups of the event loop so far (orders what relays see).
+    round: u64,
     stop: bool,
 }
 
@@ -910,6 +922,7 @@ impl Loop {
                 }
                 continue;
             }
+            self.round += 1;
             for (pfd, token) in pfds.iter().zip(tokens) {
                 if pfd.revents != 0 {
                     self.event(sup, token, pfd.revents);
@@ -960,12 +973,27 @@ impl Loop {
         for (i, r) in self.running.iter().enumerate() {
             add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Run(i));
             add(r.p.pidfd.as_raw_fd(), libc::POLLIN, Token::Run(i));
-            for (k, cap) in r.capture.iter().enumerate() {
+            for (k, cap) in r.io.capture.iter().enumerate() {
                 if let Some(cap) = cap {
                     if !cap.eof {
-                        add(cap.pipe.as_raw_fd(), libc::POLLIN, Token::Capture(i, k));
+                        add(cap.fd(), libc::POLLIN, Token::Capture(i, k));
                     }
                 }
+            }
+            for (k, c) in r.io.collect.iter().enumerate() {
+                if let Some(c) = c {
+                    if !c.eof && !c.over {
+                        add(c.fd(), libc::POLLIN, Token::Collect(i, k));
+                    }
+                }
+            }
+            if let Some(fd) = r.io.feed.as_ref().and_then(Feed::fd) {
+                add(fd, libc::POLLOUT, Token::Feed(i));
+            }
+        }
+        for (i, pair) in self.pairs.iter().enumerate() {
+            for (fd, events, d, to_end) in pair.relay.poll_entries() {
+                add(fd, events, Token::Relay(i, d, to_end));
             }
         }
         for (i, s) in self.spares.iter().enumerate() {
@@ -992,8 +1020,32 @@ impl Loop {
                 }
             }
             Token::Capture(i, k) => {
-                if let Some(Some(cap)) = self.running.get_mut(i).map(|r| r.capture[k].as_mut()) {
+                if let Some(Some(cap)) = self.running.get_mut(i).map(|r| r.io.capture[k].as_mut()) {
                     cap.pump();
+                }
+            }
+            Token::Feed(i) => {
+                if let Some(feed) = self.running.get_mut(i).and_then(|r| r.io.feed.as_mut()) {
+                    feed.pump();
+                }
+            }
+            Token::Collect(i, k) => {
+                if let Some(r) = self.running.get_mut(i) {
+                    if let Some(c) = r.io.collect[k].as_mut() {
+                        c.pump();
+                        if c.over && !r.output_over {
+                            // One byte past the limit: the file holds
+                            // exactly the limit; the run ends here.
+                            r.output_over = true;
+                            sys::eventfd_signal(r.p.control.as_raw_fd());
+                        }
+                    }
+                }
+            }
+            Token::Relay(i, d, to_end) => {
+                let round = self.round;
+                if let Some(pair) = self.pairs.get_mut(i) {
+                    pair.relay.event(d, to_end, revents, round);
                 }
             }
             // Marked here, looked at by `schedule`: only what poll reported
@@ -1008,26 +1060,48 @@ impl Loop {
     /// Starts queued requests, collects finished runs, keeps the spares.
     fn schedule(&mut self, sup: &mut Supervisor) {
         self.collect(sup);
-        while self.running.len() < sup.config.parallel {
-            let Some(req) = self.queue.pop_front() else { break };
+        loop {
+            let Some(front) = self.queue.front() else { break };
+            match front.pair {
+                // The interactor starts right after its solution, whatever
+                // the count: the two talk to each other.
+                Some((_, Side::Interactor)) => {}
+                // A pair needs two slots (or all of them, when there are
+                // fewer).
+                Some((_, Side::Solution))
+                    if self.running.len() + 2 > sup.config.parallel && !self.running.is_empty() => {
+                    break
+                }
+                _ if self.running.len() >= sup.config.parallel => break,
+                _ => {}
+            }
+            let req = self.queue.pop_front().expect("present");
             self.start(sup, req);
         }
+        // Interactive runs whose client is gone and whose programs are too.
+        let (running, queue) = (&self.running, &self.queue);
+        self.pairs.retain(|p| {
+            let part = |pair: Option<(u64, Side)>| pair.is_some_and(|(id, _)| id == p.id);
+            !p.cancelled || running.iter().any(|r| part(r.req.pair)) || queue.iter().any(|q| part(q.pair))
+        });
         self.reap_spares_and_zombies();
         self.keep_spares(sup);
     }
 
     /// Starts one request, or answers it with an error.
-    fn start(&mut self, sup: &mut Supervisor, req: Request) {
+    fn start(&mut self, sup: &mut Supervisor, mut req: Request) {
         let shape = sup.shape(&req.spec);
         // The policy as it is now (a policy file may have changed since a
         // spare was prepared with it).
         let filter = match sup.filters.get(&req.spec.seccomp, req.spec.net_log) {
             Ok(f) => f,
-            Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
+            Err(msg) => return self.reply(req, RunResult::error(msg)),
         };
-        // A spare of this shape that still matches the host, else a fresh one.
+        // A spare of this shape that still matches the host, else a fresh
+        // one. Not for a program of an interactive run: its stdio is sent
+        // once and cannot be sent again to a retry.
         let mut p = None;
-        while let Some(i) = self.spares.iter().position(|s| s.shape == shape) {
+        while let Some(i) = self.spares.iter().position(|s| s.shape == shape && req.pair.is_none()) {
             let s = self.spares.swap_remove(i);
             if Rc::ptr_eq(&s.filter, &filter) && sup.still_fresh(&s) && !exited(&s) {
                 p = Some(s);
@@ -1038,38 +1112,130 @@ impl Loop {
         }
         // Runs to come are prepared like this one (kept only when the shape
         // changes: no copy of the spec per request).
-        if sup.config.prepare_ahead && !self.once && self.last_shape.as_ref().is_none_or(|(_, s)| *s != shape) {
+        if sup.config.prepare_ahead
+            && !self.once
+            && req.pair.is_none()
+            && self.last_shape.as_ref().is_none_or(|(_, s)| *s != shape)
+        {
             self.last_shape = Some((req.spec.clone(), shape.clone()));
         }
         let mut p = match p {
             Some(p) => p,
             None => match sup.prepare(&req.spec, shape, filter, false) {
                 Ok(p) => p,
-                Err(msg) => return self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify),
+                Err(msg) => return self.reply(req, RunResult::error(msg)),
             },
         };
         match self.go(sup, &mut p, &req) {
-            Ok((f, capture)) => self.running.push(Running {
-                p,
-                req,
-                rlimits: f.rlimits,
-                wall_time_ns: f.wall_time_ns,
-                cpu_time_ns: f.cpu_time_ns,
-                capture,
-                cancelled: false,
-            }),
+            Ok((f, io)) => {
+                if req.pair.is_some() {
+                    // The relay must be the only holder of the other ends:
+                    // the supervisor keeps none of the program's.
+                    req.stdio = [None, None, None];
+                }
+                self.running.push(Running {
+                    p,
+                    req,
+                    rlimits: f.rlimits,
+                    wall_time_ns: f.wall_time_ns,
+                    cpu_time_ns: f.cpu_time_ns,
+                    io,
+                    output_over: false,
+                    cancelled: false,
+                })
+            }
             Err(msg) => {
                 kill_prepared(&p);
                 self.zombies.push(p);
-                self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify);
+                self.reply(req, RunResult::error(msg));
             }
         }
     }
 
+    /// Answers a request that ended before its run started (or, for a
+    /// program of an interactive run, hands the result to its pair).
+    fn reply(&mut self, mut req: Request, result: RunResult) {
+        match req.pair {
+            Some((pair, side)) => self.pair_result(pair, side, result, 0),
+            None => self.answer(req.conn, &req.cid, &result, req.notify.take()),
+        }
+    }
+
+    /// Queues the two programs of an interactive run.
+    fn enqueue_pair(&mut self, sup: &mut Supervisor, conn: usize, cid: ClientId, spec: InteractSpec, notify: Option<OwnedFd>) {
+        let checked = spec
+            .validate()
+            .map_err(|e| e.to_string())
+            .and_then(|()| sup.check_request(&spec.solution).map_err(|e| format!("solution: {e}")))
+            .and_then(|()| sup.check_request(&spec.interactor).map_err(|e| format!("interactor: {e}")))
+            .and_then(|()| Relay::new());
+        let (relay, sol, int) = match checked {
+            Ok(x) => x,
+            Err(msg) => return self.answer(conn, &cid, &RunResult::error(msg), notify),
+        };
+        let id = self.next_pair;
+        self.next_pair += 1;
+        self.pairs.push(Pair { id, conn, cid: cid.clone(), notify, relay, results: [None, None], cancelled: false });
+        let InteractSpec { solution, interactor } = spec;
+        for (side, spec, (stdin, stdout)) in [(Side::Solution, solution, sol), (Side::Interactor, interactor, int)] {
+            self.queue.push_back(Request {
+                conn,
+                cid: cid.clone(),
+                spec: Box::new(spec),
+                stdio: [Some(stdin), Some(stdout), None],
+                notify: None,
+                retried: false,
+                pair: Some((id, side)),
+            });
+        }
+    }
+
+    /// One program of an interactive run ended (`end`: its end time), or
+    /// could not start; answers once both are in.
+    fn pair_result(&mut self, pair: u64, side: Side, result: RunResult, end: u64) {
+        let Some(k) = self.pairs.iter().position(|p| p.id == pair) else { return };
+        let failed = result.status == Status::Error;
+        self.pairs[k].results[side_index(side)] = Some((result, end));
+        if failed {
+            // The other must not wait for a partner that never came.
+            let why = RunResult::error("the other program of the interactive run could not start");
+            self.stop_pair_side(pair, other(side), why);
+        }
+        let Some(k) = self.pairs.iter().position(|p| p.id == pair) else { return };
+        if self.pairs[k].results.iter().any(Option::is_none) {
+            return;
+        }
+        let mut p = self.pairs.swap_remove(k);
+        if p.cancelled {
+            return;
+        }
+        let [Some((sol, sol_end)), Some((int, int_end))] = std::mem::take(&mut p.results) else { unreachable!() };
+        for (name, r) in [("solution", &sol), ("interactor", &int)] {
+            if r.status == Status::Error {
+                let msg = format!("{name}: {}", r.error.as_deref().unwrap_or("failed"));
+                return self.answer(p.conn, &p.cid, &RunResult::error(msg), p.notify.take());
+            }
+        }
+        let first_to_exit = p.relay.first_to_exit(self.round, [sol_end, int_end]);
+        let result = InteractResult { first_to_exit, solution: sol, interactor: int };
+        self.answer_pair(p.conn, &p.cid, &result, p.notify.take());
+    }
+
+    /// Stops one program of a pair: killed if running; if still queued,
+    /// dropped with `instead` as its result.
+    fn stop_pair_side(&mut self, pair: u64, side: Side, instead: RunResult) {
+        if let Some(k) = self.queue.iter().position(|q| q.pair == Some((pair, side))) {
+            let req = self.queue.remove(k).expect("present");
+            self.reply(req, instead);
+        } else if let Some(r) = self.running.iter().find(|r| r.req.pair == Some((pair, side))) {
+            sys::eventfd_signal(r.p.control.as_raw_fd());
+        }
+    }
+
     /// Fills the arena and sends the go message with the run's stdio.
-    fn go(&mut self, sup: &mut Supervisor, p: &mut Prepared, req: &Request) -> Result<(Filled, [Option<Capture>; 2]), String> {
+    fn go(&mut self, sup: &mut Supervisor, p: &mut Prepared, req: &Request) -> Result<(Filled, Streams), String> {
         let filled = sup.fill(p, &req.spec)?;
-        let mut capture: [Option<Capture>; 2] = [None, None];
+        let mut io = Streams::default();
         let mut held: Vec<OwnedFd> = Vec::new();
         let mut fds = [-1; 3];
         let specs = [&req.spec.stdin, &req.spec.stdout, &req.spec.stderr];
@@ -1081,9 +1247,18 @@ impl Loop {
             let fd = match specs[i] {
                 Some(Stdio::Path(path)) => open_stdio(path, i == 0)?,
                 Some(Stdio::Capture(c)) => {
-                    let (r, w) = sys::pipe().map_err(|e| SysError::new("pipe2", e).to_string())?;
-                    let _ = sys::set_nonblocking(r.as_raw_fd(), true);
-                    capture[i - 1] = Some(Capture { pipe: r, limit: c.capture, data: Vec::new(), total: 0, eof: false });
+                    let (cap, w) = Capture::new(c.capture)?;
+                    io.capture[i - 1] = Some(cap);
+                    w
+                }
+                Some(Stdio::Pipe(PipeFile { pipe })) if i == 0 => {
+                    let (feed, r) = Feed::new(open_stdio(pipe, true)?)?;
+                    io.feed = Some(feed);
+                    r
+                }
+                Some(Stdio::Pipe(PipeFile { pipe })) => {
+                    let (c, w) = Collect::new(open_stdio(pipe, false)?, req.spec.limits.output_limit)?;
+                    io.collect[i - 1] = Some(c);
                     w
                 }
                 None => sys::open(c"/dev/null", if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY } | libc::O_CLOEXEC, 0)
@@ -1096,7 +1271,7 @@ impl Loop {
         // sandbox (its reason is in the arena) or was killed; the run is
         // collected like any other and reports why.
         let _ = sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds);
-        Ok((filled, capture))
+        Ok((filled, io))
     }
 
     /// Collects runs whose PID 1 signalled the result or died.
@@ -1135,7 +1310,7 @@ impl Loop {
             }
             let stats = r.p.cgroup.as_ref().map(RunCgroup::stats);
             let mut result = sup.result(&r, status, stats);
-            for (k, cap) in r.capture.iter_mut().enumerate() {
+            for (k, cap) in r.io.capture.iter_mut().enumerate() {
                 if let Some(cap) = cap.take() {
                     let c = cap.finish();
                     if k == 0 {
@@ -1143,6 +1318,22 @@ impl Loop {
                     } else {
                         result.stderr = Some(c);
                     }
+                }
+            }
+            if let Some(e) = r.io.feed.take().and_then(|f| f.error) {
+                result.error.get_or_insert(e);
+            }
+            for c in r.io.collect.iter_mut() {
+                let Some(mut c) = c.take() else { continue };
+                c.finish();
+                if c.over && result.status != Status::Error {
+                    // Past the limit just before the end (not killed for it
+                    // in time): still the output limit.
+                    result.status = Status::OutputLimit;
+                    result.killed_by_limit = true;
+                }
+                if let Some(e) = c.error {
+                    result.error.get_or_insert(e);
                 }
             }
             if self.once {
@@ -1170,7 +1361,10 @@ impl Loop {
                 }
                 drop(layers);
             }
-            if !r.cancelled {
+            if let Some((pair, side)) = r.req.pair {
+                let end = r.p.arena.end_ns.load(SeqCst);
+                self.pair_result(pair, side, result, end);
+            } else if !r.cancelled {
                 self.answer(r.req.conn, &r.req.cid, &result, r.req.notify.take());
             }
             self.zombies.push(r.p);
@@ -1311,7 +1505,7 @@ impl Loop {
                     self.answer(conn, &cid, &r, notify);
                     return;
                 }
-                self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify, retried: false });
+                self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify, retried: false, pair: None });
             }
             // Unknown ids are ignored: the run may just have ended.
             ClientMsg::Kill { id } => {
@@ -1319,6 +1513,10 @@ impl Loop {
             }
             ClientMsg::Cancel { id } => {
                 self.control(conn, &ClientId::Binary(id), true);
+            }
+            ClientMsg::Interact { id, spec, notify } => {
+                let notify = if notify { fds.into_iter().next() } else { None };
+                self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, notify);
             }
             ClientMsg::Start(_) => {}
         }
@@ -1333,7 +1531,15 @@ impl Loop {
                     self.write(conn, serve::error_line(&id, "a run with this id is still in flight on this connection"));
                     return;
                 }
-                self.enqueue(sup, Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false });
+                self.enqueue(sup, Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false, pair: None });
+            }
+            Ok(LineRequest::Interact { id, spec }) => {
+                let cid = ClientId::Json(id.clone());
+                if self.in_flight(conn, &cid) {
+                    self.write(conn, serve::error_line(&id, "a run with this id is still in flight on this connection"));
+                    return;
+                }
+                self.enqueue_pair(sup, conn, cid, *spec, None);
             }
             Ok(LineRequest::Cancel { id, target }) => {
                 let found = self.control(conn, &ClientId::Json(target.clone()), true);
@@ -1347,7 +1553,8 @@ impl Loop {
     }
 
     fn in_flight(&self, conn: usize, cid: &ClientId) -> bool {
-        self.queue.iter().any(|q| q.conn == conn && &q.cid == cid)
+        self.pairs.iter().any(|p| p.conn == conn && &p.cid == cid && !p.cancelled)
+            || self.queue.iter().any(|q| q.conn == conn && &q.cid == cid && q.pair.is_none())
             || self.running.iter().any(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled)
     }
 
@@ -1364,6 +1571,23 @@ impl Loop {
 
     /// Kill (`cancel` false) or cancel a run of `conn`; false if there is none.
     fn control(&mut self, conn: usize, cid: &ClientId, cancel: bool) -> bool {
+        if let Some(k) = self.pairs.iter().position(|p| p.conn == conn && &p.cid == cid && !p.cancelled) {
+            // An interactive run: both programs.
+            let pair = self.pairs[k].id;
+            if cancel {
+                let p = &mut self.pairs[k];
+                p.cancelled = true;
+                let (cid, notify) = (p.cid.clone(), p.notify.take());
+                self.answer_error(conn, &cid, "cancelled", notify);
+            }
+            for side in [Side::Solution, Side::Interactor] {
+                let mut killed = RunResult::error("");
+                killed.status = Status::Killed;
+                killed.error = None;
+                self.stop_pair_side(pair, side, killed);
+            }
+            return true;
+        }
         if let Some(k) = self.queue.iter().position(|q| q.conn == conn && &q.cid == cid) {
             let req = self.queue.remove(k).expect("present");
             if cancel {
@@ -1376,7 +1600,9 @@ impl Loop {
             }
             return true;
         }
-        let Some(r) = self.running.iter_mut().find(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled) else {
+        let Some(r) =
+            self.running.iter_mut().find(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled && r.req.pair.is_none())
+        else {
             return false;
         };
         sys::eventfd_signal(r.p.control.as_raw_fd());
@@ -1408,6 +1634,29 @@ impl Loop {
             }
             (_, ClientId::Json(id)) => {
                 let line = serve::result_line(id, result);
+                self.write(conn, line);
+            }
+            _ => {}
+        }
+        drop(notify);
+    }
+
+    /// Sends an interactive run's final message.
+    fn answer_pair(&mut self, conn: usize, cid: &ClientId, result: &InteractResult, notify: Option<OwnedFd>) {
+        self.answered += 1;
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        if c.gone {
+            return;
+        }
+        match (&c.framing, cid) {
+            (Framing::Binary, ClientId::Binary(id)) => {
+                let msg = ServerMsg::Interacted { id: *id, result: Box::new(result.clone()) };
+                if proto::send(c.read.as_raw_fd(), &msg, &[]).is_err() {
+                    self.drop_conn(conn);
+                }
+            }
+            (_, ClientId::Json(id)) => {
+                let line = serve::interact_line(id, result);
                 self.write(conn, line);
             }
             _ => {}
@@ -1453,6 +1702,9 @@ impl Loop {
             c.out.clear();
         }
         self.queue.retain(|q| q.conn != conn);
+        for p in self.pairs.iter_mut().filter(|p| p.conn == conn) {
+            p.cancelled = true;
+        }
         for r in self.running.iter_mut().filter(|r| r.req.conn == conn) {
             r.cancelled = true;
             kill_prepared(&r.p);

@@ -1339,6 +1339,26 @@ pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
     Ok((owned(fds[0] as _), owned(fds[1] as _)))
 }
 
+/// splice(2) of up to `len` bytes from `from` to `to` (one of them a
+/// pipe) at their file positions, never blocking on a pipe
+/// (SPLICE_F_NONBLOCK); Ok(0) at the end of `from`.
+pub fn splice(from: RawFd, to: RawFd, len: usize) -> SysResult<usize> {
+    // SAFETY: null offsets (the descriptors' own positions); no memory is
+    // passed to the kernel.
+    retry(|| {
+        check(unsafe {
+            libc::splice(from, ptr::null_mut(), to, ptr::null_mut(), len, libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE)
+        } as _)
+    })
+    .map(|n| n as usize)
+}
+
+/// Sets a pipe's capacity (F_SETPIPE_SZ); returns the capacity it got.
+pub fn set_pipe_size(fd: RawFd, size: usize) -> SysResult<usize> {
+    // SAFETY: plain fcntl on an fd the caller owns.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, size as libc::c_int) }).map(|n| n as usize)
+}
+
 /// shutdown(SHUT_RDWR) of a socket.
 pub fn shutdown(sock: RawFd) {
     // SAFETY: plain syscall on an fd the caller owns.
