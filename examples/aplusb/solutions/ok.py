@@ -1,0 +1,3 @@
+# Accepted, in Python 3.
+a, b = map(int, input().split())
+print(a + b)
