@@ -12,6 +12,7 @@ use capsule::units::{parse_duration, parse_size};
 use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+mod interact;
 mod layer_cmd;
 mod pty;
 mod shell;
@@ -110,7 +111,7 @@ fn run_command() -> Command {
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
         .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
-        .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE)", lim))
+        .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE); also the most a --stdout-file/--stderr-file receives", lim))
         .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
         .arg(one("stack", "SIZE", "Stack size (RLIMIT_STACK)", lim))
         .arg(one("address-space", "SIZE", "Address space (RLIMIT_AS); breaks JIT runtimes such as the JVM, V8 and Go", lim))
@@ -123,6 +124,9 @@ fn run_command() -> Command {
         .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
         .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
         .arg(one("stderr", "FILE", "Standard error (default: inherited)", io))
+        .arg(one("stdin-file", "FILE", "Read-once input: FILE fed through a pipe (no seek, mmap or reread)", io).conflicts_with("stdin"))
+        .arg(one("stdout-file", "FILE", "Write-once output: collected through a pipe into FILE, at most --output-limit bytes (one more: status output-limit)", io).conflicts_with("stdout"))
+        .arg(one("stderr-file", "FILE", "Like --stdout-file, for standard error", io).conflicts_with("stderr"))
         .arg(flag("pty", "A pseudo-terminal of the run's own, its controlling terminal, in place of your terminal (stdin must be a terminal)", io).conflicts_with("no-pty"))
         .arg(flag("no-pty", "No pseudo-terminal: the program inherits your terminal (run's default; capsule shell's when stdin is not a terminal)", io))
         .arg(one("capture", "SIZE", "Capture up to SIZE bytes of stdout and stderr into the --json result instead", io))
@@ -165,6 +169,7 @@ fn cli() -> Command {
         .subcommand(run_command())
         .subcommand(shell::command(run_command()))
         .subcommand(serve_command())
+        .subcommand(interact::command())
         .subcommand(layer_cmd::command())
         .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
         .subcommand(
@@ -270,6 +275,9 @@ fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
     for (id, slot) in [("stdin", &mut spec.stdin), ("stdout", &mut spec.stdout), ("stderr", &mut spec.stderr)] {
         if let Some(v) = last(m, id) {
             *slot = Some(Stdio::Path(absolute(v, &caller_cwd)));
+        }
+        if let Some(v) = last(m, &format!("{id}-file")) {
+            *slot = Some(Stdio::Pipe(spec::PipeFile { pipe: absolute(v, &caller_cwd) }));
         }
     }
     if let Some(v) = last(m, "capture") {
@@ -396,7 +404,8 @@ fn open_stdio(spec: &RunSpec) -> Result<([Option<RawFd>; 3], Vec<OwnedFd>)> {
     let mut keep = Vec::new();
     let files = [(&spec.stdin, "--stdin", false), (&spec.stdout, "--stdout", true), (&spec.stderr, "--stderr", true)];
     for (i, (io, flag, write)) in files.into_iter().enumerate() {
-        if let Some(Stdio::Capture(_)) = io {
+        if let Some(Stdio::Capture(_) | Stdio::Pipe(_)) = io {
+            // The supervisor carries it.
             fds[i] = None;
         }
         if let Some(p) = io.as_ref().and_then(Stdio::path) {
@@ -549,6 +558,7 @@ fn main() -> ExitCode {
         Some(("check", m)) => cmd_check(m),
         Some(("serve", m)) => cmd_serve(m),
         Some(("layer", m)) => return layer_cmd::run(m),
+        Some(("interact", m)) => return interact::run(m),
         Some(("supervise", _)) => {
             if capsule::sys::fd_mode(3).is_err() {
                 eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");

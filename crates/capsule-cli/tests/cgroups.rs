@@ -150,6 +150,46 @@ fn memory_limit_does_not_carry_over() {
     assert!(scope.leftovers().is_none(), "after the second run: {:?}", scope.leftovers());
 }
 
+/// An interactive run's programs have their own cgroups and limits: the
+/// solution's memory bomb hits its 32 MiB limit and is first to exit; the
+/// interactor, with its own limit, then sees its input end; both report
+/// cgroup accounting and nothing is left behind.
+#[test]
+fn interact_programs_have_their_own_cgroups() {
+    require_cgroups!("interact_programs_have_their_own_cgroups");
+    let _g = heavy();
+    let dir = Scratch::new("interact-cg");
+    let spec = format!(
+        r#"[solution]
+argv = ["{probe}", "memory-bomb", "512"]
+[solution.limits]
+memory = "32M"
+wall_time = "60s"
+[interactor]
+argv = ["/bin/sh", "-c", "cat >/dev/null; exit 4"]
+[interactor.limits]
+memory = "64M"
+wall_time = "60s"
+"#,
+        probe = probe()
+    );
+    let spec = dir.write("pair.toml", spec.as_bytes());
+    let json = dir.join("r.json");
+    let scope = CgScope::new("interact");
+    let out = capsule(&["interact", "--spec", spec.to_str().unwrap(), "--json", json.to_str().unwrap()]).in_scope(&scope).run();
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no --json result ({e}); {}", out.describe()));
+    assert_eq!(r["first_to_exit"], "solution", "{r}; {}", out.describe());
+    assert_eq!(r["solution"]["status"], "memory-limit", "{r}");
+    assert_eq!(r["interactor"]["status"], "exited", "{r}");
+    assert_eq!(r["interactor"]["exit_code"], 4, "{r}");
+    for side in ["solution", "interactor"] {
+        assert_eq!(r[side]["accounting"], "cgroup", "{side}: {r}");
+    }
+    out.assert_code(123);
+    assert!(scope.leftovers().is_none(), "left behind: {:?}", scope.leftovers());
+}
+
 // Processes -------------------------------------------------------------------
 
 /// A fork bomb under `--pids 40` gets at most 39 children (the probe is the

@@ -79,6 +79,7 @@ pub fn errno_name(errno: i32) -> &'static str {
         EEXIST => "EEXIST",
         EXDEV => "EXDEV",
         ENODEV => "ENODEV",
+        ESPIPE => "ESPIPE",
         ENOTDIR => "ENOTDIR",
         EISDIR => "EISDIR",
         EINVAL => "EINVAL",

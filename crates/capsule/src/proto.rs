@@ -33,9 +33,11 @@ pub enum ClientMsg {
     /// supervisor dies).
     Run { id: u64, spec: Box<RunSpec>, stdio: [bool; 3], notify: bool },
     /// Run the two programs of an interactive run, connected through the
-    /// supervisor's relay. Attached: `notify` as for `Run`. Answered with
-    /// `Interacted` or `Failed`; `Kill` and `Cancel` act on both programs.
-    Interact { id: u64, spec: Box<crate::spec::InteractSpec>, notify: bool },
+    /// supervisor's relay. Attached: the solution's and the interactor's
+    /// stderr where `stderr[i]` is true, then `notify` as for `Run`.
+    /// Answered with `Interacted` or `Failed`; `Kill` and `Cancel` act on
+    /// both programs.
+    Interact { id: u64, spec: Box<crate::spec::InteractSpec>, stderr: [bool; 2], notify: bool },
     /// Kill the run now; its result (status `killed`) is still sent.
     Kill { id: u64 },
     /// Kill the run if it started, or drop it from the queue; its final

@@ -325,6 +325,9 @@ struct Direction {
     /// The reader's pipe is full: wait for it to drain (POLLOUT) before
     /// reading more.
     blocked: bool,
+    /// The writer's end closed while what it wrote last still waits for
+    /// room in the reader's pipe.
+    writer_gone: bool,
 }
 
 /// The relay of an interactive run: two pairs of pipes, one per
@@ -360,7 +363,14 @@ impl Relay {
         let (int_in, int_stdin) = pipe_pair(true, false)?;
         let (int_out, int_stdout) = pipe_pair(false, false)?;
         let (sol_in, sol_stdin) = pipe_pair(true, false)?;
-        let dir = |from, to, writer, reader| Direction { from: Some(from), to: Some(to), writer, reader, blocked: false };
+        let dir = |from, to, writer, reader| Direction {
+            from: Some(from),
+            to: Some(to),
+            writer,
+            reader,
+            blocked: false,
+            writer_gone: false,
+        };
         let relay = Relay {
             dirs: [
                 dir(sol_out, int_in, Side::Solution, Side::Interactor),
@@ -378,6 +388,10 @@ impl Relay {
             if let (Some(from), Some(to)) = (&dir.from, &dir.to) {
                 if !dir.blocked {
                     out.push((from.as_raw_fd(), libc::POLLIN, d, false));
+                } else if !dir.writer_gone {
+                    // Only POLLHUP: a writer that ends while the reader is
+                    // not reading has still left first.
+                    out.push((from.as_raw_fd(), 0, d, false));
                 }
                 // POLLERR (the reader is gone) is reported whatever we ask.
                 out.push((to.as_raw_fd(), if dir.blocked { libc::POLLOUT } else { 0 }, d, true));
@@ -399,6 +413,13 @@ impl Relay {
         }
         if to_end {
             dir.blocked = false;
+        } else if dir.blocked && revents & libc::POLLHUP != 0 {
+            // The writer is gone; what it wrote is still passed on as the
+            // reader makes room, then the reader gets its end of input.
+            let writer = dir.writer;
+            dir.writer_gone = true;
+            self.note(writer, round);
+            return;
         }
         self.pump(d, round);
     }

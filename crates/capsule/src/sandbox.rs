@@ -193,8 +193,18 @@ impl Sandbox {
     /// left the conversation first. It takes two of the supervisor's
     /// `parallel` slots (all of them when there is one).
     pub fn interact(&self, spec: InteractSpec) -> Result<InteractHandle, Error> {
+        self.interact_with(spec, [None, None])
+    }
+
+    /// Like [`interact`](Self::interact), with caller-provided descriptors
+    /// as the solution's and the interactor's stderr (their stdin and
+    /// stdout are the conversation).
+    pub fn interact_with(&self, spec: InteractSpec, stderr: [Option<BorrowedFd<'_>>; 2]) -> Result<InteractHandle, Error> {
         spec.validate()?;
-        let handle = self.request(|id| ClientMsg::Interact { id, spec: Box::new(spec), notify: true }, Vec::new())?;
+        let fds: Vec<RawFd> = stderr.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
+        let has = stderr.map(|s| s.is_some());
+        let handle =
+            self.request(|id| ClientMsg::Interact { id, spec: Box::new(spec), stderr: has, notify: true }, fds)?;
         Ok(InteractHandle(handle))
     }
 

@@ -425,6 +425,22 @@ pub fn from_toml(text: &str) -> Result<RunSpec, SpecError> {
     parse_toml(text, "profile").map_err(|(where_, message)| SpecError::new(where_, message))
 }
 
+/// Parses an interactive spec (`[solution]` and `[interactor]` tables)
+/// from TOML (not yet validated).
+pub fn interact_from_toml(text: &str) -> Result<InteractSpec, SpecError> {
+    parse_toml(text, "spec").map_err(|(where_, message)| SpecError::new(where_, message))
+}
+
+/// Parses an interactive spec from JSON (not yet validated); errors name
+/// the field.
+pub fn interact_from_json(text: &str) -> Result<InteractSpec, SpecError> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        SpecError::new(if path == "." { "spec".into() } else { path }, e.into_inner().to_string())
+    })
+}
+
 /// Deserializes TOML; an error says where (`field.path (line N)`, or
 /// `line N`, or `whole` when nothing more precise is known) and what.
 pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, whole: &str) -> Result<T, (String, String)> {

@@ -1162,7 +1162,15 @@ impl Loop {
     }
 
     /// Queues the two programs of an interactive run.
-    fn enqueue_pair(&mut self, sup: &mut Supervisor, conn: usize, cid: ClientId, spec: InteractSpec, notify: Option<OwnedFd>) {
+    fn enqueue_pair(
+        &mut self,
+        sup: &mut Supervisor,
+        conn: usize,
+        cid: ClientId,
+        spec: InteractSpec,
+        stderr: [Option<OwnedFd>; 2],
+        notify: Option<OwnedFd>,
+    ) {
         let checked = spec
             .validate()
             .map_err(|e| e.to_string())
@@ -1177,12 +1185,14 @@ impl Loop {
         self.next_pair += 1;
         self.pairs.push(Pair { id, conn, cid: cid.clone(), notify, relay, results: [None, None], cancelled: false });
         let InteractSpec { solution, interactor } = spec;
-        for (side, spec, (stdin, stdout)) in [(Side::Solution, solution, sol), (Side::Interactor, interactor, int)] {
+        let [sol_err, int_err] = stderr;
+        let parts = [(Side::Solution, solution, sol, sol_err), (Side::Interactor, interactor, int, int_err)];
+        for (side, spec, (stdin, stdout), stderr) in parts {
             self.queue.push_back(Request {
                 conn,
                 cid: cid.clone(),
                 spec: Box::new(spec),
-                stdio: [Some(stdin), Some(stdout), None],
+                stdio: [Some(stdin), Some(stdout), stderr],
                 notify: None,
                 retried: false,
                 pair: Some((id, side)),
@@ -1514,9 +1524,11 @@ impl Loop {
             ClientMsg::Cancel { id } => {
                 self.control(conn, &ClientId::Binary(id), true);
             }
-            ClientMsg::Interact { id, spec, notify } => {
-                let notify = if notify { fds.into_iter().next() } else { None };
-                self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, notify);
+            ClientMsg::Interact { id, spec, stderr, notify } => {
+                let mut fds = fds.into_iter();
+                let stderr = stderr.map(|has| if has { fds.next() } else { None });
+                let notify = if notify { fds.next() } else { None };
+                self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
             }
             ClientMsg::Start(_) => {}
         }
@@ -1539,7 +1551,7 @@ impl Loop {
                     self.write(conn, serve::error_line(&id, "a run with this id is still in flight on this connection"));
                     return;
                 }
-                self.enqueue_pair(sup, conn, cid, *spec, None);
+                self.enqueue_pair(sup, conn, cid, *spec, [None, None], None);
             }
             Ok(LineRequest::Cancel { id, target }) => {
                 let found = self.control(conn, &ClientId::Json(target.clone()), true);

@@ -87,7 +87,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: capsule-probe SUBCOMMAND [ARGS]\n\
          subcommands: exit N | signal SIG | sleep MS | hold TAG | write-bytes N [PATH] |\n\
-         env | cwd | ids | rlimits | fds | kill-all [EXIT] | tiocsti CHAR |\n\
+         env | cwd | ids | rlimits | fds | stdio-kind | kill-all [EXIT] | tiocsti CHAR |\n\
          open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT | bind-tcp PORT |\n\
          connect-abstract NAME | daemon MARKER | sleep-tree MARKER [N] |\n\
          hostname | sethostname NAME | ipc-check KEY | ipc-create KEY |\n\
@@ -170,6 +170,7 @@ fn main() {
         "ids" => cmd_ids(),
         "rlimits" => cmd_rlimits(),
         "fds" => cmd_fds(),
+        "stdio-kind" => cmd_stdio_kind(),
         "kill-all" => cmd_kill_all(rest.first().map(|s| parse(s)).unwrap_or(0)),
         "tiocsti" => cmd_tiocsti(arg(rest, 0)),
         "open-exe" => cmd_open_exe(rest.iter().any(|a| a == "--write")),
@@ -392,6 +393,53 @@ fn cmd_rlimits() {
         let f = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { "unlimited".to_string() } else { v.to_string() };
         out(&format!("rlimit.{name}"), format!("{} {}", f(rl.rlim_cur), f(rl.rlim_max)));
     }
+}
+
+/// What fds 0 and 1 are, and whether stdin can be seeked or mapped
+/// (read-once input: a pipe, neither). Reports on stderr (stdout may be
+/// the write-once pipe under test) and counts stdin's bytes.
+fn cmd_stdio_kind() {
+    let mut lines = Vec::new();
+    for (fd, name) in [(0, "stdin"), (1, "stdout")] {
+        // SAFETY: st is a zeroed stat buffer fstat fills.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: plain fstat into st.
+        let kind = if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            errno_name(errno())
+        } else {
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFIFO => "fifo".into(),
+                libc::S_IFREG => "file".into(),
+                libc::S_IFCHR => "chr".into(),
+                _ => "other".into(),
+            }
+        };
+        lines.push(format!("{name}_kind={kind}"));
+    }
+    // SAFETY: lseek on fd 0 has no memory effects.
+    let seek = unsafe { libc::lseek(0, 0, libc::SEEK_SET) };
+    lines.push(format!("stdin_seek={}", if seek < 0 { errno_name(errno()) } else { "ok".into() }));
+    // SAFETY: a private read-only mapping of fd 0, unmapped right away.
+    let map = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE, 0, 0) };
+    if map == libc::MAP_FAILED {
+        lines.push(format!("stdin_mmap={}", errno_name(errno())));
+    } else {
+        lines.push("stdin_mmap=ok".into());
+        // SAFETY: map is a live mapping of 4096 bytes.
+        unsafe { libc::munmap(map, 4096) };
+    }
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        // SAFETY: buf is writable for its length.
+        let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+        if r <= 0 {
+            break;
+        }
+        n += r as u64;
+    }
+    lines.push(format!("stdin_bytes={n}"));
+    eprintln!("{}", lines.join("\n"));
 }
 
 fn cmd_fds() {
