@@ -108,7 +108,7 @@ fn run_command() -> Command {
         .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
         .arg(flag("net-log", "Record each connect/sendto/sendmsg/sendmmsg destination (seccomp user notification) and print a summary at the end; --json/--meta have it as net_log (docs/network.md)", "Network"))
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
-        .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), none, or a policy file (docs/seccomp.md)", "Security"))
+        .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), python, jvm, go, bash (judged programs of those runtimes), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
         .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE)", lim))
         .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
