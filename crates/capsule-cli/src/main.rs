@@ -13,6 +13,7 @@ use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 mod layer_cmd;
+mod presets_cmd;
 mod pty;
 mod shell;
 
@@ -166,6 +167,7 @@ fn cli() -> Command {
         .subcommand(shell::command(run_command()))
         .subcommand(serve_command())
         .subcommand(layer_cmd::command())
+        .subcommand(presets_cmd::command())
         .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
         .subcommand(
             Command::new("check")
@@ -549,6 +551,7 @@ fn main() -> ExitCode {
         Some(("check", m)) => cmd_check(m),
         Some(("serve", m)) => cmd_serve(m),
         Some(("layer", m)) => return layer_cmd::run(m),
+        Some(("presets", m)) => presets_cmd::run(m),
         Some(("supervise", _)) => {
             if capsule::sys::fd_mode(3).is_err() {
                 eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");
