@@ -1315,6 +1315,10 @@ mod tests {
         for call in ["epoll_create1", "epoll_ctl", "epoll_pwait", "pipe2", "eventfd2", "tgkill", "sigaltstack"] {
             assert_eq!(native(&f, call, [0; 6]), RET_ALLOW, "{call}");
         }
+        assert_eq!(native(&f, "prlimit64", [0, 7, 0x1000, 0, 0, 0]), RET_ALLOW, "raising its soft descriptor limit");
+        assert_eq!(native(&f, "prlimit64", [1, 7, 0x1000, 0, 0, 0]), RET_NOTIFY, "another process's");
+        assert_eq!(native(&f, "prctl", [0x53564d41, 0, 0, 0, 0, 0]), RET_ALLOW, "PR_SET_VMA");
+        assert_eq!(native(&f, "prctl", [15, 0, 0, 0, 0, 0]), RET_NOTIFY, "other prctls");
         assert_eq!(native(&f, "openat", [0, 0, libc::O_WRONLY as u64, 0, 0, 0]), RET_NOTIFY);
         // bash: processes and files, no namespaces or network.
         let f = compile(&PolicyName::Bash).unwrap();
