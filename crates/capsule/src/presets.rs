@@ -403,27 +403,25 @@ impl Search {
 /// The standard directories looked in after `PATH`.
 const STANDARD_DIRS: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
-/// A program that answered its version query.
+/// A candidate program: as found (through `PATH`), and with its links
+/// resolved.
 #[derive(Debug)]
-struct Found {
-    /// As found (through `PATH`), links unresolved.
-    path: PathBuf,
-    /// Links resolved.
-    real: PathBuf,
-    /// The query's standard output and error.
-    out: String,
-    /// Candidates passed over, and why.
-    skipped: Vec<String>,
+struct Cand<'a> {
+    path: &'a Path,
+    real: &'a Path,
 }
 
 impl Preset {
-    fn incomplete(&self, what: impl Into<String>) -> PresetError {
-        PresetError::Incomplete { preset: self.def.name, what: what.into(), fix: self.def.install.to_string() }
-    }
-
-    /// The first candidate for `program` (in `PATH`, the standard
-    /// directories, then `extra`) whose version query `args` succeeds.
-    fn find(&self, s: &Search, program: &str, extra: &[PathBuf], args: &[&str], env: &[(&str, &str)]) -> Result<Found, PresetError> {
+    /// The toolchain of the first candidate for `program` (in `PATH`, the
+    /// standard directories, then `extra`) that `check` accepts; the
+    /// others, and why, in its `skipped`.
+    fn find(
+        &self,
+        s: &Search,
+        program: &str,
+        extra: &[PathBuf],
+        check: impl Fn(&Cand) -> Result<Toolchain, String>,
+    ) -> Result<Toolchain, PresetError> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         if let Some(p) = &s.path {
             dirs.extend(std::env::split_paths(p).filter(|d| d.is_absolute()));
@@ -462,8 +460,11 @@ impl Preset {
                     continue;
                 }
             };
-            match probe(&cand, args, env) {
-                Ok(out) => return Ok(Found { path: cand, real, out, skipped }),
+            match check(&Cand { path: &cand, real: &real }) {
+                Ok(mut tc) => {
+                    tc.skipped = skipped;
+                    return Ok(tc);
+                }
                 Err(why) => skipped.push(format!("{}: {why}", cand.display())),
             }
         }
@@ -478,53 +479,27 @@ impl Preset {
     }
 
     fn detect_gcc(&self, s: &Search, program: &str) -> Result<Toolchain, PresetError> {
-        let f = self.find(s, program, &[], &["-dumpfullversion"], &[])?;
-        let version = first_line(&f.out);
-        let mut tc = toolchain(&f, format!("{program} {version}"));
-        // A compiler under /usr uses /usr/include, which the profile binds;
-        // elsewhere, its prefix holds its headers and libraries.
-        match home_of(&f.real) {
-            Some(home) if home != Path::new("/usr") => {
-                tc.path.push(home.join("bin"));
-                tc.binds.push(home);
-            }
-            _ => {
-                if !Path::new("/usr/include/stdio.h").exists() {
-                    return Err(self.incomplete("the C library's headers are missing (/usr/include/stdio.h)"));
+        self.find(s, program, &[], |c| {
+            let version = first_line(&probe(c.path, &["-dumpfullversion"], &[])?);
+            let mut tc = toolchain(c.real, format!("{program} {version}"));
+            // A compiler under /usr uses /usr/include, which the profile
+            // binds; elsewhere, its prefix holds its headers and libraries.
+            match home_of(c.real) {
+                Some(home) if home != Path::new("/usr") => {
+                    tc.path.push(home.join("bin"));
+                    tc.binds.push(home);
+                }
+                _ => {
+                    if !Path::new("/usr/include/stdio.h").exists() {
+                        return Err("the C library's headers are missing (/usr/include/stdio.h)".into());
+                    }
                 }
             }
-        }
-        Ok(tc)
+            Ok(tc)
+        })
     }
 
     fn detect_rust(&self, s: &Search) -> Result<Toolchain, PresetError> {
-        let extra: Vec<PathBuf> = s.home.iter().map(|h| h.join(".cargo/bin")).collect();
-        // `rustc` may be rustup's proxy, which needs the caller's
-        // environment: ask it for the real toolchain, then use that.
-        let f = self.find(s, "rustc", &extra, &["--print", "sysroot"], &[])?;
-        let sysroot_text = first_line(&f.out);
-        let sysroot = std::fs::canonicalize(&sysroot_text).map_err(|e| {
-            self.incomplete(format!("{} prints the sysroot {sysroot_text}, which this user cannot use: {}", f.path.display(), io_text(&e)))
-        })?;
-        let real = sysroot.join("bin/rustc");
-        let out = probe(&real, &["--version"], &[]).map_err(|why| {
-            self.incomplete(format!("the toolchain's own {} does not run for this user: {why}", real.display()))
-        })?;
-        let version = first_line(&out).split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-        let mut tc = Toolchain {
-            version,
-            program: real,
-            runtime: None,
-            binds: Vec::new(),
-            path: Vec::new(),
-            env: BTreeMap::new(),
-            skipped: f.skipped,
-        };
-        if sysroot != Path::new("/usr") {
-            tc.path.push(sysroot.join("bin"));
-            tc.binds.push(sysroot.clone());
-        }
-        tc.binds.extend(outside_links(&sysroot.join("lib/rustlib"), 4));
         // rustc links with `cc`, which the sandbox finds in /usr/bin.
         if !["/usr/bin/cc", "/bin/cc"].iter().any(|p| Path::new(p).exists()) {
             return Err(PresetError::Incomplete {
@@ -533,128 +508,135 @@ impl Preset {
                 fix: "install a C compiler (Debian: apt-get install gcc)".into(),
             });
         }
-        Ok(tc)
+        let extra: Vec<PathBuf> = s.home.iter().map(|h| h.join(".cargo/bin")).collect();
+        self.find(s, "rustc", &extra, |c| {
+            // `rustc` may be rustup's proxy, which needs the caller's
+            // environment: ask it for the real toolchain, then use that.
+            let text = first_line(&probe(c.path, &["--print", "sysroot"], &[])?);
+            let sysroot = std::fs::canonicalize(&text)
+                .map_err(|e| format!("its sysroot {text} is not usable by this user: {}", io_text(&e)))?;
+            let real = sysroot.join("bin/rustc");
+            let out = probe(&real, &["--version"], &[]).map_err(|why| format!("its sysroot's rustc: {why}"))?;
+            // `rustc 1.63.0` (of `rustc 1.75.0 (82e1608df 2023-12-21)`)
+            let version = first_line(&out).split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            let mut tc = toolchain(&real, version);
+            if sysroot != Path::new("/usr") {
+                tc.path.push(sysroot.join("bin"));
+                tc.binds.push(sysroot.clone());
+            }
+            tc.binds.extend(outside_links(&sysroot.join("lib/rustlib"), 4));
+            Ok(tc)
+        })
     }
 
     fn detect_fpc(&self, s: &Search) -> Result<Toolchain, PresetError> {
-        let f = self.find(s, "fpc", &[], &["-iV"], &[])?;
-        let mut tc = toolchain(&f, format!("fpc {}", first_line(&f.out)));
-        if let Some(home) = home_of(&f.real).filter(|h| h != Path::new("/usr")) {
-            tc.path.push(home.join("bin"));
-            tc.binds.push(home);
-        }
-        // The compiler proper (ppcx64), which the driver runs.
-        let ppc = probe(&f.path, &["-PB"], &[]).map(|o| first_line(&o)).unwrap_or_default();
-        match std::fs::canonicalize(&ppc) {
-            Ok(real) => {
-                if let Some(dir) = real.parent() {
-                    tc.binds.push(dir.to_path_buf());
-                }
+        self.find(s, "fpc", &[], |c| {
+            let version = first_line(&probe(c.path, &["-iV"], &[])?);
+            let mut tc = toolchain(c.real, format!("fpc {version}"));
+            if let Some(home) = home_of(c.real).filter(|h| h != Path::new("/usr")) {
+                tc.path.push(home.join("bin"));
+                tc.binds.push(home);
             }
-            Err(e) => {
-                return Err(self.incomplete(format!("fpc's compiler `{ppc}` (fpc -PB) is not usable: {}", io_text(&e))));
-            }
-        }
-        Ok(tc)
+            // The compiler proper (ppcx64), which the driver runs.
+            let ppc = first_line(&probe(c.path, &["-PB"], &[])?);
+            let real = std::fs::canonicalize(&ppc)
+                .map_err(|e| format!("its compiler `{ppc}` (fpc -PB) is not usable: {}", io_text(&e)))?;
+            tc.binds.extend(real.parent().map(Path::to_path_buf));
+            Ok(tc)
+        })
     }
 
     fn detect_python(&self, s: &Search) -> Result<Toolchain, PresetError> {
         const QUERY: &str = "import sys, sysconfig\nprint(sys.executable)\nprint(sys.base_prefix)\nprint(sysconfig.get_path('stdlib'))\nprint('%d.%d.%d' % sys.version_info[:3])";
-        let f = self.find(s, "python3", &[], &["-I", "-c", QUERY], &[])?;
-        let lines: Vec<&str> = f.out.lines().collect();
-        let [exe, prefix, stdlib, version] = lines[..] else {
-            return Err(self.incomplete(format!("{} answers its query unexpectedly: {:?}", f.path.display(), f.out)));
-        };
-        // pyenv's shims and virtual environments: the interpreter itself.
-        let real = std::fs::canonicalize(exe)
-            .map_err(|e| self.incomplete(format!("the interpreter {exe} is not usable: {}", io_text(&e))))?;
-        let mut tc = Toolchain {
-            version: format!("Python {version}"),
-            program: real.clone(),
-            runtime: Some(real.clone()),
-            binds: Vec::new(),
-            path: Vec::new(),
-            env: BTreeMap::new(),
-            skipped: f.skipped,
-        };
-        if let Ok(prefix) = std::fs::canonicalize(prefix) {
-            if prefix != Path::new("/usr") && prefix != Path::new("/") {
-                tc.binds.push(prefix);
+        self.find(s, "python3", &[], |c| {
+            let out = probe(c.path, &["-I", "-c", QUERY], &[])?;
+            let lines: Vec<&str> = out.lines().collect();
+            let [exe, prefix, stdlib, version] = lines[..] else {
+                return Err(format!("unexpected answer to its query: {out:?}"));
+            };
+            // pyenv's shims and virtual environments: the interpreter itself.
+            let real = std::fs::canonicalize(exe).map_err(|e| format!("its interpreter {exe}: {}", io_text(&e)))?;
+            let mut tc = toolchain(&real, format!("Python {version}"));
+            tc.runtime = Some(real.clone());
+            if let Ok(prefix) = std::fs::canonicalize(prefix) {
+                if prefix != Path::new("/usr") && prefix != Path::new("/") {
+                    tc.binds.push(prefix);
+                }
             }
-        }
-        tc.binds.push(real);
-        if let Ok(stdlib) = std::fs::canonicalize(stdlib) {
-            tc.binds.extend(outside_links(&stdlib, 1));
-        }
-        Ok(tc)
+            tc.binds.push(real);
+            if let Ok(stdlib) = std::fs::canonicalize(stdlib) {
+                tc.binds.extend(outside_links(&stdlib, 1));
+            }
+            Ok(tc)
+        })
     }
 
     fn detect_bash(&self, s: &Search) -> Result<Toolchain, PresetError> {
-        let f = self.find(s, "bash", &[], &["-c", "printf '%s\\n' \"$BASH_VERSION\""], &[])?;
-        let v = first_line(&f.out);
-        let v = v.split('(').next().unwrap_or(&v);
-        let mut tc = toolchain(&f, format!("bash {v}"));
-        tc.runtime = Some(f.real.clone());
-        tc.binds.push(f.real.clone());
-        Ok(tc)
+        self.find(s, "bash", &[], |c| {
+            let out = probe(c.path, &["-c", "printf '%s\\n' \"$BASH_VERSION\""], &[])?;
+            // `5.2.15(1)-release`
+            let v = first_line(&out);
+            let mut tc = toolchain(c.real, format!("bash {}", v.split('(').next().unwrap_or(&v)));
+            tc.runtime = Some(c.real.to_path_buf());
+            tc.binds.push(c.real.to_path_buf());
+            Ok(tc)
+        })
     }
 
     fn detect_java(&self, s: &Search) -> Result<Toolchain, PresetError> {
         let extra = [PathBuf::from("/usr/lib/jvm/default-java/bin")];
-        let f = self.find(s, "javac", &extra, &["-version"], &[])?;
-        let home = home_of(&f.real)
-            .ok_or_else(|| self.incomplete(format!("{} is not in a JDK's bin directory", f.real.display())))?;
-        let java = home.join("bin/java");
-        let out = probe(&java, &["-Xshare:auto", "-version"], &[])
-            .map_err(|why| self.incomplete(format!("the JDK's {} does not run for this user: {why}", java.display())))?;
-        // `openjdk version "17.0.15" 2025-04-15`
-        let line = first_line(&out);
-        let version = match (line.split_whitespace().next(), line.split('"').nth(1)) {
-            (Some(vendor), Some(v)) => format!("{vendor} {v}"),
-            _ => line.clone(),
-        };
-        let mut tc = Toolchain {
-            version,
-            program: f.real.clone(),
-            runtime: Some(java),
-            binds: vec![home.clone()],
-            path: vec![home.join("bin")],
-            env: BTreeMap::new(),
-            skipped: f.skipped,
-        };
-        for sub in ["conf", "lib"] {
-            tc.binds.extend(outside_links(&home.join(sub), 4));
-        }
-        Ok(tc)
+        self.find(s, "javac", &extra, |c| {
+            let home = home_of(c.real).ok_or_else(|| format!("{} is not in a JDK's bin directory", c.real.display()))?;
+            let java = home.join("bin/java");
+            // javac is a JVM too: `java -version` tells whether the JDK
+            // runs for this user, faster than `javac -version`.
+            let out = probe(&java, &["-Xshare:auto", "-version"], &[]).map_err(|why| format!("its JDK's java: {why}"))?;
+            // `openjdk version "17.0.15" 2025-04-15`
+            let line = first_line(&out);
+            let version = match (line.split_whitespace().next(), line.split('"').nth(1)) {
+                (Some(vendor), Some(v)) => format!("{vendor} {v}"),
+                _ => line.clone(),
+            };
+            let mut tc = toolchain(c.real, version);
+            tc.runtime = Some(java);
+            tc.path.push(home.join("bin"));
+            tc.binds.push(home.clone());
+            for sub in ["conf", "lib"] {
+                tc.binds.extend(outside_links(&home.join(sub), 4));
+            }
+            Ok(tc)
+        })
     }
 
     fn detect_go(&self, s: &Search) -> Result<Toolchain, PresetError> {
         let extra = [PathBuf::from("/usr/local/go/bin"), PathBuf::from("/usr/lib/go/bin")];
-        let env = [("GOTOOLCHAIN", "local"), ("GOENV", "off")];
-        let f = self.find(s, "go", &extra, &["version"], &env)?;
-        // `go version go1.19.8 linux/amd64`
-        let version = f.out.split_whitespace().nth(2).unwrap_or("go").to_string();
-        let goroot = home_of(&f.real)
-            .filter(|r| r.join("src/runtime").is_dir())
-            .ok_or_else(|| self.incomplete(format!("{} is not in a Go root (no src/runtime beside its bin directory)", f.real.display())))?;
-        let mut tc = toolchain(&f, version);
-        tc.env.insert("GOROOT".into(), goroot.display().to_string());
-        tc.path.push(goroot.join("bin"));
-        tc.binds.push(goroot.clone());
-        tc.binds.extend(outside_links(&goroot, 3));
-        Ok(tc)
+        self.find(s, "go", &extra, |c| {
+            // No toolchain download, no go.env of the caller's.
+            let out = probe(c.path, &["version"], &[("GOTOOLCHAIN", "local"), ("GOENV", "off")])?;
+            // `go version go1.19.8 linux/amd64`
+            let version = out.split_whitespace().nth(2).unwrap_or("go").to_string();
+            let goroot = home_of(c.real)
+                .filter(|r| r.join("src/runtime").is_dir())
+                .ok_or_else(|| format!("{} is not in a Go root (no src/runtime beside its bin directory)", c.real.display()))?;
+            let mut tc = toolchain(c.real, version);
+            tc.env.insert("GOROOT".into(), goroot.display().to_string());
+            tc.path.push(goroot.join("bin"));
+            tc.binds.push(goroot.clone());
+            tc.binds.extend(outside_links(&goroot, 3));
+            Ok(tc)
+        })
     }
 }
 
-fn toolchain(f: &Found, version: String) -> Toolchain {
+fn toolchain(program: &Path, version: String) -> Toolchain {
     Toolchain {
         version,
-        program: f.real.clone(),
+        program: program.to_path_buf(),
         runtime: None,
         binds: Vec::new(),
         path: Vec::new(),
         env: BTreeMap::new(),
-        skipped: f.skipped.clone(),
+        skipped: Vec::new(),
     }
 }
 
@@ -1001,29 +983,39 @@ mod tests {
     #[test]
     fn find_skips_unusable_candidates_and_says_why() {
         let d = scratch("find");
-        let (a, b) = (d.join("a"), d.join("b"));
-        std::fs::create_dir_all(&a).unwrap();
-        std::fs::create_dir_all(&b).unwrap();
+        let (a, b, c) = (d.join("a"), d.join("b"), d.join("c"));
+        for x in [&a, &b, &c] {
+            std::fs::create_dir_all(x).unwrap();
+        }
         let p = get("c").unwrap();
+        let check = |c: &Cand| -> Result<Toolchain, String> {
+            let out = probe(c.path, &["-v"], &[])?;
+            if out.contains("old") {
+                return Err("too old".into());
+            }
+            Ok(toolchain(c.real, first_line(&out)))
+        };
         // Not executable (even root cannot run a file without an x bit),
-        // then one that fails, then one that works.
+        // then one the check refuses, then one that works.
         script(&a, "zz-cc", "#!/bin/sh\necho 9\n", 0o644);
-        script(&b, "zz-cc", "#!/bin/sh\necho 1.2.3\n", 0o755);
-        let s = Search { path: Some(std::env::join_paths([&a, &b]).unwrap()), home: None };
-        let f = p.find(&s, "zz-cc", &[], &["-v"], &[]).unwrap();
-        assert_eq!(f.path, b.join("zz-cc"));
-        assert_eq!(first_line(&f.out), "1.2.3");
-        assert_eq!(f.skipped.len(), 1, "{:?}", f.skipped);
-        assert!(f.skipped[0].contains(&a.join("zz-cc").display().to_string()) && f.skipped[0].contains("EACCES"), "{:?}", f.skipped);
+        script(&b, "zz-cc", "#!/bin/sh\necho old\n", 0o755);
+        script(&c, "zz-cc", "#!/bin/sh\necho 1.2.3\n", 0o755);
+        let s = Search { path: Some(std::env::join_paths([&a, &b, &c]).unwrap()), home: None };
+        let tc = p.find(&s, "zz-cc", &[], check).unwrap();
+        assert_eq!(tc.program, c.join("zz-cc"));
+        assert_eq!(tc.version, "1.2.3");
+        assert_eq!(tc.skipped.len(), 2, "{:?}", tc.skipped);
+        assert!(tc.skipped[0].starts_with(&a.join("zz-cc").display().to_string()) && tc.skipped[0].contains("EACCES"), "{:?}", tc.skipped);
+        assert_eq!(tc.skipped[1], format!("{}: too old", b.join("zz-cc").display()));
         // Only unusable candidates: Unusable, with each reason and the fix.
-        script(&b, "zz-cc", "#!/bin/sh\necho broken >&2\nexit 3\n", 0o755);
-        let e = p.find(&s, "zz-cc", &[], &["-v"], &[]).unwrap_err();
+        script(&c, "zz-cc", "#!/bin/sh\necho broken >&2\nexit 3\n", 0o755);
+        let e = p.find(&s, "zz-cc", &[], check).unwrap_err();
         let msg = e.to_string();
         assert!(matches!(e, PresetError::Unusable { .. }), "{msg}");
-        assert!(msg.contains("EACCES") && msg.contains("broken") && msg.contains("exit status: 3"), "{msg}");
+        assert!(msg.contains("EACCES") && msg.contains("too old") && msg.contains("broken") && msg.contains("exit status: 3"), "{msg}");
         assert!(msg.contains("apt-get install gcc"), "{msg}");
         // None at all: NotFound, naming where it looked.
-        let e = p.find(&search(&a), "zz-none", &[], &[], &[]).unwrap_err();
+        let e = p.find(&search(&a), "zz-none", &[], check).unwrap_err();
         let msg = e.to_string();
         assert!(matches!(e, PresetError::NotFound { .. }), "{msg}");
         assert!(msg.contains(&a.display().to_string()) && msg.contains("/usr/bin") && msg.contains("`zz-none` not found"), "{msg}");
