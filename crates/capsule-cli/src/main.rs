@@ -13,6 +13,7 @@ use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 mod interact;
+mod judge;
 mod layer_cmd;
 mod presets_cmd;
 mod pty;
@@ -173,6 +174,7 @@ fn cli() -> Command {
         .subcommand(interact::command())
         .subcommand(layer_cmd::command())
         .subcommand(presets_cmd::command())
+        .subcommand(judge::command())
         .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
         .subcommand(
             Command::new("check")
@@ -562,6 +564,10 @@ fn main() -> ExitCode {
         Some(("layer", m)) => return layer_cmd::run(m),
         Some(("interact", m)) => return interact::run(m),
         Some(("presets", m)) => presets_cmd::run(m),
+        Some(("judge", m)) => {
+            // Where a systemd user manager delegates cgroups, judge in them.
+            restart_in_scope(&RunSpec::default()).and_then(|()| judge::run(m))
+        }
         Some(("supervise", _)) => {
             if capsule::sys::fd_mode(3).is_err() {
                 eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");

@@ -1,0 +1,827 @@
+//! `capsule judge`: the main job of an online judge in one command
+//! (docs/judge.md). Compile the solution in the sandbox with its language
+//! preset, run it on every test of a directory through one long-lived
+//! supervisor (`capsule::sandbox`), `--parallel N` tests at once, with
+//! read-once input and write-once output (`{"pipe": F}`), check each
+//! output (or let an interactor talk to the solution), and print a table
+//! and a summary; `--json` writes the same as an object.
+//!
+//! Exit status: 0 when every test passed, 1 for any other verdict (CE
+//! included), 125 when the judge itself failed (bad input, a checker or
+//! interactor that crashed, a sandbox that could not start): a judge
+//! error is never a verdict for the solution.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use capsule::result::EXIT_CAPSULE_ERROR;
+use capsule::sandbox::{Config, Sandbox};
+use capsule::spec::{Capture, MountOp, PipeFile, Stdio};
+use capsule::units::{parse_duration, parse_size};
+use capsule::{Accounting, InteractSpec, RunResult, RunSpec, Status};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde_json::{json, Value};
+
+mod cases;
+mod checker;
+mod lang;
+mod verdict;
+
+use cases::Case;
+use checker::Checker;
+use lang::Lang;
+use verdict::{Limits, Verdict};
+
+const ABOUT: &str = "Compile a solution in the sandbox and judge it on a directory of tests";
+const AFTER: &str = "\
+Every DIR/NAME.in is a test (natural order: 2 before 10); its answer is DIR/NAME.out,
+else DIR/NAME.ans (optional with --interactor). The solution reads the test through a
+pipe and writes through one (read-once, write-once), with --time of CPU time, a wall-time
+limit of 2 x time + 1 s, --memory and --output-limit.
+
+Checkers: exact (byte-equal but for whitespace at line ends and empty lines at the end),
+tokens (the same whitespace-separated tokens), float:EPS (tokens; numbers within an
+absolute or relative error of EPS), or PROGRAM, run in a sandbox as
+`PROGRAM input output answer`: exit 0 accepts, 1 or 2 rejects, anything else is a judge
+error. --interactor PROG talks to the solution (its stdout is the solution's stdin and
+back), started as `PROG input [answer]`: exit 0 accepts, 1 or 2 rejects.
+
+Verdicts: OK, WA, TLE, MLE, RE, OLE, SYS (forbidden system call), CE (compilation error).
+Without cgroups the memory limit is checked after each run against the peak resident set,
+with each process's address space capped at 2 x memory + 64M (not for java and go).
+
+Exit status: 0 when every test passed; 1 for any other verdict; 125 when the judge itself
+failed (bad input, a checker or interactor that crashed, no sandbox). docs/judge.md";
+
+/// Bytes of the compiler's messages kept.
+const COMPILE_CAPTURE: u64 = 64 << 10;
+/// Bytes kept of the solution's stderr and of a checker's or an
+/// interactor's messages.
+const MESSAGE_CAPTURE: u64 = 4 << 10;
+/// Wall time a checker program may take on one test.
+const CHECKER_WALL: Duration = Duration::from_secs(30);
+/// Wall time an interactor may take beyond the solution's.
+const INTERACTOR_EXTRA_WALL: Duration = Duration::from_secs(10);
+/// Where a checker or interactor finds the test's files (in the sandbox's
+/// private /tmp, where mount points can be made).
+const FILES_DIR: &str = "/tmp/judge";
+/// Most tests at once.
+const MAX_PARALLEL: usize = capsule::sandbox::MAX_PARALLEL / 2;
+
+fn opt(id: &'static str, name: &'static str, help: &'static str) -> Arg {
+    Arg::new(id).long(id).value_name(name).action(ArgAction::Set).help(help)
+}
+
+pub fn command() -> Command {
+    Command::new("judge")
+        .about(ABOUT)
+        .after_help(AFTER)
+        .arg(opt("lang", "LANG", "Language preset: c, cpp, rust, pascal, python3, bash, java, go (or an alias)").required(true))
+        .arg(Arg::new("source").value_name("SOURCE").required(true).help("The solution's source file"))
+        .arg(opt("tests", "DIR", "Directory of tests: NAME.in with NAME.out or NAME.ans").required(true))
+        .arg(opt("checker", "CHECKER", "exact (default), tokens, float:EPS, or a checker PROGRAM (input output answer)").conflicts_with("interactor"))
+        .arg(opt("time", "DURATION", "CPU time per test (default 1s); the wall-time limit is 2 x time + 1 s"))
+        .arg(opt("memory", "SIZE", "Memory per test (default 256M; cgroup memory.max, else checked after the run)"))
+        .arg(opt("output-limit", "SIZE", "Output per test (default 64M)"))
+        .arg(opt("interactor", "PROG", "Interactive problem: PROG talks to the solution, started as PROG input [answer]"))
+        .arg(opt("parallel", "N", "Tests judged at once (default 1)"))
+        .arg(opt("json", "PATH", "Also write the verdict and every test's result as JSON to PATH"))
+}
+
+/// The command line, checked.
+struct Options {
+    lang: String,
+    source: PathBuf,
+    tests: PathBuf,
+    checker: Checker,
+    time: Duration,
+    memory: u64,
+    output_limit: u64,
+    interactor: Option<PathBuf>,
+    parallel: usize,
+}
+
+/// An I/O error's reason as the rest of capsule words it
+/// (`No such file or directory (ENOENT)`).
+pub(crate) fn io_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => capsule::error::errno_text(n),
+        None => e.to_string(),
+    }
+}
+
+fn options(m: &ArgMatches) -> Result<Options, String> {
+    let get = |id: &str| m.get_one::<String>(id).map(String::as_str);
+    let time = match get("time") {
+        Some(v) => parse_duration(v).map_err(|e| format!("--time {v}: {e}"))?,
+        None => Duration::from_secs(1),
+    };
+    if time.is_zero() || time > Duration::from_secs(3600) {
+        return Err(format!("--time {}: must be more than 0 and at most 1h", get("time").unwrap_or_default()));
+    }
+    let memory = match get("memory") {
+        Some(v) => parse_size(v).map_err(|e| format!("--memory {v}: {e}"))?,
+        None => 256 << 20,
+    };
+    if memory < 4 << 20 {
+        return Err(format!("--memory {}: too little to start a program (at least 4M)", get("memory").unwrap_or_default()));
+    }
+    let output_limit = match get("output-limit") {
+        Some(v) => parse_size(v).map_err(|e| format!("--output-limit {v}: {e}"))?,
+        None => 64 << 20,
+    };
+    if output_limit == 0 {
+        return Err("--output-limit 0: must be at least 1 byte".into());
+    }
+    let parallel = match get("parallel") {
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PARALLEL).contains(n))
+            .ok_or_else(|| format!("--parallel {v}: not a number of tests between 1 and {MAX_PARALLEL}"))?,
+        None => 1,
+    };
+    let checker = match get("checker") {
+        Some(v) => Checker::parse(v).map_err(|e| format!("--checker: {e}"))?,
+        None => Checker::Exact,
+    };
+    // Programs the sandbox starts by their absolute, link-free path.
+    let checker = match checker {
+        Checker::Program(p) => Checker::Program(canonical(&p, "--checker")?),
+        other => other,
+    };
+    let interactor = match get("interactor") {
+        Some(v) => {
+            let p = canonical(Path::new(v), "--interactor")?;
+            let md = std::fs::metadata(&p).map_err(|e| format!("--interactor `{v}`: {}", io_reason(&e)))?;
+            use std::os::unix::fs::PermissionsExt;
+            if !md.is_file() {
+                return Err(format!("--interactor `{v}` is not a file"));
+            }
+            if md.permissions().mode() & 0o111 == 0 {
+                return Err(format!("--interactor `{v}` is not executable (chmod +x it)"));
+            }
+            Some(p)
+        }
+        None => None,
+    };
+    Ok(Options {
+        lang: get("lang").unwrap_or_default().to_string(),
+        source: PathBuf::from(get("source").unwrap_or_default()),
+        tests: PathBuf::from(get("tests").unwrap_or_default()),
+        checker,
+        time,
+        memory,
+        output_limit,
+        interactor,
+        parallel,
+    })
+}
+
+fn canonical(p: &Path, flag: &str) -> Result<PathBuf, String> {
+    std::fs::canonicalize(p).map_err(|e| format!("{flag} `{}`: {}", p.display(), io_reason(&e)))
+}
+
+/// A private directory for one judgement, removed when dropped: `box/`
+/// (the source and what the compiler makes) and `out/` (the outputs).
+struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn new() -> Result<WorkDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::fs::canonicalize(std::env::temp_dir()).unwrap_or_else(|_| PathBuf::from("/tmp"));
+        let mut last = String::new();
+        for attempt in 0..100u32 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let path = base.join(format!("capsule-judge.{}.{nanos:08x}{attempt}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    let wd = WorkDir { path };
+                    for sub in ["box", "out"] {
+                        std::fs::DirBuilder::new()
+                            .mode(0o700)
+                            .create(wd.path.join(sub))
+                            .map_err(|e| format!("cannot create `{}`: {}", wd.path.join(sub).display(), io_reason(&e)))?;
+                    }
+                    return Ok(wd);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => last = format!("`{}`: {}", path.display(), io_reason(&e)),
+            }
+        }
+        Err(format!("cannot create a working directory in {} {last}; set TMPDIR to a writable directory", base.display()))
+    }
+
+    fn boxed(&self) -> PathBuf {
+        self.path.join("box")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.path.join("out")
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// One test's result.
+#[derive(Debug, Clone)]
+struct TestReport {
+    name: String,
+    verdict: Verdict,
+    /// CPU time (user + system) of the solution.
+    time_ms: f64,
+    wall_time_ms: f64,
+    memory_bytes: u64,
+    /// Why (the checker's message, the signal, the syscall...).
+    detail: String,
+    syscall: Option<String>,
+    /// How the solution's run ended: `status`, `exit_code`, `signal`.
+    status: Status,
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    /// Interactive: who left the conversation first, and how the
+    /// interactor ended.
+    first_to_exit: Option<capsule::Side>,
+    interactor: Option<Value>,
+    /// The first bytes of the solution's stderr.
+    stderr: String,
+}
+
+/// Everything the judgement produced, for the table and `--json`.
+#[derive(Default)]
+struct Report {
+    lang: String,
+    toolchain: String,
+    /// The memory figures' source: `cgroup` or `rusage`.
+    accounting: Option<Accounting>,
+    compiled: Option<bool>,
+    compile_output: String,
+    compile_ms: f64,
+    tests_ms: f64,
+    tests: Vec<TestReport>,
+    total: usize,
+}
+
+impl Report {
+    /// The first non-OK test's verdict in test order, CE, or OK.
+    fn verdict(&self) -> Verdict {
+        if self.compiled == Some(false) {
+            return Verdict::Ce;
+        }
+        self.tests.iter().map(|t| t.verdict).find(|v| *v != Verdict::Ok).unwrap_or(Verdict::Ok)
+    }
+
+    fn json(&self, error: Option<&str>, opts: Option<&Options>) -> Value {
+        let tests: Vec<Value> = self
+            .tests
+            .iter()
+            .map(|t| {
+                let mut o = json!({
+                    "name": t.name,
+                    "verdict": t.verdict.code(),
+                    "time_ms": round3(t.time_ms),
+                    "memory_bytes": t.memory_bytes,
+                    "wall_time_ms": round3(t.wall_time_ms),
+                    "status": t.status.as_str(),
+                });
+                if let Some(c) = t.exit_code {
+                    o["exit_code"] = json!(c);
+                }
+                if let Some(sig) = &t.signal {
+                    o["signal"] = json!(sig);
+                }
+                if let Some(side) = t.first_to_exit {
+                    o["first_to_exit"] = json!(side.as_str());
+                }
+                if let Some(i) = &t.interactor {
+                    o["interactor"] = i.clone();
+                }
+                if !t.detail.is_empty() {
+                    o["detail"] = json!(t.detail);
+                }
+                if let Some(s) = &t.syscall {
+                    o["syscall"] = json!(s);
+                }
+                if !t.stderr.is_empty() {
+                    o["stderr"] = json!(t.stderr);
+                }
+                o
+            })
+            .collect();
+        let mut v = json!({
+            "verdict": if error.is_some() { Value::Null } else { json!(self.verdict().code()) },
+            "tests": tests,
+        });
+        if let Some(e) = error {
+            v["error"] = json!(e);
+        }
+        if !self.lang.is_empty() {
+            v["lang"] = json!(self.lang);
+            v["toolchain"] = json!(self.toolchain);
+        }
+        if let Some(o) = opts {
+            v["limits"] = json!({
+                "time_ms": o.time.as_secs_f64() * 1000.0,
+                "wall_time_ms": wall_limit(o.time).as_secs_f64() * 1000.0,
+                "memory_bytes": o.memory,
+                "output_bytes": o.output_limit,
+            });
+        }
+        if let Some(a) = self.accounting {
+            v["accounting"] = json!(a);
+        }
+        if self.compiled.is_some() {
+            v["compile_output"] = json!(self.compile_output);
+            v["timing"] = json!({"compile_ms": round3(self.compile_ms), "tests_ms": round3(self.tests_ms)});
+        }
+        v
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The wall-time limit for a CPU-time limit.
+fn wall_limit(time: Duration) -> Duration {
+    time * 2 + Duration::from_secs(1)
+}
+
+/// The table, printed a row at a time, in test order.
+struct Table {
+    width: usize,
+    header: bool,
+}
+
+impl Table {
+    fn new(cases: &[Case]) -> Table {
+        Table { width: cases.iter().map(|c| c.name.len()).max().unwrap_or(0).max(4), header: false }
+    }
+
+    fn row(&mut self, t: &TestReport) {
+        if !self.header {
+            println!("{:<w$}  {:<7}  {:>7}  {:>10}  details", "test", "verdict", "time ms", "memory", w = self.width);
+            self.header = true;
+        }
+        let detail = if t.verdict == Verdict::Ok { "" } else { first_line(&t.detail, 100) };
+        let row = format!(
+            "{:<w$}  {:<7}  {:>7.0}  {:>10}  {}",
+            t.name,
+            t.verdict.code(),
+            t.time_ms,
+            verdict::mib(t.memory_bytes),
+            detail,
+            w = self.width
+        );
+        println!("{}", row.trim_end());
+    }
+}
+
+/// The first line of `s`, at most `max` characters.
+fn first_line(s: &str, max: usize) -> &str {
+    let line = s.lines().next().unwrap_or("");
+    match line.char_indices().nth(max) {
+        Some((i, _)) => &line[..i],
+        None => line,
+    }
+}
+
+/// `capsule judge`.
+pub fn run(m: &ArgMatches) -> Result<ExitCode> {
+    let json_path = m.get_one::<String>("json").map(PathBuf::from);
+    let mut report = Report::default();
+    let opts = options(m);
+    let outcome = match &opts {
+        Ok(o) => judge(o, &mut report),
+        Err(e) => Err(e.clone()),
+    };
+    if let Some(p) = &json_path {
+        let v = report.json(outcome.as_ref().err().map(String::as_str), opts.as_ref().ok());
+        let mut text = serde_json::to_string_pretty(&v).expect("serializable");
+        text.push('\n');
+        if let Err(e) = std::fs::write(p, text) {
+            eprintln!("capsule judge: error: --json: cannot write `{}`: {}", p.display(), io_reason(&e));
+            return Ok(ExitCode::from(EXIT_CAPSULE_ERROR as u8));
+        }
+    }
+    if let Err(e) = outcome {
+        eprintln!("capsule judge: error: {e}");
+        return Ok(ExitCode::from(EXIT_CAPSULE_ERROR as u8));
+    }
+    let v = report.verdict();
+    let passed = report.tests.iter().filter(|t| t.verdict == Verdict::Ok).count();
+    match v {
+        Verdict::Ce => println!("CE: compilation failed"),
+        Verdict::Ok => println!("OK: all {} tests passed", report.total),
+        _ => {
+            let first = report.tests.iter().find(|t| t.verdict != Verdict::Ok).expect("a failed test");
+            println!(
+                "{}: {passed} of {} tests passed; first failure: test {} ({})",
+                v.code(),
+                report.total,
+                first.name,
+                first.verdict.code()
+            );
+        }
+    }
+    Ok(if v == Verdict::Ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// What every test needs.
+struct Ctx<'a> {
+    sandbox: &'a Sandbox,
+    lang: &'a Lang,
+    opts: &'a Options,
+    work: &'a WorkDir,
+    limits: Limits,
+    /// No cgroups, and the language takes an address-space limit: each
+    /// process's RLIMIT_AS.
+    address_space: Option<u64>,
+}
+
+fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
+    // Cheap checks of the user's input first, then the toolchain.
+    let md = std::fs::metadata(&opts.source).map_err(|e| format!("SOURCE `{}`: {}", opts.source.display(), io_reason(&e)))?;
+    if !md.is_file() {
+        return Err(format!("SOURCE `{}` is not a file", opts.source.display()));
+    }
+    let cases = cases::find(&opts.tests, opts.interactor.is_none())?;
+    let lang = Lang::find(&opts.lang)?;
+    report.lang = lang.name().to_string();
+    report.toolchain = lang.version().to_string();
+    report.total = cases.len();
+    let work = WorkDir::new()?;
+    let src = work.boxed().join(lang.source_name());
+    std::fs::copy(&opts.source, &src)
+        .map_err(|e| format!("cannot copy SOURCE `{}` to `{}`: {}", opts.source.display(), src.display(), io_reason(&e)))?;
+
+    // Interactive runs take two of the supervisor's slots each.
+    let slots = opts.parallel * if opts.interactor.is_some() { 2 } else { 1 };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_reason(&e)))?;
+    let sandbox = Sandbox::start(Config { parallel: slots, capsule_bin: Some(exe), ..Default::default() })
+        .map_err(|e| format!("cannot start the sandbox: {e}"))?;
+    let cgroups = probe_cgroups(&sandbox)?;
+    report.accounting = Some(if cgroups { Accounting::Cgroup } else { Accounting::Rusage });
+    let address_space = (!cgroups && lang.address_space_limit_works()).then(|| opts.memory.saturating_mul(2).saturating_add(64 << 20));
+    if !cgroups {
+        let how = match address_space {
+            Some(a) => format!("each process's address space is capped at {} (RLIMIT_AS)", verdict::mib(a)),
+            None => format!("{} takes no address-space cap, so nothing stops it during the run", lang.name()),
+        };
+        eprintln!(
+            "capsule judge: no cgroups ({}): the memory limit is checked after each run against the peak resident set; {how} (docs/judge.md)",
+            sandbox.cgroups()
+        );
+    }
+
+    let started = Instant::now();
+    let compiled = compile(&sandbox, &lang, &work, cgroups, report);
+    report.compile_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if !compiled? {
+        println!("{}", report.compile_output.trim_end());
+        return Ok(());
+    }
+
+    let ctx = Ctx {
+        sandbox: &sandbox,
+        lang: &lang,
+        opts,
+        work: &work,
+        limits: Limits {
+            time: opts.time,
+            wall: wall_limit(opts.time),
+            memory: opts.memory,
+            memory_by_peak: !cgroups,
+            output: opts.output_limit,
+        },
+        address_space,
+    };
+    let started = Instant::now();
+    let result = run_tests(&ctx, &cases, report);
+    report.tests_ms = started.elapsed().as_secs_f64() * 1000.0;
+    result
+}
+
+/// Whether the runs get cgroups: what a trivial run's accounting says.
+fn probe_cgroups(sandbox: &Sandbox) -> Result<bool, String> {
+    let r = sandbox
+        .run(RunSpec::new(["/bin/true"]))
+        .and_then(|h| h.wait())
+        .map_err(|e| format!("the sandbox cannot run a program: {e}"))?;
+    Ok(r.accounting == Accounting::Cgroup)
+}
+
+/// Compiles the source in the box; Ok(false) for a compilation error,
+/// whose message is in the report.
+fn compile(sandbox: &Sandbox, lang: &Lang, work: &WorkDir, cgroups: bool, report: &mut Report) -> Result<bool, String> {
+    let Some(mut spec) = lang.compile_spec(&work.boxed(), cgroups) else {
+        report.compiled = Some(true);
+        return Ok(true);
+    };
+    spec.stdout = Some(Stdio::Capture(Capture { capture: COMPILE_CAPTURE }));
+    spec.stderr = Some(Stdio::Capture(Capture { capture: COMPILE_CAPTURE }));
+    let r = sandbox.run(spec).and_then(|h| h.wait()).map_err(|e| format!("compiling: {e}"))?;
+    let mut text = String::new();
+    for c in [&r.stdout, &r.stderr].into_iter().flatten() {
+        text.push_str(&c.text);
+        if c.truncated {
+            text.push_str(&format!("\n[... {} more bytes]\n", c.bytes - c.text.len() as u64));
+        }
+    }
+    let why = match r.status {
+        Status::Exited if r.exit_code == Some(0) => None,
+        Status::Exited | Status::Signaled => Some(format!("the compiler {}", verdict::ending(&r))),
+        Status::WallTimeLimit | Status::CpuTimeLimit => Some("the compiler ran out of time".to_string()),
+        Status::MemoryLimit => Some("the compiler ran out of memory".to_string()),
+        Status::OutputLimit => Some("the compiler wrote too large a file".to_string()),
+        Status::ForbiddenSyscall | Status::Killed | Status::Error => {
+            return Err(format!(
+                "compiling: the compiler {} (the {} preset's compile profile does not fit this toolchain)",
+                verdict::ending(&r),
+                lang.name()
+            ))
+        }
+    };
+    if let Some(why) = &why {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("({why})\n"));
+    }
+    report.compile_output = text;
+    report.compiled = Some(why.is_none());
+    Ok(why.is_none())
+}
+
+/// Judges every test, `--parallel` at once, printing the rows in test
+/// order as they come; stops taking tests at the first judge error.
+fn run_tests(ctx: &Ctx<'_>, cases: &[Case], report: &mut Report) -> Result<(), String> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(usize, Result<TestReport, String>)>();
+    let mut table = Table::new(cases);
+    let mut done: Vec<Option<TestReport>> = vec![None; cases.len()];
+    let mut error: Option<(usize, String)> = None;
+    let mut printed = 0;
+    std::thread::scope(|s| {
+        for _ in 0..ctx.opts.parallel.min(cases.len()) {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(case) = cases.get(i) else { break };
+                    let r = judge_case(ctx, i, case).map_err(|e| format!("test {}: {e}", case.name));
+                    if r.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if tx.send((i, r)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (i, r) in rx {
+            match r {
+                Ok(t) => done[i] = Some(t),
+                Err(e) => {
+                    // The first in test order is the one reported.
+                    if error.as_ref().is_none_or(|(j, _)| i < *j) {
+                        error = Some((i, e));
+                    }
+                }
+            }
+            while let Some(Some(t)) = done.get(printed) {
+                table.row(t);
+                printed += 1;
+            }
+        }
+    });
+    // After a judge error, the rows of what finished out of order too.
+    for t in done[printed..].iter().flatten() {
+        table.row(t);
+    }
+    report.tests.extend(done.into_iter().flatten());
+    match error {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn capture(n: u64) -> Option<Stdio> {
+    Some(Stdio::Capture(Capture { capture: n }))
+}
+
+/// The solution's spec for one test, with the judge's limits.
+fn solution_spec(ctx: &Ctx<'_>) -> RunSpec {
+    let mut spec = ctx.lang.run_spec(&ctx.work.boxed(), ctx.opts.memory);
+    let l = &mut spec.limits;
+    l.cpu_time = Some(ctx.limits.time);
+    l.wall_time = Some(ctx.limits.wall);
+    l.output_limit = Some(ctx.opts.output_limit);
+    match ctx.address_space {
+        Some(a) => l.address_space = Some(l.address_space.map_or(a, |x| x.min(a))),
+        None if !ctx.limits.memory_by_peak => l.memory = Some(ctx.opts.memory),
+        None => {}
+    }
+    spec.stderr = capture(MESSAGE_CAPTURE);
+    spec
+}
+
+/// A checker's or interactor's spec: capsule's default profile (the host
+/// view, read-only), the program's own directory as its working
+/// directory, the test's files bound read-only in [`FILES_DIR`].
+fn helper_spec(prog: &Path, files: &[(&Path, &str)], wall: Duration) -> RunSpec {
+    let mut argv = vec![prog.display().to_string()];
+    argv.extend(files.iter().map(|(_, name)| format!("{FILES_DIR}/{name}")));
+    let mut spec = RunSpec::new(argv);
+    for (src, name) in files {
+        spec.mounts.push(MountOp::RoBind {
+            src: src.to_path_buf(),
+            dst: Path::new(FILES_DIR).join(name),
+            try_: false,
+            noexec: true,
+        });
+    }
+    // Shown even where the host view hides it (under /tmp, say).
+    if let Some(dir) = prog.parent().filter(|d| *d != Path::new("/")) {
+        spec.mounts.push(MountOp::RoBind { src: dir.to_path_buf(), dst: dir.to_path_buf(), try_: false, noexec: false });
+        spec.cwd = Some(dir.to_path_buf());
+    }
+    spec.limits.wall_time = Some(wall);
+    spec.stderr = capture(MESSAGE_CAPTURE);
+    spec
+}
+
+/// A helper's message: its stderr, else its stdout, trimmed.
+fn message(r: &RunResult) -> String {
+    let text = |c: &Option<capsule::result::Captured>| c.as_ref().map(|c| c.text.trim().to_string()).unwrap_or_default();
+    let err = text(&r.stderr);
+    if err.is_empty() {
+        text(&r.stdout)
+    } else {
+        err
+    }
+}
+
+fn judge_case(ctx: &Ctx<'_>, i: usize, case: &Case) -> Result<TestReport, String> {
+    let mut spec = solution_spec(ctx);
+    let mut interactor = None;
+    let (r, first_to_exit, (verdict, detail)) = match &ctx.opts.interactor {
+        Some(prog) => {
+            let mut files = vec![(case.input.as_path(), "input")];
+            if let Some(a) = &case.answer {
+                files.push((a.as_path(), "answer"));
+            }
+            let int_spec = helper_spec(prog, &files, ctx.limits.wall + INTERACTOR_EXTRA_WALL);
+            let spec = InteractSpec { solution: spec, interactor: int_spec };
+            let r = ctx.sandbox.interact(spec).and_then(|h| h.wait()).map_err(|e| e.to_string())?;
+            let says = message(&r.interactor);
+            let judged = verdict::interactive_verdict(&r, &ctx.limits, &says)?;
+            let i = &r.interactor;
+            interactor = Some(json!({"status": i.status.as_str(), "exit_code": i.exit_code, "signal": i.signal, "message": says}));
+            (r.solution, Some(r.first_to_exit), judged)
+        }
+        None => {
+            let out = ctx.work.out().join(format!("{i}.out"));
+            spec.stdin = Some(Stdio::Pipe(PipeFile { pipe: case.input.clone() }));
+            spec.stdout = Some(Stdio::Pipe(PipeFile { pipe: out.clone() }));
+            let r = ctx.sandbox.run(spec).and_then(|h| h.wait()).map_err(|e| e.to_string())?;
+            let judged = match verdict::run_verdict(&r, &ctx.limits)? {
+                Some(v) => v,
+                None => check(ctx, case, &out)?,
+            };
+            let _ = std::fs::remove_file(&out);
+            (r, None, judged)
+        }
+    };
+    Ok(TestReport {
+        name: case.name.clone(),
+        verdict,
+        time_ms: r.cpu_user_ms + r.cpu_system_ms,
+        wall_time_ms: r.wall_time_ms,
+        memory_bytes: r.peak_memory_bytes,
+        detail,
+        syscall: r.syscall.clone(),
+        status: r.status,
+        exit_code: r.exit_code,
+        signal: r.signal.clone(),
+        first_to_exit,
+        interactor,
+        stderr: r.stderr.as_ref().map(|c| c.text.clone()).unwrap_or_default(),
+    })
+}
+
+/// Checks a finished run's output against the test's answer.
+fn check(ctx: &Ctx<'_>, case: &Case, out: &Path) -> Result<verdict::Judged, String> {
+    let answer = case.answer.as_deref().expect("answers are required without an interactor");
+    if let Checker::Program(prog) = &ctx.opts.checker {
+        let files = [(case.input.as_path(), "input"), (out, "output"), (answer, "answer")];
+        let mut spec = helper_spec(prog, &files, CHECKER_WALL);
+        spec.stdout = capture(MESSAGE_CAPTURE);
+        let r = ctx.sandbox.run(spec).and_then(|h| h.wait()).map_err(|e| format!("the checker: {e}"))?;
+        let says = message(&r);
+        return match (r.status, r.exit_code) {
+            (Status::Exited, Some(0)) => Ok((Verdict::Ok, says)),
+            (Status::Exited, Some(1 | 2)) => {
+                Ok((Verdict::Wa, if says.is_empty() { "the checker rejected the output".into() } else { says }))
+            }
+            _ => Err(format!(
+                "the checker {} (expected exit code 0, 1 or 2){}",
+                verdict::ending(&r),
+                if says.is_empty() { String::new() } else { format!(": {says}") }
+            )),
+        };
+    }
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read `{}`: {}", p.display(), io_reason(&e)));
+    let (output, expected) = (read(out)?, read(answer)?);
+    Ok(match ctx.opts.checker.compare(&output, &expected).expect("a built-in checker") {
+        Ok(()) => (Verdict::Ok, String::new()),
+        Err(why) => (Verdict::Wa, why),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_lines() {
+        assert_eq!(first_line("abc\ndef", 100), "abc");
+        assert_eq!(first_line("abcdef", 3), "abc");
+        assert_eq!(first_line("", 3), "");
+        assert_eq!(first_line("ééé", 2), "éé");
+    }
+
+    #[test]
+    fn wall_limits() {
+        assert_eq!(wall_limit(Duration::from_secs(1)), Duration::from_secs(3));
+        assert_eq!(wall_limit(Duration::from_millis(250)), Duration::from_millis(1500));
+    }
+
+    fn report(verdicts: &[Verdict]) -> Report {
+        let tests = verdicts
+            .iter()
+            .enumerate()
+            .map(|(i, v)| TestReport {
+                name: (i + 1).to_string(),
+                verdict: *v,
+                time_ms: 1.0004,
+                wall_time_ms: 2.0,
+                memory_bytes: 1 << 20,
+                detail: String::new(),
+                syscall: None,
+                status: Status::Exited,
+                exit_code: Some(0),
+                signal: None,
+                first_to_exit: None,
+                interactor: None,
+                stderr: String::new(),
+            })
+            .collect();
+        Report { compiled: Some(true), tests, total: verdicts.len(), ..Default::default() }
+    }
+
+    #[test]
+    fn overall_verdict_is_the_first_failure() {
+        assert_eq!(report(&[Verdict::Ok, Verdict::Ok]).verdict(), Verdict::Ok);
+        assert_eq!(report(&[Verdict::Ok, Verdict::Tle, Verdict::Wa]).verdict(), Verdict::Tle);
+        let mut r = report(&[]);
+        r.compiled = Some(false);
+        assert_eq!(r.verdict(), Verdict::Ce);
+        let j = r.json(None, None);
+        assert_eq!(j["verdict"], "CE");
+        assert_eq!(j["tests"], json!([]));
+    }
+
+    #[test]
+    fn json_shape() {
+        let mut r = report(&[Verdict::Ok, Verdict::Sys]);
+        r.tests[1].syscall = Some("socket".into());
+        r.tests[1].detail = "forbidden system call socket".into();
+        let j = r.json(None, None);
+        assert_eq!(j["verdict"], "SYS");
+        assert_eq!(
+            j["tests"][0],
+            json!({"name": "1", "verdict": "OK", "time_ms": 1.0, "memory_bytes": 1048576, "wall_time_ms": 2.0, "status": "exited", "exit_code": 0})
+        );
+        assert_eq!(j["tests"][1]["syscall"], "socket");
+        let j = r.json(Some("boom"), None);
+        assert_eq!(j["verdict"], Value::Null);
+        assert_eq!(j["error"], "boom");
+    }
+}
