@@ -749,3 +749,39 @@ fn server_many_runs_leave_no_cgroups() {
     out.assert_code(0);
     out.assert_cgroups_clean();
 }
+
+/// `capsule judge` with cgroups (docs/judge.md): the memory limit is the
+/// runs' `memory.max`, so examples/aplusb's mle.cpp (512 MiB touched) is
+/// OOM-killed at the limit (MLE, status memory-limit) and its peak memory
+/// stays under it; the accounting is the cgroup's and the no-cgroups
+/// fallback is not announced. (tests/judge.rs has the rest of the judge,
+/// and the fallback where there are no cgroups.)
+#[test]
+fn judge_mle_with_cgroups() {
+    require_cgroups!("judge_mle_with_cgroups");
+    let _g = heavy();
+    let s = Scratch::new("judge-mle");
+    s.mkdir("tests");
+    s.write("tests/1.in", b"1 2\n");
+    s.write("tests/1.out", b"3\n");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/aplusb/solutions/mle.cpp");
+    s.write("mle.cpp", &std::fs::read(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display())));
+    let json = s.join("result.json");
+    let out = capsule(&["judge", "--lang", "cpp", "mle.cpp", "--tests", "tests", "--memory", "64M", "--time", "10s", "--json"])
+        .arg(&json)
+        .cwd(&s.path)
+        .timeout(Duration::from_secs(600))
+        .run();
+    out.assert_code(1);
+    out.assert_cgroups_clean();
+    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("no --json ({e}); {}", out.describe()));
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(j["verdict"], "MLE", "{j}\n{}", out.describe());
+    assert_eq!(j["accounting"], "cgroup", "{j}");
+    let t = &j["tests"][0];
+    assert_eq!((&t["verdict"], &t["status"]), (&"MLE".into(), &"memory-limit".into()), "{t}");
+    assert_eq!(t["detail"], "memory limit 64 MiB hit", "{t}");
+    let peak = t["memory_bytes"].as_f64().unwrap_or(0.0);
+    assert!(peak > 32.0 * MIB && peak <= 64.0 * MIB, "peak {peak}: {t}");
+    assert!(!out.stderr.contains("no cgroups"), "{}", out.describe());
+}
