@@ -538,7 +538,7 @@ fn compile(sandbox: &Sandbox, lang: &Lang, work: &WorkDir, cgroups: bool, report
     for c in [&r.stdout, &r.stderr].into_iter().flatten() {
         text.push_str(&c.text);
         if c.truncated {
-            text.push_str(&format!("\n[... {} more bytes]\n", c.bytes - c.text.len() as u64));
+            text.push_str(&format!("\n[... {} more bytes]\n", c.bytes.saturating_sub(COMPILE_CAPTURE)));
         }
     }
     let why = match r.status {
