@@ -29,7 +29,7 @@ cargo build --workspace --all-targets
 # (`degraded_*`) run here, where there is no delegation. `server` and
 # `library` are `capsule serve` and the library API (issue 4); their cgroup
 # checks are the `server_*` tests of `cgroups`, run in the VM.
-cargo test --workspace --lib --bins --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io "$@"
+cargo test --workspace --lib --bins --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets "$@"
 cargo test -p capsule-cli --test cgroups "$@" degraded_
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.

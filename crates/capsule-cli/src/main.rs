@@ -14,6 +14,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 
 mod interact;
 mod layer_cmd;
+mod presets_cmd;
 mod pty;
 mod shell;
 
@@ -109,7 +110,7 @@ fn run_command() -> Command {
         .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
         .arg(flag("net-log", "Record each connect/sendto/sendmsg/sendmmsg destination (seccomp user notification) and print a summary at the end; --json/--meta have it as net_log (docs/network.md)", "Network"))
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
-        .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), none, or a policy file (docs/seccomp.md)", "Security"))
+        .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), python, jvm, go, bash (judged programs of those runtimes), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
         .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE); also the most a --stdout-file/--stderr-file receives", lim))
         .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
@@ -171,6 +172,7 @@ fn cli() -> Command {
         .subcommand(serve_command())
         .subcommand(interact::command())
         .subcommand(layer_cmd::command())
+        .subcommand(presets_cmd::command())
         .subcommand(Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)"))
         .subcommand(
             Command::new("check")
@@ -559,6 +561,7 @@ fn main() -> ExitCode {
         Some(("serve", m)) => cmd_serve(m),
         Some(("layer", m)) => return layer_cmd::run(m),
         Some(("interact", m)) => return interact::run(m),
+        Some(("presets", m)) => presets_cmd::run(m),
         Some(("supervise", _)) => {
             if capsule::sys::fd_mode(3).is_err() {
                 eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");

@@ -1,5 +1,5 @@
-//! Seccomp: the run's policy (`default`, `strict`, `compile`, `none` or a
-//! policy file), compiled once per supervisor with libseccomp into a
+//! Seccomp: the run's policy (`default`, `strict`, `compile`, the language
+//! allowlists `python`, `jvm`, `go`, `bash`, `none` or a policy file), compiled once per supervisor with libseccomp into a
 //! classic-BPF program, which the tracee installs last, right before execve.
 //!
 //! A policy is a TOML (or JSON) document (docs/seccomp.md): a default
@@ -39,6 +39,18 @@ pub enum PolicyName {
     Strict,
     /// Allowlist for compilers, linkers and build tools; anything else kills.
     Compile,
+    /// Allowlist for a judged Python program (`strict` plus threads and
+    /// CPython's ioctls); anything else kills.
+    Python,
+    /// Allowlist for a judged Java program on HotSpot (`strict` plus
+    /// threads and the JVM's own needs); anything else kills.
+    Jvm,
+    /// Allowlist for a judged Go program (`strict` plus threads and the
+    /// runtime's poller); anything else kills.
+    Go,
+    /// Allowlist for a judged bash script (processes, pipes, files);
+    /// anything else kills.
+    Bash,
     /// No filter.
     None,
     /// A policy file (TOML or JSON), see docs/seccomp.md.
@@ -52,6 +64,10 @@ impl std::str::FromStr for PolicyName {
             "default" => PolicyName::Default,
             "strict" => PolicyName::Strict,
             "compile" => PolicyName::Compile,
+            "python" => PolicyName::Python,
+            "jvm" => PolicyName::Jvm,
+            "go" => PolicyName::Go,
+            "bash" => PolicyName::Bash,
             "none" => PolicyName::None,
             _ if s.contains('/') || s.ends_with(".toml") || s.ends_with(".json") => PolicyName::File(s.into()),
             _ => return Err(PolicyError::UnknownName(s.into())),
@@ -65,6 +81,10 @@ impl std::fmt::Display for PolicyName {
             PolicyName::Default => f.write_str("default"),
             PolicyName::Strict => f.write_str("strict"),
             PolicyName::Compile => f.write_str("compile"),
+            PolicyName::Python => f.write_str("python"),
+            PolicyName::Jvm => f.write_str("jvm"),
+            PolicyName::Go => f.write_str("go"),
+            PolicyName::Bash => f.write_str("bash"),
             PolicyName::None => f.write_str("none"),
             PolicyName::File(p) => write!(f, "{}", p.display()),
         }
@@ -87,7 +107,7 @@ impl<'de> Deserialize<'de> for PolicyName {
 /// A policy that could not be loaded or compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("unknown seccomp policy `{0}`: expected default, strict, compile, none or a policy file path (containing `/`, or ending in .toml or .json)")]
+    #[error("unknown seccomp policy `{0}`: expected default, strict, compile, python, jvm, go, bash, none or a policy file path (containing `/`, or ending in .toml or .json)")]
     UnknownName(String),
     /// Anything else: the message names the file, the rule and what is wrong.
     #[error("{0}")]
@@ -136,6 +156,22 @@ impl std::fmt::Debug for Filter {
 pub const DEFAULT_POLICY: &str = include_str!("../policies/default.toml");
 pub const STRICT_POLICY: &str = include_str!("../policies/strict.toml");
 pub const COMPILE_POLICY: &str = include_str!("../policies/compile.toml");
+/// The language-specific allowlists of the run presets (docs/presets.md).
+pub const PYTHON_POLICY: &str = include_str!("../policies/python.toml");
+pub const JVM_POLICY: &str = include_str!("../policies/jvm.toml");
+pub const GO_POLICY: &str = include_str!("../policies/go.toml");
+pub const BASH_POLICY: &str = include_str!("../policies/bash.toml");
+
+/// The built-in policies by name, with their text.
+pub const BUILTIN_POLICIES: [(&str, &str); 7] = [
+    ("default", DEFAULT_POLICY),
+    ("strict", STRICT_POLICY),
+    ("compile", COMPILE_POLICY),
+    ("python", PYTHON_POLICY),
+    ("jvm", JVM_POLICY),
+    ("go", GO_POLICY),
+    ("bash", BASH_POLICY),
+];
 
 /// Loads (for a file) and compiles a policy for x86_64.
 pub fn compile(name: &PolicyName) -> Result<Filter, PolicyError> {
@@ -144,6 +180,10 @@ pub fn compile(name: &PolicyName) -> Result<Filter, PolicyError> {
         PolicyName::Default => ("built-in seccomp policy `default`".to_string(), parse_toml(DEFAULT_POLICY)),
         PolicyName::Strict => ("built-in seccomp policy `strict`".to_string(), parse_toml(STRICT_POLICY)),
         PolicyName::Compile => ("built-in seccomp policy `compile`".to_string(), parse_toml(COMPILE_POLICY)),
+        PolicyName::Python => ("built-in seccomp policy `python`".to_string(), parse_toml(PYTHON_POLICY)),
+        PolicyName::Jvm => ("built-in seccomp policy `jvm`".to_string(), parse_toml(JVM_POLICY)),
+        PolicyName::Go => ("built-in seccomp policy `go`".to_string(), parse_toml(GO_POLICY)),
+        PolicyName::Bash => ("built-in seccomp policy `bash`".to_string(), parse_toml(BASH_POLICY)),
         PolicyName::File(path) => {
             let origin = format!("seccomp policy file {}", path.display());
             let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))?;
@@ -1170,7 +1210,7 @@ mod tests {
 
     #[test]
     fn builtins_parse_and_compile() {
-        for (name, text) in [("default", DEFAULT_POLICY), ("strict", STRICT_POLICY), ("compile", COMPILE_POLICY)] {
+        for (name, text) in BUILTIN_POLICIES {
             let p = parse_toml(text).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(!p.rules.is_empty());
             let f = compile(&name.parse().unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1221,6 +1261,94 @@ mod tests {
         assert_eq!(run(&f.program, AUDIT_ARCH_I386, 20, [0; 6]), RET_NOTIFY);
         assert_eq!(run(&f.program, AUDIT_ARCH_X86_64, 0x4000_0027, [0; 6]), RET_NOTIFY);
         assert_cacheable(&f, &["read", "write", "mmap", "execve", "exit_group", "socket", "fork"]);
+    }
+
+    #[test]
+    fn language_policies_actions() {
+        const THREAD: u64 = 0x3d0f00; // glibc's pthread_create flags
+        const GO_THREAD: u64 = 0x50f00; // the Go runtime's
+        const FORK: u64 = 0x1200011; // glibc's fork: CLONE_CHILD_SETTID|CLONE_CHILD_CLEARTID|SIGCHLD
+        const NEWUSER_THREAD: u64 = THREAD | 0x1000_0000;
+        let eacces = ret_errno(libc::EACCES);
+        for name in [PolicyName::Python, PolicyName::Jvm, PolicyName::Go] {
+            let f = compile(&name).unwrap();
+            assert!(f.notify, "{name}");
+            assert_eq!(native(&f, "clone", [THREAD, 0, 0, 0, 0, 0]), RET_ALLOW, "{name}");
+            assert_eq!(native(&f, "clone", [GO_THREAD, 0, 0, 0, 0, 0]), RET_ALLOW, "{name}");
+            assert_eq!(native(&f, "clone", [FORK, 0, 0, 0, 0, 0]), RET_NOTIFY, "{name}: no processes");
+            assert_eq!(native(&f, "clone", [NEWUSER_THREAD, 0, 0, 0, 0, 0]), RET_NOTIFY, "{name}: no namespaces");
+            assert_eq!(native(&f, "clone", [THREAD | 0x20000, 0, 0, 0, 0, 0]), RET_NOTIFY, "{name}: CLONE_NEWNS");
+            assert_eq!(native(&f, "clone3", [0; 6]), ret_errno(libc::ENOSYS), "{name}");
+            for call in ["fork", "vfork", "execveat", "ptrace", "mount", "unshare", "setns", "bpf", "mkdir", "unlink"] {
+                assert_eq!(native(&f, call, [0; 6]), RET_NOTIFY, "{name}: {call}");
+            }
+            assert_eq!(native(&f, "openat", [0, 0, libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64, 0, 0, 0]), RET_ALLOW, "{name}");
+            assert_eq!(native(&f, "ioctl", [0, 0x5401, 0, 0, 0, 0]), RET_ALLOW, "{name}: TCGETS");
+            assert_eq!(native(&f, "ioctl", [0, 0x5412, 0, 0, 0, 0]), RET_NOTIFY, "{name}: TIOCSTI");
+            assert_eq!(native(&f, "prlimit64", [0, 7, 0, 0x1000, 0, 0]), RET_ALLOW, "{name}: reading");
+            assert_eq!(run(&f.program, AUDIT_ARCH_I386, 20, [0; 6]), RET_NOTIFY, "{name}");
+            assert_cacheable(&f, &["read", "write", "mmap", "futex", "execve", "exit_group", "fork"]);
+        }
+        // Python: FIOCLEX and FIONCLEX; writing files kills.
+        let f = compile(&PolicyName::Python).unwrap();
+        assert_eq!(native(&f, "ioctl", [3, 0x5451, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "ioctl", [3, 0x1_0000_5450, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "openat", [0, 0, libc::O_WRONLY as u64, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(native(&f, "socket", [2, 1, 0, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(native(&f, "prlimit64", [0, 7, 0x1000, 0, 0, 0]), RET_NOTIFY, "setting limits");
+        // The JVM: thread names, its own limits, EACCES for writable opens
+        // and sockets, a local socket pair.
+        let f = compile(&PolicyName::Jvm).unwrap();
+        assert_eq!(native(&f, "prctl", [15, 0, 0, 0, 0, 0]), RET_ALLOW, "PR_SET_NAME");
+        assert_eq!(native(&f, "prctl", [22, 2, 0, 0, 0, 0]), RET_NOTIFY, "PR_SET_SECCOMP");
+        assert_eq!(native(&f, "prlimit64", [0, 7, 0x1000, 0, 0, 0]), RET_ALLOW, "its own descriptor limit");
+        assert_eq!(native(&f, "prlimit64", [1, 7, 0x1000, 0, 0, 0]), RET_NOTIFY, "another process's");
+        for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_CREAT, libc::O_TRUNC, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, libc::O_RDWR | libc::O_CLOEXEC] {
+            assert_eq!(native(&f, "openat", [0, 0, flags as u64, 0, 0, 0]), eacces, "{flags:#x}");
+        }
+        assert_eq!(native(&f, "socket", [10, 1, 0, 0, 0, 0]), eacces);
+        assert_eq!(native(&f, "socketpair", [1, 1, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "socketpair", [2, 1, 0, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(native(&f, "connect", [3, 0, 0, 0, 0, 0]), RET_NOTIFY);
+        // Go: the poller.
+        let f = compile(&PolicyName::Go).unwrap();
+        for call in ["epoll_create1", "epoll_ctl", "epoll_pwait", "pipe2", "eventfd2", "tgkill", "sigaltstack"] {
+            assert_eq!(native(&f, call, [0; 6]), RET_ALLOW, "{call}");
+        }
+        assert_eq!(native(&f, "prlimit64", [0, 7, 0x1000, 0, 0, 0]), RET_ALLOW, "raising its soft descriptor limit");
+        assert_eq!(native(&f, "prlimit64", [1, 7, 0x1000, 0, 0, 0]), RET_NOTIFY, "another process's");
+        assert_eq!(native(&f, "prctl", [0x53564d41, 0, 0, 0, 0, 0]), RET_ALLOW, "PR_SET_VMA");
+        assert_eq!(native(&f, "prctl", [15, 0, 0, 0, 0, 0]), RET_NOTIFY, "other prctls");
+        assert_eq!(native(&f, "openat", [0, 0, libc::O_WRONLY as u64, 0, 0, 0]), RET_NOTIFY);
+        // bash: processes and files, no namespaces or network.
+        let f = compile(&PolicyName::Bash).unwrap();
+        for call in ["fork", "vfork", "wait4", "pipe2", "mkdir", "unlink", "rename"] {
+            assert_eq!(native(&f, call, [0; 6]), RET_ALLOW, "{call}");
+        }
+        assert_eq!(native(&f, "clone", [FORK, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "clone", [FORK | 0x1000_0000, 0, 0, 0, 0, 0]), RET_NOTIFY, "CLONE_NEWUSER");
+        assert_eq!(native(&f, "openat", [0, 0, (libc::O_WRONLY | libc::O_CREAT) as u64, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&f, "socket", [1, 1, 0, 0, 0, 0]), eacces, "nscd");
+        assert_eq!(native(&f, "socket", [2, 1, 0, 0, 0, 0]), RET_NOTIFY, "/dev/tcp");
+        assert_eq!(native(&f, "ioctl", [0, 0x540f, 0, 0, 0, 0]), RET_ALLOW, "TIOCGPGRP");
+        assert_eq!(native(&f, "ioctl", [0, 0x5410, 0, 0, 0, 0]), RET_NOTIFY, "TIOCSPGRP");
+        for call in ["ptrace", "mount", "unshare", "chown", "setxattr", "setuid"] {
+            assert_eq!(native(&f, call, [0; 6]), RET_NOTIFY, "{call}");
+        }
+    }
+
+    #[test]
+    fn compile_policy_sockets() {
+        let f = compile(&PolicyName::Compile).unwrap();
+        let eacces = ret_errno(libc::EACCES);
+        // AF_UNIX (nscd), AF_INET and AF_INET6 (the JDK's probes): EACCES.
+        for family in [1u64, 2, 10, 0x1_0000_0002] {
+            assert_eq!(native(&f, "socket", [family, 1, 0, 0, 0, 0]), eacces, "{family:#x}");
+        }
+        // Any other family: kill.
+        for family in [16u64, 17, 0] {
+            assert_eq!(native(&f, "socket", [family, 3, 0, 0, 0, 0]), RET_NOTIFY, "{family}");
+        }
     }
 
     #[test]

@@ -80,8 +80,8 @@ pub struct RunSpec {
     /// every seccomp policy; with `none`, the run gets a filter that only
     /// does this.
     pub net_log: bool,
-    /// Seccomp policy: `default`, `strict`, `compile`, `none` or a policy
-    /// file (docs/seccomp.md).
+    /// Seccomp policy: `default`, `strict`, `compile`, `python`, `jvm`,
+    /// `go`, `bash`, `none` or a policy file (docs/seccomp.md).
     pub seccomp: crate::seccomp::PolicyName,
     /// The Landlock layer (write access only where the mounts allow it;
     /// signals and abstract Unix sockets scoped to the run): on where the
