@@ -230,3 +230,26 @@ fn library_client_killed() {
         ),
     }
 }
+
+/// `Sandbox::interact`: a conversation pipelined with an ordinary run and
+/// collected through its pollable fd; `kill` of a pair kills both
+/// programs; a solution that cannot start is an `Err` naming it; an
+/// invalid pair is refused before it is sent; the sandbox goes on.
+#[test]
+fn interact() {
+    require!("interact", userns_available());
+    let _p = procs_shared();
+    let (out, kv) = libtest_ok(&["interact"]);
+    assert_eq!(kv.must("early"), "none", "{}", out.describe());
+    assert_eq!(kv.must("polled"), "1", "{}", out.describe());
+    let conv = kv.must("conversation");
+    assert!(conv.ends_with("|exited:0:-|exited:0:-"), "{conv}; {}", out.describe());
+    assert_eq!(kv.must("plain"), "ok:exited:0:-", "{}", out.describe());
+    assert_eq!(kv.must("kill"), "true");
+    assert!(kv.must("killed").ends_with("|killed:-:-|killed:-:-"), "{}", out.describe());
+    let ns = kv.must("no_solution");
+    assert!(ns.starts_with("err:setup:") && ns.contains("solution: executing") && ns.contains("nonexistent-capsule-prog"), "{ns}");
+    let inv = kv.must("invalid");
+    assert!(inv.starts_with("err:spec:") && inv.contains("solution.stdin"), "{inv}");
+    assert_eq!(kv.must("after"), "ok:exited:0:-", "{}", out.describe());
+}

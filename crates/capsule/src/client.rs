@@ -135,7 +135,11 @@ pub fn serve_socket(sock: OwnedFd, config: &Config, mode: Mode) -> ! {
     let code = match Supervisor::start(config) {
         Ok(sup) => {
             if matches!(mode, Mode::Serve) {
-                let started = ServerMsg::Started { pid: sys::getpid(), cgroups: sup.cgroup_note().to_string() };
+                let started = ServerMsg::Started {
+                    pid: sys::getpid(),
+                    cgroups: sup.cgroup_note().to_string(),
+                    has_cgroups: sup.has_cgroups(),
+                };
                 if proto::send(sock.as_raw_fd(), &started, &[]).is_err() {
                     sys::exit(1);
                 }

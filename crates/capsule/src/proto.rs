@@ -51,7 +51,13 @@ pub enum ClientMsg {
 #[serde(rename_all = "kebab-case")]
 pub enum ServerMsg {
     /// Answer to `Start`: the supervisor is ready.
-    Started { pid: i32, cgroups: String },
+    Started {
+        pid: i32,
+        cgroups: String,
+        /// Whether its runs get cgroups (`cgroups` then says where from).
+        #[serde(default)]
+        has_cgroups: bool,
+    },
     /// The run happened (its status may be any but `error`).
     Result { id: u64, result: Box<RunResult> },
     /// The interactive run happened.

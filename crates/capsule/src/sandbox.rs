@@ -85,6 +85,7 @@ pub struct StdioFds<'a> {
 pub struct Sandbox {
     inner: Arc<Inner>,
     cgroups: String,
+    has_cgroups: bool,
 }
 
 struct Inner {
@@ -143,7 +144,9 @@ impl Sandbox {
         let sent = proto::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]);
         let answer = proto::recv::<ServerMsg>(inner.sock.as_raw_fd());
         match (sent, answer) {
-            (_, Ok(Some((ServerMsg::Started { cgroups, .. }, _)))) => Ok(Sandbox { inner, cgroups }),
+            (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => {
+                Ok(Sandbox { inner, cgroups, has_cgroups })
+            }
             (_, Ok(Some((ServerMsg::Fatal(msg), _)))) => {
                 inner.reap();
                 Err(Error::Setup(msg))
@@ -167,6 +170,12 @@ impl Sandbox {
     /// Where the runs' cgroups come from, or why there are none.
     pub fn cgroups(&self) -> &str {
         &self.cgroups
+    }
+
+    /// Whether the runs get cgroups (limits `memory`, `cpu_bandwidth` and
+    /// `cpus` need them); false in degraded mode.
+    pub fn has_cgroups(&self) -> bool {
+        self.has_cgroups
     }
 
     /// Starts `spec` with its standard streams as the spec says (files,

@@ -380,6 +380,11 @@ impl Supervisor {
         &self.cgroup_note
     }
 
+    /// Whether runs get cgroups (else degraded mode).
+    pub fn has_cgroups(&self) -> bool {
+        self.cgroups.is_some()
+    }
+
     /// Serves `conns` (and connections accepted on `listener`) until `mode`
     /// says to stop; then kills what still runs and cleans up.
     pub fn serve(mut self, conns: Vec<Conn>, listener: Option<OwnedFd>, mode: Mode) {

@@ -48,7 +48,7 @@ fn die(msg: &str) -> ! {
 fn usage() -> ! {
     eprintln!(
         "usage: capsule-libtest pipeline N | wait-modes | kill-cancel DIR | stdio-fds | failures | \
-         supervisor-killed | drop | hang"
+         supervisor-killed | drop | hang | interact"
     );
     std::process::exit(2)
 }
@@ -545,6 +545,59 @@ fn cmd_drop() {
     out("handle_after_drop", desc(&h.wait()));
 }
 
+/// Interactive runs through the library: a conversation pipelined with an
+/// ordinary run, polled through its fd; try_wait; kill of a pair that talks
+/// forever; a pair whose solution cannot start; an invalid pair refused
+/// before it is sent.
+fn cmd_interact() {
+    use capsule::InteractSpec;
+    let sb = start(2);
+    let pair = |sol: Value, int: Value| InteractSpec { solution: spec(sol), interactor: spec(int) };
+    let ires = |r: &capsule::InteractResult| {
+        format!("{}|{}|{}", r.first_to_exit.as_str(), res(&r.solution), res(&r.interactor))
+    };
+    let mut h = sb
+        .interact(pair(sh("read x; echo $((x+1))", &[]), sh("echo 41; read y; [ \"$y\" = 42 ]", &[])))
+        .unwrap_or_else(|e| die(&err(&e)));
+    let plain = must_submit(&sb, json!({"argv": ["/bin/true"]}));
+    out("early", match h.try_wait() {
+        Ok(None) => "none".into(),
+        Ok(Some(r)) => ires(&r),
+        Err(e) => err(&e),
+    });
+    let mut pfd = [libc::pollfd { fd: h.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    // SAFETY: pfd is a valid pollfd array of length 1.
+    let ready = unsafe { libc::poll(pfd.as_mut_ptr(), 1, 30_000) };
+    out("polled", ready);
+    out("conversation", match h.try_wait() {
+        Ok(Some(r)) => ires(&r),
+        Ok(None) => "none".into(),
+        Err(e) => err(&e),
+    });
+    out("plain", desc(&plain.wait()));
+
+    let chat = "while :; do echo ping; read x; done";
+    let h = sb.interact(pair(sh(chat, &[]), sh(chat, &[]))).unwrap_or_else(|e| die(&err(&e)));
+    std::thread::sleep(Duration::from_millis(300));
+    out("kill", h.kill().is_ok());
+    out("killed", match h.wait() {
+        Ok(r) => ires(&r),
+        Err(e) => err(&e),
+    });
+
+    let h = sb.interact(pair(json!({"argv": ["/nonexistent-capsule-prog"]}), sh("read x", &[]))).unwrap_or_else(|e| die(&err(&e)));
+    out("no_solution", match h.wait() {
+        Ok(r) => ires(&r),
+        Err(e) => err(&e),
+    });
+    let bad = InteractSpec { solution: spec(with(sh("true", &[]), "stdin", json!("/etc/hostname"))), interactor: spec(sh("true", &[])) };
+    out("invalid", match sb.interact(bad) {
+        Ok(_) => "accepted".into(),
+        Err(e) => err(&e),
+    });
+    out("after", desc(&must_submit(&sb, json!({"argv": ["/bin/true"]})).wait()));
+}
+
 /// Starts a run and waits forever: the test kills this process.
 fn cmd_hang() {
     let sb = start(1);
@@ -570,6 +623,7 @@ fn main() {
         "supervisor-killed" => cmd_supervisor_killed(),
         "drop" => cmd_drop(),
         "hang" => cmd_hang(),
+        "interact" => cmd_interact(),
         _ => usage(),
     }
     out("done", 1);
