@@ -473,7 +473,7 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_reason(&e)))?;
     let sandbox = Sandbox::start(Config { parallel: slots, capsule_bin: Some(exe), ..Default::default() })
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
-    let cgroups = probe_cgroups(&sandbox)?;
+    let cgroups = sandbox.has_cgroups();
     report.accounting = Some(if cgroups { Accounting::Cgroup } else { Accounting::Rusage });
     let address_space = (!cgroups && lang.address_space_limit_works()).then(|| opts.memory.saturating_mul(2).saturating_add(64 << 20));
     if !cgroups {
@@ -513,15 +513,6 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
     let result = run_tests(&ctx, &cases, report);
     report.tests_ms = started.elapsed().as_secs_f64() * 1000.0;
     result
-}
-
-/// Whether the runs get cgroups: what a trivial run's accounting says.
-fn probe_cgroups(sandbox: &Sandbox) -> Result<bool, String> {
-    let r = sandbox
-        .run(RunSpec::new(["/bin/true"]))
-        .and_then(|h| h.wait())
-        .map_err(|e| format!("the sandbox cannot run a program: {e}"))?;
-    Ok(r.accounting == Accounting::Cgroup)
 }
 
 /// Compiles the source in the box; Ok(false) for a compilation error,
