@@ -479,7 +479,7 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
     if !cgroups {
         let how = match address_space {
             Some(a) => format!("each process's address space is capped at {} (RLIMIT_AS)", verdict::mib(a)),
-            None => format!("{} takes no address-space cap, so nothing stops it during the run", lang.name()),
+            None => format!("{} takes no address-space cap (its runtime is told the limit instead)", lang.name()),
         };
         eprintln!(
             "capsule judge: no cgroups ({}): the memory limit is checked after each run against the peak resident set; {how} (docs/judge.md)",
