@@ -1633,33 +1633,40 @@ impl Loop {
 
     /// Sends a run's final message; closing `notify` wakes a poller.
     fn answer(&mut self, conn: usize, cid: &ClientId, result: &RunResult, notify: Option<OwnedFd>) {
-        self.answered += 1;
-        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
-        if c.gone {
-            return;
-        }
-        match (&c.framing, cid) {
-            (Framing::Binary, ClientId::Binary(id)) => {
-                let msg = if result.status == Status::Error {
-                    ServerMsg::Failed { id: *id, error: result.error.clone().unwrap_or_default() }
+        self.send_final(
+            conn,
+            cid,
+            |id| {
+                if result.status == Status::Error {
+                    ServerMsg::Failed { id, error: result.error.clone().unwrap_or_default() }
                 } else {
-                    ServerMsg::Result { id: *id, result: Box::new(result.clone()) }
-                };
-                if proto::send(c.read.as_raw_fd(), &msg, &[]).is_err() {
-                    self.drop_conn(conn);
+                    ServerMsg::Result { id, result: Box::new(result.clone()) }
                 }
-            }
-            (_, ClientId::Json(id)) => {
-                let line = serve::result_line(id, result);
-                self.write(conn, line);
-            }
-            _ => {}
-        }
+            },
+            |id| serve::result_line(id, result),
+        );
         drop(notify);
     }
 
     /// Sends an interactive run's final message.
     fn answer_pair(&mut self, conn: usize, cid: &ClientId, result: &InteractResult, notify: Option<OwnedFd>) {
+        self.send_final(
+            conn,
+            cid,
+            |id| ServerMsg::Interacted { id, result: Box::new(result.clone()) },
+            |id| serve::interact_line(id, result),
+        );
+        drop(notify);
+    }
+
+    /// Sends a request's final message in its connection's framing.
+    fn send_final(
+        &mut self,
+        conn: usize,
+        cid: &ClientId,
+        binary: impl FnOnce(u64) -> ServerMsg,
+        line: impl FnOnce(&Value) -> Vec<u8>,
+    ) {
         self.answered += 1;
         let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
         if c.gone {
@@ -1667,18 +1674,16 @@ impl Loop {
         }
         match (&c.framing, cid) {
             (Framing::Binary, ClientId::Binary(id)) => {
-                let msg = ServerMsg::Interacted { id: *id, result: Box::new(result.clone()) };
-                if proto::send(c.read.as_raw_fd(), &msg, &[]).is_err() {
+                if proto::send(c.read.as_raw_fd(), &binary(*id), &[]).is_err() {
                     self.drop_conn(conn);
                 }
             }
             (_, ClientId::Json(id)) => {
-                let line = serve::interact_line(id, result);
-                self.write(conn, line);
+                let bytes = line(id);
+                self.write(conn, bytes);
             }
             _ => {}
         }
-        drop(notify);
     }
 
     fn answer_error(&mut self, conn: usize, cid: &ClientId, msg: &str, notify: Option<OwnedFd>) {
