@@ -114,6 +114,15 @@ impl Carry {
     fn pending(&self) -> &[u8] {
         &self.buf[self.at..]
     }
+    /// Reads up to `max` bytes of `fd` into the (empty) carry; 0 at its end.
+    fn fill(&mut self, fd: RawFd, max: usize) -> sys::SysResult<usize> {
+        let mut buf = vec![0u8; max];
+        let n = sys::read(fd, &mut buf)?;
+        buf.truncate(n);
+        self.buf = buf;
+        self.at = 0;
+        Ok(n)
+    }
     fn advance(&mut self, n: usize) {
         self.at += n;
         if self.at == self.buf.len() {
@@ -163,15 +172,9 @@ impl Feed {
                 },
                 Some(carry) => {
                     if carry.pending().is_empty() {
-                        let mut buf = vec![0u8; CAPTURE_CHUNK];
-                        match sys::read(self.file.as_raw_fd(), &mut buf) {
+                        match carry.fill(self.file.as_raw_fd(), CAPTURE_CHUNK) {
                             Ok(0) => Ok(0),
-                            Ok(n) => {
-                                buf.truncate(n);
-                                carry.buf = buf;
-                                carry.at = 0;
-                                continue;
-                            }
+                            Ok(_) => continue,
                             Err(e) => Err(e),
                         }
                     } else {
@@ -262,15 +265,9 @@ impl Collect {
                 },
                 Some(carry) => {
                     if carry.pending().is_empty() {
-                        let mut buf = vec![0u8; len.min(CAPTURE_CHUNK)];
-                        match sys::read(self.pipe.as_raw_fd(), &mut buf) {
+                        match carry.fill(self.pipe.as_raw_fd(), len.min(CAPTURE_CHUNK)) {
                             Ok(0) => Ok(0),
-                            Ok(n) => {
-                                buf.truncate(n);
-                                carry.buf = buf;
-                                carry.at = 0;
-                                continue;
-                            }
+                            Ok(_) => continue,
                             Err(libc::EAGAIN) => Err((libc::EAGAIN, "read")),
                             Err(_) => Ok(0),
                         }
