@@ -579,6 +579,11 @@ pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
     let ctx_err = |what: &str, e: libseccomp::error::SeccompError| format!("libseccomp: {what}: {e}");
     let mut ctx = ScmpFilterContext::new(p.default_action.scmp()).map_err(|e| ctx_err("creating the filter", e))?;
     ctx.set_act_badarch(non_native.scmp()).map_err(|e| ctx_err("setting the non-native action", e))?;
+    // A binary tree over the syscall numbers instead of a chain: the
+    // kernel emulates the filter once per syscall number and ABI when it
+    // is installed (to fill its action cache), and converts and JITs every
+    // instruction, for every run.
+    ctx.set_ctl_optimize(2).map_err(|e| ctx_err("asking for the binary-tree layout", e))?;
     for f in &flat {
         if f.action == p.default_action {
             // Only automatic rules get here (see check_conflicts): the
