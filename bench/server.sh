@@ -157,6 +157,8 @@ bench=$stage/capsule-bench
 log "compiling the workloads: $cc -static -O2 bench/noop.c; $cc -O2 bench/getppid.c bench/cpuloop.c"
 "$cc" -static -O2 -Wall -o "$stage/noop" "$repo/bench/noop.c" || die "$cc -static failed on bench/noop.c"
 "$cc" -O2 -Wall -o "$stage/getppid" "$repo/bench/getppid.c" || die "$cc failed on bench/getppid.c"
+"$cc" -O2 -Wall -o "$stage/nsfloor" "$repo/bench/nsfloor.c" || die "$cc failed on bench/nsfloor.c"
+chmod 0755 "$stage/nsfloor"
 "$cc" -O2 -Wall -o "$stage/cpuloop" "$repo/bench/cpuloop.c" || die "$cc failed on bench/cpuloop.c"
 install -m 0644 "$repo/bench/hello.c" "$stage/hello.c"
 chmod 0755 "$stage/noop" "$stage/getppid" "$stage/cpuloop"
@@ -269,6 +271,17 @@ for ((r = 1; r <= rounds; r++)); do
     done
     as_bench "$bench" throughput --runs "$tput_runs" --parallel 2 --round "$r" --capsule "$capsule" \
         --raw "$out/raw.jsonl" >>"$out/driver.log" || die "capsule-bench throughput failed in round $r"
+    # The kernel's floor (bench/nsfloor.c): fresh user + pid + mount
+    # namespaces and a procfs per run, nothing of capsule's.
+    for kind in throughput latency; do
+        n=$tput_runs
+        [[ $kind == latency ]] && n=$(((wl_per[true] + 1) / 2 * 2))
+        line=$(as_bench "$stage/nsfloor" "$kind" "$n" /bin/true) || die "nsfloor $kind failed in round $r"
+        echo "nsfloor: $line" >>"$out/driver.log"
+        read -r _ _ a _ b _ <<<"$line"
+        printf '{"kind": "floor", "what": "%s", "round": %d, "floor": %s, "bare": %s}\n' \
+            "$kind" "$r" "$a" "$b" >>"$out/raw.jsonl"
+    done
     if pgrep qemu >/dev/null; then
         vms_during=$((vms_during + 1))
         log "warning: a qemu process is running (round $r); the numbers will be noisy"
@@ -298,6 +311,7 @@ short = lambda s: s  # full paths: the staging directory is named in the header
 lat = defaultdict(list)            # (workload, config) -> [sample]
 tput = defaultdict(list)           # config -> [runs/s]
 mem, sandbox = [], None
+floor = defaultdict(list)          # "throughput" | "latency" -> [{floor, bare}]
 for line in open(f"{out}/raw.jsonl"):
     x = json.loads(line)
     if x["kind"] == "latency":
@@ -308,6 +322,8 @@ for line in open(f"{out}/raw.jsonl"):
         mem.append(x)
     elif x["kind"] == "sandbox" and sandbox is None:
         sandbox = x
+    elif x["kind"] == "floor":
+        floor[x["what"]].append(x)
 
 hf = defaultdict(list)             # (workload, config) -> [ms]
 hf_round = defaultdict(dict)       # (workload, round) -> {config: median ms}
@@ -396,10 +412,23 @@ if ("true", "server") in med:
     r = med[("true", "server")] / med[("true", "bare")]
     T.append(f"| server `/bin/true` ≤ 1.3× bare | {r:.2f}× ({f3(med[('true', 'server')])} vs "
              f"{f3(med[('true', 'bare')])} ms, medians, 1 client, in-process) | {ok(r <= 1.3)} |")
+if floor["latency"]:
+    fl = st.median([x["floor"] / x["bare"] for x in floor["latency"]])
+    T.append(f"| (the kernel's floor for it: a prepared PID 1 in fresh user, pid and mount namespaces "
+             f"with a procfs, one pipe each way, `bench/nsfloor.c`) | {fl:.2f}× bare (median of "
+             f"{len(floor['latency'])} per-round ratios; {st.median([x['floor'] for x in floor['latency']]):.3f} "
+             f"vs {st.median([x['bare'] for x in floor['latency']]):.3f} ms) | "
+             f"{'below 1.3×' if fl <= 1.3 else '**above 1.3×**'} |")
 if tput.get("server"):
     v = st.median(tput["server"])
     T.append(f"| ≥ 1000 sandboxed `/bin/true` per second with `--parallel 2` | {v:.0f}/s (median of "
              f"{len(tput['server'])} rounds) | {ok(v >= 1000)} |")
+if floor["throughput"]:
+    fv = st.median([x["floor"] for x in floor["throughput"]])
+    T.append(f"| (the kernel's floor for it: fresh user, pid and mount namespaces and a procfs per run, "
+             f"2 workers, `bench/nsfloor.c`) | {fv:.0f}/s (median of {len(floor['throughput'])} rounds; "
+             f"bare from the same program {st.median([x['bare'] for x in floor['throughput']]):.0f}/s) | "
+             f"{'above 1000/s' if fv >= 1000 else '**below 1000/s**'} |")
 if ("true", "hf-capsule-run") in med and ("true", "hf-bwrap-all") in med:
     r = med[("true", "hf-capsule-run")] / med[("true", "hf-bwrap-all")]
     rr = [x["capsule-run"] / x["bwrap-all"] for (w, _), x in hf_round.items()
