@@ -69,7 +69,7 @@ const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] 
 [--configs bare,server,bare-2,server-2] [--gap MS] [--raw FILE]
        capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-common options: --capsule PATH, --no-cgroups";
+common options: --capsule PATH, --no-cgroups, --profile FILE (a TOML profile the sandboxed runs start from)";
 
 const CONFIGS: [&str; 4] = ["bare", "server", "bare-2", "server-2"];
 
@@ -100,6 +100,16 @@ struct Opts {
     capsule: Option<PathBuf>,
     no_cgroups: bool,
     gap: Duration,
+    profile: Option<RunSpec>,
+}
+
+impl Opts {
+    /// The spec of a sandboxed run: `--profile`'s, or the defaults, with `argv`.
+    fn spec(&self, argv: Vec<String>) -> RunSpec {
+        let mut spec = self.profile.clone().unwrap_or_default();
+        spec.argv = argv;
+        spec
+    }
 }
 
 fn parse_opts() -> Opts {
@@ -127,6 +137,7 @@ fn parse_opts() -> Opts {
         capsule: None,
         no_cgroups: false,
         gap: Duration::ZERO,
+        profile: None,
     };
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().unwrap_or_else(|| usage(format!("{name} needs a value")));
@@ -154,6 +165,11 @@ fn parse_opts() -> Opts {
             "--window" => o.window = num(&a, val(&a)),
             "--capsule" => o.capsule = Some(val(&a).into()),
             "--no-cgroups" => o.no_cgroups = true,
+            "--profile" => {
+                let path = val(&a);
+                let text = std::fs::read_to_string(&path).unwrap_or_else(|e| die(format!("{path}: {e}")));
+                o.profile = Some(capsule::spec::from_toml(&text).unwrap_or_else(|e| die(format!("{path}: {e}"))));
+            }
             "--gap" => o.gap = Duration::from_millis(num(&a, val(&a)) as u64),
             _ => usage(format!("unknown option '{a}'")),
         }
@@ -446,7 +462,7 @@ fn latency(o: &Opts) {
             order.rotate_left((round - 1) % k);
             for c in &order {
                 let bare: Vec<BareCmd> = (0..2).map(|t| BareCmd::new(&w.argv_for(t))).collect();
-                let specs: Vec<RunSpec> = (0..2).map(|t| RunSpec::new(w.argv_for(t))).collect();
+                let specs: Vec<RunSpec> = (0..2).map(|t| o.spec(w.argv_for(t))).collect();
                 let bare_one = |t: usize| {
                     let (wall, cpu) = bare[t].run();
                     Sample { client: t, wall, cpu, inner: None }
@@ -556,7 +572,7 @@ fn pipelined(sb: &Sandbox, spec: &RunSpec, n: usize, window: usize) -> f64 {
 
 fn throughput(o: &Opts) {
     let mut raw = Raw::open(&o.raw);
-    let spec = RunSpec::new(["/bin/true"]);
+    let spec = o.spec(vec!["/bin/true".to_string()]);
     let sb = start_sandbox(o, o.parallel);
     pipelined(&sb, &spec, 50.min(o.runs), o.window); // warm-up
     let secs = pipelined(&sb, &spec, o.runs, o.window);
@@ -633,7 +649,7 @@ fn snapshot(pid: i32, runs_done: usize) -> Value {
 fn memory(o: &Opts) {
     let mut raw = Raw::open(&o.raw);
     let every = if o.every > 0 { o.every } else { (o.runs / 10).max(1) };
-    let spec = RunSpec::new(["/bin/true"]);
+    let spec = o.spec(vec!["/bin/true".to_string()]);
     let sb = start_sandbox(o, o.parallel);
     let pid = sb.supervisor_pid();
     let settle = || std::thread::sleep(Duration::from_millis(200));
