@@ -365,6 +365,8 @@ enum Never {}
 
 fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<Never, Fail> {
     let shared: &Shared = arena;
+    // A name of its own, for ps and profiles (it was forked as `capsule`).
+    sys::set_comm(c"capsule-pid1");
     // Nothing of the supervisor's but what this run needs: other runs'
     // descriptors and the clients' sockets must not live on in PID 1.
     sys::close_all_except(&plan.keep_fds);
@@ -801,6 +803,8 @@ fn tracee(args: &TraceeArgs) -> ! {
 
 fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landlock::Built) -> Result<Never, Fail> {
     let shared: &Shared = arena;
+    // Named until execve names it after the program (ps, profiles).
+    sys::set_comm(c"capsule-tracee");
     // Our ids: the uid/gid the run asked for, mapped onto PID 1's root (the
     // caller). A process may write its own maps when each is one line
     // mapping its own effective id; it inherited PID 1's non-dumpable flag,

@@ -884,6 +884,14 @@ pub fn set_pdeathsig(sig: i32) -> SysResult<()> {
     prctl(libc::PR_SET_PDEATHSIG, sig as u64)
 }
 
+/// Names the calling thread (`/proc/PID/comm`, what `ps` and `top` show):
+/// at most 15 bytes are kept.
+pub fn set_comm(name: &CStr) {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+    // bytes from the pointer, which `name` provides; it cannot fail.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0u64, 0u64, 0u64) };
+}
+
 #[repr(C)]
 struct CapHeader {
     version: u32,
