@@ -4,16 +4,23 @@
 # generated 40-module C project, each bare, in `capsule run --bind` (the
 # sandbox, no layer), in
 # `capsule run --layer` (kernel overlayfs) and in `capsule run --root
-# --layer` (fuse-overlayfs), interleaved over the rounds, as an
-# unprivileged user; medians, p90 and ratios to bare, written to
+# --layer` (fuse-overlayfs), and, to tell the kernel's price from
+# capsule's, without capsule: in `unshare --user --map-current-user
+# --keep-caps --mount` (ns: the namespaces alone), in the same with a
+# kernel overlay mounted by hand (`mount -t overlay ... userxattr`) over
+# the directory capsule's layer uses (overlay: overlayfs alone, its sync
+# at unmount included) and mounted `volatile` (overlay-volatile: without
+# that sync); interleaved over the rounds, as an unprivileged user;
+# medians, p90 and ratios to bare and to ns, written to
 # docs/benchmarks-layer.md. bench/layer_driver.py does the measuring.
 #
 # Usage: bench/layer.sh [--rounds N] [--jobs J] [--output FILE]
 #        (defaults: 15 rounds, make -j2, docs/benchmarks-layer.md)
 #
 # As root: builds with cargo, installs what is missing with apt (gcc, make,
-# tar, python3, fuse-overlayfs, jq), creates the system user capsule-bench,
-# stages the binary in /var/tmp/capsule-bench, works in
+# tar, python3, fuse-overlayfs, jq, util-linux's unshare and mount),
+# creates the system user capsule-bench, stages the binary in
+# /var/tmp/capsule-bench, works in
 # /var/tmp/capsule-bench-layer (the user's own, also its HOME) and runs as
 # that user via setpriv. As an unprivileged user: runs as yourself, in a new
 # directory under /var/tmp (not /tmp: the sandbox's /tmp is its own).
@@ -51,7 +58,7 @@ is_root=false
 [[ $(id -u) -eq 0 ]] && is_root=true
 
 missing=()
-for pair in gcc:gcc make:make tar:tar python3:python3 jq:jq setpriv:util-linux fuse-overlayfs:fuse-overlayfs; do
+for pair in gcc:gcc make:make tar:tar python3:python3 jq:jq setpriv:util-linux unshare:util-linux mount:mount fuse-overlayfs:fuse-overlayfs; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
@@ -126,7 +133,8 @@ install -m 0755 "$repo/bench/layer_driver.py" "$stage/layer_driver.py"
 fuse_version=$(fuse-overlayfs --version 2>/dev/null | sed -n 's/^fuse-overlayfs: //p') || true
 cc_version=$(gcc --version | sed -n 1p)
 tar_version=$(tar --version | sed -n 1p)
-description="capsule ($rev, release build), $cc_version, fuse-overlayfs ${fuse_version:-(version unknown)}, $tar_version"
+unshare_version=$(unshare --version | sed -n 1p)
+description="capsule ($rev, release build), $cc_version, fuse-overlayfs ${fuse_version:-(version unknown)}, $tar_version, $unshare_version"
 py=$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3)
 (cd "$work" && "${as_user[@]}" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" LANG=C.UTF-8 \
     "$py" "$stage/layer_driver.py" "$stage/capsule" "$work" "$rounds" "$jobs" "$work/report.md" "$description") ||
