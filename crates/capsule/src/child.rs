@@ -210,6 +210,13 @@ pub(crate) struct Shared {
     /// The spec's `controlling_tty`: 1 to make stdin the program's
     /// controlling terminal.
     pub go_controlling_tty: AtomicU32,
+    /// The seccomp filter when PID 1 did not inherit it (compiled after
+    /// the fork, see `Plan::filter`): its instructions in the arena, its
+    /// `notify` and `net_log_from`.
+    pub go_filter: AtomicU64,
+    pub go_filter_len: AtomicU64,
+    pub go_filter_notify: AtomicU32,
+    pub go_filter_net_log_from: AtomicU32,
     // --- results, written by PID 1 and the tracee.
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
@@ -311,8 +318,10 @@ pub(crate) struct Plan {
     /// Every descriptor PID 1 keeps, sorted: it closes all others of the
     /// supervisor's (other runs', clients').
     pub keep_fds: Vec<RawFd>,
-    /// The run's seccomp filter, mapped by the supervisor before the fork.
-    pub filter: Rc<SealedFilter>,
+    /// The run's seccomp filter, mapped by the supervisor before the fork;
+    /// None when it was compiled after the fork (while PID 1 builds the
+    /// sandbox): then it comes in the arena with the go message.
+    pub filter: Option<Rc<SealedFilter>>,
     /// The network log (`net_log`), shared with the supervisor.
     pub net_log: Option<Rc<Arena<NetLog>>>,
 }
@@ -325,6 +334,19 @@ pub(crate) struct SealedFilter {
     /// With the network log: where its epilogue starts (see
     /// `seccomp::with_net_log`); 0 without.
     pub net_log_from: u32,
+}
+
+/// The run's filter: its instructions, whether its `kill` is a user
+/// notification, where the network log's epilogue starts (0: none).
+/// Valid once the go message is in; None only if the supervisor sent no
+/// filter at all (a bug, reported as a failed go message).
+fn run_filter<'a>(plan: &'a Plan, arena: &'a Arena<Shared>) -> Option<(&'a [libc::sock_filter], bool, u32)> {
+    if let Some(f) = &plan.filter {
+        return Some((f.map.as_slice(), f.notify, f.net_log_from));
+    }
+    let shared: &Shared = arena;
+    let program = arena.slice::<libc::sock_filter>(shared.go_filter.load(SeqCst), shared.go_filter_len.load(SeqCst))?;
+    Some((program, shared.go_filter_notify.load(SeqCst) != 0, shared.go_filter_net_log_from.load(SeqCst)))
 }
 
 /// Path-table index of the program's name, for "not found" errors.
@@ -503,13 +525,14 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
         sys::close(fd);
     }
     let listener = shared.notify_fd.load(SeqCst) - 1;
-    pid1_wait(plan, shared, tracee, sigchld, listener)
+    pid1_wait(plan, arena, tracee, sigchld, listener)
 }
 
 /// PID 1's event loop: arms the wall-time timer at the program's execve,
 /// enforces it, reaps every process, and ends the run when the first
 /// tracee exits.
-fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut listener: RawFd) -> Result<Never, Fail> {
+fn pid1_wait(plan: &Plan, arena: &Arena<Shared>, tracee: i32, sigchld: OwnedFd, mut listener: RawFd) -> Result<Never, Fail> {
+    let shared: &Shared = arena;
     let wall = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let cpu = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let exec_ns = shared.exec_ns.load(SeqCst);
@@ -576,10 +599,10 @@ fn pid1_wait(plan: &Plan, shared: &Shared, tracee: i32, sigchld: OwnedFd, mut li
             // destination is recorded and the call goes on.
             if let Ok(n) = sys::seccomp_notif_recv(listener) {
                 let data = crate::seccomp::seccomp_data(n.nr, n.arch, n.instruction_pointer, &n.args);
-                let filter = &plan.filter;
-                match (&plan.net_log, reader_stack.as_mut()) {
-                    (Some(log), Some(stack))
-                        if crate::seccomp::is_net_log(filter.map.as_slice(), filter.net_log_from, &data) =>
+                let filter = run_filter(plan, arena);
+                match (&plan.net_log, reader_stack.as_mut(), filter) {
+                    (Some(log), Some(stack), Some((program, _, net_log_from)))
+                        if crate::seccomp::is_net_log(program, net_log_from, &data) =>
                     {
                         // (Unless the run is being killed anyway.)
                         if out_of_time == 0 {
@@ -888,7 +911,7 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
     let paths = arena
         .slice::<u64>(shared.go_exec_paths.load(SeqCst), shared.go_exec_paths_len.load(SeqCst))
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
-    let filter: &[libc::sock_filter] = plan.filter.map.as_slice();
+    let (filter, notify, _) = run_filter(plan, arena).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     // Landlock last before seccomp (it needs no_new_privs, set above):
     // from here on this process and the program may write only where the
     // rules allow.
@@ -910,7 +933,7 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
     // Seccomp last: from here on only the program's own syscalls run. Its
     // listener (close-on-exec) stays in the table PID 1 shares.
-    let listener = crate::seccomp::install(filter, plan.filter.notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
+    let listener = crate::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
     shared.notify_fd.store(listener + 1, SeqCst);
     let mut err = libc::ENOENT;
     let mut eacces = false;

@@ -243,8 +243,11 @@ struct Shape {
 /// with its tracee waiting for the go message.
 struct Prepared {
     shape: Shape,
-    /// The run's seccomp filter, mapped in PID 1.
-    filter: Rc<SealedFilter>,
+    /// The run's seccomp filter, mapped in PID 1 when it was known before
+    /// the fork (else `go` copies it into the arena).
+    filter: Option<Rc<SealedFilter>>,
+    /// Else the filter compiled after the fork, for `fill` to copy.
+    late_filter: Option<Rc<SealedFilter>>,
     pidfd: OwnedFd,
     arena: Arena<Shared>,
     /// Our end of the tracee's go socket.
@@ -509,12 +512,14 @@ impl Supervisor {
 
     /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
     /// its tracee then waits for the go message. `filter` is `spec`'s policy
-    /// from [`Filters::get`], mapped before the fork so that PID 1 inherits it.
+    /// from [`Filters::get`], mapped before the fork so that PID 1 inherits
+    /// it; None when it is not compiled yet: the caller compiles it while
+    /// PID 1 builds, and `go` hands it over in the arena.
     fn prepare(
         &mut self,
         spec: &RunSpec,
         shape: Shape,
-        filter: Rc<SealedFilter>,
+        filter: Option<Rc<SealedFilter>>,
         ahead: bool,
     ) -> Result<Prepared, String> {
         let (net, pending_net) = self.net_join(spec)?;
@@ -531,9 +536,10 @@ impl Supervisor {
         };
         let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
         let arena = Arena::<Shared>::new(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
-        let net_log = match filter.net_log_from {
-            0 => None,
-            _ => Some(Rc::new(Arena::<NetLog>::new(0).map_err(|e| fail("mmap (network log)", e))?)),
+        // (`with_net_log` gives every policy, `none` too, the log's epilogue.)
+        let net_log = match spec.net_log {
+            false => None,
+            true => Some(Rc::new(Arena::<NetLog>::new(0).map_err(|e| fail("mmap (network log)", e))?)),
         };
         let (go, go_child) = sys::socketpair_stream().map_err(|e| fail("socketpair", e))?;
         // A pipe rather than an eventfd: a pipe write wakes the supervisor
@@ -615,6 +621,7 @@ impl Supervisor {
             sources,
             ahead,
             filter,
+            late_filter: None,
             net_log,
             layers,
         })
@@ -698,6 +705,13 @@ impl Supervisor {
         a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
         a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
         a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
+        if let Some(f) = p.filter.is_none().then(|| p.late_filter.take()).flatten() {
+            let program = f.map.as_slice::<libc::sock_filter>();
+            a.go_filter.store(a.put_slice(program).map_err(too_big)? as u64, SeqCst);
+            a.go_filter_len.store(program.len() as u64, SeqCst);
+            a.go_filter_notify.store(f.notify as u32, SeqCst);
+            a.go_filter_net_log_from.store(f.net_log_from, SeqCst);
+        }
         if let Some(cg) = &p.cgroup {
             cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
         }
@@ -853,7 +867,22 @@ impl Filters {
     /// The filter of policy `name`, with the network log when `net_log`
     /// (`seccomp::with_net_log`), compiled on first use.
     fn get(&mut self, name: &PolicyName, net_log: bool) -> Result<Rc<SealedFilter>, String> {
-        let stamp = match name {
+        match self.compiled(name, net_log)? {
+            Some(f) => Ok(f),
+            None => self.compile(name, net_log),
+        }
+    }
+
+    /// The filter of policy `name` if it is compiled already (and, for a
+    /// policy file, the file has not changed since).
+    fn compiled(&self, name: &PolicyName, net_log: bool) -> Result<Option<Rc<SealedFilter>>, String> {
+        let stamp = Self::stamp(name)?;
+        Ok(self.compiled.iter().find(|(n, l, s, _)| n == name && *l == net_log && *s == stamp).map(|c| c.3.clone()))
+    }
+
+    /// What identifies the version of a policy file (None: a built-in).
+    fn stamp(name: &PolicyName) -> Result<Option<FileStamp>, String> {
+        Ok(match name {
             PolicyName::File(path) => {
                 use std::os::unix::fs::MetadataExt;
                 let m = std::fs::metadata(path)
@@ -867,10 +896,14 @@ impl Filters {
                 })
             }
             _ => None,
-        };
-        let i = match self.compiled.iter().position(|(n, l, s, _)| n == name && *l == net_log && *s == stamp) {
-            Some(i) => i,
-            None => {
+        })
+    }
+
+    /// Compiles policy `name` (replacing an older version of its file).
+    fn compile(&mut self, name: &PolicyName, net_log: bool) -> Result<Rc<SealedFilter>, String> {
+        let stamp = Self::stamp(name)?;
+        {
+            {
                 let mut filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
                 if net_log {
                     filter = crate::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
@@ -880,12 +913,11 @@ impl Filters {
                 // A changed file replaces its old version (runs prepared
                 // with the old one are no longer used: see `start`).
                 self.compiled.retain(|(n, l, _, _)| !(n == name && *l == net_log));
-                let sealed = SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from };
-                self.compiled.push((name.clone(), net_log, stamp, Rc::new(sealed)));
-                self.compiled.len() - 1
+                let sealed = Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from });
+                self.compiled.push((name.clone(), net_log, stamp, sealed.clone()));
+                Ok(sealed)
             }
-        };
-        Ok(self.compiled[i].3.clone())
+        }
     }
 }
 
@@ -1098,7 +1130,7 @@ impl Loop {
         let shape = sup.shape(&req.spec);
         // The policy as it is now (a policy file may have changed since a
         // spare was prepared with it).
-        let filter = match sup.filters.get(&req.spec.seccomp, req.spec.net_log) {
+        let filter = match sup.filters.compiled(&req.spec.seccomp, req.spec.net_log) {
             Ok(f) => f,
             Err(msg) => return self.reply(req, RunResult::error(msg)),
         };
@@ -1108,7 +1140,8 @@ impl Loop {
         let mut p = None;
         while let Some(i) = self.spares.iter().position(|s| s.shape == shape && req.pair.is_none()) {
             let s = self.spares.swap_remove(i);
-            if Rc::ptr_eq(&s.filter, &filter) && sup.still_fresh(&s) && !exited(&s) {
+            let same_filter = matches!((&s.filter, &filter), (Some(a), Some(b)) if Rc::ptr_eq(a, b));
+            if same_filter && sup.still_fresh(&s) && !exited(&s) {
                 p = Some(s);
                 break;
             }
@@ -1126,11 +1159,21 @@ impl Loop {
         }
         let mut p = match p {
             Some(p) => p,
-            None => match sup.prepare(&req.spec, shape, filter, false) {
+            None => match sup.prepare(&req.spec, shape, filter.clone(), false) {
                 Ok(p) => p,
                 Err(msg) => return self.reply(req, RunResult::error(msg)),
             },
         };
+        // A policy not compiled yet (a one-shot run, or the first of its
+        // policy) is compiled now, while the fresh PID 1 builds the sandbox
+        // on another CPU; `go` copies it into the arena.
+        if filter.is_none() {
+            if let Err(msg) = sup.filters.get(&req.spec.seccomp, req.spec.net_log).map(|f| p.late_filter = Some(f)) {
+                kill_prepared(&p);
+                self.zombies.push(p);
+                return self.reply(req, RunResult::error(msg));
+            }
+        }
         match self.go(sup, &mut p, &req) {
             Ok((f, io)) => {
                 if req.pair.is_some() {
@@ -1435,7 +1478,7 @@ impl Loop {
         // Only when no request waits: a queued request needs the CPU first.
         while self.queue.is_empty() && self.spares.len() < sup.config.parallel {
             let Some((spec, shape)) = &self.last_shape else { return };
-            match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), f, true)) {
+            match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
                 Ok(p) => self.spares.push(p),
                 Err(_) => {
                     // The next request of this shape reports the error itself.
