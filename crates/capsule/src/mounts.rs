@@ -140,11 +140,49 @@ impl Stamp {
     }
 }
 
+/// The names directly in one directory (the caller's home), read once:
+/// a path beneath it whose first component is not there does not exist.
+/// That answers for most default secrets (`~/.aws`, `~/.config/gcloud`...)
+/// without a `stat` each, when a plan is prepared and again when a PID 1
+/// prepared ahead is checked before use (the request path).
+pub(crate) struct Listing {
+    dir: PathBuf,
+    names: std::collections::HashSet<std::ffi::OsString>,
+}
+
+impl Listing {
+    /// Directories bigger than this are not listed (stat each path then).
+    const MAX: usize = 1024;
+
+    pub(crate) fn read(dir: &Path) -> Option<Listing> {
+        let mut names = std::collections::HashSet::new();
+        // Unreadable, or an entry that cannot be read: no listing (each
+        // path is then looked up on its own).
+        for e in std::fs::read_dir(dir).ok()? {
+            names.insert(e.ok()?.file_name());
+            if names.len() > Self::MAX {
+                return None;
+            }
+        }
+        Some(Listing { dir: dir.to_path_buf(), names })
+    }
+
+    /// Whether `path` is known not to exist (false: not known).
+    pub(crate) fn absent(&self, path: &Path) -> bool {
+        let Ok(rest) = path.strip_prefix(&self.dir) else { return false };
+        rest.components().next().is_some_and(|first| !self.names.contains(first.as_os_str()))
+    }
+}
+
 impl Source {
     /// Whether the source resolves, with the same rules, to the same
-    /// object as when the plan was prepared.
-    pub(crate) fn unchanged(&self, me: u32) -> bool {
+    /// object as when the plan was prepared. `home`: a listing of the
+    /// caller's home, read for this check.
+    pub(crate) fn unchanged(&self, me: u32, home: Option<&Listing>) -> bool {
         if self.covered {
+            if self.stamp.is_none() && home.is_some_and(|h| h.absent(&self.path)) {
+                return true; // still nothing there
+            }
             return Stamp::of_path(&self.path) == self.stamp;
         }
         match resolve::resolve(&self.path, me) {
@@ -376,13 +414,16 @@ impl MountPlan {
         // default secrets of every run); a PID 1 prepared ahead is used
         // only while the same objects are there (`Source::unchanged`).
         let actions = fsrules::plan(&spec.filesystem, home, spec.empty_root).map_err(|e| e.to_string())?;
+        let mut listing: Option<Option<Listing>> = None; // read on first use
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         for action in actions {
             match action {
                 Action::Hide { path, holes } => {
                     if !shadowed(spec, &path) {
-                        let stamp = Stamp::of_path(&path);
+                        let listed = listing.get_or_insert_with(|| home.and_then(Listing::read));
+                        let stamp =
+                            if listed.as_ref().is_some_and(|l| l.absent(&path)) { None } else { Stamp::of_path(&path) };
                         sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true });
                         if stamp.is_none() {
                             continue; // nothing to hide
@@ -936,9 +977,30 @@ mod tests {
         // prepared ahead.
         let covered: Vec<&Source> = plan.sources.iter().filter(|s| s.covered).collect();
         assert_eq!(covered.len(), fsrules::SECRETS.len());
-        assert!(covered.iter().all(|s| s.unchanged(me)));
+        // Checked with and without a listing of the home (which answers
+        // for the missing ones whose first component is not there).
+        let unchanged = |with_listing: bool| {
+            let listing = if with_listing { Some(Listing::read(&home).expect("a listing")) } else { None };
+            covered.iter().all(|s| s.unchanged(me, listing.as_ref()))
+        };
+        assert!(unchanged(true) && unchanged(false));
         std::fs::write(home.join(".netrc"), "x").unwrap();
-        assert!(!covered.iter().all(|s| s.unchanged(me)), "a new secret goes unnoticed");
+        assert!(!unchanged(true) && !unchanged(false), "a new secret goes unnoticed");
+        std::fs::remove_file(home.join(".netrc")).unwrap();
+        assert!(unchanged(true));
+        // Beneath a first-level directory that appears, and one that was there.
+        std::fs::create_dir_all(home.join(".config")).unwrap();
+        assert!(unchanged(true) && unchanged(false), "an empty ~/.config hides nothing new");
+        std::fs::create_dir_all(home.join(".config/gcloud")).unwrap();
+        assert!(!unchanged(true) && !unchanged(false), "a new ~/.config/gcloud goes unnoticed");
+        std::fs::remove_dir_all(home.join(".config")).unwrap();
+        // A secret that exists is compared by what it is, listing or not.
+        std::fs::create_dir_all(home.join(".ssh/keys")).unwrap();
+        assert!(unchanged(true) && unchanged(false), "the same ~/.ssh, with more in it");
+        std::fs::rename(home.join(".ssh"), home.join("ssh-old")).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        assert!(!unchanged(true) && !unchanged(false), "a replaced ~/.ssh goes unnoticed");
+        std::fs::write(home.join(".netrc"), "x").unwrap();
         let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
         assert_eq!(dsts(&plan, "hide"), [h(".netrc"), h(".ssh")]);
         // Beneath a mount operation the host cannot tell: PID 1 looks.

@@ -633,7 +633,15 @@ impl Supervisor {
     /// fresh PID 1 is built (and reports what no longer resolves).
     fn still_fresh(&self, p: &Prepared) -> bool {
         let me = sys::geteuid();
-        p.sources.iter().all(|s| s.unchanged(me))
+        // One listing of the home answers for the default secrets still
+        // missing (most of them), read only if there are any.
+        let home = p
+            .sources
+            .iter()
+            .any(|s| s.covered && s.stamp.is_none())
+            .then(|| self.home.as_deref().and_then(crate::mounts::Listing::read))
+            .flatten();
+        p.sources.iter().all(|s| s.unchanged(me, home.as_ref()))
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.
