@@ -334,6 +334,9 @@ pub(crate) struct SealedFilter {
     /// With the network log: where its epilogue starts (see
     /// `seccomp::with_net_log`); 0 without.
     pub net_log_from: u32,
+    /// It allows every call the tracee makes after the go message
+    /// (`seccomp::allows_tracee_epilogue`): installed before waiting for it.
+    pub early: bool,
 }
 
 /// The run's filter: its instructions, whether its `kill` is a user
@@ -856,6 +859,17 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
     // Drop every capability of U3 (securebits first so uid 0 regains none).
     caps::drop_all(plan.last_cap).map_err(|e| Fail::new(Step::DropCaps, e))?;
 
+    // A filter that allows all the calls made below (the `default`
+    // policy's does) is installed now rather than last: installing is the
+    // costliest step left (the kernel converts, JITs and caches it), and
+    // from here on it would be on the request's path.
+    let early = plan.filter.as_ref().is_some_and(|f| f.early);
+    if early {
+        let f = plan.filter.as_ref().expect("early implies a filter");
+        let listener = crate::seccomp::install(f.map.as_slice(), f.notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
+        shared.notify_fd.store(listener + 1, SeqCst);
+    }
+
     // Everything above is the same for any run of this shape, so a PID 1
     // prepared ahead of time has done it before the request exists. Here
     // the tracee waits for the run: the go message carries its stdin,
@@ -931,10 +945,13 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
     shared.setup_user_us.store(user, SeqCst);
     shared.setup_system_us.store(system, SeqCst);
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
-    // Seccomp last: from here on only the program's own syscalls run. Its
-    // listener (close-on-exec) stays in the table PID 1 shares.
-    let listener = crate::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
-    shared.notify_fd.store(listener + 1, SeqCst);
+    // Seccomp last (unless installed early, above): from here on only the
+    // program's own syscalls run. Its listener (close-on-exec) stays in the
+    // table PID 1 shares.
+    if !early {
+        let listener = crate::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
+        shared.notify_fd.store(listener + 1, SeqCst);
+    }
     let mut err = libc::ENOENT;
     let mut eacces = false;
     for &path in paths {

@@ -894,7 +894,15 @@ pub(crate) fn seccomp_data(nr: i32, arch: u32, ip: u64, args: &[u64; 6]) -> [u8;
 /// would have refused (a jump or load out of range, an unknown opcode) or a
 /// division by zero. No allocation and no panic: PID 1 runs it.
 pub(crate) fn run_bpf(prog: &[libc::sock_filter], data: &[u8; 64]) -> Option<(u32, usize)> {
+    run_bpf_probe(prog, data).map(|(ret, at, _)| (ret, at))
+}
+
+/// [`run_bpf`], also saying whether the program read the instruction
+/// pointer or an argument on its way: if not, the result holds for every
+/// call of that number and ABI (the kernel's action cache reasons alike).
+fn run_bpf_probe(prog: &[libc::sock_filter], data: &[u8; 64]) -> Option<(u32, usize, bool)> {
     let (mut a, mut x, mut mem) = (0u32, 0u32, [0u32; 16]);
+    let mut read_args = false;
     let mut pc = 0usize;
     loop {
         let at = pc;
@@ -908,6 +916,7 @@ pub(crate) fn run_bpf(prog: &[libc::sock_filter], data: &[u8; 64]) -> Option<(u3
                 if off % 4 != 0 {
                     return None;
                 }
+                read_args |= off >= 8;
                 a = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
             }
             BPF_LD_W_LEN => a = 64,
@@ -920,8 +929,8 @@ pub(crate) fn run_bpf(prog: &[libc::sock_filter], data: &[u8; 64]) -> Option<(u3
             BPF_STX => *mem.get_mut(k as usize)? = x,
             BPF_TAX => x = a,
             BPF_TXA => a = x,
-            BPF_RET_K => return Some((k, at)),
-            BPF_RET_A => return Some((a, at)),
+            BPF_RET_K => return Some((k, at, read_args)),
+            BPF_RET_A => return Some((a, at, read_args)),
             code if code & 0x07 == BPF_ALU => {
                 let v = if code & 0x08 != 0 { x } else { k };
                 a = match code & 0xf0 {
@@ -954,6 +963,53 @@ pub(crate) fn run_bpf(prog: &[libc::sock_filter], data: &[u8; 64]) -> Option<(u3
             _ => return None,
         }
     }
+}
+
+/// The system calls the tracee makes between its go message and the
+/// program's execve (stdio, Landlock's stdio rules, chdir, limits, the
+/// CPU baseline, the exec itself, and exit on a failure), x86_64 numbers.
+const TRACEE_EPILOGUE: &[i32] = &[
+    libc::SYS_recvmsg as i32,
+    libc::SYS_dup2 as i32,
+    libc::SYS_dup3 as i32,
+    libc::SYS_close as i32,
+    libc::SYS_fcntl as i32,
+    libc::SYS_fstat as i32,
+    libc::SYS_newfstatat as i32,
+    libc::SYS_statx as i32,
+    libc::SYS_landlock_add_rule as i32,
+    libc::SYS_landlock_restrict_self as i32,
+    libc::SYS_chdir as i32,
+    libc::SYS_prlimit64 as i32,
+    libc::SYS_setrlimit as i32,
+    libc::SYS_close_range as i32,
+    libc::SYS_sched_yield as i32,
+    libc::SYS_read as i32,
+    libc::SYS_pread64 as i32,
+    libc::SYS_lseek as i32,
+    libc::SYS_getrusage as i32,
+    libc::SYS_clock_gettime as i32,
+    libc::SYS_execve as i32,
+    libc::SYS_exit as i32,
+    libc::SYS_exit_group as i32,
+];
+
+/// Whether a filter allows every call the tracee makes after its go
+/// message, whatever their arguments (and `ioctl(0, TIOCSCTTY, 0)`, for
+/// `controlling_tty`): then a PID 1 prepared ahead installs it *before*
+/// waiting for the go message, off the request's path (installing costs
+/// tens of microseconds: conversion, JIT, the action cache). Exact: a call
+/// whose result depends on its arguments counts as not allowed.
+pub(crate) fn allows_tracee_epilogue(prog: &[libc::sock_filter]) -> bool {
+    if prog.is_empty() {
+        return true;
+    }
+    let allowed = |nr: i32, args: &[u64; 6], any_args: bool| {
+        let data = seccomp_data(nr, AUDIT_ARCH_X86_64, 0, args);
+        matches!(run_bpf_probe(prog, &data), Some((RET_ALLOW, _, read_args)) if !(any_args && read_args))
+    };
+    TRACEE_EPILOGUE.iter().all(|&nr| allowed(nr, &[0; 6], true))
+        && allowed(libc::SYS_ioctl as i32, &[0, libc::TIOCSCTTY, 0, 0, 0, 0], false)
 }
 
 const X32: u32 = 0x4000_0000;
@@ -1386,6 +1442,33 @@ mod tests {
         let f = compile_text("test", "default_action = \"allow\"", false).unwrap();
         assert!(!f.notify);
         assert_eq!(native(&f, "seccomp", [1, 8, 0, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
+    fn which_filters_a_prepared_tracee_installs_early() {
+        let built = |n: &str| compile(&n.parse().unwrap()).unwrap();
+        // `default` refuses none of the tracee's own calls (its ioctl rule
+        // is about TIOCSTI and TIOCLINUX, not TIOCSCTTY); no filter at all
+        // is trivially early.
+        assert!(allows_tracee_epilogue(&built("default").program));
+        assert!(allows_tracee_epilogue(&built("none").program));
+        // The allowlists leave out Landlock, chdir, prlimit...: installed last.
+        for n in ["strict", "compile", "python", "jvm", "go", "bash"] {
+            assert!(!allows_tracee_epilogue(&built(n).program), "{n}");
+        }
+        let file = |text: &str| compile_text("test", text, false).unwrap().program;
+        assert!(allows_tracee_epilogue(&file("default_action = \"allow\"")));
+        // One call of the epilogue refused, or decided by its arguments.
+        let deny = "default_action = \"allow\"\n[[rule]]\nsyscall = [\"chdir\"]\naction = \"errno 1\"";
+        assert!(!allows_tracee_epilogue(&file(deny)));
+        let by_args = "default_action = \"allow\"\n[[rule]]\nsyscall = [\"close\"]\nargs = [{ index = 0, op = \"eq\", value = 99 }]\naction = \"errno 1\"";
+        assert!(!allows_tracee_epilogue(&file(by_args)));
+        // TIOCSCTTY itself refused.
+        let tty = format!(
+            "default_action = \"allow\"\n[[rule]]\nsyscall = [\"ioctl\"]\nargs = [{{ index = 1, op = \"eq\", value = {} }}]\naction = \"errno 1\"",
+            libc::TIOCSCTTY
+        );
+        assert!(!allows_tracee_epilogue(&file(&tty)));
     }
 
     #[test]

@@ -921,7 +921,9 @@ impl Filters {
                 // A changed file replaces its old version (runs prepared
                 // with the old one are no longer used: see `start`).
                 self.compiled.retain(|(n, l, _, _)| !(n == name && *l == net_log));
-                let sealed = Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from });
+                let early = crate::seccomp::allows_tracee_epilogue(&filter.program);
+                let sealed =
+                    Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early });
                 self.compiled.push((name.clone(), net_log, stamp, sealed.clone()));
                 Ok(sealed)
             }
