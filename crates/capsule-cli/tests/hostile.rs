@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 
 const PROGRAMS: &[&str] = &[
     "ptrace", "signals", "remount", "shocker", "procsys", "mknod", "euid", "core", "keyring", "iouring", "perf",
-    "bpf", "uffd", "tiocsti", "chroot", "fds", "args", "sigflood", "forkbomb", "membomb", "race",
+    "bpf", "uffd", "tiocsti", "chroot", "fds", "args", "sigflood", "forkbomb", "membomb", "race", "fusehang",
 ];
 
 fn src_dir() -> PathBuf {
@@ -823,6 +823,74 @@ fn userfaultfd(policy: &str) {
     );
 }
 both_policies!(userfaultfd);
+
+// ---------------------------------------------------------------- a process stuck on its own FUSE mount
+
+/// Aborts, as the test (root), the FUSE connections of the processes named
+/// `comm`: a run that failed to end left them stuck in the kernel, which
+/// nothing else would ever end. (By name: a process stuck in its exit has
+/// no argv any more.)
+struct UnstickOnDrop(&'static str);
+
+impl Drop for UnstickOnDrop {
+    fn drop(&mut self) {
+        let Ok(rd) = std::fs::read_dir("/proc") else { return };
+        let pids = rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
+        for pid in pids {
+            if std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or(true, |c| c.trim() != self.0) {
+                continue;
+            }
+            let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) else { continue };
+            for line in info.lines() {
+                let Some((left, right)) = line.split_once(" - ") else { continue };
+                let Some((major, minor)) = left.split(' ').nth(2).and_then(|d| d.split_once(':')) else { continue };
+                if let (true, Ok(major), Ok(minor)) = (right.starts_with("fuse"), major.parse::<u64>(), minor.parse::<u64>()) {
+                    let _ = std::fs::write(format!("/sys/fs/fuse/connections/{}/abort", (major << 20) | minor), "1");
+                }
+            }
+        }
+    }
+}
+
+/// tests/hostile/fusehang.c: with /dev/fuse granted, a process of the run
+/// is left waiting in the kernel for a FUSE answer that never comes when
+/// the run is killed. The run must still end (PID 1 aborts the run's FUSE
+/// connections) and leave nothing behind. Under `strict`, its `unshare` is
+/// a forbidden call.
+fn fuse_stuck_at_exit(policy: &str) {
+    require_hostile!("fuse_stuck_at_exit");
+    require!(
+        "fuse_stuck_at_exit",
+        if !Path::new("/dev/fuse").exists() {
+            Err("no /dev/fuse".to_string())
+        } else if !Path::new("/sys/fs/fuse/connections").is_dir() {
+            Err("fusectl is not mounted at /sys/fs/fuse/connections (capsule aborts stuck FUSE connections there)".to_string())
+        } else {
+            Ok(())
+        }
+    );
+    let _l = procs_shared();
+    let marker = format!("capsule-fusehang-{}-{policy}", std::process::id());
+    let _unstick = UnstickOnDrop("fusehang");
+    let opts = ["--dev-bind", "/dev/fuse", "/tmp/fuse", "--no-landlock", "--wall-time", "1s"];
+    let started = Instant::now();
+    let out = attack_cmd(policy, &opts, &bin("fusehang"), &["/tmp/fuse", &marker]).timeout(Duration::from_secs(30)).run();
+    if policy == "strict" {
+        check(&out, policy, &Expect { strict_kill: Some(&["unshare"]), default_errnos: &[], exit_code: 0 });
+        return;
+    }
+    let j = out.json();
+    assert!(out.stdout.contains("INFO fuse=open"), "the program did not get its FUSE file open; {}", out.describe());
+    assert_eq!(j["status"], "wall-time-limit", "{}", out.describe());
+    assert!(started.elapsed() < Duration::from_secs(10), "the run took {:?} to end; {}", started.elapsed(), out.describe());
+    // Nothing of the run is left, stuck or not.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !procs_with_marker(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "processes of the run are left: {:?}", procs_with_marker(&marker));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+both_policies!(fuse_stuck_at_exit);
 
 // ---------------------------------------------------------------- 14. TIOCSTI / TIOCLINUX
 

@@ -324,6 +324,8 @@ pub(crate) struct Plan {
     pub filter: Option<Rc<SealedFilter>>,
     /// The network log (`net_log`), shared with the supervisor.
     pub net_log: Option<Rc<Arena<NetLog>>>,
+    /// /sys/fs/fuse/connections in the supervisor's view (O_PATH), or -1.
+    pub fusectl: RawFd,
 }
 
 /// A compiled seccomp filter in a sealed memfd, mapped read-only.
@@ -517,7 +519,8 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
         sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // The tracee made the shared memory dumpable again for its id maps.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
-    drop(proc);
+    // (The run's procfs stays open: a run stuck at its end is looked at
+    // through it, see `abort_fuse`.)
     // The program has its own descriptor table now (or the tracee died):
     // the ruleset is no longer needed.
     drop(ruleset);
@@ -528,14 +531,22 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
         sys::close(fd);
     }
     let listener = shared.notify_fd.load(SeqCst) - 1;
-    pid1_wait(plan, arena, tracee, sigchld, listener)
+    pid1_wait(plan, arena, tracee, sigchld, listener, proc)
 }
 
 /// PID 1's event loop: arms the wall-time timer at the program's execve,
 /// enforces it, reaps every process, and ends the run when the first
 /// tracee exits.
-fn pid1_wait(plan: &Plan, arena: &Arena<Shared>, tracee: i32, sigchld: OwnedFd, mut listener: RawFd) -> Result<Never, Fail> {
+fn pid1_wait(
+    plan: &Plan,
+    arena: &Arena<Shared>,
+    tracee: i32,
+    sigchld: OwnedFd,
+    mut listener: RawFd,
+    proc: OwnedFd,
+) -> Result<Never, Fail> {
     let shared: &Shared = arena;
+    let reaper = Reaper { sigchld: sigchld.as_raw_fd(), proc: proc.as_raw_fd(), fusectl: plan.fusectl };
     let wall = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let cpu = sys::timerfd().map_err(|e| Fail::new(Step::Wait, e))?;
     let exec_ns = shared.exec_ns.load(SeqCst);
@@ -634,16 +645,16 @@ fn pid1_wait(plan: &Plan, arena: &Arena<Shared>, tracee: i32, sigchld: OwnedFd, 
             shared.flags.fetch_or(out_of_time, SeqCst);
             kill_run(plan);
             loop {
-                match sys::waitpid(-1, false) {
-                    Ok(Some((pid, status))) => reaped(plan, shared, tracee, pid, status),
-                    _ => return Err(Fail::new(Step::Wait, libc::ECHILD)),
+                match reap_next(&reaper) {
+                    Some((pid, status)) => reaped(plan, shared, tracee, pid, status, &reaper),
+                    None => return Err(Fail::new(Step::Wait, libc::ECHILD)),
                 }
             }
         }
         if fds[0].revents != 0 {
             sys::drain_signalfd(sigchld.as_raw_fd());
             while let Ok(Some((pid, status))) = sys::waitpid(-1, true) {
-                reaped(plan, shared, tracee, pid, status);
+                reaped(plan, shared, tracee, pid, status, &reaper);
             }
         }
     }
@@ -785,7 +796,7 @@ fn cpu_used_ns(plan: &Plan, shared: &Shared) -> u64 {
 /// Notes a reaped process; when it is the program's first process, the run
 /// is over: kill and reap the rest so their CPU time is in PID 1's rusage,
 /// record the result, exit.
-fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
+fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32, reaper: &Reaper) {
     if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGXFSZ {
         shared.flags.fetch_or(FLAG_OUTPUT_LIMIT, SeqCst);
     }
@@ -796,7 +807,7 @@ fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
     shared.wait_status.store(status, SeqCst);
     shared.flags.fetch_or(FLAG_TRACEE_REAPED, SeqCst);
     kill_run(plan);
-    while let Ok(Some(_)) = sys::waitpid(-1, false) {}
+    while reap_next(reaper).is_some() {}
     let (user, system, rss) = sys::rusage_children();
     shared.cpu_user_us.store(user, SeqCst);
     shared.cpu_system_us.store(system, SeqCst);
@@ -806,6 +817,160 @@ fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32) {
     // while and happens after the result is on its way).
     let _ = sys::write(plan.done, b"d");
     sys::exit(0);
+}
+
+/// How long a killed run's processes may take to go before PID 1 looks
+/// for FUSE connections keeping them (and again after each such pause).
+const STUCK_MS: i32 = 200;
+
+/// What PID 1 reaps the rest of a run with.
+struct Reaper {
+    /// The SIGCHLD signalfd.
+    sigchld: RawFd,
+    /// The run's procfs.
+    proc: RawFd,
+    /// /sys/fs/fuse/connections as the supervisor sees it, or -1.
+    fusectl: RawFd,
+}
+
+/// The next child reaped (pid, wait status); None when none is left.
+/// When none has gone for STUCK_MS, one may be stuck on a FUSE request
+/// (see `abort_fuse`): the run's connections are aborted.
+fn reap_next(r: &Reaper) -> Option<(i32, i32)> {
+    loop {
+        match sys::waitpid(-1, true) {
+            Ok(Some(reaped)) => return Some(reaped),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        let mut fds = [libc::pollfd { fd: r.sigchld, events: libc::POLLIN, revents: 0 }];
+        match sys::poll(&mut fds, STUCK_MS) {
+            Ok(0) => abort_fuse(r),
+            _ => sys::drain_signalfd(r.sigchld),
+        }
+    }
+}
+
+/// Aborts the FUSE connections mounted in the namespaces of the run's
+/// remaining processes, through fusectl's `abort` files (the caller owns
+/// the connections of the mounts its sandboxes make). A process that exits
+/// with a file of a FUSE mount open sends FLUSH and waits for the answer
+/// without any signal able to end the wait; if the server is gone but the
+/// device is still open, e.g. later in that very process's descriptor
+/// table, nothing else ever ends it and the run would never finish.
+/// Aborting fails the pending requests (ENOTCONN) and the exit goes on.
+/// Only the run's own connections are touched: those its processes'
+/// mount tables show. No allocation: PID 1 runs this.
+fn abort_fuse(r: &Reaper) {
+    if r.fusectl < 0 {
+        return;
+    }
+    let Ok(dir) = sys::openat(r.proc, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return };
+    let mut ents = [0u8; 4096];
+    while let Ok(n) = sys::getdents64(dir.as_raw_fd(), &mut ents) {
+        if n == 0 {
+            break;
+        }
+        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
+        // d_type (1), d_name (NUL-terminated).
+        let mut off = 0;
+        while off + 19 < n {
+            let reclen = u16::from_ne_bytes([ents[off + 16], ents[off + 17]]) as usize;
+            if reclen == 0 {
+                break;
+            }
+            let name = &ents[off + 19..(off + reclen).min(n)];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name != b"1" {
+                abort_fuse_of(r, name);
+            }
+            off += reclen;
+        }
+    }
+}
+
+/// `abort_fuse` for the mount table of one process (`pid`, digits).
+fn abort_fuse_of(r: &Reaper, pid: &[u8]) {
+    let mut at = [0u8; 48];
+    let Some(path) = join(&mut at, &[pid, b"/mountinfo"]) else { return };
+    let Ok(f) = sys::openat(r.proc, path, libc::O_RDONLY, 0) else { return };
+    let mut buf = [0u8; 16384];
+    let mut have = 0;
+    loop {
+        let n = match sys::read(f.as_raw_fd(), &mut buf[have..]) {
+            Ok(n) => n,
+            Err(_) => return,
+        };
+        have += n;
+        let mut start = 0;
+        while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
+            abort_fuse_line(r, &buf[start..start + nl]);
+            start += nl + 1;
+        }
+        buf.copy_within(start..have, 0);
+        have -= start;
+        // The end, or a line longer than the buffer (not a FUSE mount of
+        // a sandbox: its options are short).
+        if n == 0 || have == buf.len() {
+            return;
+        }
+    }
+}
+
+/// One mountinfo line: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS ... -
+/// FSTYPE SOURCE SUPEROPTIONS`. A `fuse`, `fuse.*` or `fuseblk` mount's
+/// connection is fusectl's directory named after the superblock's device
+/// number (the kernel's encoding, major << 20 | minor).
+fn abort_fuse_line(r: &Reaper, line: &[u8]) {
+    let Some(sep) = line.windows(3).position(|w| w == b" - ") else { return };
+    let fstype = line[sep + 3..].split(|&b| b == b' ').next().unwrap_or_default();
+    if !fstype.starts_with(b"fuse") {
+        return;
+    }
+    let Some(dev) = line.split(|&b| b == b' ').nth(2) else { return };
+    let mut parts = dev.split(|&b| b == b':');
+    let (Some(major), Some(minor)) = (parts.next().and_then(decimal), parts.next().and_then(decimal)) else {
+        return;
+    };
+    let mut digits = [0u8; 20];
+    let name = format_decimal((major << 20) | minor, &mut digits);
+    let mut at = [0u8; 48];
+    let Some(path) = join(&mut at, &[name, b"/abort"]) else { return };
+    if let Ok(f) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) {
+        let _ = sys::write(f.as_raw_fd(), b"1");
+    }
+}
+
+/// An unsigned decimal number (no sign, at most 9 digits).
+fn decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 9 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(s.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// `parts` concatenated into `buf` as a C string; None if too long.
+fn join<'a>(buf: &'a mut [u8], parts: &[&[u8]]) -> Option<&'a CStr> {
+    let mut len = 0;
+    for p in parts {
+        buf.get_mut(len..len + p.len())?.copy_from_slice(p);
+        len += p.len();
+    }
+    *buf.get_mut(len)? = 0;
+    CStr::from_bytes_with_nul(&buf[..=len]).ok()
 }
 
 /// What PID 1 hands to the tracee (on PID 1's stack, which stays intact:

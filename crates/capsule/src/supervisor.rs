@@ -77,6 +77,8 @@ pub struct Supervisor {
     last_cap: u32,
     /// Seccomp filters compiled so far, one per policy.
     filters: Filters,
+    /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
+    fusectl: Option<OwnedFd>,
     /// The tracees' stack (each PID 1 has its own copy-on-write copy).
     tracee_stack: sys::Stack,
     /// This supervisor's cgroup; None in degraded mode.
@@ -361,6 +363,9 @@ impl Supervisor {
         // Writing to a client that went away must not kill the supervisor.
         sys::ignore_sigpipe();
         let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
+        // Where PID 1 aborts the FUSE connections of a run stuck at its end
+        // (`child::abort_fuse`); PID 1's own view of /sys is read-only.
+        let fusectl = sys::open(c"/sys/fs/fuse/connections", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).ok();
         Ok(Supervisor {
             config: config.clone(),
             host_uid,
@@ -375,6 +380,7 @@ impl Supervisor {
             cpus: sys::cpu_count(),
             landlock_abi: crate::landlock::probe(),
             home,
+            fusectl,
         })
     }
 
@@ -565,6 +571,8 @@ impl Supervisor {
             keep_fds.extend([f.prog_dir, f.cpu_stat, f.kill]);
         }
         keep_fds.extend(mounts.fds());
+        let fusectl = self.fusectl.as_ref().map_or(-1, |f| f.as_raw_fd());
+        keep_fds.push(fusectl);
         keep_fds.retain(|&fd| fd > 2);
         keep_fds.sort_unstable();
         let plan = Plan {
@@ -589,6 +597,7 @@ impl Supervisor {
             keep_fds,
             filter: filter.clone(),
             net_log: net_log.clone(),
+            fusectl,
         };
         let (pid, pidfd) = match sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None) {
             Err(e) => {

@@ -998,6 +998,13 @@ pub fn signalfd_for(signals: &[i32]) -> SysResult<OwnedFd> {
     Ok(owned(check_int(fd)? as _))
 }
 
+/// Reads directory entries (`struct linux_dirent64` records) into `buf`;
+/// 0 at the end of the directory.
+pub fn getdents64(dir: RawFd, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: the kernel writes at most buf.len() bytes into buf.
+    check(unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) }).map(|n| n as usize)
+}
+
 /// Drains a non-blocking signalfd.
 pub fn drain_signalfd(fd: RawFd) {
     let mut buf = [0u8; 128 * 8];
