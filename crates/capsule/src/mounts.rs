@@ -140,37 +140,79 @@ impl Stamp {
     }
 }
 
-/// The names directly in one directory (the caller's home), read once:
-/// a path beneath it whose first component is not there does not exist.
-/// That answers for most default secrets (`~/.aws`, `~/.config/gcloud`...)
-/// without a `stat` each, when a plan is prepared and again when a PID 1
-/// prepared ahead is checked before use (the request path).
+/// Which of some names are directly in one directory (the caller's home),
+/// read once: a path beneath it whose first component is not there does
+/// not exist. That answers for most default secrets (`~/.aws`,
+/// `~/.config/gcloud`...) without a `stat` each, when a plan is prepared
+/// and again when a PID 1 prepared ahead is checked before use (the
+/// request path): one `getdents64` pass, nothing kept but the names asked
+/// about.
 pub(crate) struct Listing {
     dir: PathBuf,
-    names: std::collections::HashSet<std::ffi::OsString>,
+    /// The first components below `dir` of the paths asked about, sorted.
+    wanted: Vec<std::ffi::OsString>,
+    present: Vec<bool>,
 }
 
 impl Listing {
     /// Directories bigger than this are not listed (stat each path then).
-    const MAX: usize = 1024;
+    const MAX: usize = 4096;
 
-    pub(crate) fn read(dir: &Path) -> Option<Listing> {
-        let mut names = std::collections::HashSet::new();
-        // Unreadable, or an entry that cannot be read: no listing (each
-        // path is then looked up on its own).
-        for e in std::fs::read_dir(dir).ok()? {
-            names.insert(e.ok()?.file_name());
-            if names.len() > Self::MAX {
+    /// Lists `dir` for the first components of `paths` beneath it. None:
+    /// none is beneath it, or `dir` cannot be read (each path is then
+    /// looked up on its own).
+    pub(crate) fn read<'a>(dir: &Path, paths: impl Iterator<Item = &'a Path>) -> Option<Listing> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut wanted: Vec<std::ffi::OsString> = paths
+            .filter_map(|p| p.strip_prefix(dir).ok()?.components().next())
+            .map(|c| c.as_os_str().to_os_string())
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.is_empty() {
+            return None;
+        }
+        let fd = sys::open(&cstr(dir), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).ok()?;
+        let mut present = vec![false; wanted.len()];
+        let mut buf = [0u8; 8192];
+        let mut entries = 0;
+        loop {
+            let n = sys::getdents64(fd.as_raw_fd(), &mut buf).ok()?;
+            if n == 0 {
+                break;
+            }
+            // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
+            // d_type (1), d_name (NUL-terminated).
+            let mut off = 0;
+            while off + 19 < n {
+                let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+                if reclen == 0 {
+                    return None;
+                }
+                let name = &buf[off + 19..(off + reclen).min(n)];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Ok(i) = wanted.binary_search_by(|w| w.as_bytes().cmp(name)) {
+                    present[i] = true;
+                }
+                off += reclen;
+                entries += 1;
+            }
+            if entries > Self::MAX {
                 return None;
             }
         }
-        Some(Listing { dir: dir.to_path_buf(), names })
+        Some(Listing { dir: dir.to_path_buf(), wanted, present })
     }
 
     /// Whether `path` is known not to exist (false: not known).
     pub(crate) fn absent(&self, path: &Path) -> bool {
-        let Ok(rest) = path.strip_prefix(&self.dir) else { return false };
-        rest.components().next().is_some_and(|first| !self.names.contains(first.as_os_str()))
+        let Some(first) = path.strip_prefix(&self.dir).ok().and_then(|rest| rest.components().next()) else {
+            return false;
+        };
+        match self.wanted.binary_search_by(|w| w.as_os_str().cmp(first.as_os_str())) {
+            Ok(i) => !self.present[i],
+            Err(_) => false,
+        }
     }
 }
 
@@ -414,16 +456,19 @@ impl MountPlan {
         // default secrets of every run); a PID 1 prepared ahead is used
         // only while the same objects are there (`Source::unchanged`).
         let actions = fsrules::plan(&spec.filesystem, home, spec.empty_root).map_err(|e| e.to_string())?;
-        let mut listing: Option<Option<Listing>> = None; // read on first use
+        let hidden = actions.iter().filter_map(|a| match a {
+            Action::Hide { path, .. } if !shadowed(spec, path) => Some(path.as_path()),
+            _ => None,
+        });
+        let listing = home.and_then(|h| Listing::read(h, hidden));
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         for action in actions {
             match action {
                 Action::Hide { path, holes } => {
                     if !shadowed(spec, &path) {
-                        let listed = listing.get_or_insert_with(|| home.and_then(Listing::read));
                         let stamp =
-                            if listed.as_ref().is_some_and(|l| l.absent(&path)) { None } else { Stamp::of_path(&path) };
+                            if listing.as_ref().is_some_and(|l| l.absent(&path)) { None } else { Stamp::of_path(&path) };
                         sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true });
                         if stamp.is_none() {
                             continue; // nothing to hide
@@ -980,7 +1025,8 @@ mod tests {
         // Checked with and without a listing of the home (which answers
         // for the missing ones whose first component is not there).
         let unchanged = |with_listing: bool| {
-            let listing = if with_listing { Some(Listing::read(&home).expect("a listing")) } else { None };
+            let paths = covered.iter().map(|s| s.path.as_path());
+            let listing = if with_listing { Some(Listing::read(&home, paths).expect("a listing")) } else { None };
             covered.iter().all(|s| s.unchanged(me, listing.as_ref()))
         };
         assert!(unchanged(true) && unchanged(false));

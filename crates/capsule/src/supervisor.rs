@@ -644,12 +644,8 @@ impl Supervisor {
         let me = sys::geteuid();
         // One listing of the home answers for the default secrets still
         // missing (most of them), read only if there are any.
-        let home = p
-            .sources
-            .iter()
-            .any(|s| s.covered && s.stamp.is_none())
-            .then(|| self.home.as_deref().and_then(crate::mounts::Listing::read))
-            .flatten();
+        let missing = p.sources.iter().filter(|s| s.covered && s.stamp.is_none()).map(|s| s.path.as_path());
+        let home = self.home.as_deref().and_then(|h| crate::mounts::Listing::read(h, missing));
         p.sources.iter().all(|s| s.unchanged(me, home.as_ref()))
     }
 
