@@ -248,7 +248,8 @@ struct Prepared {
     /// The run's seccomp filter, mapped in PID 1 when it was known before
     /// the fork (else `go` copies it into the arena).
     filter: Option<Rc<SealedFilter>>,
-    /// Else the filter compiled after the fork, for `fill` to copy.
+    /// Else the filter compiled after the fork, for `fill` to copy into
+    /// the arena.
     late_filter: Option<Rc<SealedFilter>>,
     pidfd: OwnedFd,
     arena: Arena<Shared>,
@@ -718,7 +719,7 @@ impl Supervisor {
         a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
         a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
         a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
-        if let Some(f) = p.filter.is_none().then(|| p.late_filter.take()).flatten() {
+        if let Some(f) = p.late_filter.take() {
             let program = f.map.as_slice::<libc::sock_filter>();
             a.go_filter.store(a.put_slice(program).map_err(too_big)? as u64, SeqCst);
             a.go_filter_len.store(program.len() as u64, SeqCst);
@@ -880,17 +881,21 @@ impl Filters {
     /// The filter of policy `name`, with the network log when `net_log`
     /// (`seccomp::with_net_log`), compiled on first use.
     fn get(&mut self, name: &PolicyName, net_log: bool) -> Result<Rc<SealedFilter>, String> {
-        match self.compiled(name, net_log)? {
+        let stamp = Self::stamp(name)?;
+        match self.find(name, net_log, stamp) {
             Some(f) => Ok(f),
-            None => self.compile(name, net_log),
+            None => self.compile(name, net_log, stamp),
         }
     }
 
     /// The filter of policy `name` if it is compiled already (and, for a
     /// policy file, the file has not changed since).
     fn compiled(&self, name: &PolicyName, net_log: bool) -> Result<Option<Rc<SealedFilter>>, String> {
-        let stamp = Self::stamp(name)?;
-        Ok(self.compiled.iter().find(|(n, l, s, _)| n == name && *l == net_log && *s == stamp).map(|c| c.3.clone()))
+        Ok(self.find(name, net_log, Self::stamp(name)?))
+    }
+
+    fn find(&self, name: &PolicyName, net_log: bool, stamp: Option<FileStamp>) -> Option<Rc<SealedFilter>> {
+        self.compiled.iter().find(|(n, l, s, _)| n == name && *l == net_log && *s == stamp).map(|c| c.3.clone())
     }
 
     /// What identifies the version of a policy file (None: a built-in).
@@ -913,26 +918,20 @@ impl Filters {
     }
 
     /// Compiles policy `name` (replacing an older version of its file).
-    fn compile(&mut self, name: &PolicyName, net_log: bool) -> Result<Rc<SealedFilter>, String> {
-        let stamp = Self::stamp(name)?;
-        {
-            {
-                let mut filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
-                if net_log {
-                    filter = crate::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
-                }
-                let map = sys::SealedMap::new(c"capsule-seccomp", &filter.program)
-                    .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
-                // A changed file replaces its old version (runs prepared
-                // with the old one are no longer used: see `start`).
-                self.compiled.retain(|(n, l, _, _)| !(n == name && *l == net_log));
-                let early = crate::seccomp::allows_tracee_epilogue(&filter.program);
-                let sealed =
-                    Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early });
-                self.compiled.push((name.clone(), net_log, stamp, sealed.clone()));
-                Ok(sealed)
-            }
+    fn compile(&mut self, name: &PolicyName, net_log: bool, stamp: Option<FileStamp>) -> Result<Rc<SealedFilter>, String> {
+        let mut filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
+        if net_log {
+            filter = crate::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
         }
+        let map = sys::SealedMap::new(c"capsule-seccomp", &filter.program)
+            .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
+        // A changed file replaces its old version (runs prepared with the
+        // old one are no longer used: see `start`).
+        self.compiled.retain(|(n, l, _, _)| !(n == name && *l == net_log));
+        let early = crate::seccomp::allows_tracee_epilogue(&filter.program);
+        let sealed = Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early });
+        self.compiled.push((name.clone(), net_log, stamp, sealed.clone()));
+        Ok(sealed)
     }
 }
 
