@@ -50,7 +50,7 @@
 #
 # Environment (the options above win):
 #   ROUNDS, MEM_RUNS, THROUGHPUT_RUNS, OUTPUT   as the options
-#   TRUE_RUNS, STATIC_RUNS (default 1000), GCC_RUNS (40), GETPPID_RUNS (20),
+#   TRUE_RUNS, STATIC_RUNS (default 1000), GCC_RUNS (100), GETPPID_RUNS (20),
 #   CPU_RUNS (10)     runs per configuration of each workload, over all rounds
 #   BENCH_USER        user to benchmark as when started as root (capsule-bench)
 #   BENCH_DIR         staging directory when started as root (/var/tmp/capsule-bench)
@@ -186,7 +186,7 @@ wl_names=(true static gcc getppid cpu)
 declare -A wl_label wl_total wl_warm wl_argv
 wl_label=([true]="dynamic \`/bin/true\`" [static]="static no-op (\`cc -static -O2\`)"
     [gcc]="\`gcc -O2 hello.c\`" [getppid]="3M \`getppid\` calls" [cpu]="1 s CPU loop")
-wl_total=([true]=${TRUE_RUNS:-1000} [static]=${STATIC_RUNS:-1000} [gcc]=${GCC_RUNS:-40}
+wl_total=([true]=${TRUE_RUNS:-1000} [static]=${STATIC_RUNS:-1000} [gcc]=${GCC_RUNS:-100}
     [getppid]=${GETPPID_RUNS:-20} [cpu]=${CPU_RUNS:-10})
 wl_warm=([true]=5 [static]=5 [gcc]=1 [getppid]=0 [cpu]=0)
 wl_argv=([true]=/bin/true [static]=$stage/noop [gcc]="$gcc_bin -O2 -o $hello_out{t} $stage/hello.c"
