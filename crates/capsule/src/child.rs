@@ -871,20 +871,10 @@ fn abort_fuse(r: &Reaper) {
         if n == 0 {
             break;
         }
-        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
-        // d_type (1), d_name (NUL-terminated).
-        let mut off = 0;
-        while off + 19 < n {
-            let reclen = u16::from_ne_bytes([ents[off + 16], ents[off + 17]]) as usize;
-            if reclen == 0 {
-                break;
-            }
-            let name = &ents[off + 19..(off + reclen).min(n)];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        for name in sys::dirent_names(&ents[..n]).map_while(Result::ok) {
             if !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name != b"1" {
                 abort_fuse_of(r, name);
             }
-            off += reclen;
         }
     }
 }

@@ -181,20 +181,11 @@ impl Listing {
             if n == 0 {
                 break;
             }
-            // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
-            // d_type (1), d_name (NUL-terminated).
-            let mut off = 0;
-            while off + 19 < n {
-                let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
-                if reclen == 0 {
-                    return None;
-                }
-                let name = &buf[off + 19..(off + reclen).min(n)];
-                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            for name in sys::dirent_names(&buf[..n]) {
+                let name = name.ok()?;
                 if let Ok(i) = wanted.binary_search_by(|w| w.as_bytes().cmp(name)) {
                     present[i] = true;
                 }
-                off += reclen;
                 entries += 1;
             }
             if entries > Self::MAX {

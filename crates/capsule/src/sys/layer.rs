@@ -78,27 +78,15 @@ pub fn list_dir(dir: RawFd) -> SysResult<Vec<Vec<u8>>> {
     let mut names = Vec::new();
     let mut buf = vec![0u8; 32768];
     loop {
-        // SAFETY: buf is writable for buf.len() bytes; the kernel writes
-        // whole linux_dirent64 records into it.
-        let n = retry(|| {
-            check(unsafe { libc::syscall(libc::SYS_getdents64, std::os::fd::AsRawFd::as_raw_fd(&fd), buf.as_mut_ptr(), buf.len()) })
-        })? as usize;
+        let n = super::getdents64(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut buf)?;
         if n == 0 {
             break;
         }
-        // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-        let mut at = 0;
-        while at + 19 <= n {
-            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
-            if reclen == 0 || at + reclen > n {
-                return Err(libc::EIO);
-            }
-            let name = &buf[at + 19..at + reclen];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        for name in super::dirent_names(&buf[..n]) {
+            let name = name?;
             if name != b"." && name != b".." {
                 names.push(name.to_vec());
             }
-            at += reclen;
         }
     }
     Ok(names)

@@ -999,10 +999,31 @@ pub fn signalfd_for(signals: &[i32]) -> SysResult<OwnedFd> {
 }
 
 /// Reads directory entries (`struct linux_dirent64` records) into `buf`;
-/// 0 at the end of the directory.
+/// 0 at the end of the directory. Walk them with [`dirent_names`].
 pub fn getdents64(dir: RawFd, buf: &mut [u8]) -> SysResult<usize> {
     // SAFETY: the kernel writes at most buf.len() bytes into buf.
-    check(unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) }).map(|n| n as usize)
+    retry(|| check(unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) })).map(|n| n as usize)
+}
+
+/// The names of the `linux_dirent64` records `getdents64` wrote into
+/// `buf` (`.` and `..` included); a malformed record ends the walk with
+/// EIO. No allocation.
+pub fn dirent_names(buf: &[u8]) -> impl Iterator<Item = SysResult<&[u8]>> {
+    // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at + 19 > buf.len() {
+            return None;
+        }
+        let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        if reclen < 19 || at + reclen > buf.len() {
+            at = buf.len();
+            return Some(Err(libc::EIO));
+        }
+        let name = &buf[at + 19..at + reclen];
+        at += reclen;
+        Some(Ok(&name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())]))
+    })
 }
 
 /// Drains a non-blocking signalfd.
@@ -1652,6 +1673,25 @@ pub fn seccomp_notif_id_valid(listener: RawFd, id: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dirent_names_walks_getdents64_records() {
+        let dir = std::env::temp_dir().join(format!("capsule-dirents-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("a-file"), "").unwrap();
+        let fd = open(&std::ffi::CString::new(dir.to_str().unwrap()).unwrap(), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = getdents64(fd.as_raw_fd(), &mut buf).unwrap();
+        let mut names: Vec<&[u8]> = dirent_names(&buf[..n]).map(Result::unwrap).collect();
+        names.sort();
+        assert_eq!(names, [&b"."[..], b"..", b"a-file", b"sub"]);
+        assert_eq!(getdents64(fd.as_raw_fd(), &mut buf).unwrap(), 0, "the end");
+        // A record whose length runs past the data ends the walk with EIO.
+        let mut bad = buf[..n].to_vec();
+        bad[16..18].copy_from_slice(&(n as u16 + 8).to_ne_bytes());
+        assert_eq!(dirent_names(&bad).collect::<Vec<_>>(), [Err(libc::EIO)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
     #[derive(Default)]
