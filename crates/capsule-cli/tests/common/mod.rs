@@ -133,20 +133,16 @@ fn ensure_dir(path: &str, mode: u32) {
     }
 }
 
+/// The user's uid and gid from /etc/passwd. Read directly, not through
+/// getpwnam: the test binaries are static, and glibc's NSS modules
+/// (libnss_systemd, which the lookup of a missing user falls through to)
+/// crash when a static binary loads them.
 fn lookup_user(name: &str) -> Option<(u32, u32)> {
-    let c = CString::new(name).unwrap();
-    let mut pw: libc::passwd = unsafe {
-        // SAFETY: passwd is plain old data.
-        std::mem::zeroed()
-    };
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: all pointers are valid for the sizes given.
-    let r = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
-    if r != 0 || result.is_null() {
-        return None;
-    }
-    Some((pw.pw_uid, pw.pw_gid))
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 4 && f[0] == name).then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?))).flatten()
+    })
 }
 
 /// Creates the unprivileged test user once; tolerates concurrent test
@@ -604,6 +600,16 @@ impl Cmd {
             as_user(&argv)
         };
         c.current_dir(&self.cwd);
+        // The black-box tests fork a supervisor per `capsule run` (what
+        // they check, e.g. nothing left in a scope afterwards, is about
+        // one run), unless CAPSULE_TEST_AGENT=1 runs them through agents
+        // (test.sh runs part of the suite that way; tests/agent.rs tests
+        // the agents themselves). A test's own env comes after.
+        if std::env::var_os("CAPSULE_TEST_AGENT").is_some_and(|v| v == "1") {
+            c.env("CAPSULE_AGENT_IDLE", "3");
+        } else {
+            c.env("CAPSULE_AGENT", "off");
+        }
         for (k, v) in &self.env {
             c.env(k, v);
         }
