@@ -1,6 +1,6 @@
-//! The one-shot client (`capsule run`): forks a supervisor of its own,
-//! sends it one request over the library's protocol and returns the
-//! result.
+//! The one-shot client (`capsule run`): sends one request over the
+//! library's protocol to the user's agent ([`crate::agent`]), or to a
+//! supervisor forked for it, and returns the result.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -29,7 +29,8 @@ pub fn run_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, 
 /// terminal) in the same thread.
 pub struct OnceRun {
     sock: OwnedFd,
-    pid: i32,
+    /// The supervisor forked for this run; None for an agent's.
+    pid: Option<i32>,
     sent: Result<(), String>,
 }
 
@@ -41,9 +42,32 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<OnceRun, 
     if supervisor::is_real_root() {
         return Err(supervisor::root_refusal());
     }
+    // The variables the run keeps are the caller's: taken here, so that a
+    // supervisor with another environment (an agent) gives the same run.
+    let mut spec = spec.clone();
+    for k in std::mem::take(&mut spec.keep_env) {
+        if let Some(v) = std::env::var_os(&k) {
+            spec.env.entry(k).or_insert_with(|| v.to_string_lossy().into_owned());
+        }
+    }
+    let msg = ClientMsg::Run { id: 1, spec: Box::new(spec), stdio: stdio.map(|s| s.is_some()), notify: false };
+    let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
+    let ClientMsg::Run { spec, .. } = &msg else { unreachable!() };
+    // The user's agent, when one of this caller's identity runs or can be
+    // started (crate::agent); else a supervisor forked for this run.
+    match crate::agent::send(spec, &msg, &fds) {
+        Ok(c) => return Ok(OnceRun { sock: c.sock, pid: None, sent: Ok(()) }),
+        Err(crate::agent::Missed::Fatal(e)) => return Err(e),
+        Err(crate::agent::Missed::Fallback) => {}
+    }
+    fork_supervisor(spec, &msg, &fds)
+}
+
+/// Forks a supervisor for `msg`'s one run and sends it.
+fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<OnceRun, Error> {
     let (client, server) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;
     let parent = sys::getpid();
-    let config = Config { parallel: 1, cgroup: spec.cgroup.clone(), prepare_ahead: false, capsule_bin: None };
+    let config = Config { parallel: 1, cgroup: spec.cgroup.clone(), prepare_ahead: false, ..Config::default() };
     let pid = match sys::fork().map_err(|e| SysError::new("clone3 (supervisor)", e))? {
         Forked::Child => {
             drop(client);
@@ -54,10 +78,8 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<OnceRun, 
     drop(server);
     // A supervisor that cannot start answers at once and exits, so the
     // request may meet a closed socket: its answer is still there to read.
-    let msg = ClientMsg::Run { id: 1, spec: Box::new(spec.clone()), stdio: stdio.map(|s| s.is_some()), notify: false };
-    let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
-    let sent = proto::send(client.as_raw_fd(), &msg, &fds);
-    Ok(OnceRun { sock: client, pid, sent })
+    let sent = proto::send(client.as_raw_fd(), msg, fds);
+    Ok(OnceRun { sock: client, pid: Some(pid), sent })
 }
 
 impl OnceRun {
@@ -71,7 +93,9 @@ impl OnceRun {
         let outcome = self.answer();
         drop(self.sock);
         // Reap it if it is already done; otherwise it finishes in the background.
-        let _ = sys::waitpid(self.pid, true);
+        if let Some(pid) = self.pid {
+            let _ = sys::waitpid(pid, true);
+        }
         outcome
     }
 
@@ -84,7 +108,7 @@ impl OnceRun {
             Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
             Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
             Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
-            Some((ServerMsg::Started { .. } | ServerMsg::Interacted { .. }, _)) => {
+            Some((ServerMsg::Started { .. } | ServerMsg::Interacted { .. } | ServerMsg::Accepted, _)) => {
                 Err(Error::Supervisor("unexpected message".into()))
             }
             None => Err(Error::Supervisor("the supervisor exited without answering".into())),

@@ -4,6 +4,7 @@
 //! `caps`, `seccomp`, `landlock`, `overlay` for layers), all raw syscalls and `unsafe` in `sys`, the child
 //! path after clone in `child`, the run spec in `spec`.
 
+pub mod agent;
 mod caps;
 pub mod cgroups;
 pub mod check;

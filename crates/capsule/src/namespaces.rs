@@ -15,8 +15,9 @@ pub(crate) struct SupervisorNs {
     /// A network namespace with only `lo`, up; joined by each run's PID 1
     /// unless the run shares the host's network. Creating it is the
     /// costliest part of the set-up, so it goes on in the background: the
-    /// first run's PID 1 builds its mount tree meanwhile.
-    pub loopback_net: PendingNet,
+    /// first run's PID 1 builds its mount tree meanwhile. None when each
+    /// run makes its own (`Config::own_network`).
+    pub loopback_net: Option<PendingNet>,
 }
 
 fn read_sysctl(path: &str) -> Option<String> {
@@ -43,8 +44,8 @@ pub fn userns_hint(errno: i32) -> String {
 
 /// Enters the supervisor's user namespace, mapping the caller (`uid`,
 /// `gid` on the host) to root inside, then creates the namespaces shared
-/// by every run.
-pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysError> {
+/// by every run (the loopback network only with `shared_net`).
+pub(crate) fn enter_supervisor(uid: u32, gid: u32, shared_net: bool) -> Result<SupervisorNs, SysError> {
     sys::unshare(libc::CLONE_NEWUSER).map_err(|e| {
         SysError::new("unshare(CLONE_NEWUSER)", e).hint(userns_hint(e))
     })?;
@@ -59,7 +60,7 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32) -> Result<SupervisorNs, SysEr
 
     // The loopback network is made by a thread (network namespaces are per
     // thread), in parallel with the rest of the set-up.
-    let net = std::thread::spawn(loopback_network);
+    let net = shared_net.then(|| std::thread::spawn(loopback_network));
     // The supervisor's own mount namespace (private, so nothing a run
     // mounts ever propagates to the host), IPC and UTS namespaces shared by
     // its runs, and a time namespace its children (the runs' PID 1) are born

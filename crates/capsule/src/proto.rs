@@ -66,6 +66,11 @@ pub enum ServerMsg {
     Failed { id: u64, error: String },
     /// The supervisor cannot work at all (e.g. no user namespaces); it exits.
     Fatal(String),
+    /// First message of a per-user agent on a connection it accepted
+    /// ([`crate::agent`]): requests sent on it will be answered (or fail
+    /// with a reason). A client that sees the connection end before this
+    /// may send its request elsewhere: it was never read.
+    Accepted,
 }
 
 /// Sends one message with `fds` attached: header and body in one buffer,

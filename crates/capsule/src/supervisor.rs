@@ -65,6 +65,8 @@ enum Net {
     Ready(OwnedFd),
     /// Creating it failed; every run that needs it fails with this.
     Failed(String),
+    /// None: each run's PID 1 makes one of its own (`Config::own_network`).
+    PerRun,
 }
 
 /// A running supervisor (lives in the process that called [`Supervisor::start`]).
@@ -92,6 +94,8 @@ pub struct Supervisor {
     /// The caller's home (`~` of the filesystem rules, the default
     /// secrets), found once; None when unknown.
     home: Option<std::path::PathBuf>,
+    /// Most PID 1s kept prepared ahead (`parallel`; one for an agent).
+    spares: usize,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -169,6 +173,27 @@ pub enum Mode {
     Serve,
     /// After one request is answered (the one-shot `capsule run`).
     Once,
+    /// A per-user agent ([`crate::agent`]): clients of the library's
+    /// protocol accepted on the listener, one connection per `capsule run`;
+    /// ends when idle too long, or once the host's mount table changed
+    /// and the runs in flight are done.
+    Agent(AgentLife),
+}
+
+/// What ends an agent.
+pub struct AgentLife {
+    /// Exit after this long without a client, a request or a run.
+    pub idle: std::time::Duration,
+    /// The host's `/proc/self/mountinfo`, opened before the supervisor
+    /// entered its namespaces: POLLPRI once the host's mount table changes.
+    /// The agent's view was copied at its start and is private (nothing
+    /// propagates in), so from then on it would show a stale host: it
+    /// stops taking requests (later ones start a new agent).
+    pub host_mounts: Option<OwnedFd>,
+    /// The listening socket's path and (dev, inode): unlinked on the way
+    /// out only while it is still this agent's.
+    pub path: PathBuf,
+    pub ino: (u64, u64),
 }
 
 /// A run's id as its client gave it.
@@ -326,6 +351,8 @@ enum Token {
     /// A prepared PID 1's exit.
     Spare(usize),
     Zombie(usize),
+    /// An agent's host mount table changed.
+    HostMounts,
 }
 
 impl Supervisor {
@@ -360,7 +387,7 @@ impl Supervisor {
         // (it is armed only after PID 1's credentials change).
         let self_pidfd = sys::pidfd_open(sys::getpid())
             .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
-        let ns = namespaces::enter_supervisor(host_uid, host_gid)?;
+        let ns = namespaces::enter_supervisor(host_uid, host_gid, !config.own_network)?;
         // Writing to a client that went away must not kill the supervisor.
         sys::ignore_sigpipe();
         let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
@@ -371,7 +398,7 @@ impl Supervisor {
             config: config.clone(),
             host_uid,
             host_gid,
-            net: Net::Pending(ns.loopback_net),
+            net: ns.loopback_net.map_or(Net::PerRun, Net::Pending),
             self_pidfd,
             last_cap: caps::last_cap(),
             filters: Filters::default(),
@@ -382,6 +409,7 @@ impl Supervisor {
             landlock_abi: crate::landlock::probe(),
             home,
             fusectl,
+            spares: config.parallel,
         })
     }
 
@@ -403,11 +431,23 @@ impl Supervisor {
             (Some(_), _) => sys::signalfd_for(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).ok(),
             _ => None,
         };
+        let (once, agent) = match mode {
+            Mode::Serve => (false, None),
+            Mode::Once => (true, None),
+            Mode::Agent(life) => (false, Some(life)),
+        };
+        if agent.is_some() {
+            // One spare: the next `capsule run` of the last shape finds
+            // its sandbox built; `parallel` only bounds concurrent runs.
+            self.spares = 1;
+        }
         let mut l = Loop {
             conns: conns.into_iter().map(Some).collect(),
             listener,
             signals,
-            once: matches!(mode, Mode::Once),
+            once,
+            agent,
+            idle_since: std::time::Instant::now(),
             answered: 0,
             queue: VecDeque::new(),
             running: Vec::new(),
@@ -494,6 +534,7 @@ impl Supervisor {
         match &self.net {
             Net::Ready(fd) => Ok((NetJoin::Fd(fd.as_raw_fd()), None)),
             Net::Failed(msg) => Err(msg.clone()),
+            Net::PerRun => Ok((NetJoin::Own, None)),
             Net::Pending(_) => {
                 let (ours, theirs) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
                 Ok((NetJoin::Receive(theirs.as_raw_fd()), Some((ours, theirs))))
@@ -565,7 +606,7 @@ impl Supervisor {
         ];
         match net {
             NetJoin::Fd(fd) | NetJoin::Receive(fd) => keep_fds.push(fd),
-            NetJoin::Host => {}
+            NetJoin::Host | NetJoin::Own => {}
         }
         if let Some(cg) = &cgroup {
             let f = cg.raw_fds();
@@ -941,6 +982,10 @@ struct Loop {
     listener: Option<OwnedFd>,
     signals: Option<OwnedFd>,
     once: bool,
+    /// A per-user agent's life (`Mode::Agent`).
+    agent: Option<AgentLife>,
+    /// When the agent last had nothing to do.
+    idle_since: std::time::Instant,
     answered: usize,
     queue: VecDeque<Request>,
     running: Vec<Running>,
@@ -967,16 +1012,57 @@ impl Loop {
                 return;
             }
             let (mut pfds, tokens) = self.poll_set();
-            if let Err(e) = sys::poll(&mut pfds, -1) {
-                if e != libc::EINTR {
-                    return;
+            let timeout = self.idle_timeout();
+            match sys::poll(&mut pfds, timeout) {
+                Ok(0) if timeout >= 0 => {
+                    // An agent idle for its whole idle time.
+                    if self.idle_timeout() == 0 {
+                        self.retire();
+                    }
+                    continue;
                 }
-                continue;
+                Ok(_) => {}
+                Err(libc::EINTR) => continue,
+                Err(_) => return,
             }
             self.round += 1;
             for (pfd, token) in pfds.iter().zip(tokens) {
                 if pfd.revents != 0 {
                     self.event(sup, token, pfd.revents);
+                }
+            }
+        }
+    }
+
+    /// An agent with no client and no run: milliseconds until it has been
+    /// idle for its idle time (0: it has); -1 for anything else (busy, or
+    /// not an agent, or retired already).
+    fn idle_timeout(&mut self) -> i32 {
+        let Some(life) = &self.agent else { return -1 };
+        if self.listener.is_none() {
+            return -1;
+        }
+        let busy = self.conns.iter().flatten().any(|c| !c.gone)
+            || !self.running.is_empty()
+            || !self.queue.is_empty();
+        if busy {
+            self.idle_since = std::time::Instant::now();
+            return -1;
+        }
+        let left = life.idle.saturating_sub(self.idle_since.elapsed());
+        // Rounded up: a wake-up a little early would only poll again.
+        left.as_millis().min(i32::MAX as u128) as i32 + i32::from(!left.is_zero() && left.as_millis() == 0)
+    }
+
+    /// An agent stops taking requests: its socket goes (if still its own),
+    /// so the next `capsule run` starts a new agent; what runs finishes.
+    fn retire(&mut self) {
+        let Some(life) = &self.agent else { return };
+        if self.listener.take().is_some() {
+            if let Ok(m) = std::fs::symlink_metadata(&life.path) {
+                use std::os::unix::fs::MetadataExt;
+                if (m.dev(), m.ino()) == life.ino {
+                    let _ = std::fs::remove_file(&life.path);
                 }
             }
         }
@@ -1005,6 +1091,9 @@ impl Loop {
         }
         if let Some(s) = &self.signals {
             add(s.as_raw_fd(), libc::POLLIN, Token::Signals);
+        }
+        if let (Some(fd), true) = (self.agent.as_ref().and_then(|a| a.host_mounts.as_ref()), self.listener.is_some()) {
+            add(fd.as_raw_fd(), libc::POLLPRI, Token::HostMounts);
         }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
@@ -1061,6 +1150,7 @@ impl Loop {
     fn event(&mut self, sup: &mut Supervisor, token: Token, revents: i16) {
         match token {
             Token::Listener => self.accept(),
+            Token::HostMounts => self.retire(),
             Token::Signals => self.stop = true,
             Token::ConnRead(i) => self.read_conn(sup, i),
             Token::ConnWrite(i) => {
@@ -1490,7 +1580,13 @@ impl Loop {
             }
         }
         // Only when no request waits: a queued request needs the CPU first.
-        while self.queue.is_empty() && self.spares.len() < sup.config.parallel {
+        // An agent prepares only when no run is in flight: its clients come
+        // one run at a time, with a gap (starting `capsule run`) in which
+        // the next sandbox is built, and building it meanwhile took CPU
+        // from the run (measured: ~0.2 ms of a 2-CPU machine's `/bin/true`
+        // run). A retired agent prepares nothing more.
+        let held = self.agent.is_some() && (self.listener.is_none() || !self.running.is_empty());
+        while !held && self.queue.is_empty() && self.spares.len() < sup.spares {
             let Some((spec, shape)) = &self.last_shape else { return };
             match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
                 Ok(p) => self.spares.push(p),
@@ -1507,8 +1603,23 @@ impl Loop {
         let Some(l) = &self.listener else { return };
         // A failed accept (the client already gone) is nothing to act on.
         if let Ok(sock) = sys::accept(l.as_raw_fd()) {
-            let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
-            let conn = Conn::new(sock, None, Framing::Lines, false);
+            let conn = if self.agent.is_some() {
+                // The socket sits in a directory only the user can enter;
+                // a peer of another uid is refused all the same.
+                if sys::peer_uid(sock.as_raw_fd()) != Ok(sys::getuid()) {
+                    return;
+                }
+                // Taken: from here on a request that gets no answer was
+                // not lost unseen but failed (the client may retry only
+                // before this).
+                if proto::send(sock.as_raw_fd(), &ServerMsg::Accepted, &[]).is_err() {
+                    return;
+                }
+                Conn::binary(sock)
+            } else {
+                let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
+                Conn::new(sock, None, Framing::Lines, false)
+            };
             match self.conns.iter().position(Option::is_none) {
                 Some(i) => self.conns[i] = Some(conn),
                 None => self.conns.push(Some(conn)),
@@ -1788,9 +1899,11 @@ impl Loop {
             r.cancelled = true;
             kill_prepared(&r.p);
         }
-        // The binary protocol has one client per supervisor: without it,
-        // nobody is left to serve.
-        if self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| matches!(c.framing, Framing::Binary)) {
+        // The binary protocol has one client per supervisor (an agent's
+        // clients aside): without it, nobody is left to serve.
+        if self.agent.is_none()
+            && self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| matches!(c.framing, Framing::Binary))
+        {
             self.stop = true;
         }
         if self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| c.write.is_none() && !c.finish_at_eof) {

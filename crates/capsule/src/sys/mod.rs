@@ -1251,6 +1251,132 @@ pub fn socketpair_stream() -> SysResult<(OwnedFd, OwnedFd)> {
 /// Most fds one message carries.
 pub const MAX_FDS: usize = 8;
 
+/// The credentials of a Unix socket's peer (SO_PEERCRED): for a connected
+/// client, the process that connected; for the client's end, the process
+/// that called `listen`. Ids as seen from the caller's user namespace.
+pub fn peer_cred(sock: RawFd) -> SysResult<libc::ucred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len point to writable memory of the sizes given.
+    check_int(unsafe {
+        libc::getsockopt(sock, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    })?;
+    Ok(cred)
+}
+
+/// The uid of a Unix socket's peer (see [`peer_cred`]).
+pub fn peer_uid(sock: RawFd) -> SysResult<u32> {
+    peer_cred(sock).map(|c| c.uid)
+}
+
+/// connect(2) a close-on-exec Unix stream socket to `path`.
+pub fn connect_unix(path: &std::path::Path) -> SysResult<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(libc::ENAMETOOLONG);
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: a new socket; addr is a valid sockaddr_un of the length given.
+    unsafe {
+        let fd = owned(check_int(libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0))? as _);
+        let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+        retry(|| check(libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) as _))?;
+        Ok(fd)
+    }
+}
+
+/// flock(2): `op` is LOCK_EX, LOCK_SH or LOCK_UN, with LOCK_NB or not.
+pub fn flock(fd: RawFd, op: i32) -> SysResult<()> {
+    // SAFETY: plain syscall on a descriptor the caller holds.
+    retry(|| check(unsafe { libc::flock(fd, op) } as _)).map(|_| ())
+}
+
+/// What the calling process passes on to processes it forks, as numbers
+/// (the agent's identity, `crate::agent::Identity`): read with system
+/// calls, which cost far less than generating `/proc/self/status`.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    pub uids: [u32; 3],
+    pub gids: [u32; 3],
+    pub groups: Vec<u32>,
+    pub umask: u32,
+    /// (soft, hard) of every RLIMIT_*.
+    pub rlimits: Vec<(u64, u64)>,
+    pub nice: i32,
+    pub policy: i32,
+    pub rt_priority: i32,
+    pub ioprio: i64,
+    pub affinity: [u64; 16],
+    pub no_new_privs: i32,
+    pub seccomp: i32,
+    pub securebits: i32,
+    pub timerslack: i32,
+    pub personality: i32,
+}
+
+/// The calling process's [`Inherited`] values. Single-threaded callers
+/// only (the umask is read by setting it and back).
+pub fn inherited() -> Inherited {
+    let mut i = Inherited::default();
+    // SAFETY: every call below writes only into the local buffers passed,
+    // of the sizes passed, or takes no pointer at all.
+    unsafe {
+        let [r, e, s] = &mut i.uids;
+        libc::getresuid(r, e, s);
+        let [r, e, s] = &mut i.gids;
+        libc::getresgid(r, e, s);
+        let n = libc::getgroups(0, ptr::null_mut());
+        if n > 0 {
+            i.groups = vec![0; n as usize];
+            let n = libc::getgroups(n, i.groups.as_mut_ptr());
+            i.groups.truncate(n.max(0) as usize);
+        }
+        i.umask = libc::umask(0o22) as u32;
+        libc::umask(i.umask as libc::mode_t);
+        // RLIMIT_CPU (0) to RLIMIT_RTTIME (15), every limit Linux has.
+        for res in 0..16 {
+            let mut l = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+            libc::prlimit64(0, res as _, ptr::null(), &mut l);
+            i.rlimits.push((l.rlim_cur, l.rlim_max));
+        }
+        *libc::__errno_location() = 0;
+        i.nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        i.policy = libc::sched_getscheduler(0);
+        let mut param = libc::sched_param { sched_priority: 0 };
+        libc::sched_getparam(0, &mut param);
+        i.rt_priority = param.sched_priority;
+        i.ioprio = libc::syscall(libc::SYS_ioprio_get, 1, 0);
+        libc::sched_getaffinity(0, std::mem::size_of_val(&i.affinity), i.affinity.as_mut_ptr().cast());
+        i.no_new_privs = libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+        i.seccomp = libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0);
+        i.securebits = libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0);
+        i.timerslack = libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        i.personality = libc::personality(0xffff_ffff);
+    }
+    i
+}
+
+/// Reads a small file (a procfs file is generated anew on every read)
+/// into a string with one read where it fits; "" when it cannot be read.
+pub fn read_small(path: &CStr) -> String {
+    let Ok(fd) = open(path, libc::O_RDONLY | libc::O_CLOEXEC, 0) else { return String::new() };
+    let mut buf = [0u8; 4096];
+    let mut out = Vec::new();
+    loop {
+        match read(fd.as_raw_fd(), &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Sends `data` with `fds` attached (SCM_RIGHTS).
 pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<usize> {
     assert!(fds.len() <= MAX_FDS);

@@ -1,0 +1,243 @@
+//! The per-user agent (crates/capsule/src/agent.rs): `capsule run` starts
+//! one and later runs of the same identity are served by it, each with
+//! fresh namespaces; the caller's environment, not the agent's, reaches a
+//! run; another identity gets another agent; an agent exits when idle,
+//! stops taking requests when the host's mount table changes, and keeps
+//! nothing of its first caller's (its stdout pipe ends with the run);
+//! `--no-agent` forks a supervisor; `capsule agent status|stop`.
+//!
+//! Every test gives its runs an identity of their own (a CAPSULE_TEST_TAG
+//! variable, which is part of the key), so that tests running at once
+//! never share an agent, and stops its agents before it ends.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A change of the host's mount table retires every agent of the user's:
+/// the test that makes one runs alone, the others share this.
+static HOST_MOUNTS: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    HOST_MOUNTS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A `capsule` command with the agent on for identity `tag`.
+fn cmd(tag: &str, args: &[&str]) -> Cmd {
+    let mut c = capsule(args);
+    c.env("CAPSULE_AGENT", "on").env("CAPSULE_AGENT_IDLE", "20").env("CAPSULE_TEST_TAG", tag);
+    c
+}
+
+/// `capsule run -q -- sh -c SCRIPT` through the agent of `tag`.
+fn run_sh(tag: &str, script: &str) -> Out {
+    let out = cmd(tag, &["run", "-q", "--", "/bin/sh", "-c", script]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    out
+}
+
+/// The agent serving `tag`: its socket and pid, from `capsule agent status`.
+fn own_agent(tag: &str) -> Option<(PathBuf, i32)> {
+    let out = cmd(tag, &["agent", "status"]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    out.stdout.lines().find(|l| l.starts_with("* ")).map(|l| {
+        let rest = &l[2..];
+        let (sock, pid) = rest.rsplit_once("\tpid ").unwrap_or_else(|| panic!("status line: {l:?}"));
+        (PathBuf::from(sock), pid.trim().parse().unwrap())
+    })
+}
+
+fn python3() -> Result<(), String> {
+    match std::path::Path::new("/usr/bin/python3").exists() {
+        true => Ok(()),
+        false => Err("python3 is not installed (/usr/bin/python3)".into()),
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+fn stop(tag: &str) {
+    let out = cmd(tag, &["agent", "stop"]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+}
+
+fn wait_until(what: &str, t: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + t;
+    while !f() {
+        assert!(Instant::now() < end, "{what} did not happen within {t:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const NS: &str = "for n in pid mnt net ipc uts user; do readlink /proc/self/ns/$n; done";
+
+/// Two runs: the first starts the agent (its output pipe still ends with
+/// the run: the harness reads stdout to its end), the second is served by
+/// the same agent; each had namespaces of its own; `agent stop` ends it
+/// and removes its socket.
+#[test]
+fn agent_serves_repeated_runs_with_fresh_namespaces() {
+    let _shared = shared();
+    require!("agent_serves_repeated_runs_with_fresh_namespaces", userns_available());
+    let tag = unique("agent-ns");
+    let a = run_sh(&tag, NS);
+    let (sock, pid) = own_agent(&tag).expect("an agent after the first run");
+    assert!(alive(pid), "agent {pid} is not running");
+    assert!(sock.exists());
+    let b = run_sh(&tag, NS);
+    assert_eq!(own_agent(&tag), Some((sock.clone(), pid)), "the second run was served by another agent");
+    for (x, y) in a.stdout.lines().zip(b.stdout.lines()) {
+        assert_ne!(x, y, "two runs of one agent share a namespace:\n{}\n{}", a.stdout, b.stdout);
+    }
+    assert_eq!(a.stdout.lines().count(), 6, "{}", a.describe());
+    stop(&tag);
+    wait_until("the agent's exit", Duration::from_secs(5), || !alive(pid));
+    assert!(!sock.exists(), "{} left behind", sock.display());
+    assert_eq!(own_agent(&tag), None);
+}
+
+/// `--keep-env` takes the variable from the caller of each run, not from
+/// the environment of the caller that started the agent.
+#[test]
+fn agent_runs_keep_the_callers_environment() {
+    let _shared = shared();
+    require!("agent_runs_keep_the_callers_environment", userns_available());
+    let tag = unique("agent-env");
+    for v in ["first", "second"] {
+        let out = cmd(&tag, &["run", "-q", "--keep-env", "CAPSULE_T_VALUE", "--", "/bin/sh", "-c", "echo $CAPSULE_T_VALUE"])
+            .env("CAPSULE_T_VALUE", v)
+            .run();
+        assert_eq!(out.code, Some(0), "{}", out.describe());
+        assert_eq!(out.stdout.trim(), v, "{}", out.describe());
+    }
+    // CAPSULE_T_VALUE is in the identity (CAPSULE_*): two agents.
+    let out = cmd(&tag, &["run", "-q", "--keep-env", "T_OTHER", "--", "/bin/sh", "-c", "echo $T_OTHER"])
+        .env("T_OTHER", "mine")
+        .run();
+    assert_eq!(out.stdout.trim(), "mine", "{}", out.describe());
+    let again = cmd(&tag, &["run", "-q", "--keep-env", "T_OTHER", "--", "/bin/sh", "-c", "echo $T_OTHER"])
+        .env("T_OTHER", "yours")
+        .run();
+    assert_eq!(again.stdout.trim(), "yours", "{}", again.describe());
+    for v in ["first", "second"] {
+        let out = cmd(&tag, &["agent", "stop"]).env("CAPSULE_T_VALUE", v).run();
+        assert!(out.stdout.contains("stopped"), "{}", out.describe());
+    }
+    stop(&tag);
+}
+
+/// A caller with another identity (here another HOME) gets an agent of
+/// its own; the same identity gets the same agent.
+#[test]
+fn other_identities_get_other_agents() {
+    let _shared = shared();
+    require!("other_identities_get_other_agents", userns_available());
+    let tag = unique("agent-id");
+    let key = |home: &str| {
+        let out = cmd(&tag, &["agent", "key"]).env("HOME", home).run();
+        assert_eq!(out.code, Some(0), "{}", out.describe());
+        out.stdout.trim().to_string()
+    };
+    assert_ne!(key("/var/tmp"), key("/tmp"));
+    assert_eq!(key("/tmp"), key("/tmp"));
+    for home in ["/var/tmp", "/tmp"] {
+        let out = cmd(&tag, &["run", "-q", "--", "/bin/true"]).env("HOME", home).run();
+        assert_eq!(out.code, Some(0), "{}", out.describe());
+    }
+    let a = cmd(&tag, &["agent", "status"]).env("HOME", "/var/tmp").run();
+    let b = cmd(&tag, &["agent", "status"]).env("HOME", "/tmp").run();
+    let own = |o: &Out| o.stdout.lines().find(|l| l.starts_with("* ")).map(str::to_string);
+    let (a, b) = (own(&a).expect("agent for /var/tmp"), own(&b).expect("agent for /tmp"));
+    assert_ne!(a, b);
+    for home in ["/var/tmp", "/tmp"] {
+        let out = cmd(&tag, &["agent", "stop"]).env("HOME", home).run();
+        assert!(out.stdout.contains("stopped"), "{}", out.describe());
+    }
+}
+
+/// An agent exits after its idle time and removes its socket.
+#[test]
+fn agent_exits_when_idle() {
+    let _shared = shared();
+    require!("agent_exits_when_idle", userns_available());
+    let tag = unique("agent-idle");
+    let out = cmd(&tag, &["run", "-q", "--", "/bin/true"]).env("CAPSULE_AGENT_IDLE", "1").run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let mut status = cmd(&tag, &["agent", "status"]);
+    status.env("CAPSULE_AGENT_IDLE", "1");
+    let o = status.run();
+    let line = o.stdout.lines().find(|l| l.starts_with("* ")).unwrap_or_else(|| panic!("no agent: {}", o.describe()));
+    let (sock, pid) = line[2..].rsplit_once("\tpid ").unwrap();
+    let (sock, pid) = (PathBuf::from(sock), pid.trim().parse::<i32>().unwrap());
+    wait_until("the idle agent's exit", Duration::from_secs(10), || !alive(pid));
+    assert!(!sock.exists(), "{} left behind", sock.display());
+}
+
+/// `--no-agent` (and CAPSULE_AGENT=off) run without any agent.
+#[test]
+fn no_agent_forks_a_supervisor() {
+    let _shared = shared();
+    require!("no_agent_forks_a_supervisor", userns_available());
+    let tag = unique("agent-off");
+    let out = cmd(&tag, &["run", "-q", "--no-agent", "--", "/bin/true"]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    assert_eq!(own_agent(&tag), None);
+    let out = cmd(&tag, &["run", "-q", "--", "/bin/true"]).env("CAPSULE_AGENT", "off").run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let o = cmd(&tag, &["agent", "status"]).env("CAPSULE_AGENT", "off").run();
+    assert!(o.stdout.contains("agents are off here: CAPSULE_AGENT=off"), "{}", o.describe());
+    assert_eq!(own_agent(&tag), None);
+}
+
+/// Runs served by one agent at once each have a network of their own: both
+/// bind the same port on 127.0.0.1.
+#[test]
+fn concurrent_runs_of_an_agent_have_their_own_network() {
+    let _shared = shared();
+    require!("concurrent_runs_of_an_agent_have_their_own_network", userns_available());
+    require!("concurrent_runs_of_an_agent_have_their_own_network", python3());
+    let tag = unique("agent-net");
+    run_sh(&tag, "true");
+    let script = "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',47123))\ns.listen()\nprint('bound',flush=True)\ntime.sleep(1.5)";
+    let mut first = cmd(&tag, &["run", "-q", "--", "python3", "-c", script]).spawn();
+    first.wait_line("bound", Duration::from_secs(20));
+    let second = cmd(&tag, &["run", "-q", "--", "python3", "-c", script]).run();
+    assert_eq!(second.code, Some(0), "{}", second.describe());
+    let first = first.wait();
+    assert_eq!(first.code, Some(0), "{}", first.describe());
+    stop(&tag);
+}
+
+/// A change of the host's mount table retires an idle agent at once (its
+/// view of the host was copied when it started); the next run starts a
+/// new one and sees the new mount.
+#[test]
+fn agent_retires_when_the_host_mount_table_changes() {
+    let _excl = HOST_MOUNTS.write().unwrap_or_else(|e| e.into_inner());
+    require!("agent_retires_when_the_host_mount_table_changes", userns_available());
+    require!("agent_retires_when_the_host_mount_table_changes", require_root());
+    let tag = unique("agent-mnt");
+    run_sh(&tag, "true");
+    let (sock, pid) = own_agent(&tag).expect("an agent");
+    let dir = Scratch::new("agent-mnt");
+    let target = dir.join("m");
+    std::fs::create_dir(&target).unwrap();
+    let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "capsule-test"]).arg(&target).status();
+    assert!(st.is_ok_and(|s| s.success()), "mount tmpfs");
+    std::fs::write(target.join("seen"), "new mount\n").unwrap();
+    wait_until("the agent's retirement", Duration::from_secs(5), || !alive(pid));
+    assert!(!sock.exists(), "{} left behind", sock.display());
+    let out = run_sh(&tag, &format!("cat {}/seen", target.display()));
+    assert_eq!(out.stdout.trim(), "new mount");
+    let (_, pid2) = own_agent(&tag).expect("a new agent");
+    assert_ne!(pid, pid2);
+    let _ = std::process::Command::new("umount").arg(&target).status();
+    stop(&tag);
+}

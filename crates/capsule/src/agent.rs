@@ -1,0 +1,445 @@
+//! The per-user agent: a warm supervisor that `capsule run` reuses.
+//!
+//! A one-shot `capsule run` that forks a supervisor of its own pays, on
+//! every call, for what a long-lived supervisor does once (its user
+//! namespace, the run's network namespace, compiling the seccomp policy)
+//! and for building the sandbox while the caller waits. So the first
+//! `capsule run` starts an *agent*: a supervisor that listens on a socket
+//! only the user can reach, prepares the next sandbox of the last run's
+//! shape while idle (fresh for every run, never reused), and exits after
+//! [`DEFAULT_IDLE`] without work. Later `capsule run`s send their request
+//! there, as the library's clients do, and get their result back.
+//!
+//! An agent serves exactly the callers a supervisor forked by them would
+//! have been: everything a run inherits from its supervisor goes into the
+//! agent's key ([`Identity`]): the binary, the ids and groups, every
+//! namespace, the root directory, the cgroup, the resource limits, the
+//! umask, capabilities, `no_new_privs`, seccomp mode, CPU affinity, nice
+//! value and scheduling, I/O priority, OOM score, LSM label, personality,
+//! and the environment variables the supervisor reads (`HOME`, `PATH`,
+//! `XDG_RUNTIME_DIR`, `CAPSULE_*`). A caller that differs in any of them
+//! gets an agent of its own. The environment a run asks for (`keep_env`)
+//! is taken from the caller before the request is sent. What a forked
+//! supervisor would have seen only at its start is the host's mount
+//! table: an agent stops taking requests as soon as that changes
+//! ([`crate::supervisor::AgentLife::host_mounts`]).
+//!
+//! Each run keeps what a one-shot run had of its own: PID, mount, user,
+//! cgroup, IPC and UTS namespaces, and a loopback-only network namespace
+//! (`Config::own_network`), so concurrent `capsule run`s cannot reach each
+//! other over 127.0.0.1 nor collide on a port.
+//!
+//! `CAPSULE_AGENT=off` (or `--no-agent`) forks a supervisor per run as
+//! before; `CAPSULE_AGENT_IDLE=SECONDS` sets the idle time; `capsule agent
+//! status|stop` lists and stops the user's agents.
+
+use std::fmt::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{Error, SysError};
+use crate::proto::{self, ClientMsg, ServerMsg};
+use crate::sandbox::Config;
+use crate::spec::RunSpec;
+use crate::supervisor::{AgentLife, Conn, Mode, Supervisor};
+use crate::sys::{self, Forked};
+
+/// How long an agent waits for work before it exits.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
+/// Runs an agent runs at once (more wait in its queue): a `make -j` of
+/// sandboxed commands should not be serialized by its agent.
+pub const AGENT_PARALLEL: usize = 64;
+/// The environment variable that turns the agent off (`off`, `0`, `no`,
+/// `false`).
+pub const AGENT_ENV: &str = "CAPSULE_AGENT";
+/// The environment variable with the idle time, in seconds.
+pub const IDLE_ENV: &str = "CAPSULE_AGENT_IDLE";
+
+/// Whether `capsule run` may use an agent, and if not, why.
+pub fn enabled() -> Result<(), String> {
+    match std::env::var(AGENT_ENV) {
+        Ok(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "no" | "false") => {
+            return Err(format!("{AGENT_ENV}={v}"))
+        }
+        _ => {}
+    }
+    // Re-started in a transient systemd scope for its cgroups: an agent
+    // started there would keep the scope alive, and the next run gets
+    // another scope, so another key. (Those runs fork their supervisor.)
+    if std::env::var_os(crate::cgroups::IN_SCOPE_ENV).is_some() {
+        return Err("running in a transient systemd scope".into());
+    }
+    Ok(())
+}
+
+/// The idle time from `CAPSULE_AGENT_IDLE`, else [`DEFAULT_IDLE`].
+pub fn idle_time() -> Result<Duration, String> {
+    match std::env::var(IDLE_ENV) {
+        Err(_) => Ok(DEFAULT_IDLE),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(s) if (1..=86_400).contains(&s) => Ok(Duration::from_secs(s)),
+            _ => Err(format!("{IDLE_ENV}={v}: expected a number of seconds from 1 to 86400")),
+        },
+    }
+}
+
+/// The directory of the user's agent sockets: `$XDG_RUNTIME_DIR/capsule`
+/// when that is the user's own private directory, else
+/// `/tmp/capsule-agent-UID`; created mode 0700. None when neither is
+/// (another user's directory, a link, open to others): no agent then.
+pub fn socket_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = sys::geteuid();
+    let private = |p: &Path, strict: bool| {
+        std::fs::symlink_metadata(p).ok().is_some_and(|m| {
+            m.is_dir() && m.uid() == uid && (!strict || m.mode() & 0o077 == 0)
+        })
+    };
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && private(p, true));
+    let dir = match runtime {
+        Some(r) => r.join("capsule"),
+        None => PathBuf::from(format!("/tmp/capsule-agent-{uid}")),
+    };
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    private(&dir, true).then_some(dir)
+}
+
+/// What a run inherits from its supervisor, as text: two callers with the
+/// same identity get the same runs from a supervisor forked by either.
+pub struct Identity(String);
+
+impl Identity {
+    /// The calling process's identity for runs under `config`. Read with
+    /// system calls where there is one (a `/proc/self` file is generated
+    /// anew on each read); ~40 µs.
+    pub fn current(config: &Config) -> Identity {
+        use std::os::unix::fs::MetadataExt;
+        let mut t = String::with_capacity(2048);
+        let _ = writeln!(t, "capsule {}", env!("CARGO_PKG_VERSION"));
+        // The binary itself: an agent of an older capsule serves no one new.
+        match std::fs::metadata("/proc/self/exe") {
+            Ok(m) => {
+                let _ = writeln!(t, "exe {} {} {} {}.{}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+            }
+            Err(_) => t.push_str("exe ?\n"),
+        }
+        for ns in ["user", "mnt", "net", "pid", "ipc", "uts", "cgroup", "time"] {
+            let link = std::fs::read_link(format!("/proc/self/ns/{ns}")).map(|p| p.display().to_string());
+            let _ = writeln!(t, "ns {}", link.unwrap_or_else(|_| format!("{ns}:?")));
+        }
+        match std::fs::metadata("/") {
+            Ok(m) => {
+                let _ = writeln!(t, "root {} {}", m.dev(), m.ino());
+            }
+            Err(_) => t.push_str("root ?\n"),
+        }
+        // Ids, groups, umask, limits, scheduling, CPUs, no_new_privs,
+        // seccomp mode, securebits, timer slack, personality. (Not the
+        // capabilities: the supervisor's user namespace gives it a full
+        // set whatever the caller had, and runs drop them all.)
+        let i = sys::inherited();
+        let _ = writeln!(t, "{i:?}");
+        if i.seccomp != 0 {
+            // Which filters, as far as the status file tells.
+            let status = sys::read_small(c"/proc/self/status");
+            t.extend(status.lines().filter(|l| l.starts_with("Seccomp")).flat_map(|l| [l, "\n"]));
+        }
+        for (name, path) in [
+            ("cgroup", c"/proc/self/cgroup"),
+            ("oom_score_adj", c"/proc/self/oom_score_adj"),
+            ("lsm", c"/proc/self/attr/current"),
+        ] {
+            let _ = writeln!(t, "{name} {}", sys::read_small(path).trim_end());
+        }
+        // The environment the supervisor itself reads.
+        let mut vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+            .filter(|(k, _)| matches!(k.as_str(), "HOME" | "PATH" | "XDG_RUNTIME_DIR") || k.starts_with("CAPSULE_"))
+            .filter(|(k, _)| k != AGENT_ENV)
+            .collect();
+        vars.sort();
+        for (k, v) in vars {
+            let _ = writeln!(t, "env {k}={v}");
+        }
+        let _ = writeln!(t, "config {}", serde_json::to_string(config).unwrap_or_default());
+        Identity(t)
+    }
+
+    /// The agent's name: a 128-bit digest of the identity (two FNV-1a
+    /// hashes). Not SHA-256: its CPU feature detection (CPUID, a VM exit
+    /// each under a hypervisor) cost every `capsule run` ~20 µs here, and
+    /// the key only has to tell apart the identities of one user's own
+    /// callers, which choose none of the bytes to collide.
+    pub fn key(&self) -> String {
+        let fnv = |seed: u64| {
+            self.0.bytes().fold(seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+        };
+        format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
+    }
+
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The configuration of the agent that serves `spec`.
+pub fn config_for(spec: &RunSpec) -> Config {
+    Config {
+        parallel: AGENT_PARALLEL,
+        cgroup: spec.cgroup.clone(),
+        prepare_ahead: true,
+        capsule_bin: None,
+        own_network: true,
+    }
+}
+
+/// A connection to an agent that took `msg` (its `Accepted` is in).
+pub struct Connected {
+    pub sock: OwnedFd,
+}
+
+/// Why no agent took the request (the caller forks a supervisor instead),
+/// or the agent's own start failed with an error the caller must report.
+pub enum Missed {
+    /// Use a supervisor of your own.
+    Fallback,
+    /// An agent was started for this request and could not work at all
+    /// (a forked supervisor would fail the same way): report it.
+    Fatal(Error),
+}
+
+/// Sends `msg` (with `fds`) to the agent for `spec`, starting one if there
+/// is none. Returns once an agent has accepted the connection, so the
+/// request will be answered there; `Missed::Fallback` when it was never
+/// read by one. The caller must be single-threaded (an agent is forked).
+pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected, Missed> {
+    if enabled().is_err() || resolved_in_cwd(spec) {
+        return Err(Missed::Fallback);
+    }
+    let Ok(idle) = idle_time() else { return Err(Missed::Fallback) };
+    let Some(dir) = socket_dir() else { return Err(Missed::Fallback) };
+    let config = config_for(spec);
+    let key = Identity::current(&config).key();
+    let path = dir.join(format!("agent-{key}.sock"));
+    // An agent of this identity is running: give it the request.
+    if let Ok(sock) = sys::connect_unix(&path) {
+        if let Some(c) = deliver(sock, msg, fds)? {
+            return Ok(c);
+        }
+    }
+    // None is (or it went away between connect and accept): start one,
+    // unless another `capsule run` of the same identity is starting it.
+    let lock_path = dir.join(format!("agent-{key}.lock"));
+    let Ok(lock) = sys::open(
+        &std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(lock_path.as_os_str())).map_err(|_| Missed::Fallback)?,
+        libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        0o600,
+    ) else {
+        return Err(Missed::Fallback);
+    };
+    if sys::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err() {
+        // Being started (or alive but not accepting yet): a short wait for it.
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(2));
+            if let Ok(sock) = sys::connect_unix(&path) {
+                if let Some(c) = deliver(sock, msg, fds)? {
+                    return Ok(c);
+                }
+            }
+        }
+        return Err(Missed::Fallback);
+    }
+    let sock = spawn(&path, lock, &config, idle).ok_or(Missed::Fallback)?;
+    match deliver(sock, msg, fds)? {
+        Some(c) => Ok(c),
+        None => Err(Missed::Fallback),
+    }
+}
+
+/// Whether the supervisor would resolve a path of `spec` against its own
+/// working directory (a relative path from a profile): the agent's is `/`,
+/// a forked supervisor's the caller's, so such a spec is not sent there.
+fn resolved_in_cwd(spec: &RunSpec) -> bool {
+    use crate::spec::Stdio;
+    let relative = |p: &Path| !p.is_absolute();
+    let stdio = [&spec.stdin, &spec.stdout, &spec.stderr].into_iter().flatten().any(|io| match io {
+        Stdio::Path(p) => relative(p),
+        Stdio::Pipe(f) => relative(&f.pipe),
+        _ => false,
+    });
+    let policy = matches!(&spec.seccomp, crate::seccomp::PolicyName::File(p) if relative(p));
+    stdio || policy || spec.cgroup.path.as_deref().is_some_and(relative)
+}
+
+/// Sends the request and waits for the agent's first message: `Accepted`
+/// (Some), the end of the connection before it (None: the request was
+/// never read, it may go elsewhere), or `Fatal` (an agent that could not
+/// start).
+fn deliver(sock: OwnedFd, msg: &ClientMsg, fds: &[RawFd]) -> Result<Option<Connected>, Missed> {
+    if proto::send(sock.as_raw_fd(), msg, fds).is_err() {
+        // Not even sent whole: nobody read it.
+        return Ok(None);
+    }
+    match proto::recv::<ServerMsg>(sock.as_raw_fd()) {
+        Ok(Some((ServerMsg::Accepted, _))) => Ok(Some(Connected { sock })),
+        Ok(Some((ServerMsg::Fatal(m), _))) => Err(Missed::Fatal(Error::Setup(m))),
+        Ok(Some(_)) => Err(Missed::Fatal(Error::Supervisor("the agent answered before accepting the request".into()))),
+        Ok(None) | Err(_) => Ok(None),
+    }
+}
+
+/// Starts an agent listening at `path` (the caller holds `lock`, which the
+/// agent keeps for its life) and returns a connection to it.
+fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<OwnedFd> {
+    // A socket left by an agent that died (nobody holds the lock).
+    let _ = std::fs::remove_file(path);
+    let (ours, theirs) = sys::socketpair_stream().ok()?;
+    match sys::fork() {
+        Ok(Forked::Child) => {
+            drop(ours);
+            // Once more, so that the agent is nobody's child: the caller
+            // reaps this one at once and the agent goes to init.
+            match sys::fork() {
+                Ok(Forked::Child) => agent_main(path, lock, theirs, config, idle),
+                _ => sys::exit(0),
+            }
+        }
+        Ok(Forked::Parent { pid, .. }) => {
+            let _ = sys::waitpid(pid, false);
+            Some(ours)
+        }
+        Err(_) => None,
+    }
+}
+
+/// The agent's life: never returns.
+fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration) -> ! {
+    use std::os::unix::fs::MetadataExt;
+    // Its own session, no terminal; the root as its directory, so that it
+    // keeps no file system of the caller's busy.
+    let _ = sys::setsid();
+    let _ = sys::chdir(c"/");
+    // Nothing of the caller's but these: in particular not its stdout and
+    // stderr, which a pipe reader would otherwise wait on for as long as
+    // the agent lives. (Moved above 2 first: a caller started with its
+    // standard streams closed hands out 0-2 for new descriptors.)
+    let raise = |fd: OwnedFd| if fd.as_raw_fd() > 2 { fd } else { sys::dup_cloexec(fd.as_raw_fd()).unwrap_or(fd) };
+    let (lock, first) = (raise(lock), raise(first));
+    let mut keep = [first.as_raw_fd(), lock.as_raw_fd()];
+    keep.sort_unstable();
+    sys::close_all_except(&keep);
+    if let Ok(null) = sys::open(c"/dev/null", libc::O_RDWR, 0) {
+        for fd in 0..3 {
+            let _ = sys::dup2(null.as_raw_fd(), fd);
+        }
+    }
+    // Signal handlers the caller had (a terminal relay's) mean nothing here.
+    sys::reset_signals();
+    // Without its socket there is no agent; the request was not read, so
+    // the caller forks a supervisor of its own for it.
+    let fatal = |_why: String| -> ! { sys::exit(1) };
+    // Listening from this process, so that the socket's peer credentials
+    // (`capsule agent status`) name the agent.
+    let old = sys::umask(0o177);
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    sys::umask(old);
+    let listener: OwnedFd = match bound {
+        Ok(l) => raise(l.into()),
+        Err(e) => fatal(format!("the agent cannot listen at {}: {e}", path.display())),
+    };
+    let ino = match std::fs::symlink_metadata(path) {
+        Ok(m) => (m.dev(), m.ino()),
+        Err(e) => fatal(format!("the agent's socket {}: {e}", path.display())),
+    };
+    // Watched for changes of the host's mount table: opened here, still in
+    // the host's mount namespace (the file stays tied to it).
+    let host_mounts = sys::open(c"/proc/self/mountinfo", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok();
+    let life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino };
+    let code = match Supervisor::start(config) {
+        Ok(sup) => {
+            if proto::send(first.as_raw_fd(), &ServerMsg::Accepted, &[]).is_ok() {
+                sup.serve(vec![Conn::binary(first)], Some(listener), Mode::Agent(life));
+            }
+            0
+        }
+        Err(e) => {
+            let _ = proto::send(first.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
+            1
+        }
+    };
+    // The socket goes before the lock (when still this agent's: stopped by
+    // a signal rather than retired), so that the next `capsule run` finds
+    // no socket of a dead agent.
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if (m.dev(), m.ino()) == ino {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    drop(lock);
+    sys::exit(code)
+}
+
+/// One agent of the user's, as `capsule agent status` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct Running {
+    pub socket: PathBuf,
+    pub pid: i32,
+}
+
+/// The user's agents that answer on their sockets.
+pub fn list() -> Vec<Running> {
+    let Some(dir) = socket_dir() else { return Vec::new() };
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return out };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("agent-") && name.ends_with(".sock")) {
+            continue;
+        }
+        let path = e.path();
+        if let Ok(sock) = sys::connect_unix(&path) {
+            // The pid of the process that listens there.
+            if let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) {
+                out.push(Running { socket: path, pid: cred.pid });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.socket.cmp(&b.socket));
+    out
+}
+
+/// Stops the user's agents whose socket is `only` (else all of them) with
+/// SIGTERM (runs in flight are killed), waiting up to 5 s for each; the
+/// ones stopped.
+pub fn stop(only: Option<&Path>) -> Result<Vec<Running>, SysError> {
+    let mut stopped = Vec::new();
+    for a in list().into_iter().filter(|a| only.is_none_or(|p| a.socket == p)) {
+        let pidfd = match sys::pidfd_open(a.pid) {
+            Ok(fd) => fd,
+            Err(libc::ESRCH) => continue,
+            Err(e) => return Err(SysError::new("pidfd_open", e)),
+        };
+        match sys::pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGTERM) {
+            Ok(()) => {}
+            Err(libc::ESRCH) => continue,
+            Err(e) => return Err(SysError::new("pidfd_send_signal", e)),
+        }
+        let mut pfd = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        if sys::poll(&mut pfd, 5000).unwrap_or(0) == 0 {
+            return Err(SysError::new("waiting for the agent to stop", libc::ETIMEDOUT).path(a.socket.display().to_string()));
+        }
+        stopped.push(a);
+    }
+    Ok(stopped)
+}
+
+/// The socket of the agent that would serve this caller (for a default
+/// spec), where it would be.
+pub fn own_socket() -> Option<PathBuf> {
+    let key = Identity::current(&config_for(&RunSpec::default())).key();
+    socket_dir().map(|d| d.join(format!("agent-{key}.sock")))
+}
