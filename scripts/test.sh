@@ -29,11 +29,16 @@ cargo build --workspace --all-targets
 # (`degraded_*`) run here, where there is no delegation. `server` and
 # `library` are `capsule serve` and the library API (issue 4); their cgroup
 # checks are the `server_*` tests of `cgroups`, run in the VM.
-cargo test --workspace --lib --bins --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge "$@"
+cargo test --workspace --lib --bins --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge --test agent "$@"
 cargo test -p capsule-cli --test cgroups "$@" degraded_
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.
 cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_
+# The black-box suites of `capsule run` once more, served by agents (the
+# warm supervisor `capsule run` reuses by default; the passes above fork a
+# supervisor per run, which is what most of their checks are about).
+# Last on this machine: its agents idle out 3 s after.
+CAPSULE_TEST_AGENT=1 cargo test -p capsule-cli --test cli --test isolation --test filesystem --test seccomp --test landlock --test shell "$@"
 
 # --- the cgroup v2 stage, in the VM -------------------------------------------
 # As root there, the harness gives each capsule invocation a delegated scope

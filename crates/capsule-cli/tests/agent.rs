@@ -178,6 +178,7 @@ fn agent_exits_when_idle() {
     let (sock, pid) = (PathBuf::from(sock), pid.trim().parse::<i32>().unwrap());
     wait_until("the idle agent's exit", Duration::from_secs(10), || !alive(pid));
     assert!(!sock.exists(), "{} left behind", sock.display());
+    assert!(!sock.with_extension("lock").exists(), "its lock file left behind");
 }
 
 /// `--no-agent` (and CAPSULE_AGENT=off) run without any agent.

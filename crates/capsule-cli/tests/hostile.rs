@@ -863,8 +863,14 @@ fn fuse_stuck_at_exit(policy: &str) {
         "fuse_stuck_at_exit",
         if !Path::new("/dev/fuse").exists() {
             Err("no /dev/fuse".to_string())
-        } else if !Path::new("/sys/fs/fuse/connections").is_dir() {
-            Err("fusectl is not mounted at /sys/fs/fuse/connections (capsule aborts stuck FUSE connections there)".to_string())
+        } else if !std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some("/sys/fs/fuse/connections") && l.split(' ').nth(2) == Some("fusectl"))
+        {
+            // (The directory exists whenever fuse is loaded; only the
+            // mounted fusectl has the connections' `abort` files.)
+            Err("fusectl is not mounted at /sys/fs/fuse/connections (capsule aborts stuck FUSE connections there; systemd mounts it, or: mount -t fusectl fusectl /sys/fs/fuse/connections)".to_string())
         } else {
             Ok(())
         }

@@ -252,6 +252,17 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
         }
         return Err(Missed::Fallback);
     }
+    // An agent removes its lock file on its way out, while holding it: a
+    // lock taken on a file no longer at the path is worth nothing.
+    let same = |a: &std::fs::Metadata, b: &std::fs::Metadata| {
+        use std::os::unix::fs::MetadataExt;
+        (a.dev(), a.ino()) == (b.dev(), b.ino())
+    };
+    let held = std::fs::File::from(lock.try_clone().map_err(|_| Missed::Fallback)?).metadata();
+    match (held, std::fs::symlink_metadata(&lock_path)) {
+        (Ok(a), Ok(b)) if same(&a, &b) => {}
+        _ => return Err(Missed::Fallback),
+    }
     let sock = spawn(&path, lock, &config, idle).ok_or(Missed::Fallback)?;
     match deliver(sock, msg, fds)? {
         Some(c) => Ok(c),
@@ -317,6 +328,7 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
 
 /// The agent's life: never returns.
 fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration) -> ! {
+    let lock_path = path.with_extension("lock");
     use std::os::unix::fs::MetadataExt;
     // Its own session, no terminal; the root as its directory, so that it
     // keeps no file system of the caller's busy.
@@ -378,6 +390,8 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
             let _ = std::fs::remove_file(path);
         }
     }
+    // Then the lock file, still holding the lock (see `send`).
+    let _ = std::fs::remove_file(&lock_path);
     drop(lock);
     sys::exit(code)
 }

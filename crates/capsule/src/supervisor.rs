@@ -393,7 +393,15 @@ impl Supervisor {
         let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
         // Where PID 1 aborts the FUSE connections of a run stuck at its end
         // (`child::abort_fuse`); PID 1's own view of /sys is read-only.
-        let fusectl = sys::open(c"/sys/fs/fuse/connections", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).ok();
+        // Only when fusectl is mounted there: the directory itself exists
+        // whenever fuse is loaded.
+        const FUSECTL_MAGIC: i64 = 0x6573_5543;
+        let fusectl = match sys::probe::fs_magic(Path::new("/sys/fs/fuse/connections")) {
+            Ok(FUSECTL_MAGIC) => {
+                sys::open(c"/sys/fs/fuse/connections", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).ok()
+            }
+            _ => None,
+        };
         Ok(Supervisor {
             config: config.clone(),
             host_uid,
