@@ -80,23 +80,29 @@ const NS: &str = "for n in pid mnt net ipc uts user; do readlink /proc/self/ns/$
 
 /// Two runs: the first starts the agent (its output pipe still ends with
 /// the run: the harness reads stdout to its end), the second is served by
-/// the same agent; each had namespaces of its own; `agent stop` ends it
-/// and removes its socket.
+/// the same agent while the first still runs (namespace numbers are
+/// reused once freed, so only live ones can be compared): each has
+/// namespaces of its own. `agent stop` ends the agent and removes its
+/// socket.
 #[test]
 fn agent_serves_repeated_runs_with_fresh_namespaces() {
     let _shared = shared();
     require!("agent_serves_repeated_runs_with_fresh_namespaces", userns_available());
     let tag = unique("agent-ns");
-    let a = run_sh(&tag, NS);
+    run_sh(&tag, "true");
     let (sock, pid) = own_agent(&tag).expect("an agent after the first run");
     assert!(alive(pid), "agent {pid} is not running");
     assert!(sock.exists());
+    let mut first = cmd(&tag, &["run", "-q", "--", "/bin/sh", "-c", &format!("{NS}; echo done; sleep 2")]).spawn();
+    first.wait_line("done", Duration::from_secs(20));
     let b = run_sh(&tag, NS);
-    assert_eq!(own_agent(&tag), Some((sock.clone(), pid)), "the second run was served by another agent");
+    let a = first.wait();
+    assert_eq!(a.code, Some(0), "{}", a.describe());
+    assert_eq!(own_agent(&tag), Some((sock.clone(), pid)), "the runs were served by another agent");
+    assert_eq!(b.stdout.lines().count(), 6, "{}", b.describe());
     for (x, y) in a.stdout.lines().zip(b.stdout.lines()) {
         assert_ne!(x, y, "two runs of one agent share a namespace:\n{}\n{}", a.stdout, b.stdout);
     }
-    assert_eq!(a.stdout.lines().count(), 6, "{}", a.describe());
     stop(&tag);
     wait_until("the agent's exit", Duration::from_secs(5), || !alive(pid));
     assert!(!sock.exists(), "{} left behind", sock.display());
