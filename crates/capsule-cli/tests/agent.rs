@@ -248,3 +248,30 @@ fn agent_retires_when_the_host_mount_table_changes() {
     let _ = std::process::Command::new("umount").arg(&target).status();
     stop(&tag);
 }
+
+/// A sandboxed program that can see the agent's socket (its directory
+/// bound into the sandbox) is refused: connected, it gets no `Accepted`,
+/// only the end of the connection, so it cannot have runs made outside
+/// its own sandbox.
+#[test]
+fn a_sandboxed_program_is_refused_by_the_agent() {
+    let _shared = shared();
+    require!("a_sandboxed_program_is_refused_by_the_agent", userns_available());
+    require!("a_sandboxed_program_is_refused_by_the_agent", python3());
+    let tag = unique("agent-sbx");
+    run_sh(&tag, "true");
+    let (sock, pid) = own_agent(&tag).expect("an agent");
+    let dir = sock.parent().unwrap().display().to_string();
+    let script = format!(
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.settimeout(10)\nprint('got', len(s.recv(100)))",
+        sock.display().to_string()
+    );
+    let out = cmd(&tag, &["run", "-q", "--no-agent", "--bind", &dir, &dir, "--", "python3", "-c", &script]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), "got 0", "{}", out.describe());
+    // The agent itself is unharmed.
+    assert!(alive(pid));
+    run_sh(&tag, "true");
+    assert_eq!(own_agent(&tag).map(|(_, p)| p), Some(pid));
+    stop(&tag);
+}

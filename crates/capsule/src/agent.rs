@@ -369,7 +369,8 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
     // Watched for changes of the host's mount table: opened here, still in
     // the host's mount namespace (the file stays tied to it).
     let host_mounts = sys::open(c"/proc/self/mountinfo", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok();
-    let life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino };
+    let namespaces = crate::supervisor::namespace_ids("self");
+    let life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, namespaces };
     let code = match Supervisor::start(config) {
         Ok(sup) => {
             if proto::send(first.as_raw_fd(), &ServerMsg::Accepted, &[]).is_ok() {

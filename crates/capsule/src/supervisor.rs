@@ -194,6 +194,22 @@ pub struct AgentLife {
     /// out only while it is still this agent's.
     pub path: PathBuf,
     pub ino: (u64, u64),
+    /// The namespaces of the agent's callers (its own before it entered
+    /// the supervisor's, [`namespace_ids`]): a peer in any other, a
+    /// sandboxed program that can see the socket (`--bind /tmp /tmp`)
+    /// above all, is refused; it forks a supervisor of its own instead.
+    pub namespaces: Vec<String>,
+}
+
+/// The namespaces of process `pid` ("self" for the caller), as the links
+/// in `/proc/PID/ns` name them; an entry that cannot be read is empty.
+pub fn namespace_ids(pid: &str) -> Vec<String> {
+    ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"]
+        .iter()
+        .map(|ns| {
+            std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).map(|l| l.display().to_string()).unwrap_or_default()
+        })
+        .collect()
 }
 
 /// A run's id as its client gave it.
@@ -1611,10 +1627,19 @@ impl Loop {
         let Some(l) = &self.listener else { return };
         // A failed accept (the client already gone) is nothing to act on.
         if let Ok(sock) = sys::accept(l.as_raw_fd()) {
-            let conn = if self.agent.is_some() {
+            let conn = if let Some(life) = &self.agent {
                 // The socket sits in a directory only the user can enter;
-                // a peer of another uid is refused all the same.
-                if sys::peer_uid(sock.as_raw_fd()) != Ok(sys::getuid()) {
+                // a peer of another uid is refused all the same, and so
+                // is one in other namespaces than the agent's callers (a
+                // sandboxed program, which would otherwise have its runs
+                // made outside its own sandbox). Refused without a word:
+                // the client then forks a supervisor of its own.
+                let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) else { return };
+                if cred.uid != sys::getuid() || cred.pid <= 0 {
+                    return;
+                }
+                let theirs = namespace_ids(&cred.pid.to_string());
+                if theirs != life.namespaces || theirs.iter().any(String::is_empty) {
                     return;
                 }
                 // Taken: from here on a request that gets no answer was
