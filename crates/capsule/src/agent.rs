@@ -308,13 +308,14 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
     // A socket left by an agent that died (nobody holds the lock).
     let _ = std::fs::remove_file(path);
     let (ours, theirs) = sys::socketpair_stream().ok()?;
+    let client = sys::getpid();
     match sys::fork() {
         Ok(Forked::Child) => {
             drop(ours);
             // Once more, so that the agent is nobody's child: the caller
             // reaps this one at once and the agent goes to init.
             match sys::fork() {
-                Ok(Forked::Child) => agent_main(path, lock, theirs, config, idle),
+                Ok(Forked::Child) => agent_main(path, lock, theirs, config, idle, client),
                 _ => sys::exit(0),
             }
         }
@@ -327,7 +328,7 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
 }
 
 /// The agent's life: never returns.
-fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration) -> ! {
+fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration, client: i32) -> ! {
     let lock_path = path.with_extension("lock");
     use std::os::unix::fs::MetadataExt;
     // Its own session, no terminal; the root as its directory, so that it
@@ -369,10 +370,17 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
     // Watched for changes of the host's mount table: opened here, still in
     // the host's mount namespace (the file stays tied to it).
     let host_mounts = sys::open(c"/proc/self/mountinfo", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok();
-    let namespaces = crate::supervisor::namespace_ids("self");
-    let life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, namespaces };
+    let mut life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, peer: String::new() };
     let code = match Supervisor::start(config) {
         Ok(sup) => {
+            // What legitimate peers look like from here (inside the
+            // supervisor's user namespace): as the caller that started the
+            // agent, which waits for its answer. Unreadable: no agent (the
+            // caller forks a supervisor).
+            match crate::supervisor::peer_fingerprint(client) {
+                Some(f) => life.peer = f,
+                None => sys::exit(1),
+            }
             if proto::send(first.as_raw_fd(), &ServerMsg::Accepted, &[]).is_ok() {
                 sup.serve(vec![Conn::binary(first)], Some(listener), Mode::Agent(life));
             }

@@ -194,22 +194,34 @@ pub struct AgentLife {
     /// out only while it is still this agent's.
     pub path: PathBuf,
     pub ino: (u64, u64),
-    /// The namespaces of the agent's callers (its own before it entered
-    /// the supervisor's, [`namespace_ids`]): a peer in any other, a
-    /// sandboxed program that can see the socket (`--bind /tmp /tmp`)
-    /// above all, is refused; it forks a supervisor of its own instead.
-    pub namespaces: Vec<String>,
+    /// [`peer_fingerprint`] of the caller that started the agent: a peer
+    /// with another one (a sandboxed program that can see the socket, as
+    /// with `--bind /tmp /tmp`: another user namespace, a deeper PID
+    /// namespace, no_new_privs, seccomp filters) is refused and forks a
+    /// supervisor of its own, inside its sandbox, instead.
+    pub peer: String,
 }
 
-/// The namespaces of process `pid` ("self" for the caller), as the links
-/// in `/proc/PID/ns` name them; an entry that cannot be read is empty.
-pub fn namespace_ids(pid: &str) -> Vec<String> {
-    ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"]
-        .iter()
-        .map(|ns| {
-            std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).map(|l| l.display().to_string()).unwrap_or_default()
-        })
-        .collect()
+/// What the agent can tell of process `pid` from inside its own user
+/// namespace, where `/proc/PID/ns/*` of its callers are out of reach
+/// (ptrace rules): the uid map of its user namespace as read from here,
+/// how deep its PID namespace is, `no_new_privs` and its seccomp mode and
+/// filters. None when unreadable.
+pub fn peer_fingerprint(pid: i32) -> Option<String> {
+    let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut f = map;
+    for line in status.lines() {
+        match line.split_once(':') {
+            Some(("NSpid", v)) => f.push_str(&format!("pid namespaces {}\n", v.split_whitespace().count())),
+            Some(("NoNewPrivs" | "Seccomp" | "Seccomp_filters", _)) => {
+                f.push_str(line);
+                f.push('\n');
+            }
+            _ => {}
+        }
+    }
+    Some(f)
 }
 
 /// A run's id as its client gave it.
@@ -1638,8 +1650,7 @@ impl Loop {
                 if cred.uid != sys::getuid() || cred.pid <= 0 {
                     return;
                 }
-                let theirs = namespace_ids(&cred.pid.to_string());
-                if theirs != life.namespaces || theirs.iter().any(String::is_empty) {
+                if peer_fingerprint(cred.pid).as_ref() != Some(&life.peer) {
                     return;
                 }
                 // Taken: from here on a request that gets no answer was
