@@ -370,7 +370,8 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
     // Watched for changes of the host's mount table: opened here, still in
     // the host's mount namespace (the file stays tied to it).
     let host_mounts = sys::open(c"/proc/self/mountinfo", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok();
-    let mut life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, peer: String::new() };
+    let mut life =
+        AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, lock: Some((lock, lock_path)), peer: String::new() };
     let code = match Supervisor::start(config) {
         Ok(sup) => {
             // What legitimate peers look like from here (inside the
@@ -399,9 +400,8 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
             let _ = std::fs::remove_file(path);
         }
     }
-    // Then the lock file, still holding the lock (see `send`).
-    let _ = std::fs::remove_file(&lock_path);
-    drop(lock);
+    // (The lock and its file went with the agent's life, or go now with
+    // the process.)
     sys::exit(code)
 }
 

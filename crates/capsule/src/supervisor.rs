@@ -194,6 +194,9 @@ pub struct AgentLife {
     /// out only while it is still this agent's.
     pub path: PathBuf,
     pub ino: (u64, u64),
+    /// The identity's lock (`flock`ed) and its path: given up with the
+    /// socket, so that a new agent can start while this one finishes.
+    pub lock: Option<(OwnedFd, PathBuf)>,
     /// [`peer_fingerprint`] of the caller that started the agent: a peer
     /// with another one (a sandboxed program that can see the socket, as
     /// with `--bind /tmp /tmp`: another user namespace, a deeper PID
@@ -496,6 +499,8 @@ impl Supervisor {
             stop: false,
         };
         l.run(&mut self);
+        // An agent stopped by a signal gives up its socket and lock first.
+        l.retire();
         l.shutdown();
     }
 
@@ -1093,13 +1098,19 @@ impl Loop {
     /// An agent stops taking requests: its socket goes (if still its own),
     /// so the next `capsule run` starts a new agent; what runs finishes.
     fn retire(&mut self) {
-        let Some(life) = &self.agent else { return };
+        let Some(life) = &mut self.agent else { return };
         if self.listener.take().is_some() {
             if let Ok(m) = std::fs::symlink_metadata(&life.path) {
                 use std::os::unix::fs::MetadataExt;
                 if (m.dev(), m.ino()) == life.ino {
                     let _ = std::fs::remove_file(&life.path);
                 }
+            }
+            // The lock file goes while still held (`agent::send` checks
+            // that the file it locked is still at its path).
+            if let Some((fd, path)) = life.lock.take() {
+                let _ = std::fs::remove_file(path);
+                drop(fd);
             }
         }
     }
