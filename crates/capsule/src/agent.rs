@@ -331,8 +331,11 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
 fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration, client: i32) -> ! {
     let lock_path = path.with_extension("lock");
     use std::os::unix::fs::MetadataExt;
-    // Its own session, no terminal; the root as its directory, so that it
-    // keeps no file system of the caller's busy.
+    // A name of its own for ps and top (it was forked as `capsule`; its
+    // command line stays the first caller's); its own session, no
+    // terminal; the root as its directory, so that it keeps no file system
+    // of the caller's busy.
+    sys::set_comm(c"capsule-agent");
     let _ = sys::setsid();
     let _ = sys::chdir(c"/");
     // Nothing of the caller's but these: in particular not its stdout and
