@@ -38,7 +38,7 @@ cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_
 # warm supervisor `capsule run` reuses by default; the passes above fork a
 # supervisor per run, which is what most of their checks are about).
 # Last on this machine: its agents idle out 3 s after.
-CAPSULE_TEST_AGENT=1 cargo test -p capsule-cli --test cli --test isolation --test filesystem --test seccomp --test landlock --test shell "$@"
+CAPSULE_TEST_AGENT=1 cargo test -p capsule-cli --test cli --test isolation --test filesystem --test seccomp --test landlock --test shell --test layer_run --test judging_io --test netlog "$@"
 
 # --- the cgroup v2 stage, in the VM -------------------------------------------
 # As root there, the harness gives each capsule invocation a delegated scope
