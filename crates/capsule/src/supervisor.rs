@@ -211,8 +211,14 @@ pub struct AgentLife {
 /// how deep its PID namespace is, `no_new_privs` and its seccomp mode and
 /// filters. None when unreadable.
 pub fn peer_fingerprint(pid: i32) -> Option<String> {
-    let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).ok()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    // One read each (`read_to_string` probes a procfs file, which has no
+    // size, with growing reads, each generating the file anew).
+    let read = |file: &str| {
+        let text = sys::read_small(&CString::new(format!("/proc/{pid}/{file}")).ok()?);
+        (!text.is_empty()).then_some(text)
+    };
+    let map = read("uid_map")?;
+    let status = read("status")?;
     let mut f = map;
     for line in status.lines() {
         match line.split_once(':') {
