@@ -299,3 +299,21 @@ fn a_sandboxed_program_is_refused_by_the_agent() {
     assert_eq!(own_agent(&tag).map(|(_, p)| p), Some(pid));
     stop(&tag);
 }
+
+/// Settings of the agent that make no sense are errors naming them.
+#[test]
+fn bad_agent_settings_are_errors() {
+    let _shared = shared();
+    require!("bad_agent_settings_are_errors", userns_available());
+    let tag = unique("agent-bad");
+    for (k, v, want) in [
+        ("CAPSULE_AGENT_IDLE", "soon", "CAPSULE_AGENT_IDLE=soon: expected a number of seconds"),
+        ("CAPSULE_AGENT_IDLE", "0", "CAPSULE_AGENT_IDLE=0: expected a number of seconds"),
+        ("CAPSULE_AGENT", "maybe", "CAPSULE_AGENT=maybe: expected on or off"),
+    ] {
+        let out = cmd(&tag, &["run", "-q", "--", "/bin/true"]).env(k, v).run();
+        assert_eq!(out.code, Some(125), "{}", out.describe());
+        assert!(out.stderr.contains(want), "{}", out.describe());
+    }
+    assert_eq!(own_agent(&tag), None);
+}

@@ -56,13 +56,26 @@ pub const AGENT_ENV: &str = "CAPSULE_AGENT";
 /// The environment variable with the idle time, in seconds.
 pub const IDLE_ENV: &str = "CAPSULE_AGENT_IDLE";
 
+/// What `CAPSULE_AGENT` says: true for on (unset, empty, `on`, `1`,
+/// `yes`, `true`), false for off (`off`, `0`, `no`, `false`); anything
+/// else is an error naming the variable.
+pub fn setting() -> Result<bool, String> {
+    match std::env::var(AGENT_ENV) {
+        Err(_) => Ok(true),
+        Ok(v) => match v.to_ascii_lowercase().as_str() {
+            "" | "on" | "1" | "yes" | "true" => Ok(true),
+            "off" | "0" | "no" | "false" => Ok(false),
+            _ => Err(format!("{AGENT_ENV}={v}: expected on or off")),
+        },
+    }
+}
+
 /// Whether `capsule run` may use an agent, and if not, why.
 pub fn enabled() -> Result<(), String> {
-    match std::env::var(AGENT_ENV) {
-        Ok(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "no" | "false") => {
-            return Err(format!("{AGENT_ENV}={v}"))
-        }
-        _ => {}
+    match setting() {
+        Ok(true) => {}
+        Ok(false) => return Err(format!("{AGENT_ENV}={}", std::env::var(AGENT_ENV).unwrap_or_default())),
+        Err(e) => return Err(e),
     }
     // Re-started in a transient systemd scope for its cgroups: an agent
     // started there would keep the scope alive, and the next run gets
@@ -216,10 +229,13 @@ pub enum Missed {
 /// request will be answered there; `Missed::Fallback` when it was never
 /// read by one. The caller must be single-threaded (an agent is forked).
 pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected, Missed> {
+    // A setting that makes no sense is the caller's to fix, not a reason
+    // to run some other way.
+    let idle = idle_time().map_err(|e| Missed::Fatal(Error::Refused(e)))?;
+    setting().map_err(|e| Missed::Fatal(Error::Refused(e)))?;
     if enabled().is_err() || resolved_in_cwd(spec) {
         return Err(Missed::Fallback);
     }
-    let Ok(idle) = idle_time() else { return Err(Missed::Fallback) };
     let Some(dir) = socket_dir() else { return Err(Missed::Fallback) };
     let config = config_for(spec);
     let key = Identity::current(&config).key();
