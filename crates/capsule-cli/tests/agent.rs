@@ -260,6 +260,14 @@ fn agent_retires_when_the_host_mount_table_changes() {
     std::fs::create_dir(&target).unwrap();
     let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "capsule-test"]).arg(&target).status();
     assert!(st.is_ok_and(|s| s.success()), "mount tmpfs");
+    // Unmounted however the test ends (before the scratch directory goes).
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(target.clone());
     std::fs::write(target.join("seen"), "new mount\n").unwrap();
     wait_until("the agent's retirement", Duration::from_secs(5), || !alive(pid));
     assert!(!sock.exists(), "{} left behind", sock.display());
@@ -267,7 +275,6 @@ fn agent_retires_when_the_host_mount_table_changes() {
     assert_eq!(out.stdout.trim(), "new mount");
     let (_, pid2) = own_agent(&tag).expect("a new agent");
     assert_ne!(pid, pid2);
-    let _ = std::process::Command::new("umount").arg(&target).status();
     stop(&tag);
 }
 
