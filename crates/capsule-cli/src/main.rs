@@ -481,6 +481,7 @@ fn restart_in_scope(spec: &RunSpec) -> Result<()> {
 /// default when stdin is a terminal).
 fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
+    let no_agent = m.get_flag("no-agent");
     let mut review: Option<Vec<PathBuf>> = None;
     let outcome = spec_from(m).and_then(|mut spec| {
         // MBOX's menu after a run in a layer, when there is a terminal to ask on.
@@ -494,15 +495,11 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
         }
         spec.controlling_tty = pty;
         restart_in_scope(&spec)?;
-        if m.get_flag("no-agent") {
-            // Read by capsule::agent in this process.
-            std::env::set_var(capsule::agent::AGENT_ENV, "off");
-        }
         let (fds, _keep) = open_stdio(&spec)?;
         if pty {
-            return pty::run(&spec, fds);
+            return pty::run(&spec, fds, !no_agent);
         }
-        capsule::client::run_once(&spec, fds).map_err(anyhow::Error::from)
+        capsule::client::run_once(&spec, fds, !no_agent).map_err(anyhow::Error::from)
     });
     let mut result = match outcome {
         Ok(r) => r,
@@ -532,6 +529,9 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
                 cmd.arg("--layer").arg(l);
             }
             cmd.arg("--no-review");
+            if no_agent {
+                cmd.arg("--no-agent");
+            }
             cmd.status().context("starting `capsule shell`")?;
             Ok(())
         };

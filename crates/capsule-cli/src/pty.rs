@@ -91,7 +91,7 @@ impl Drop for Terminal {
 /// Runs `spec` (with `controlling_tty` set) on a pty of its own in place
 /// of the caller's terminal among `stdio` (the streams `open_stdio` chose:
 /// the caller's own where they are `Some(0)`, `Some(1)`, `Some(2)`).
-pub fn run(spec: &RunSpec, mut stdio: [Option<RawFd>; 3]) -> Result<RunResult> {
+pub fn run(spec: &RunSpec, mut stdio: [Option<RawFd>; 3], agent: bool) -> Result<RunResult> {
     let saved = tty::tcgetattr(0).map_err(errno).context("--pty: cannot read the terminal's modes (tcgetattr on stdin)")?;
     let (master, peer) = tty::open_pty()
         .map_err(errno)
@@ -111,7 +111,7 @@ pub fn run(spec: &RunSpec, mut stdio: [Option<RawFd>; 3]) -> Result<RunResult> {
         }
     }
     let out = out.or_else(|| (sys::fd_access_mode(0).ok() != Some(libc::O_RDONLY)).then_some(0));
-    let once = client::start_once(spec, stdio)?;
+    let once = client::start_once(spec, stdio, agent)?;
     // The request carried the peer: the run's processes (and the supervisor
     // until it answers) hold it now; the master sees the end when they are gone.
     drop(peer);

@@ -232,8 +232,10 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
     // A setting that makes no sense is the caller's to fix, not a reason
     // to run some other way.
     let idle = idle_time().map_err(|e| Missed::Fatal(Error::Refused(e)))?;
-    setting().map_err(|e| Missed::Fatal(Error::Refused(e)))?;
-    if enabled().is_err() || resolved_in_cwd(spec) {
+    if enabled().is_err() {
+        return Err(setting().map_or_else(|e| Missed::Fatal(Error::Refused(e)), |_| Missed::Fallback));
+    }
+    if resolved_in_cwd(spec) {
         return Err(Missed::Fallback);
     }
     let Some(dir) = socket_dir() else { return Err(Missed::Fallback) };
@@ -241,26 +243,30 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
     let key = Identity::current(&config).key();
     let path = dir.join(format!("agent-{key}.sock"));
     // An agent of this identity is running: give it the request.
-    if let Ok(sock) = sys::connect_unix(&path) {
+    if let Ok(sock) = connect(&path) {
         if let Some(c) = deliver(sock, msg, fds)? {
             return Ok(c);
         }
     }
     // None is (or it went away between connect and accept): start one,
     // unless another `capsule run` of the same identity is starting it.
-    let lock_path = dir.join(format!("agent-{key}.lock"));
-    let Ok(lock) = sys::open(
-        &std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(lock_path.as_os_str())).map_err(|_| Missed::Fallback)?,
-        libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        0o600,
-    ) else {
-        return Err(Missed::Fallback);
+    let lock_path = path.with_extension("lock");
+    let lock = {
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock_path);
+        opened.map_err(|_| Missed::Fallback)?
     };
-    if sys::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err() {
+    if sys::flock_nb(lock.as_raw_fd(), true).is_err() {
         // Being started (or alive but not accepting yet): a short wait for it.
         for _ in 0..50 {
             std::thread::sleep(Duration::from_millis(2));
-            if let Ok(sock) = sys::connect_unix(&path) {
+            if let Ok(sock) = connect(&path) {
                 if let Some(c) = deliver(sock, msg, fds)? {
                     return Ok(c);
                 }
@@ -270,20 +276,24 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
     }
     // An agent removes its lock file on its way out, while holding it: a
     // lock taken on a file no longer at the path is worth nothing.
-    let same = |a: &std::fs::Metadata, b: &std::fs::Metadata| {
+    let id = |m: std::io::Result<std::fs::Metadata>| {
         use std::os::unix::fs::MetadataExt;
-        (a.dev(), a.ino()) == (b.dev(), b.ino())
+        m.ok().map(|m| (m.dev(), m.ino()))
     };
-    let held = std::fs::File::from(lock.try_clone().map_err(|_| Missed::Fallback)?).metadata();
-    match (held, std::fs::symlink_metadata(&lock_path)) {
-        (Ok(a), Ok(b)) if same(&a, &b) => {}
-        _ => return Err(Missed::Fallback),
+    let held = id(lock.metadata());
+    if held.is_none() || held != id(std::fs::symlink_metadata(&lock_path)) {
+        return Err(Missed::Fallback);
     }
-    let sock = spawn(&path, lock, &config, idle).ok_or(Missed::Fallback)?;
+    let sock = spawn(&path, lock.into(), &config, idle).ok_or(Missed::Fallback)?;
     match deliver(sock, msg, fds)? {
         Some(c) => Ok(c),
         None => Err(Missed::Fallback),
     }
+}
+
+/// A connection to the socket at `path` (close-on-exec).
+fn connect(path: &Path) -> std::io::Result<OwnedFd> {
+    std::os::unix::net::UnixStream::connect(path).map(OwnedFd::from)
 }
 
 /// Whether the supervisor would resolve a path of `spec` against its own
@@ -345,7 +355,6 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
 
 /// The agent's life: never returns.
 fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration, client: i32) -> ! {
-    let lock_path = path.with_extension("lock");
     use std::os::unix::fs::MetadataExt;
     // A name of its own for ps and top (it was forked as `capsule`; its
     // command line stays the first caller's); its own session, no
@@ -370,27 +379,20 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
     }
     // Signal handlers the caller had (a terminal relay's) mean nothing here.
     sys::reset_signals();
-    // Without its socket there is no agent; the request was not read, so
-    // the caller forks a supervisor of its own for it.
-    let fatal = |_why: String| -> ! { sys::exit(1) };
     // Listening from this process, so that the socket's peer credentials
-    // (`capsule agent status`) name the agent.
+    // (`capsule agent status`) name the agent. Without its socket there is
+    // no agent: the request was not read, the caller forks a supervisor
+    // of its own for it.
     let old = sys::umask(0o177);
     let bound = std::os::unix::net::UnixListener::bind(path);
     sys::umask(old);
-    let listener: OwnedFd = match bound {
-        Ok(l) => raise(l.into()),
-        Err(e) => fatal(format!("the agent cannot listen at {}: {e}", path.display())),
-    };
-    let ino = match std::fs::symlink_metadata(path) {
-        Ok(m) => (m.dev(), m.ino()),
-        Err(e) => fatal(format!("the agent's socket {}: {e}", path.display())),
-    };
+    let Ok(listener) = bound.map(|l| raise(l.into())) else { sys::exit(1) };
+    let Ok(ino) = std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())) else { sys::exit(1) };
     // Watched for changes of the host's mount table: opened here, still in
     // the host's mount namespace (the file stays tied to it).
     let host_mounts = sys::open(c"/proc/self/mountinfo", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok();
-    let mut life =
-        AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, lock: Some((lock, lock_path)), peer: String::new() };
+    let lock = Some((lock, path.with_extension("lock")));
+    let mut life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, lock, peer: String::new() };
     let code = match Supervisor::start(config) {
         Ok(sup) => {
             // What legitimate peers look like from here (inside the
@@ -399,28 +401,25 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
             // caller forks a supervisor).
             match crate::supervisor::peer_fingerprint(client) {
                 Some(f) => life.peer = f,
-                None => sys::exit(1),
+                None => {
+                    life.give_up();
+                    sys::exit(1)
+                }
             }
+            // (`serve` gives up the socket and the lock when it ends.)
             if proto::send(first.as_raw_fd(), &ServerMsg::Accepted, &[]).is_ok() {
                 sup.serve(vec![Conn::binary(first)], Some(listener), Mode::Agent(life));
+            } else {
+                life.give_up();
             }
             0
         }
         Err(e) => {
             let _ = proto::send(first.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
+            life.give_up();
             1
         }
     };
-    // The socket goes before the lock (when still this agent's: stopped by
-    // a signal rather than retired), so that the next `capsule run` finds
-    // no socket of a dead agent.
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if (m.dev(), m.ino()) == ino {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    // (The lock and its file went with the agent's life, or go now with
-    // the process.)
     sys::exit(code)
 }
 
@@ -443,7 +442,7 @@ pub fn list() -> Vec<Running> {
             continue;
         }
         let path = e.path();
-        if let Ok(sock) = sys::connect_unix(&path) {
+        if let Ok(sock) = connect(&path) {
             // The pid of the process that listens there.
             if let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) {
                 out.push(Running { socket: path, pid: cred.pid });

@@ -20,8 +20,8 @@ use crate::sys::{self, Forked};
 /// background and is not waited for: the caller (the `capsule` command)
 /// exits right after, and the orphan is reaped by init.
 /// A stream given as `None` follows the spec (a capture; `/dev/null`).
-pub fn run_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<RunResult, Error> {
-    start_once(spec, stdio)?.wait()
+pub fn run_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Result<RunResult, Error> {
+    start_once(spec, stdio, agent)?.wait()
 }
 
 /// A run started by [`start_once`], in flight: its result arrives on
@@ -37,7 +37,10 @@ pub struct OnceRun {
 /// Like [`run_once`], but returns once the request is sent; the descriptors
 /// in `stdio` went with it, so the caller may close its own copies at once.
 /// The caller must be single-threaded (the supervisor is forked).
-pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<OnceRun, Error> {
+/// With `agent`, the run goes to the user's agent where one serves (or
+/// can serve) this caller ([`crate::agent`]); else, or when none does, to
+/// a supervisor forked for it.
+pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Result<OnceRun, Error> {
     spec.validate()?;
     if supervisor::is_real_root() {
         return Err(supervisor::root_refusal());
@@ -53,12 +56,12 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3]) -> Result<OnceRun, 
     let msg = ClientMsg::Run { id: 1, spec: Box::new(spec), stdio: stdio.map(|s| s.is_some()), notify: false };
     let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
     let ClientMsg::Run { spec, .. } = &msg else { unreachable!() };
-    // The user's agent, when one of this caller's identity runs or can be
-    // started (crate::agent); else a supervisor forked for this run.
-    match crate::agent::send(spec, &msg, &fds) {
-        Ok(c) => return Ok(OnceRun { sock: c.sock, pid: None, sent: Ok(()) }),
-        Err(crate::agent::Missed::Fatal(e)) => return Err(e),
-        Err(crate::agent::Missed::Fallback) => {}
+    if agent {
+        match crate::agent::send(spec, &msg, &fds) {
+            Ok(c) => return Ok(OnceRun { sock: c.sock, pid: None, sent: Ok(()) }),
+            Err(crate::agent::Missed::Fatal(e)) => return Err(e),
+            Err(crate::agent::Missed::Fallback) => {}
+        }
     }
     fork_supervisor(spec, &msg, &fds)
 }

@@ -94,8 +94,6 @@ pub struct Supervisor {
     /// The caller's home (`~` of the filesystem rules, the default
     /// secrets), found once; None when unknown.
     home: Option<std::path::PathBuf>,
-    /// Most PID 1s kept prepared ahead (`parallel`; one for an agent).
-    spares: usize,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -203,6 +201,23 @@ pub struct AgentLife {
     /// namespace, no_new_privs, seccomp filters) is refused and forks a
     /// supervisor of its own, inside its sandbox, instead.
     pub peer: String,
+}
+
+impl AgentLife {
+    /// Gives up the socket (if still this agent's) and then the lock, whose
+    /// file goes while still held (`agent::send` checks that the file it
+    /// locked is still at its path). Once; later calls do nothing.
+    pub fn give_up(&mut self) {
+        let Some((fd, lock_path)) = self.lock.take() else { return };
+        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+            use std::os::unix::fs::MetadataExt;
+            if (m.dev(), m.ino()) == self.ino {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+        let _ = std::fs::remove_file(lock_path);
+        drop(fd);
+    }
 }
 
 /// What the agent can tell of process `pid` from inside its own user
@@ -454,7 +469,6 @@ impl Supervisor {
             landlock_abi: crate::landlock::probe(),
             home,
             fusectl,
-            spares: config.parallel,
         })
     }
 
@@ -481,11 +495,6 @@ impl Supervisor {
             Mode::Once => (true, None),
             Mode::Agent(life) => (false, Some(life)),
         };
-        if agent.is_some() {
-            // One spare: the next `capsule run` of the last shape finds
-            // its sandbox built; `parallel` only bounds concurrent runs.
-            self.spares = 1;
-        }
         let mut l = Loop {
             conns: conns.into_iter().map(Some).collect(),
             listener,
@@ -1098,26 +1107,14 @@ impl Loop {
         }
         let left = life.idle.saturating_sub(self.idle_since.elapsed());
         // Rounded up: a wake-up a little early would only poll again.
-        left.as_millis().min(i32::MAX as u128) as i32 + i32::from(!left.is_zero() && left.as_millis() == 0)
+        left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
     }
 
     /// An agent stops taking requests: its socket goes (if still its own),
     /// so the next `capsule run` starts a new agent; what runs finishes.
     fn retire(&mut self) {
-        let Some(life) = &mut self.agent else { return };
-        if self.listener.take().is_some() {
-            if let Ok(m) = std::fs::symlink_metadata(&life.path) {
-                use std::os::unix::fs::MetadataExt;
-                if (m.dev(), m.ino()) == life.ino {
-                    let _ = std::fs::remove_file(&life.path);
-                }
-            }
-            // The lock file goes while still held (`agent::send` checks
-            // that the file it locked is still at its path).
-            if let Some((fd, path)) = life.lock.take() {
-                let _ = std::fs::remove_file(path);
-                drop(fd);
-            }
+        if let (Some(life), Some(_)) = (&mut self.agent, self.listener.take()) {
+            life.give_up();
         }
     }
 
@@ -1638,8 +1635,11 @@ impl Loop {
         // the next sandbox is built, and building it meanwhile took CPU
         // from the run (measured: ~0.2 ms of a 2-CPU machine's `/bin/true`
         // run). A retired agent prepares nothing more.
+        // (An agent keeps one: the next `capsule run` of the last shape
+        // finds its sandbox built; its `parallel` only bounds runs at once.)
         let held = self.agent.is_some() && (self.listener.is_none() || !self.running.is_empty());
-        while !held && self.queue.is_empty() && self.spares.len() < sup.spares {
+        let most = if self.agent.is_some() { 1 } else { sup.config.parallel };
+        while !held && self.queue.is_empty() && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
             match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
                 Ok(p) => self.spares.push(p),

@@ -1264,38 +1264,6 @@ pub fn peer_cred(sock: RawFd) -> SysResult<libc::ucred> {
     Ok(cred)
 }
 
-/// The uid of a Unix socket's peer (see [`peer_cred`]).
-pub fn peer_uid(sock: RawFd) -> SysResult<u32> {
-    peer_cred(sock).map(|c| c.uid)
-}
-
-/// connect(2) a close-on-exec Unix stream socket to `path`.
-pub fn connect_unix(path: &std::path::Path) -> SysResult<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(libc::ENAMETOOLONG);
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: a new socket; addr is a valid sockaddr_un of the length given.
-    unsafe {
-        let fd = owned(check_int(libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0))? as _);
-        let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
-        retry(|| check(libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) as _))?;
-        Ok(fd)
-    }
-}
-
-/// flock(2): `op` is LOCK_EX, LOCK_SH or LOCK_UN, with LOCK_NB or not.
-pub fn flock(fd: RawFd, op: i32) -> SysResult<()> {
-    // SAFETY: plain syscall on a descriptor the caller holds.
-    retry(|| check(unsafe { libc::flock(fd, op) } as _)).map(|_| ())
-}
 
 /// What the calling process passes on to processes it forks, as numbers
 /// (the agent's identity, `crate::agent::Identity`): read with system
