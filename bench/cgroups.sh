@@ -33,9 +33,10 @@
 # to the VM's tmpfs so that its exec does not go through 9p.
 #
 # Steps on the host: builds the release binary with `cargo build --release
-# -p capsule-cli --bin capsule` (the other binary of the package, the test
-# helper capsule-probe, is not needed), copies it to a world-readable
-# staging directory (BENCH_DIR), writes the VM-side script there, runs it in
+# -p capsule-cli --bin capsule --bin capsule-cli` (the front end and the
+# full tool it executes; the test helper capsule-probe is not needed),
+# copies them to a world-readable staging directory (BENCH_DIR), writes
+# the VM-side script there, runs it in
 # the VM with the staging directory as the VM's shared working directory,
 # and computes the statistics with python3.
 #
@@ -89,10 +90,10 @@ else
     cargo=$(command -v cargo || true)
     [[ -z $cargo && -x $HOME/.cargo/bin/cargo ]] && cargo=$HOME/.cargo/bin/cargo
     [[ -n $cargo ]] || die "cargo not found (or set CAPSULE_BIN to a built capsule binary)"
-    log "building: cargo build --release -p capsule-cli --bin capsule"
+    log "building: cargo build --release -p capsule-cli --bin capsule --bin capsule-cli"
     # Ask cargo where it put the binary: .cargo/config.toml sets a build
     # target, which changes the path.
-    built=$(cd "$repo" && "$cargo" build --release -p capsule-cli --bin capsule --message-format=json-render-diagnostics |
+    built=$(cd "$repo" && "$cargo" build --release -p capsule-cli --bin capsule --bin capsule-cli --message-format=json-render-diagnostics |
         jq -r 'select(.reason == "compiler-artifact" and .target.name == "capsule"
                       and (.target.kind | index("bin")) and .executable != null) | .executable' | tail -n 1)
     [[ -n $built && -x $built ]] || die "build finished but cargo reported no capsule executable"
@@ -106,6 +107,7 @@ install -d -m 0755 -o root -g root "$stage"
 rm -rf "$stage/out"
 install -d -m 0755 "$stage/out"
 install -m 0755 "$built" "$stage/capsule"
+install -m 0755 "$(dirname "$built")/capsule-cli" "$stage/capsule-cli"
 out=$stage/out
 # The VM user's working directory inside the VM (its tmpfs).
 vm_work=/tmp/capsule-bench
@@ -130,6 +132,7 @@ uid=$(stat -c %u $del) gid=$(stat -c %g $del)
 # that its exec does not go through 9p, and hyperfine's exports.
 install -d -m 0755 "$work"
 install -m 0755 "$shared/capsule" "$work/capsule"
+install -m 0755 "$shared/capsule-cli" "$work/capsule-cli"
 install -d -m 0755 -o "$uid" -g "$gid" "$work/out"
 capsule="$work/capsule"
 

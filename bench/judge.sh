@@ -102,6 +102,7 @@ cleanup() {
 }
 trap cleanup EXIT
 install -m 0755 "$built" "$stage/capsule"
+install -m 0755 "$(dirname "$built")/capsule-cli" "$stage/capsule-cli"
 install -m 0755 "$repo/bench/judge_driver.py" "$stage/judge_driver.py"
 
 # The problem: the example's solution, and NTESTS random tiny tests.

@@ -128,6 +128,7 @@ cleanup() {
 }
 trap cleanup EXIT
 install -m 0755 "$built" "$stage/capsule"
+install -m 0755 "$(dirname "$built")/capsule-cli" "$stage/capsule-cli"
 install -m 0755 "$repo/bench/layer_driver.py" "$stage/layer_driver.py"
 # (sed reads to the end: head's early exit would fail the pipeline.)
 fuse_version=$(fuse-overlayfs --version 2>/dev/null | sed -n 's/^fuse-overlayfs: //p') || true

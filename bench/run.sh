@@ -118,6 +118,7 @@ else
     run_user=$(id -un)
 fi
 install -m 0755 "$built" "$stage/capsule"
+install -m 0755 "$(dirname "$built")/capsule-cli" "$stage/capsule-cli"
 capsule=$stage/capsule
 capsule_size=$(stat -c %s "$capsule")
 out=$stage/out

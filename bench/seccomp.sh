@@ -62,6 +62,7 @@ else
     as_user=()
 fi
 install -m 0755 "$built" "$stage/capsule"
+install -m 0755 "$(dirname "$built")/capsule-cli" "$stage/capsule-cli"
 install -m 0755 "$repo/bench/seccomp_driver.py" "$stage/seccomp_driver.py"
 gcc -O2 -Wall -o "$stage/getppid" "$repo/bench/getppid.c" || die "gcc failed on bench/getppid.c"
 report=$stage/seccomp-out/report.md

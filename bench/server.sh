@@ -153,6 +153,7 @@ else
     run_user=$(id -un)
 fi
 install -m 0755 "$built_capsule" "$stage/capsule"
+install -m 0755 "$(dirname "$built_capsule")/capsule-cli" "$stage/capsule-cli"
 install -m 0755 "$built_bench" "$stage/capsule-bench"
 capsule=$stage/capsule
 bench=$stage/capsule-bench

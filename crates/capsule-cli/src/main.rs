@@ -228,9 +228,10 @@ fn absolute(p: &str, cwd: &Path) -> PathBuf {
     }
 }
 
-/// Builds the spec from the profile (if any) and the flags.
-fn spec_from(m: &ArgMatches) -> Result<RunSpec> {
-    let caller_cwd = std::env::current_dir().context("cannot read the current directory")?;
+/// Builds the spec from the profile (if any) and the flags of a caller in
+/// directory `caller_cwd`.
+fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
+    let caller_cwd = caller_cwd.to_path_buf();
     let mut spec = match m.get_one::<String>("profile") {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -483,7 +484,8 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
     let no_agent = m.get_flag("no-agent");
     let mut review: Option<Vec<PathBuf>> = None;
-    let outcome = spec_from(m).and_then(|mut spec| {
+    let cwd = std::env::current_dir().context("cannot read the current directory");
+    let outcome = cwd.and_then(|cwd| spec_from(m, &cwd)).and_then(|mut spec| {
         // MBOX's menu after a run in a layer, when there is a terminal to ask on.
         if !spec.layers.is_empty() && spec.stdin.is_none() && !m.get_flag("no-review") && capsule::sys::tty::isatty(0) {
             review = Some(spec.layers.clone());
@@ -509,16 +511,7 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
         shell::explain(&mut result, m.contains_id("argv"));
     }
     write_outputs(m, &result)?;
-    if !quiet || result.status == capsule::Status::Error {
-        eprintln!("{}", result.summary());
-    }
-    if let (false, Some(line)) = (quiet, result.net_log_summary()) {
-        eprintln!("{line}");
-    }
-    if let (true, Some(e)) = (result.status != capsule::Status::Error, &result.error) {
-        // The program ran, but something after it failed (recording a layer's originals).
-        eprintln!("capsule: {e}");
-    }
+    eprint!("{}", result.report(quiet));
     if let (Some(layers), false) = (review, result.status == capsule::Status::Error) {
         // The shell choice opens `capsule shell` over the same layers.
         let shell = || -> Result<()> {
@@ -538,6 +531,35 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
         layer_cmd::review_menu(layers.last().expect("one layer"), shell)?;
     }
     Ok(ExitCode::from(result.exit_status().clamp(0, 255) as u8))
+}
+
+/// The options of `capsule run` only the caller's own process can serve:
+/// files it opens or writes (relative to itself), a terminal, a layer's
+/// review menu, cgroup settings (another agent's), no agent at all.
+const OWN_PROCESS: [&str; 12] =
+    ["profile", "stdin", "stdout", "stderr", "json", "meta", "pty", "layer", "no-agent", "cgroup", "require-cgroups", "no-cgroups"];
+
+/// How an agent plans a command line from the front end (`capsule`,
+/// which parses no options): this command's own parsing, for the caller's
+/// directory `cwd`. Runs in the agent.
+fn plan_command(args: &[String], cwd: &Path) -> capsule::agent::Planned {
+    use capsule::agent::Planned;
+    use clap::parser::ValueSource;
+    if args.first().map(String::as_str) != Some("run") {
+        return Planned::Decline;
+    }
+    let argv = std::iter::once("capsule").chain(args.iter().map(String::as_str));
+    // Errors and --help are the command's own to print.
+    let Ok(top) = cli_of(Some("run")).try_get_matches_from(argv) else { return Planned::Decline };
+    let Some(("run", m)) = top.subcommand() else { return Planned::Decline };
+    if OWN_PROCESS.iter().any(|id| m.value_source(id) == Some(ValueSource::CommandLine)) {
+        return Planned::Decline;
+    }
+    let quiet = m.get_flag("quiet");
+    match spec_from(m, cwd) {
+        Ok(spec) => Planned::Run { spec: Box::new(spec), quiet },
+        Err(e) => Planned::Fail { error: format!("{e:#}"), quiet },
+    }
 }
 
 fn cmd_serve(m: &ArgMatches) -> Result<ExitCode> {
@@ -569,6 +591,8 @@ fn cmd_check(m: &ArgMatches) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    // Agents forked by this process plan the front end's command lines.
+    capsule::agent::set_planner(plan_command);
     let first = std::env::args_os().nth(1);
     let only = first.as_ref().and_then(|a| a.to_str()).filter(|a| SUBCOMMANDS.iter().any(|(n, _)| n == a));
     let matches = match cli_of(only).try_get_matches() {

@@ -42,7 +42,12 @@ fn run_sh(tag: &str, script: &str) -> Out {
 
 /// The agent serving `tag`: its socket and pid, from `capsule agent status`.
 fn own_agent(tag: &str) -> Option<(PathBuf, i32)> {
-    let out = cmd(tag, &["agent", "status"]).run();
+    own_agent_of(cmd(tag, &["agent", "status"]))
+}
+
+/// The agent that `status` (a `capsule agent status`) marks as its own.
+fn own_agent_of(mut status: Cmd) -> Option<(PathBuf, i32)> {
+    let out = status.run();
     assert_eq!(out.code, Some(0), "{}", out.describe());
     out.stdout.lines().find(|l| l.starts_with("* ")).map(|l| {
         let rest = &l[2..];
@@ -323,4 +328,65 @@ fn bad_agent_settings_are_errors() {
         assert!(out.stderr.contains(want), "{}", out.describe());
     }
     assert_eq!(own_agent(&tag), None);
+}
+
+/// The front end (`capsule`, linked without a C library) hands `capsule
+/// run` to the agent capsule-cli started for the same caller (so both
+/// compute the same key) and does not execute capsule-cli for it: here
+/// capsule-cli loses its execute permission once the agent runs (the key
+/// covers the file, not its mode). The agent parses the command line as
+/// capsule-cli does: options, the caller's directory and environment,
+/// values with quotes, backslashes, newlines and non-ASCII text, a bad
+/// value (exit 125 and the message), the program's exit status and the
+/// summary line. A command line the agent declines (`--json FILE`) and
+/// every other subcommand go to capsule-cli, which fails here, named.
+#[test]
+fn the_front_end_serves_runs_without_capsule_cli() {
+    use std::os::unix::fs::PermissionsExt;
+    let _shared = shared();
+    require!("the_front_end_serves_runs_without_capsule_cli", userns_available());
+    let tag = unique("agent-front");
+    let dir = Scratch::new("front");
+    for name in ["capsule", "capsule-cli"] {
+        std::fs::copy(h().bin_dir.join(name), dir.join(name)).unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let front = |args: &[&str]| {
+        let mut c = cmd(&tag, args);
+        c.binary(dir.join("capsule")).cwd(dir.path.clone()).env("FRONT_VAR", "from the caller");
+        c
+    };
+    // The first run has no agent to go to: capsule-cli starts one.
+    let out = front(&["run", "-q", "--", "/bin/true"]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let (_, pid) = own_agent_of(front(&["agent", "status"])).expect("an agent after the first run");
+    std::fs::set_permissions(dir.join("capsule-cli"), std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let value = "a \"quoted\" \\ back\\slash\nnew line, tab\t, ünïcödé ✓";
+    let mut served = None;
+    served_by(pid, || {
+        let script = "printf '%s|%s|%s' \"$V\" \"$FRONT_VAR\" \"$(pwd)\"; exit 7";
+        served = Some(
+            front(&["run", "--wall-time", "20s", "--setenv", "V", value, "--keep-env", "FRONT_VAR", "--", "/bin/sh", "-c", script])
+                .run(),
+        );
+    });
+    let out = served.unwrap();
+    assert_eq!(out.code, Some(7), "{}", out.describe());
+    assert_eq!(out.stdout, format!("{value}|from the caller|{}", dir.s()), "{}", out.describe());
+    assert!(out.stderr.starts_with("capsule: exited with 7 after "), "{}", out.describe());
+
+    let out = front(&["run", "-q", "--wall-time", "soon", "--", "/bin/true"]).run();
+    assert_eq!(out.code, Some(125), "{}", out.describe());
+    assert!(out.stderr.contains("--wall-time: `soon` is not a duration"), "{}", out.describe());
+    assert!(!out.stderr.contains("capsule-cli"), "{}", out.describe());
+
+    for args in [&["run", "--json", "r.json", "--", "/bin/true"][..], &["agent", "status"][..]] {
+        let out = front(args).run();
+        assert_eq!(out.code, Some(125), "{args:?}: {}", out.describe());
+        assert!(out.stderr.contains("cannot execute") && out.stderr.contains("capsule-cli"), "{args:?}: {}", out.describe());
+    }
+    std::fs::set_permissions(dir.join("capsule-cli"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = front(&["agent", "stop"]).run();
+    assert!(out.stdout.contains("stopped"), "{}", out.describe());
 }

@@ -33,7 +33,6 @@
 //! before; `CAPSULE_AGENT_IDLE=SECONDS` sets the idle time; `capsule agent
 //! status|stop` lists and stops the user's agents.
 
-use std::fmt::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -55,6 +54,42 @@ pub const AGENT_PARALLEL: usize = 64;
 pub const AGENT_ENV: &str = "CAPSULE_AGENT";
 /// The environment variable with the idle time, in seconds.
 pub const IDLE_ENV: &str = "CAPSULE_AGENT_IDLE";
+
+/// How an agent plans a command line sent by the front end
+/// ([`ClientMsg::Command`]): the `capsule` command's own option parsing,
+/// which the library does not have; set by the command at start, and
+/// inherited by the agents it forks.
+pub type Planner = fn(args: &[String], cwd: &Path) -> Planned;
+
+/// What an agent does with a front end's command line.
+pub enum Planned {
+    /// The command needs the caller's own process: the front end runs the
+    /// full command-line tool.
+    Decline,
+    /// Run `spec` and report as `capsule run` (`quiet`: `-q`) does.
+    Run { spec: Box<RunSpec>, quiet: bool },
+    /// The command line is wrong in a way `capsule run` reports as a
+    /// failed run (a bad value): report `error`.
+    Fail { error: String, quiet: bool },
+}
+
+static PLANNER: std::sync::OnceLock<Planner> = std::sync::OnceLock::new();
+
+/// Sets the [`Planner`] (once; later calls change nothing).
+pub fn set_planner(planner: Planner) {
+    let _ = PLANNER.set(planner);
+}
+
+pub(crate) fn planner() -> Option<Planner> {
+    PLANNER.get().copied()
+}
+
+/// The configuration of the agents the front end finds: the one of a
+/// run without cgroup options (`capsule_nolibc::identity::DEFAULT_CONFIG`
+/// is its JSON, checked by a test).
+pub fn default_config() -> Config {
+    config_for(&RunSpec::default())
+}
 
 /// What `CAPSULE_AGENT` says: true for on (unset, empty, `on`, `1`,
 /// `yes`, `true`), false for off (`off`, `0`, `no`, `false`); anything
@@ -120,81 +155,44 @@ pub fn socket_dir() -> Option<PathBuf> {
     private(&dir, true).then_some(dir)
 }
 
-/// What a run inherits from its supervisor, as text: two callers with the
-/// same identity get the same runs from a supervisor forked by either.
-pub struct Identity(String);
+/// What a run inherits from its supervisor: two callers with the same
+/// identity get the same runs from a supervisor forked by either. Computed
+/// by `capsule_nolibc::identity`, the code the front end (`capsule`, no C
+/// library) runs too, so both find the same agent.
+pub struct Identity {
+    text: String,
+    key: String,
+}
 
 impl Identity {
-    /// The calling process's identity for runs under `config`. Read with
-    /// system calls where there is one (a `/proc/self` file is generated
-    /// anew on each read); ~40 µs.
+    /// The calling process's identity for runs under `config`; ~40 µs.
+    /// Single-threaded callers only (the umask is read by setting it).
     pub fn current(config: &Config) -> Identity {
-        use std::os::unix::fs::MetadataExt;
-        let mut t = String::with_capacity(2048);
-        let _ = writeln!(t, "capsule {}", env!("CARGO_PKG_VERSION"));
-        // The binary itself: an agent of an older capsule serves no one new.
-        match std::fs::metadata("/proc/self/exe") {
-            Ok(m) => {
-                let _ = writeln!(t, "exe {} {} {} {}.{}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+        use capsule_nolibc::identity::{self, Fnv, Sink};
+        use std::os::unix::ffi::OsStrExt;
+        struct Both(Fnv, Vec<u8>);
+        impl Sink for Both {
+            fn put(&mut self, bytes: &[u8]) {
+                self.0.put(bytes);
+                self.1.extend_from_slice(bytes);
             }
-            Err(_) => t.push_str("exe ?\n"),
         }
-        for ns in ["user", "mnt", "net", "pid", "ipc", "uts", "cgroup", "time"] {
-            let link = std::fs::read_link(format!("/proc/self/ns/{ns}")).map(|p| p.display().to_string());
-            let _ = writeln!(t, "ns {}", link.unwrap_or_else(|_| format!("{ns}:?")));
-        }
-        match std::fs::metadata("/") {
-            Ok(m) => {
-                let _ = writeln!(t, "root {} {}", m.dev(), m.ino());
-            }
-            Err(_) => t.push_str("root ?\n"),
-        }
-        // Ids, groups, umask, limits, scheduling, CPUs, no_new_privs,
-        // seccomp mode, securebits, timer slack, personality. (Not the
-        // capabilities: the supervisor's user namespace gives it a full
-        // set whatever the caller had, and runs drop them all.)
-        let i = sys::inherited();
-        let _ = writeln!(t, "{i:?}");
-        if i.seccomp != 0 {
-            // Which filters, as far as the status file tells.
-            let status = sys::read_small(c"/proc/self/status");
-            t.extend(status.lines().filter(|l| l.starts_with("Seccomp")).flat_map(|l| [l, "\n"]));
-        }
-        for (name, path) in [
-            ("cgroup", c"/proc/self/cgroup"),
-            ("oom_score_adj", c"/proc/self/oom_score_adj"),
-            ("lsm", c"/proc/self/attr/current"),
-        ] {
-            let _ = writeln!(t, "{name} {}", sys::read_small(path).trim_end());
-        }
-        // The environment the supervisor itself reads.
-        let mut vars: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
-            .filter(|(k, _)| matches!(k.as_str(), "HOME" | "PATH" | "XDG_RUNTIME_DIR") || k.starts_with("CAPSULE_"))
-            .filter(|(k, _)| k != AGENT_ENV)
-            .collect();
-        vars.sort();
-        for (k, v) in vars {
-            let _ = writeln!(t, "env {k}={v}");
-        }
-        let _ = writeln!(t, "config {}", serde_json::to_string(config).unwrap_or_default());
-        Identity(t)
+        let vars: Vec<_> = std::env::vars_os().collect();
+        let env = vars.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes()));
+        let config = serde_json::to_string(config).unwrap_or_default();
+        let mut sink = Both(Fnv::default(), Vec::with_capacity(2048));
+        identity::write(&mut sink, c"/proc/self/exe", env, &config);
+        let key = String::from_utf8_lossy(&sink.0.key()).into_owned();
+        Identity { text: String::from_utf8_lossy(&sink.1).into_owned(), key }
     }
 
-    /// The agent's name: a 128-bit digest of the identity (two FNV-1a
-    /// hashes). Not SHA-256: its CPU feature detection (CPUID, a VM exit
-    /// each under a hypervisor) cost every `capsule run` ~20 µs here, and
-    /// the key only has to tell apart the identities of one user's own
-    /// callers, which choose none of the bytes to collide.
+    /// The agent's name: a 128-bit digest of the identity.
     pub fn key(&self) -> String {
-        let fnv = |seed: u64| {
-            self.0.bytes().fold(seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
-        };
-        format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
+        self.key.clone()
     }
 
     pub fn text(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 
@@ -483,4 +481,17 @@ pub fn stop(only: Option<&Path>) -> Result<Vec<Running>, SysError> {
 pub fn own_socket() -> Option<PathBuf> {
     let key = Identity::current(&config_for(&RunSpec::default())).key();
     socket_dir().map(|d| d.join(format!("agent-{key}.sock")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The front end finds agents by the configuration's JSON, written
+    /// there by hand (it has no serde).
+    #[test]
+    fn the_front_end_knows_the_default_agent_config() {
+        let json = serde_json::to_string(&default_config()).unwrap();
+        assert_eq!(json, capsule_nolibc::identity::DEFAULT_CONFIG);
+    }
 }

@@ -111,7 +111,7 @@ impl OnceRun {
             Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
             Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
             Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
-            Some((ServerMsg::Started { .. } | ServerMsg::Interacted { .. } | ServerMsg::Accepted, _)) => {
+            Some((ServerMsg::Started { .. } | ServerMsg::Interacted { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. }, _)) => {
                 Err(Error::Supervisor("unexpected message".into()))
             }
             None => Err(Error::Supervisor("the supervisor exited without answering".into())),

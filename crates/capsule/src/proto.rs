@@ -43,6 +43,15 @@ pub enum ClientMsg {
     /// Kill the run if it started, or drop it from the queue; its final
     /// message is `Failed` with "cancelled".
     Cancel { id: u64 },
+    /// To a per-user agent, from the front end (`capsule`, which links no
+    /// C library and parses no options): run this `capsule` command line
+    /// (`args` after the program name) for a caller in directory `cwd`
+    /// with environment `env` (`KEY=VALUE` entries). Attached: the
+    /// caller's stdin, stdout and stderr. Answered with `Exit`, or
+    /// `Declined` when the command needs the caller's own process (files
+    /// it opens or writes, a terminal, options that choose another
+    /// agent): the front end then runs the full `capsule-cli`.
+    Command { args: Vec<String>, cwd: String, env: Vec<String> },
 }
 
 /// What the supervisor sends: exactly one final message (`Result` or
@@ -71,6 +80,11 @@ pub enum ServerMsg {
     /// with a reason). A client that sees the connection end before this
     /// may send its request elsewhere: it was never read.
     Accepted,
+    /// Answer to `Command`: not run here (see there).
+    Declined,
+    /// Answer to `Command`: the run is over; print `stderr` and exit with
+    /// `code`, as `capsule run` would have.
+    Exit { code: u8, stderr: String },
 }
 
 /// Sends one message with `fds` attached: header and body in one buffer,

@@ -286,6 +286,26 @@ impl RunResult {
         Some(parts.join(", "))
     }
 
+    /// What `capsule run` prints on stderr after a run: the summary
+    /// (unless `quiet`, errors always), the network log's line (unless
+    /// `quiet`), and an error that came after the program ran (recording
+    /// a layer's originals). Each line ends in a newline.
+    pub fn report(&self, quiet: bool) -> String {
+        let mut out = String::new();
+        if !quiet || self.status == Status::Error {
+            out.push_str(&self.summary());
+            out.push('\n');
+        }
+        if let (false, Some(line)) = (quiet, self.net_log_summary()) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        if let (true, Some(e)) = (self.status != Status::Error, &self.error) {
+            out.push_str(&format!("capsule: {e}\n"));
+        }
+        out
+    }
+
     /// The one-line human summary.
     pub fn summary(&self) -> String {
         let what = match self.status {

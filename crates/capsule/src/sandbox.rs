@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -313,7 +313,7 @@ impl Inner {
                     ServerMsg::Interacted { id, result } => (id, Outcome::Interact(*result)),
                     ServerMsg::Failed { id, error } => (id, Outcome::Failed(error)),
                     ServerMsg::Fatal(msg) => return Err(format!("fatal error: {msg}")),
-                    ServerMsg::Started { .. } | ServerMsg::Accepted => return Ok(()),
+                    ServerMsg::Started { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. } => return Ok(()),
                 };
                 let mut st = self.lock();
                 if !st.dropped.remove(&id) {
@@ -541,7 +541,9 @@ impl AsFd for InteractHandle {
     }
 }
 
-/// The `capsule` binary that serves as supervisor.
+/// The `capsule` binary that serves as supervisor: `capsule-cli`, the
+/// full command-line tool, where it can be found (the front end `capsule`
+/// would only execute it).
 fn find_capsule_bin(config: &Config) -> Result<PathBuf, Error> {
     if let Some(p) = &config.capsule_bin {
         return Ok(p.clone());
@@ -549,25 +551,21 @@ fn find_capsule_bin(config: &Config) -> Result<PathBuf, Error> {
     if let Some(p) = std::env::var_os("CAPSULE_BIN") {
         return Ok(PathBuf::from(p));
     }
+    const NAMES: [&str; 2] = ["capsule-cli", "capsule"];
+    let in_dir = |d: &Path| NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file());
     if let Ok(exe) = std::env::current_exe() {
-        if exe.file_name().is_some_and(|n| n == "capsule") {
+        if exe.file_name().is_some_and(|n| n == NAMES[0]) {
             return Ok(exe);
         }
         if let Some(dir) = exe.parent() {
-            for d in [Some(dir), dir.parent()].into_iter().flatten() {
-                let p = d.join("capsule");
-                if p.is_file() {
-                    return Ok(p);
-                }
+            if let Some(p) = [Some(dir), dir.parent()].into_iter().flatten().find_map(in_dir) {
+                return Ok(p);
             }
         }
     }
     if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let p = d.join("capsule");
-            if p.is_file() {
-                return Ok(p);
-            }
+        if let Some(p) = std::env::split_paths(&path).find_map(|d| in_dir(&d)) {
+            return Ok(p);
         }
     }
     Err(Error::Setup(

@@ -253,6 +253,8 @@ pub fn peer_fingerprint(pid: i32) -> Option<String> {
 enum ClientId {
     Binary(u64),
     Json(Value),
+    /// The one run of a front end's `Command` (answered with `Exit`).
+    Command { quiet: bool },
 }
 
 /// A request waiting for a free slot.
@@ -1764,8 +1766,60 @@ impl Loop {
                 let notify = if notify { fds.next() } else { None };
                 self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
             }
+            ClientMsg::Command { args, cwd, env } => self.command(sup, conn, &args, &cwd, &env, fds),
             ClientMsg::Start(_) => {}
         }
+    }
+
+    /// A front end's command line (agents only): planned by the `capsule`
+    /// command's own parser, then run as `capsule run` would have sent it.
+    fn command(&mut self, sup: &mut Supervisor, conn: usize, args: &[String], cwd: &str, env: &[String], fds: Vec<OwnedFd>) {
+        use crate::agent::Planned;
+        use crate::spec::Stdio;
+        let plan = match (&self.agent, crate::agent::planner()) {
+            (Some(_), Some(plan)) if fds.len() == 3 => plan(args, std::path::Path::new(cwd)),
+            _ => Planned::Decline,
+        };
+        let (mut spec, quiet) = match plan {
+            // Options that choose another agent are declined by the
+            // planner; a spec that still would is declined here.
+            Planned::Run { spec, quiet } if spec.cgroup == sup.config.cgroup => (spec, quiet),
+            Planned::Run { .. } | Planned::Decline => {
+                if let Some(c) = self.conns.get(conn).and_then(Option::as_ref) {
+                    if proto::send(c.read.as_raw_fd(), &ServerMsg::Declined, &[]).is_err() {
+                        self.drop_conn(conn);
+                    }
+                }
+                return;
+            }
+            Planned::Fail { error, quiet } => {
+                return self.answer(conn, &ClientId::Command { quiet }, &RunResult::error(error), None);
+            }
+        };
+        // The variables the run keeps are the caller's (as `client::start_once`).
+        for k in std::mem::take(&mut spec.keep_env) {
+            let value = env.iter().find_map(|e| {
+                let (key, v) = capsule_nolibc::identity::split_env(e.as_bytes())?;
+                (key == k.as_bytes()).then(|| String::from_utf8_lossy(v).into_owned())
+            });
+            if let Some(v) = value {
+                spec.env.entry(k).or_insert(v);
+            }
+        }
+        let cid = ClientId::Command { quiet };
+        if let Err(e) = spec.validate() {
+            return self.answer(conn, &cid, &RunResult::error(e.to_string()), None);
+        }
+        // The caller's streams, but where the supervisor carries one (a
+        // capture, a read-once or write-once file).
+        let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
+        let own = [&spec.stdin, &spec.stdout, &spec.stderr].map(|io| !matches!(io, Some(Stdio::Capture(_) | Stdio::Pipe(_))));
+        for (k, fd) in fds.into_iter().enumerate() {
+            if own[k] {
+                slots[k] = Some(fd);
+            }
+        }
+        self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify: None, retried: false, pair: None });
     }
 
     fn line(&mut self, sup: &mut Supervisor, conn: usize, line: &[u8]) {
@@ -1862,6 +1916,13 @@ impl Loop {
 
     /// Sends a run's final message; closing `notify` wakes a poller.
     fn answer(&mut self, conn: usize, cid: &ClientId, result: &RunResult, notify: Option<OwnedFd>) {
+        if let ClientId::Command { quiet } = cid {
+            let code = result.exit_status().clamp(0, 255) as u8;
+            let exit = ServerMsg::Exit { code, stderr: result.report(*quiet) };
+            self.send_final(conn, cid, |_| exit, |_| Vec::new());
+            drop(notify);
+            return;
+        }
         self.send_final(
             conn,
             cid,
@@ -1904,6 +1965,11 @@ impl Loop {
         match (&c.framing, cid) {
             (Framing::Binary, ClientId::Binary(id)) => {
                 if proto::send(c.read.as_raw_fd(), &binary(*id), &[]).is_err() {
+                    self.drop_conn(conn);
+                }
+            }
+            (Framing::Binary, ClientId::Command { .. }) => {
+                if proto::send(c.read.as_raw_fd(), &binary(0), &[]).is_err() {
                     self.drop_conn(conn);
                 }
             }

@@ -80,7 +80,7 @@ pub struct Harness {
     /// else ourselves.
     pub uid: u32,
     pub gid: u32,
-    /// Directory holding both binaries.
+    /// Directory holding the binaries (capsule, capsule-cli, capsule-probe).
     pub bin_dir: PathBuf,
     pub capsule: PathBuf,
     pub probe: PathBuf,
@@ -106,7 +106,7 @@ pub fn h() -> &'static Harness {
         } else {
             ensure_test_user()
         };
-        let bin_dir = install_bins(&capsule, &probe);
+        let bin_dir = install_bins();
         Harness {
             is_root: true,
             vm,
@@ -175,10 +175,21 @@ fn ensure_test_user() -> (u32, u32) {
 /// Copies both binaries to `/var/tmp/capsule-test-bins/<hash>/` (0755,
 /// root-owned), keyed by the originals' paths, sizes and mtimes so test
 /// binaries share a copy; stale copies older than two days are removed.
-fn install_bins(capsule: &Path, probe: &Path) -> PathBuf {
+/// The binaries the tests run, by the names they are installed under:
+/// the front end `capsule` executes `capsule-cli` from its own directory.
+fn bins() -> [(PathBuf, &'static str); 3] {
+    [
+        (PathBuf::from(env!("CARGO_BIN_EXE_capsule")), "capsule"),
+        (PathBuf::from(env!("CARGO_BIN_EXE_capsule-cli")), "capsule-cli"),
+        (PathBuf::from(env!("CARGO_BIN_EXE_capsule-probe")), "capsule-probe"),
+    ]
+}
+
+fn install_bins() -> PathBuf {
     ensure_dir(BIN_ROOT, 0o755);
     let mut hasher = DefaultHasher::new();
-    for p in [capsule, probe] {
+    let bins = bins();
+    for (p, _) in &bins {
         let m = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         p.hash(&mut hasher);
         m.len().hash(&mut hasher);
@@ -187,14 +198,14 @@ fn install_bins(capsule: &Path, probe: &Path) -> PathBuf {
     }
     let key = format!("{:016x}", hasher.finish());
     let dir = Path::new(BIN_ROOT).join(&key);
-    if dir.join("capsule").exists() && dir.join("capsule-probe").exists() {
+    if bins.iter().all(|(_, name)| dir.join(name).exists()) {
         return dir;
     }
     let tmp = Path::new(BIN_ROOT).join(format!(".{key}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).unwrap();
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for (src, name) in [(capsule, "capsule"), (probe, "capsule-probe")] {
+    for (src, name) in &bins {
         let dst = tmp.join(name);
         std::fs::copy(src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
         std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
