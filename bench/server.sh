@@ -156,6 +156,9 @@ install -m 0755 "$built_capsule" "$stage/capsule"
 install -m 0755 "$(dirname "$built_capsule")/capsule-cli" "$stage/capsule-cli"
 install -m 0755 "$built_bench" "$stage/capsule-bench"
 capsule=$stage/capsule
+# The library starts its supervisor from the full tool (the front end would
+# only execute it).
+capsule_cli=$stage/capsule-cli
 bench=$stage/capsule-bench
 log "compiling the workloads: $cc -static -O2 bench/noop.c; $cc -O2 bench/getppid.c bench/cpuloop.c"
 "$cc" -static -O2 -Wall -o "$stage/noop" "$repo/bench/noop.c" || die "$cc -static failed on bench/noop.c"
@@ -232,7 +235,7 @@ for w in true static gcc; do
 done
 : >"$out/raw.jsonl"
 chmod 0666 "$out/raw.jsonl"
-as_bench "$bench" latency --workloads "$workloads" --only true --configs server,server-2 --capsule "$capsule" \
+as_bench "$bench" latency --workloads "$workloads" --only true --configs server,server-2 --capsule "$capsule_cli" \
     --raw "$out/raw.jsonl" >/dev/null || die "capsule-bench fails as $run_user (see above)"
 : >"$out/raw.jsonl"
 
@@ -264,7 +267,7 @@ for ((r = 1; r <= rounds; r++)); do
             hf_args+=(-n "$c" "$(command_of "$c" "$w")")
         done
         driver=(as_bench "$bench" latency --workloads "$workloads" --only "$w" --first-round "$r"
-            --capsule "$capsule" --raw "$out/raw.jsonl")
+            --capsule "$capsule_cli" --raw "$out/raw.jsonl")
         if (((r + i) % 2)); then
             "${driver[@]}" >>"$out/driver.log" || die "capsule-bench latency failed in round $r ($w)"
             as_bench hyperfine "${hf_args[@]}" >&2 || die "hyperfine failed in round $r: hyperfine ${hf_args[*]}"
@@ -273,7 +276,7 @@ for ((r = 1; r <= rounds; r++)); do
             "${driver[@]}" >>"$out/driver.log" || die "capsule-bench latency failed in round $r ($w)"
         fi
     done
-    as_bench "$bench" throughput --runs "$tput_runs" --parallel 2 --round "$r" --capsule "$capsule" \
+    as_bench "$bench" throughput --runs "$tput_runs" --parallel 2 --round "$r" --capsule "$capsule_cli" \
         --raw "$out/raw.jsonl" >>"$out/driver.log" || die "capsule-bench throughput failed in round $r"
     # The kernel's floor (bench/nsfloor.c): fresh user + pid + mount
     # namespaces and a procfs per run, nothing of capsule's.
@@ -294,7 +297,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 log "supervisor memory: $mem_runs pipelined runs of /bin/true, parallel 2"
-as_bench "$bench" memory --runs "$mem_runs" --parallel 2 --capsule "$capsule" --raw "$out/raw.jsonl" |
+as_bench "$bench" memory --runs "$mem_runs" --parallel 2 --capsule "$capsule_cli" --raw "$out/raw.jsonl" |
     tee -a "$out/driver.log" >&2 || die "capsule-bench memory failed"
 elapsed=$(($(date +%s) - start_time))
 
