@@ -173,25 +173,25 @@ fn only_stdio_fds_reach_program() {
 // 4 -------------------------------------------------------------------------
 
 /// No `/proc/*/exe` visible inside can be opened for writing, directly or
-/// through an O_PATH descriptor, and the capsule binary stays unchanged.
-/// capsule and the probe are copied to a directory owned by the test user,
+/// through an O_PATH descriptor, and the capsule binaries stay unchanged.
+/// capsule (the front end), capsule-cli (which the supervisor and PID 1
+/// run) and the probe are copied to a directory owned by the test user,
 /// so file permissions alone would allow the write.
 #[test]
 fn proc_exe_not_writable() {
     require!("proc_exe_not_writable", userns_available());
     let dir = Scratch::new("exe");
     let bins = dir.mkdir("bin");
-    let cap = bins.join("capsule");
-    let prb = bins.join("capsule-probe");
-    for (src, dst) in [(&h().capsule, &cap), (&h().probe, &prb)] {
-        std::fs::copy(src, dst).unwrap();
-        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o755)).unwrap();
-        chown_to_user(dst);
+    let names = ["capsule", "capsule-cli", "capsule-probe"];
+    for name in names {
+        let dst = bins.join(name);
+        std::fs::copy(h().bin_dir.join(name), &dst).unwrap();
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+        chown_to_user(&dst);
     }
-    let before = std::fs::read(&cap).unwrap();
-    let probe_before = std::fs::read(&prb).unwrap();
+    let before: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(bins.join(n)).unwrap()).collect();
     let mut cmd = capsule(&["run", "-q"]);
-    cmd.binary(&cap).json().arg("--").arg(&prb).args(&["open-exe", "--write"]);
+    cmd.binary(bins.join("capsule")).json().arg("--").arg(bins.join("capsule-probe")).args(&["open-exe", "--write"]);
     let out = cmd.run();
     let kv = out.assert_probe_ok();
     let mut attempts = 0;
@@ -205,8 +205,9 @@ fn proc_exe_not_writable() {
     assert!(kv.get("exe.1.link").is_some(), "PID 1 not visible in /proc; {}", out.describe());
     assert!(attempts >= 10, "too few attempts; {}", out.describe());
     assert_eq!(kv.must("any_writable"), "0", "{}", out.describe());
-    assert!(std::fs::read(&cap).unwrap() == before, "the capsule binary changed");
-    assert!(std::fs::read(&prb).unwrap() == probe_before, "the probe binary changed");
+    for (name, before) in names.iter().zip(&before) {
+        assert!(std::fs::read(bins.join(name)).unwrap() == *before, "{name} changed");
+    }
 }
 
 // 5 -------------------------------------------------------------------------
