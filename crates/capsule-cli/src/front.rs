@@ -348,6 +348,11 @@ fn idle_valid(v: &[u8]) -> bool {
 fn recv_message<'a>(sock: &sys::Fd, buf: &'a mut [u8]) -> Option<&'a [u8]> {
     let mut header = [0u8; 8];
     let mut got = 0;
+    // In poll, not in recvmsg: a reader blocked in recvmsg on a Unix socket
+    // is also woken whenever the agent reads what this end sent (the freed
+    // send buffer wakes the socket's one wait queue), and on the way
+    // preempts the agent.
+    sys::wait_readable(sock).ok()?;
     while got < 8 {
         match sys::recv(sock, &mut header[got..]) {
             Ok(0) | Err(_) => return None,

@@ -15,6 +15,7 @@ mod nr {
     pub const READ: usize = 0;
     pub const WRITE: usize = 1;
     pub const CLOSE: usize = 3;
+    pub const POLL: usize = 7;
     pub const GETPID: usize = 39;
     pub const SOCKET: usize = 41;
     pub const CONNECT: usize = 42;
@@ -359,6 +360,20 @@ pub fn send_with_fds(sock: &Fd, data: &[u8], fds: &[i32]) -> Result<usize> {
         match check(unsafe { syscall6(nr::SENDMSG, [sock.0 as usize, msg.as_ptr() as usize, MSG_NOSIGNAL, 0, 0, 0]) }) {
             Err(EINTR) => {}
             r => return r,
+        }
+    }
+}
+
+/// Waits until `fd` is readable, or has hung up or failed.
+pub fn wait_readable(fd: &Fd) -> Result<()> {
+    const POLLIN: u64 = 1;
+    // struct pollfd { int fd; short events; short revents; }, little-endian.
+    let mut pfd: u64 = (fd.0 as u32 as u64) | (POLLIN << 32);
+    loop {
+        // SAFETY: one 8-byte struct pollfd, alive for the call.
+        match check(unsafe { syscall6(nr::POLL, [&mut pfd as *mut u64 as usize, 1, -1isize as usize, 0, 0, 0]) }) {
+            Err(EINTR) => {}
+            r => return r.map(drop),
         }
     }
 }

@@ -334,6 +334,9 @@ pub(crate) struct Plan {
     pub net_log: Option<Rc<Arena<NetLog>>>,
     /// /sys/fs/fuse/connections in the supervisor's view (O_PATH), or -1.
     pub fusectl: RawFd,
+    /// The supervisor's CPUs, when PID 1 was forked onto one of them: it
+    /// widens to these before creating the tracee.
+    pub widen: Option<libc::cpu_set_t>,
 }
 
 /// A compiled seccomp filter in a sealed memfd, mapped read-only.
@@ -527,6 +530,13 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // it is not.
     // The tracee waits for the run's go message (prepared ahead, this is
     // where it idles), so PID 1 resumes only once the program runs.
+    // Built: PID 1 (prepared ahead on the supervisor's CPU, see
+    // `Supervisor::prepare`) may run anywhere the supervisor may, and so
+    // may the tracee, which inherits the mask. Best effort: a cpuset
+    // changed since only keeps PID 1 where it is.
+    if let Some(set) = &plan.widen {
+        let _ = sys::set_affinity(set);
+    }
     let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     // It also shares PID 1's descriptor table (CLONE_FILES) until execve

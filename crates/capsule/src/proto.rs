@@ -112,6 +112,13 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: RawFd) -> Result<Option<(T, Vec<
     let mut fds = Vec::new();
     let mut header = [0u8; 8];
     let io = |e: i32| format!("receiving message: {}", crate::error::errno_text(e));
+    // Waits in poll, not in recvmsg: a reader blocked in recvmsg on a Unix
+    // socket is also woken whenever the peer reads what this end sent (the
+    // freed send buffer wakes the socket's one wait queue), and on the way
+    // preempts the peer, e.g. a supervisor about to send a run's go
+    // message. poll wakes for POLLIN (or the end) only.
+    let mut pfd = [libc::pollfd { fd: sock, events: libc::POLLIN, revents: 0 }];
+    sys::poll(&mut pfd, -1).map_err(io)?;
     let mut got = 0;
     while got < header.len() {
         let n = sys::recv_with_fds(sock, &mut header[got..], &mut fds).map_err(io)?;

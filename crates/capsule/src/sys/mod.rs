@@ -892,6 +892,50 @@ pub fn set_comm(name: &CStr) {
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0u64, 0u64, 0u64) };
 }
 
+/// The CPUs the calling thread may run on.
+pub fn affinity() -> SysResult<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; all zeroes is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into
+    // `set`, which is that large.
+    check_int(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    Ok(set)
+}
+
+/// Restricts the calling thread to `set` (a thread may always change its
+/// own affinity, within its cpuset).
+pub fn set_affinity(set: &libc::cpu_set_t) -> SysResult<()> {
+    // SAFETY: the kernel reads size_of::<cpu_set_t>() bytes from `set`.
+    check_int(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) }).map(drop)
+}
+
+/// The CPU the calling thread runs on (it may move right after).
+pub fn current_cpu() -> SysResult<usize> {
+    // SAFETY: sched_getcpu takes no arguments; a negative value is a
+    // failure with errno set.
+    let cpu = unsafe { libc::sched_getcpu() };
+    check_int(cpu).map(|c| c as usize)
+}
+
+/// A set of CPUs holding just `cpu` (None past the set's 1024 CPUs).
+pub fn one_cpu(cpu: usize) -> Option<libc::cpu_set_t> {
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return None;
+    }
+    // SAFETY: cpu_set_t is plain data; all zeroes is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET sets one bit of the set; `cpu` is within it (checked
+    // above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    Some(set)
+}
+
+/// How many CPUs `set` holds.
+pub fn cpus_in(set: &libc::cpu_set_t) -> usize {
+    // SAFETY: CPU_COUNT only reads the set's bits.
+    unsafe { libc::CPU_COUNT(set) as usize }
+}
+
 #[repr(C)]
 struct CapHeader {
     version: u32,
@@ -1070,6 +1114,19 @@ pub fn timerfd_at(fd: RawFd, at_ns: u64) -> SysResult<()> {
 }
 
 /// poll(2) over a fixed set; fills `revents`.
+/// poll with a timeout of nanosecond resolution (None: no timeout).
+pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> SysResult<usize> {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: fds is a valid array of fds.len() pollfd structs; tsp is null
+    // or points at a timespec alive for the call; no signal mask is passed.
+    retry(|| check_int(unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tsp, std::ptr::null()) }))
+        .map(|n| n as usize)
+}
+
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
     // SAFETY: fds is a valid array of fds.len() pollfd structs.
     retry(|| check_int(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) }))
@@ -1828,5 +1885,38 @@ mod tests {
                 assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "status {st}");
             }
         }
+    }
+
+    #[test]
+    fn ppoll_waits_its_timeout_and_sees_readable() {
+        let (r, w) = pipe().unwrap();
+        let mut pfd = [libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let t = std::time::Instant::now();
+        assert_eq!(ppoll(&mut pfd, Some(std::time::Duration::from_micros(1500))).unwrap(), 0);
+        assert!(t.elapsed() >= std::time::Duration::from_micros(1500), "woke early: {:?}", t.elapsed());
+        write_all(w.as_raw_fd(), b"x").unwrap();
+        assert_eq!(ppoll(&mut pfd, None).unwrap(), 1);
+        assert_eq!(pfd[0].revents & libc::POLLIN, libc::POLLIN);
+    }
+
+    #[test]
+    fn affinity_sets_hold_the_current_cpu() {
+        let all = affinity().unwrap();
+        let cpu = current_cpu().unwrap();
+        let one = one_cpu(cpu).unwrap();
+        assert_eq!(cpus_in(&one), 1);
+        assert!(cpus_in(&all) >= 1);
+        assert!(one_cpu(8 * std::mem::size_of::<libc::cpu_set_t>()).is_none(), "past the set");
+        // A thread of its own: pinning it and widening back leave the
+        // test runner's threads alone.
+        std::thread::spawn(move || {
+            set_affinity(&one).unwrap();
+            assert_eq!(current_cpu().unwrap(), cpu);
+            assert_eq!(cpus_in(&affinity().unwrap()), 1);
+            set_affinity(&all).unwrap();
+            assert_eq!(cpus_in(&affinity().unwrap()), cpus_in(&all));
+        })
+        .join()
+        .unwrap();
     }
 }
