@@ -457,72 +457,73 @@ impl Out {
     }
 }
 
-/// A path being built, NUL-terminated on demand.
-struct Path {
-    buf: [u8; 4096],
+/// Bytes appended to a fixed buffer; `overflow` once something did not
+/// fit (what is built is then not used: capsule-cli does the work).
+struct Fixed<const N: usize> {
+    buf: [u8; N],
     len: usize,
     overflow: bool,
 }
 
-impl Path {
+impl<const N: usize> Fixed<N> {
     fn new() -> Self {
-        Path { buf: [0; 4096], len: 0, overflow: false }
+        Fixed { buf: [0; N], len: 0, overflow: false }
     }
-    fn clear(&mut self) {
-        self.len = 0;
-        self.overflow = false;
-    }
-    fn push(&mut self, bytes: &[u8]) {
-        if self.len + bytes.len() >= self.buf.len() || bytes.contains(&0) {
+    /// Appends `bytes`, keeping `spare` bytes free after them.
+    fn append(&mut self, bytes: &[u8], spare: usize) {
+        if self.len + bytes.len() + spare > N {
             self.overflow = true;
             return;
         }
         self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
         self.len += bytes.len();
     }
-    fn push_num(&mut self, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut k = digits.len();
-        loop {
-            k -= 1;
-            digits[k] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
+}
+
+/// A path being built, NUL-terminated on demand.
+struct Path(Fixed<4096>);
+
+impl Path {
+    fn new() -> Self {
+        Path(Fixed::new())
+    }
+    fn clear(&mut self) {
+        self.0.len = 0;
+        self.0.overflow = false;
+    }
+    fn push(&mut self, bytes: &[u8]) {
+        if bytes.contains(&0) {
+            self.0.overflow = true;
+            return;
         }
-        self.push(&digits[k..]);
+        // One byte spare for the NUL.
+        self.0.append(bytes, 1);
+    }
+    fn push_num(&mut self, n: u64) {
+        self.push(capsule_nolibc::decimal(n, &mut [0u8; 20]));
     }
     fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
+        &self.0.buf[..self.0.len]
     }
     fn c_str(&mut self) -> Option<&CStr> {
-        if self.overflow {
+        let p = &mut self.0;
+        if p.overflow {
             return None;
         }
-        self.buf[self.len] = 0;
-        CStr::from_bytes_with_nul(&self.buf[..=self.len]).ok()
+        p.buf[p.len] = 0;
+        CStr::from_bytes_with_nul(&p.buf[..=p.len]).ok()
     }
 }
 
 /// A request being written: JSON after an 8-byte frame header.
-struct Json {
-    buf: [u8; 131072],
-    len: usize,
-    overflow: bool,
-}
+struct Json(Fixed<131072>);
 
 impl Json {
     fn new() -> Self {
-        Json { buf: [0; 131072], len: 0, overflow: false }
+        Json(Fixed::new())
     }
     fn raw(&mut self, bytes: &[u8]) {
-        if self.len + bytes.len() > self.buf.len() {
-            self.overflow = true;
-            return;
-        }
-        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len();
+        self.0.append(bytes, 0);
     }
     /// A JSON string of `s` (valid UTF-8).
     fn string(&mut self, s: &[u8]) {
@@ -550,11 +551,12 @@ impl Json {
     /// The frame: header with the body's length filled in; None when the
     /// request did not fit (capsule-cli sends it then).
     fn framed(&mut self) -> Option<&[u8]> {
-        if self.overflow {
+        let j = &mut self.0;
+        if j.overflow {
             return None;
         }
-        let body = (self.len - 8) as u32;
-        self.buf[4..8].copy_from_slice(&body.to_le_bytes());
-        Some(&self.buf[..self.len])
+        let body = (j.len - 8) as u32;
+        j.buf[4..8].copy_from_slice(&body.to_le_bytes());
+        Some(&j.buf[..j.len])
     }
 }

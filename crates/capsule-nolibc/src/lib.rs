@@ -18,3 +18,28 @@ compile_error!("capsule-nolibc's system calls are written for x86_64 Linux");
 
 pub mod identity;
 pub mod sys;
+
+/// `n` in decimal, written at the end of `buf` (without allocating: the
+/// front end and a run's PID 1 both format numbers this way).
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimal_writes_every_digit() {
+        let mut buf = [0u8; 20];
+        assert_eq!(super::decimal(0, &mut buf), b"0");
+        assert_eq!(super::decimal(1_048_586, &mut buf), b"1048586");
+        assert_eq!(super::decimal(u64::MAX, &mut buf), b"18446744073709551615");
+    }
+}

@@ -514,6 +514,14 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // Block SIGCHLD before the tracee exists so no exit is missed.
     let sigchld = sys::signalfd_for(&[libc::SIGCHLD]).map_err(|e| Fail::new(Step::Wait, e))?;
 
+    // Built: PID 1 (prepared ahead on the supervisor's CPU, see
+    // `Supervisor::prepare`) may run anywhere the supervisor may, and so
+    // may the tracee, which inherits the mask. Best effort: a cpuset
+    // changed since only keeps PID 1 where it is.
+    if let Some(set) = &plan.widen {
+        let _ = sys::set_affinity(set);
+    }
+
     // The tracee gets one more user namespace, U3, whose capabilities it
     // drops. The run's mount namespace belongs to U1, over which nothing in
     // U3 has any capability: the program cannot mount, unmount or remount
@@ -530,13 +538,6 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // it is not.
     // The tracee waits for the run's go message (prepared ahead, this is
     // where it idles), so PID 1 resumes only once the program runs.
-    // Built: PID 1 (prepared ahead on the supervisor's CPU, see
-    // `Supervisor::prepare`) may run anywhere the supervisor may, and so
-    // may the tracee, which inherits the mask. Best effort: a cpuset
-    // changed since only keeps PID 1 where it is.
-    if let Some(set) = &plan.widen {
-        let _ = sys::set_affinity(set);
-    }
     let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     // It also shares PID 1's descriptor table (CLONE_FILES) until execve
@@ -952,7 +953,7 @@ fn abort_fuse_line(r: &Reaper, line: &[u8]) {
         return;
     };
     let mut digits = [0u8; 20];
-    let name = format_decimal((major << 20) | minor, &mut digits);
+    let name = capsule_nolibc::decimal((major << 20) | minor, &mut digits);
     let mut at = [0u8; 48];
     let Some(path) = join(&mut at, &[name, b"/abort"]) else { return };
     if let Ok(f) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) {
@@ -966,19 +967,6 @@ fn decimal(s: &[u8]) -> Option<u64> {
         return None;
     }
     Some(s.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 /// `parts` concatenated into `buf` as a C string; None if too long.

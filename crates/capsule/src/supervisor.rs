@@ -669,10 +669,10 @@ impl Supervisor {
         // the supervisor's CPU (its affinity inherited from a pinned
         // supervisor, restored right after) and widens to the supervisor's
         // mask once its sandbox is built, before it creates the tracee.
-        let pin = match (&self.affinity, ahead) {
-            (Some(_), true) => sys::current_cpu().ok().and_then(sys::one_cpu),
-            _ => None,
-        };
+        let pin = self
+            .affinity
+            .filter(|_| ahead)
+            .and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
         let mut keep_fds = vec![
             self.self_pidfd.as_raw_fd(),
             go_child.as_raw_fd(),
@@ -715,14 +715,15 @@ impl Supervisor {
             filter: filter.clone(),
             net_log: net_log.clone(),
             fusectl,
-            widen: pin.map(|_| self.affinity.expect("pinned only with a mask")),
+            widen: pin.map(|(_, all)| all),
         };
-        if let Some(set) = &pin {
-            let _ = sys::set_affinity(set);
+        if let Some((one, _)) = &pin {
+            let _ = sys::set_affinity(one);
         }
         let forked = sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None);
-        if let (Some(_), Ok(Forked::Parent { .. }) | Err(_)) = (&pin, &forked) {
-            let _ = sys::set_affinity(self.affinity.as_ref().expect("pinned only with a mask"));
+        // (The child widens itself once its sandbox is built.)
+        if let (Some((_, all)), Ok(Forked::Parent { .. }) | Err(_)) = (&pin, &forked) {
+            let _ = sys::set_affinity(all);
         }
         let (pid, pidfd) = match forked {
             Err(e) => {
@@ -1059,7 +1060,6 @@ impl Filters {
     }
 }
 
-/// The event loop's state.
 /// How long after a run's go message the next spare may be prepared.
 /// Forking it at once competed with the program's start: the tracee,
 /// woken on the supervisor's CPU, preempted the supervisor in the middle
@@ -1071,6 +1071,7 @@ impl Filters {
 /// none).
 const SPARE_DELAY: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// The event loop's state.
 struct Loop {
     conns: Vec<Option<Conn>>,
     listener: Option<OwnedFd>,

@@ -476,15 +476,7 @@ pub fn sethostname(name: &[u8]) -> SysResult<()> {
 
 /// CPUs in the caller's affinity mask.
 pub fn cpu_count() -> u64 {
-    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: set is a writable, zeroed cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_mut_ptr()) };
-    if r != 0 {
-        return 1;
-    }
-    // SAFETY: zeroed, then filled by sched_getaffinity: a valid cpu_set_t,
-    // which CPU_COUNT only reads.
-    (unsafe { libc::CPU_COUNT(&set.assume_init()) } as u64).max(1)
+    affinity().map_or(1, |set| cpus_in(&set).max(1) as u64)
 }
 
 pub fn sched_yield() {
@@ -1113,7 +1105,6 @@ pub fn timerfd_at(fd: RawFd, at_ns: u64) -> SysResult<()> {
         .map(drop)
 }
 
-/// poll(2) over a fixed set; fills `revents`.
 /// poll with a timeout of nanosecond resolution (None: no timeout).
 pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> SysResult<usize> {
     let ts = timeout.map(|t| libc::timespec {
@@ -1127,6 +1118,7 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
         .map(|n| n as usize)
 }
 
+/// poll(2) over a fixed set; fills `revents`.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
     // SAFETY: fds is a valid array of fds.len() pollfd structs.
     retry(|| check_int(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) }))
