@@ -95,8 +95,14 @@ impl OnceRun {
     pub fn wait(self) -> Result<RunResult, Error> {
         let outcome = self.answer();
         drop(self.sock);
-        // Reap it if it is already done; otherwise it finishes in the background.
+        // The supervisor exits right after its answer: wait for it (a
+        // second at most), so that no process of this `capsule run`
+        // outlives it in the caller's cgroup, then reap it.
         if let Some(pid) = self.pid {
+            if let Ok(pidfd) = sys::pidfd_open(pid) {
+                let mut pfd = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+                let _ = sys::poll(&mut pfd, 1000);
+            }
             let _ = sys::waitpid(pid, true);
         }
         outcome
