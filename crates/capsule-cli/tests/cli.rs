@@ -364,11 +364,12 @@ fn default_filesystem_view() {
     assert_eq!(kv.must("stat./dev/pts"), "ENOENT", "{d}");
     assert_eq!(kv.must(&format!("stat.{ht}")), "ENOENT", "host /tmp visible inside; {d}");
 
-    // The fresh /proc shows only the run's processes.
+    // The fresh /proc shows only the run's processes: the program, not
+    // even PID 1 (hidepid: its memory is the supervisor's).
     let out = run_probe(&[], &["ls", "/proc"]).run();
     let kv = out.assert_probe_ok();
     let pids: Vec<&str> = kv.must("entries").split(',').filter(|e| e.parse::<u32>().is_ok()).collect();
-    assert!(pids.len() <= 3 && pids.contains(&"1"), "host processes visible in /proc: {pids:?}");
+    assert_eq!(pids, ["2"], "processes other than the program visible in /proc; {}", out.describe());
 }
 
 #[test]

@@ -354,8 +354,8 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
 /// The agent's life: never returns.
 fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration, client: i32) -> ! {
     use std::os::unix::fs::MetadataExt;
-    // A name of its own for ps and top (it was forked as `capsule`; its
-    // command line stays the first caller's); its own session, no
+    // A name of its own for ps and top (it was forked as `capsule`); its
+    // own session, no
     // terminal; the root as its directory, so that it keeps no file system
     // of the caller's busy.
     sys::set_comm(c"capsule-agent");
@@ -389,15 +389,61 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
     // Watched for changes of the host's mount table: opened here, still in
     // the host's mount namespace (the file stays tied to it).
     let host_mounts = sys::open(c"/proc/self/mountinfo", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok();
-    let lock = Some((lock, path.with_extension("lock")));
-    let mut life = AgentLife { idle, host_mounts, path: path.to_path_buf(), ino, lock, peer: String::new() };
-    let code = match Supervisor::start(config) {
+    let into = std::os::fd::IntoRawFd::into_raw_fd;
+    let job = AgentJob {
+        first: into(first),
+        listener: into(listener),
+        lock: into(lock),
+        lock_path: path.with_extension("lock"),
+        host_mounts: host_mounts.map(into),
+        path: path.to_path_buf(),
+        ino,
+        idle,
+        client,
+    };
+    Supervisor::start(config, crate::supervisor::Job::Agent(job))
+}
+
+/// What an agent set up before its supervisor started, as it crosses the
+/// supervisor's re-execution (see `Supervisor::start`).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct AgentJob {
+    /// The connection of the caller that started the agent.
+    first: RawFd,
+    listener: RawFd,
+    lock: RawFd,
+    lock_path: PathBuf,
+    host_mounts: Option<RawFd>,
+    path: PathBuf,
+    ino: (u64, u64),
+    idle: Duration,
+    /// The caller's pid.
+    client: i32,
+}
+
+impl AgentJob {
+    pub(crate) fn fds(&self) -> Vec<RawFd> {
+        [self.first, self.listener, self.lock].into_iter().chain(self.host_mounts).collect()
+    }
+}
+
+/// The agent's supervisor, started (or not): serves, or answers the first
+/// caller with the reason. Exits the process.
+pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>) -> ! {
+    // (Its name again: execve gave it the binary's.)
+    sys::set_comm(c"capsule-agent");
+    let first = sys::reclaim_fd(job.first);
+    let listener = sys::reclaim_fd(job.listener);
+    let lock = Some((sys::reclaim_fd(job.lock), job.lock_path));
+    let host_mounts = job.host_mounts.map(sys::reclaim_fd);
+    let mut life = AgentLife { idle: job.idle, host_mounts, path: job.path, ino: job.ino, lock, peer: String::new() };
+    let code = match started {
         Ok(sup) => {
             // What legitimate peers look like from here (inside the
             // supervisor's user namespace): as the caller that started the
             // agent, which waits for its answer. Unreadable: no agent (the
             // caller forks a supervisor).
-            match crate::supervisor::peer_fingerprint(client) {
+            match crate::supervisor::peer_fingerprint(job.client) {
                 Some(f) => life.peer = f,
                 None => {
                     life.give_up();

@@ -297,6 +297,14 @@ fn controllers_of(dir: &Path, file: &str) -> Vec<String> {
     fs::read_to_string(dir.join(file)).unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
+/// An [`Instance`] as it crosses the supervisor's re-execution.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct InstanceState {
+    base: PathBuf,
+    prefix: String,
+    controllers: Vec<String>,
+}
+
 /// One supervisor's share of B: its runs are `B/capsule.<pid>.<starttime>.<n>`.
 pub(crate) struct Instance {
     base: PathBuf,
@@ -356,6 +364,21 @@ impl Instance {
             controllers: std::cell::RefCell::new(controllers),
             next_run: Cell::new(0),
         })
+    }
+
+    /// The instance as it crosses the supervisor's re-execution (see
+    /// `Supervisor::start`): it is made of paths, and goes on in the
+    /// re-executed process, so it is not torn down here.
+    pub(crate) fn into_state(self) -> InstanceState {
+        let me = std::mem::ManuallyDrop::new(self);
+        let controllers = me.controllers.borrow().iter().map(|c| c.to_string()).collect();
+        InstanceState { base: me.base.clone(), prefix: me.prefix.clone(), controllers }
+    }
+
+    pub(crate) fn from_state(s: InstanceState) -> Instance {
+        let known = CONTROLLERS.iter().chain(["cpu", "cpuset"].iter());
+        let controllers = known.filter(|k| s.controllers.iter().any(|c| c == *k)).copied().collect();
+        Instance { base: s.base, prefix: s.prefix, controllers: std::cell::RefCell::new(controllers), next_run: Cell::new(0) }
     }
 
     fn own_runs(&self) -> Vec<PathBuf> {
@@ -614,6 +637,26 @@ pub(crate) fn read_cpu_stat(fd: RawFd) -> Result<(u64, u64), sys::Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An instance crosses the supervisor's re-execution without being torn
+    /// down (no files touched here: the base does not exist), with its
+    /// controllers, the ones enabled later included.
+    #[test]
+    fn instance_state_round_trips() {
+        let inst = Instance {
+            base: PathBuf::from("/nonexistent/capsule-base"),
+            prefix: "capsule.12.34.".into(),
+            controllers: std::cell::RefCell::new(vec!["memory", "pids", "cpu"]),
+            next_run: Cell::new(5),
+        };
+        let s = inst.into_state();
+        let json = serde_json::to_string(&s).unwrap();
+        let back = Instance::from_state(serde_json::from_str(&json).unwrap());
+        assert_eq!(back.base, Path::new("/nonexistent/capsule-base"));
+        assert_eq!(back.prefix, "capsule.12.34.");
+        assert_eq!(*back.controllers.borrow(), vec!["memory", "pids", "cpu"]);
+        std::mem::forget(back);
+    }
 
     #[test]
     fn parses_mountinfo_and_own_cgroup() {

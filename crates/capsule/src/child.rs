@@ -216,7 +216,7 @@ pub(crate) struct Shared {
     /// controlling terminal.
     pub go_controlling_tty: AtomicU32,
     /// The seccomp filter when PID 1 did not inherit it (compiled after
-    /// the fork, see `Plan::filter`): its instructions in the arena, its
+    /// PID 1 was created, see `Plan::filter`): its instructions in the arena, its
     /// `notify` and `net_log_from`.
     pub go_filter: AtomicU64,
     pub go_filter_len: AtomicU64,
@@ -326,15 +326,15 @@ pub(crate) struct Plan {
     /// Every descriptor PID 1 keeps, sorted: it closes all others of the
     /// supervisor's (other runs', clients').
     pub keep_fds: Vec<RawFd>,
-    /// The run's seccomp filter, mapped by the supervisor before the fork;
-    /// None when it was compiled after the fork (while PID 1 builds the
+    /// The run's seccomp filter, mapped by the supervisor before PID 1 was
+    /// created; None when it was compiled after (while PID 1 builds the
     /// sandbox): then it comes in the arena with the go message.
     pub filter: Option<Rc<SealedFilter>>,
     /// The network log (`net_log`), shared with the supervisor.
     pub net_log: Option<Rc<Arena<NetLog>>>,
     /// /sys/fs/fuse/connections in the supervisor's view (O_PATH), or -1.
     pub fusectl: RawFd,
-    /// The supervisor's CPUs, when PID 1 was forked onto one of them: it
+    /// The supervisor's CPUs, when PID 1 was created on one of them: it
     /// widens to these before creating the tracee.
     pub widen: Option<libc::cpu_set_t>,
 }
@@ -392,7 +392,22 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
 /// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
 /// the supervisor's user namespace; `stack` is for the tracee, which shares
 /// PID 1's memory until its execve. Never returns.
-pub(crate) fn pid1(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> ! {
+/// What a run's PID 1 runs on, in the supervisor's memory (which it
+/// shares): it stays where it is, unchanged, until PID 1 has exited
+/// (see `sys::vm::spawn`).
+pub(crate) struct Pid1 {
+    pub plan: Plan,
+    pub arena: Arena<Shared>,
+    /// The tracee's stack until its execve.
+    pub tracee_stack: sys::Stack,
+}
+
+/// PID 1's entry point (`sys::vm::spawn`).
+pub(crate) fn pid1_main(p: &Pid1) -> ! {
+    pid1(&p.plan, &p.arena, &p.tracee_stack)
+}
+
+fn pid1(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> ! {
     match pid1_setup(plan, arena, stack) {
         Ok(never) => match never {},
         Err(f) => fail_exit(arena, f),
@@ -403,7 +418,7 @@ enum Never {}
 
 fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<Never, Fail> {
     let shared: &Shared = arena;
-    // A name of its own, for ps and profiles (it was forked as `capsule`).
+    // A name of its own, for ps and profiles (it was created as `capsule`).
     sys::set_comm(c"capsule-pid1");
     // Nothing of the supervisor's but what this run needs: other runs'
     // descriptors and the clients' sockets must not live on in PID 1.
@@ -502,13 +517,15 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
 
     // CVE-2019-5736: PID 1 runs the capsule binary and is visible to the
     // program as /proc/1. Non-dumpable, its /proc/1/exe (and fd/, mem,
-    // ptrace) need CAP_SYS_PTRACE over the user namespace of its mm, the
-    // host's, which no sandboxed process has; so the binary can never be
-    // reopened for writing through it, even with O_PATH + /proc/self/fd.
-    // Chosen over copying the binary into a sealed memfd per run (runc's
-    // fix) because it costs one prctl instead of a copy of the binary per
-    // run (measured in docs/benchmarks.md). Set before the tracee exists, so
-    // no sandboxed code ever sees a dumpable capsule process.
+    // ptrace) need CAP_SYS_PTRACE over the user namespace of its memory,
+    // the supervisor's, which no sandboxed process has; so the binary can
+    // never be reopened for writing through it, even with O_PATH +
+    // /proc/self/fd. Chosen over copying the binary into a sealed memfd per
+    // run (runc's fix), which costs a copy of the binary per run (measured
+    // in docs/benchmarks.md). The memory is the supervisor's, non-dumpable
+    // since its start (`Supervisor::finish`); set once more here, before
+    // the tracee exists, so no sandboxed code ever sees a dumpable capsule
+    // process whatever happened before.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
 
     // Block SIGCHLD before the tracee exists so no exit is missed.
@@ -547,8 +564,6 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
     let tracee =
         sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
-    // The tracee made the shared memory dumpable again for its id maps.
-    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Fail::new(Step::NonDumpable, e))?;
     // (The run's procfs stays open: a run stuck at its end is looked at
     // through it, see `abort_fuse`.)
     // The program has its own descriptor table now (or the tracee died):
@@ -561,7 +576,7 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
         sys::close(fd);
     }
     let listener = shared.notify_fd.load(SeqCst) - 1;
-    pid1_wait(plan, arena, tracee, sigchld, listener, proc)
+    pid1_wait(plan, arena, stack, tracee, sigchld, listener, proc)
 }
 
 /// PID 1's event loop: arms the wall-time timer at the program's execve,
@@ -570,6 +585,7 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
 fn pid1_wait(
     plan: &Plan,
     arena: &Arena<Shared>,
+    tracee_stack: &sys::Stack,
     tracee: i32,
     sigchld: OwnedFd,
     mut listener: RawFd,
@@ -598,12 +614,6 @@ fn pid1_wait(
         }
     }
     let limits = TimeLimits { wall: wall.as_raw_fd(), cpu: cpu.as_raw_fd(), cpu_time_ns, parallelism };
-    // The network log's reader runs on a stack of its own (the tracee's is
-    // free again, but PID 1 holds it only shared).
-    let mut reader_stack = match &plan.net_log {
-        Some(_) => Some(sys::Stack::new(READER_STACK).map_err(|e| Fail::new(Step::Wait, e))?),
-        None => None,
-    };
     loop {
         let mut fds = [
             libc::pollfd { fd: sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -644,13 +654,13 @@ fn pid1_wait(
             if let Ok(n) = sys::seccomp_notif_recv(listener) {
                 let data = crate::seccomp::seccomp_data(n.nr, n.arch, n.instruction_pointer, &n.args);
                 let filter = run_filter(plan, arena);
-                match (&plan.net_log, reader_stack.as_mut(), filter) {
-                    (Some(log), Some(stack), Some((program, _, net_log_from)))
+                match (&plan.net_log, filter) {
+                    (Some(log), Some((program, _, net_log_from)))
                         if crate::seccomp::is_net_log(program, net_log_from, &data) =>
                     {
                         // (Unless the run is being killed anyway.)
                         if out_of_time == 0 {
-                            out_of_time |= net_log_call(plan, shared, &limits, log, stack, listener, &n)?;
+                            out_of_time |= net_log_call(plan, shared, &limits, log, tracee_stack, listener, &n)?;
                         }
                     }
                     _ => {
@@ -716,9 +726,6 @@ fn cpu_timer(plan: &Plan, shared: &Shared, l: &TimeLimits) -> Result<u32, Fail> 
     Ok(0)
 }
 
-/// Stack of the network log's reader.
-const READER_STACK: usize = 256 << 10;
-
 /// What the network log's reader works on.
 struct ReadJob<'a> {
     log: &'a NetLog,
@@ -750,12 +757,15 @@ fn net_log_call(
     shared: &Shared,
     limits: &TimeLimits,
     log: &NetLog,
-    stack: &mut sys::Stack,
+    stack: &sys::Stack,
     listener: RawFd,
     n: &sys::SeccompNotif,
 ) -> Result<u32, Fail> {
     let job = ReadJob { log, listener, notif: *n };
-    let waited = sys::with_vm_child(stack, &job, read_destination, |reader| -> Result<u32, Fail> {
+    // SAFETY: the reader runs on the tracee's stack, free since the tracee
+    // exec'd (a notification comes from the program), and PID 1 waits
+    // here until the reader is reaped, so nothing else runs on it.
+    let waited = unsafe { sys::with_vm_child(stack, &job, read_destination, |reader| -> Result<u32, Fail> {
         loop {
             let mut fds = [
                 libc::pollfd { fd: reader, events: libc::POLLIN, revents: 0 },
@@ -786,7 +796,7 @@ fn net_log_call(
                 return Ok(flags);
             }
         }
-    });
+    }) };
     let done = match waited {
         Ok((Ok(0), status)) => libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         Ok((flags, _)) => return flags,
@@ -1005,11 +1015,10 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
     sys::set_comm(c"capsule-tracee");
     // Our ids: the uid/gid the run asked for, mapped onto PID 1's root (the
     // caller). A process may write its own maps when each is one line
-    // mapping its own effective id; it inherited PID 1's non-dumpable flag,
-    // which would make its /proc files root-owned, so it becomes dumpable
-    // first (it is still capsule code; PID 1 resets the flag of the shared
-    // memory when it resumes, and execve computes the program's anew).
-    sys::prctl(libc::PR_SET_DUMPABLE, 1).map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+    // mapping its own effective id. The memory it shares is non-dumpable
+    // and stays so (it is the supervisor's, see `Supervisor::start`): its
+    // /proc files belong to root of the supervisor's user namespace, the
+    // caller, so the tracee may open them.
     write_proc(proc, b"setgroups", b"deny")
         .and_then(|_| write_proc(proc, b"gid_map", plan.tracee_gid_map.to_bytes()))
         .and_then(|_| write_proc(proc, b"uid_map", plan.tracee_uid_map.to_bytes()))

@@ -158,16 +158,23 @@ fn supervisor_main(parent: i32, sock: OwnedFd, config: &Config) -> ! {
         sys::exit(1);
     }
     let sock = isolate_fds(sock);
-    serve_socket(sock, config, Mode::Once)
+    serve_socket(sock, config, true)
 }
 
 /// Runs a supervisor on `sock` (the library's protocol) until the client
-/// hangs up (`Mode::Serve`) or its one request is answered (`Mode::Once`);
-/// exits the process.
-pub fn serve_socket(sock: OwnedFd, config: &Config, mode: Mode) -> ! {
-    let code = match Supervisor::start(config) {
+/// hangs up, or once its one request is answered (`once`); exits the
+/// process.
+pub fn serve_socket(sock: OwnedFd, config: &Config, once: bool) -> ! {
+    let sock = std::os::fd::IntoRawFd::into_raw_fd(sock);
+    Supervisor::start(config, crate::supervisor::Job::Socket { sock, once })
+}
+
+/// [`serve_socket`]'s supervisor, started (or not): serves, or answers
+/// the pending request with the reason. Exits the process.
+pub(crate) fn socket_job(sock: OwnedFd, once: bool, started: Result<Supervisor, Error>) -> ! {
+    let code = match started {
         Ok(sup) => {
-            if matches!(mode, Mode::Serve) {
+            if !once {
                 let started = ServerMsg::Started {
                     pid: sys::getpid(),
                     cgroups: sup.cgroup_note().to_string(),
@@ -179,7 +186,7 @@ pub fn serve_socket(sock: OwnedFd, config: &Config, mode: Mode) -> ! {
             }
             // Drops the supervisor at the end: its cgroups are removed (no
             // destructors run past exit).
-            sup.serve(vec![Conn::binary(sock)], None, mode);
+            sup.serve(vec![Conn::binary(sock)], None, if once { Mode::Once } else { Mode::Serve });
             0
         }
         Err(e) => {
@@ -206,5 +213,5 @@ pub fn supervise_main() -> ! {
             sys::exit(2)
         }
     };
-    serve_socket(sock, &config, Mode::Serve)
+    serve_socket(sock, &config, false)
 }

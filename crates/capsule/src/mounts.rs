@@ -543,8 +543,17 @@ fn tmpfs(size: &CStr, mode: &CStr, attrs: u64) -> SysResult<OwnedFd> {
 /// Creates a fresh procfs mount of the caller's PID namespace, detached.
 /// Must run while the caller still holds CAP_SYS_ADMIN over that PID
 /// namespace's owner and sees a fully visible /proc (the host's).
+///
+/// `hidepid=2` (invisible): a process the viewer may not ptrace has no
+/// /proc/PID at all. That is PID 1: its memory is the supervisor's,
+/// non-dumpable, but its /proc files belong to the caller like the
+/// program's (see `Supervisor::start`), so without it the program could
+/// list PID 1's descriptors or raise the supervisor's oom_score_adj
+/// (shared by every process of that memory). The program's own processes
+/// stay visible to each other.
 pub(crate) fn new_proc() -> SysResult<OwnedFd> {
     let fs = sys::fsopen(c"proc")?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"hidepid", c"2")?;
     sys::fsconfig_create(fs.as_raw_fd())?;
     sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
 }

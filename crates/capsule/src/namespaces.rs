@@ -43,9 +43,8 @@ pub fn userns_hint(errno: i32) -> String {
 }
 
 /// Enters the supervisor's user namespace, mapping the caller (`uid`,
-/// `gid` on the host) to root inside, then creates the namespaces shared
-/// by every run (the loopback network only with `shared_net`).
-pub(crate) fn enter_supervisor(uid: u32, gid: u32, shared_net: bool) -> Result<SupervisorNs, SysError> {
+/// `gid` on the host) to root inside.
+pub(crate) fn enter_user(uid: u32, gid: u32) -> Result<(), SysError> {
     sys::unshare(libc::CLONE_NEWUSER).map_err(|e| {
         SysError::new("unshare(CLONE_NEWUSER)", e).hint(userns_hint(e))
     })?;
@@ -56,31 +55,38 @@ pub(crate) fn enter_supervisor(uid: u32, gid: u32, shared_net: bool) -> Result<S
     };
     write("setgroups", "deny".into())?;
     write("gid_map", format!("0 {gid} 1\n"))?;
-    write("uid_map", format!("0 {uid} 1\n"))?;
+    write("uid_map", format!("0 {uid} 1\n"))
+}
 
+/// Creates the namespaces shared by every run (the loopback network only
+/// with `shared_net`), once in the supervisor's user namespace.
+pub(crate) fn enter_shared(shared_net: bool) -> Result<SupervisorNs, SysError> {
+    // A time namespace, which the supervisor enters itself (a process
+    // alone in its thread group may): its runs' PID 1, which share its
+    // memory (CLONE_VM), may only be created in the time namespace the
+    // supervisor is in, and the programs are then in it too. First, while
+    // the supervisor has no other thread. Kernels before 5.6 have none
+    // (EINVAL): without one.
+    match sys::unshare(libc::CLONE_NEWTIME) {
+        Ok(()) => {
+            let ns = sys::open(c"/proc/self/ns/time_for_children", libc::O_RDONLY | libc::O_CLOEXEC, 0)
+                .map_err(|e| SysError::new("open", e).path("/proc/self/ns/time_for_children"))?;
+            sys::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWTIME)
+                .map_err(|e| SysError::new("setns(CLONE_NEWTIME)", e).path("/proc/self/ns/time_for_children"))?;
+        }
+        Err(libc::EINVAL) => {}
+        Err(e) => return Err(SysError::new("unshare(CLONE_NEWTIME)", e)),
+    }
     // The loopback network is made by a thread (network namespaces are per
     // thread), in parallel with the rest of the set-up.
     let net = shared_net.then(|| std::thread::spawn(loopback_network));
     // The supervisor's own mount namespace (private, so nothing a run
-    // mounts ever propagates to the host), IPC and UTS namespaces shared by
-    // its runs, and a time namespace its children (the runs' PID 1) are born
-    // into. No cgroup namespace here: each run's program gets one rooted at
-    // its own cgroup, and the supervisor keeps the view it needs to move the
-    // program there.
+    // mounts ever propagates to the host), and IPC and UTS namespaces shared
+    // by its runs. No cgroup namespace here: each run's program gets one
+    // rooted at its own cgroup, and the supervisor keeps the view it needs
+    // to move the program there.
     let shared = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    match sys::unshare(shared | libc::CLONE_NEWTIME) {
-        Ok(()) => {}
-        // Kernels before 5.6 have no time namespaces: run without one.
-        Err(libc::EINVAL) => {
-            sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)", e))?
-        }
-        Err(e) => {
-            return Err(SysError::new(
-                "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWTIME)",
-                e,
-            ))
-        }
-    };
+    sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)", e))?;
     sys::mount_make_rprivate_root()
         .map_err(|e| SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/"))?;
     sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| SysError::new("sethostname", e))?;

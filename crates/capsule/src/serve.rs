@@ -174,14 +174,13 @@ impl LineReader {
 }
 
 /// `capsule serve`: a supervisor answering JSON lines on stdin/stdout, or
-/// on connections to a Unix socket at `listen` (mode 0600). Returns when
-/// stdin ends and its runs are answered, or on SIGTERM/SIGINT/SIGHUP for a
-/// socket server.
+/// on connections to a Unix socket at `listen` (mode 0600). Exits the
+/// process (status 0) when stdin ends and its runs are answered, or on
+/// SIGTERM/SIGINT/SIGHUP for a socket server; returns only an error found
+/// before the supervisor starts.
 pub fn run_server(config: &crate::sandbox::Config, listen: Option<&std::path::Path>) -> Result<(), crate::Error> {
-    use crate::error::SysError;
-    use crate::supervisor::{Conn, Mode, Supervisor};
-    use crate::sys;
-    use std::os::fd::{AsRawFd, OwnedFd};
+    use crate::supervisor::Supervisor;
+    use std::os::fd::OwnedFd;
 
     config.validate()?;
     // The socket is made as the caller, before entering the namespaces.
@@ -189,30 +188,52 @@ pub fn run_server(config: &crate::sandbox::Config, listen: Option<&std::path::Pa
         None => None,
         Some(path) => Some((bind_socket(path)?, path.to_path_buf())),
     };
-    let sup = Supervisor::start(config)?;
-    let conns = match &listener {
-        Some(_) => Vec::new(),
-        None => {
-            // The protocol streams move above 2; 0 and 1 become /dev/null,
-            // so nothing a run inherits by accident reaches the protocol.
-            let input = sys::dup_cloexec(0).map_err(|e| SysError::new("dup (stdin)", e))?;
-            let output = sys::dup_cloexec(1).map_err(|e| SysError::new("dup (stdout)", e))?;
-            let null = sys::open(c"/dev/null", libc::O_RDWR, 0).map_err(|e| SysError::new("open", e).path("/dev/null"))?;
-            for fd in [0, 1] {
-                sys::dup2(null.as_raw_fd(), fd).map_err(|e| SysError::new("dup2", e))?;
+    let listener = listener.map(|(fd, path)| (std::os::fd::IntoRawFd::into_raw_fd(fd), path));
+    Supervisor::start(config, crate::supervisor::Job::Lines { listener })
+}
+
+/// [`run_server`]'s supervisor, started (or not): serves, or says why it
+/// did not start. Exits the process (0 once served).
+pub(crate) fn lines_job(
+    listener: Option<(std::os::fd::RawFd, std::path::PathBuf)>,
+    started: Result<crate::supervisor::Supervisor, crate::Error>,
+) -> ! {
+    use crate::error::SysError;
+    use crate::supervisor::{Conn, Mode};
+    use crate::sys;
+    use std::os::fd::AsRawFd;
+
+    let listener = listener.map(|(fd, path)| (sys::reclaim_fd(fd), path));
+    let socket_path = listener.as_ref().map(|(_, p)| p.clone());
+    let served = started.and_then(|sup| {
+        let conns = match &listener {
+            Some(_) => Vec::new(),
+            None => {
+                // The protocol streams move above 2; 0 and 1 become /dev/null,
+                // so nothing a run inherits by accident reaches the protocol.
+                let input = sys::dup_cloexec(0).map_err(|e| SysError::new("dup (stdin)", e))?;
+                let output = sys::dup_cloexec(1).map_err(|e| SysError::new("dup (stdout)", e))?;
+                let null =
+                    sys::open(c"/dev/null", libc::O_RDWR, 0).map_err(|e| SysError::new("open", e).path("/dev/null"))?;
+                for fd in [0, 1] {
+                    sys::dup2(null.as_raw_fd(), fd).map_err(|e| SysError::new("dup2", e))?;
+                }
+                vec![Conn::lines_stdio(input, output)]
             }
-            vec![Conn::lines_stdio(input, output)]
-        }
-    };
-    let (fd, path) = match listener {
-        Some((fd, path)) => (Some(fd), Some(path)),
-        None => (None, None),
-    };
-    sup.serve(conns, fd, Mode::Serve);
-    if let Some(p) = path {
+        };
+        sup.serve(conns, listener.map(|(fd, _)| fd), Mode::Serve);
+        Ok(())
+    });
+    if let Some(p) = socket_path {
         let _ = std::fs::remove_file(p);
     }
-    Ok(())
+    match served {
+        Ok(()) => sys::exit(0),
+        Err(e) => {
+            eprintln!("capsule: error: {e}");
+            sys::exit(crate::result::EXIT_CAPSULE_ERROR)
+        }
+    }
 }
 
 /// Binds a listening Unix socket at `path`, mode 0600. A stale socket

@@ -8,8 +8,9 @@
 //! write-once output, interactive relays, [`crate::relay`]) and the PID 1s
 //! prepared ahead.
 //!
-//! A run's PID 1 is forked from the supervisor with everything known
-//! before the request: its namespaces, the mount tree, the program's user
+//! A run's PID 1 shares the supervisor's memory (`sys::vm`: no copy of
+//! it, no copy-on-write faults, nothing to tear down at its exit) and is
+//! created with everything known before the request: its namespaces, the mount tree, the program's user
 //! namespace and cgroup, down to the tracee waiting for its go message
 //! ([`Prepared`]). The request then only fills in the arena (argv, envp,
 //! working directory, limits) and sends the go message with the run's
@@ -19,7 +20,9 @@
 //! before PID 1 itself has finished exiting.
 //!
 //! The one-shot `capsule run` forks a supervisor that serves its one
-//! request over the same protocol and this same loop.
+//! request over the same protocol and this same loop. Every supervisor
+//! re-executes itself once inside its user namespace first
+//! ([`Supervisor::start`]).
 
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -47,12 +50,15 @@ use crate::sandbox::Config;
 use crate::seccomp::{Filter, PolicyName};
 use crate::serve::{self, Line, LineReader, LineRequest};
 use crate::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
-use crate::sys::{self, Arena, Forked, CLONE_PIDFD};
+use crate::sys::{self, Arena};
 use crate::caps;
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
 /// id maps) needs a few KiB; page faults touch only what it uses.
 const TRACEE_STACK: usize = 256 << 10;
+/// PID 1's stack: reserved, not allocated; its deepest path needs tens of
+/// KiB, and a guard page ends it.
+const PID1_STACK: usize = 1 << 20;
 /// Size of a run's arena: its argv, environment and the rest must fit
 /// (execve's own limit is a quarter of the stack limit, 2 MiB by default).
 /// Reserved, not allocated: only the pages written are.
@@ -81,8 +87,9 @@ pub struct Supervisor {
     filters: Filters,
     /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
     fusectl: Option<OwnedFd>,
-    /// The tracees' stack (each PID 1 has its own copy-on-write copy).
-    tracee_stack: sys::Stack,
+    /// Stacks for the runs' PID 1s and tracees, which share the
+    /// supervisor's memory.
+    stacks: Rc<sys::vm::StackPool>,
     /// This supervisor's cgroup; None in degraded mode.
     cgroups: Option<Instance>,
     /// Where the cgroups come from, or why there are none.
@@ -179,6 +186,140 @@ pub enum Mode {
     /// ends when idle too long, or once the host's mount table changed
     /// and the runs in flight are done.
     Agent(AgentLife),
+}
+
+/// What a supervisor process serves. It crosses the supervisor's
+/// re-execution into its user namespace (see [`Supervisor::start`]) as
+/// descriptor numbers, which stay open across it.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub enum Job {
+    /// The library's protocol on one socket: one request (`once`, the
+    /// one-shot `capsule run`) or until the client hangs up.
+    Socket { sock: RawFd, once: bool },
+    /// A per-user agent ([`crate::agent`]).
+    Agent(crate::agent::AgentJob),
+    /// `capsule serve`: JSON lines on stdin/stdout, or on the connections
+    /// to a listening socket (its descriptor and path).
+    Lines { listener: Option<(RawFd, PathBuf)> },
+}
+
+impl Job {
+    fn fds(&self) -> Vec<RawFd> {
+        match self {
+            Job::Socket { sock, .. } => vec![*sock],
+            Job::Agent(a) => a.fds(),
+            Job::Lines { listener } => listener.iter().map(|(fd, _)| *fd).collect(),
+        }
+    }
+
+    /// Serves with the started supervisor, or reports why it did not
+    /// start; never returns.
+    fn run(self, started: Result<Supervisor, Error>) -> ! {
+        match self {
+            Job::Socket { sock, once } => crate::client::socket_job(sys::reclaim_fd(sock), once, started),
+            Job::Agent(a) => crate::agent::agent_job(a, started),
+            Job::Lines { listener } => crate::serve::lines_job(listener, started),
+        }
+    }
+}
+
+/// What a supervisor set up as the caller, before its re-execution.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Prelude {
+    config: Config,
+    host_uid: u32,
+    host_gid: u32,
+    home: Option<PathBuf>,
+    cgroups: Option<cgroups::InstanceState>,
+    cgroup_note: String,
+    self_pidfd: RawFd,
+}
+
+/// The re-executed supervisor's first argument; the second is the
+/// descriptor of its [`Prelude`] and [`Job`] (JSON in a memfd).
+pub const RESUME_ARG: &str = "--resume-supervisor";
+
+/// Re-executes the supervisor (already in its user namespace) as
+/// `capsule --resume-supervisor FD`; returns only on failure.
+fn reexec(prelude: &Prelude, job: &Job) -> Error {
+    let data = serde_json::to_vec(&HandoffRef { prelude, job }).expect("serializable");
+    let fail = |what: &str, e: i32| Error::Sys(SysError::new(what, e));
+    let memfd = match sys::memfd(c"capsule-handoff") {
+        Ok(fd) => fd,
+        Err(e) => return fail("memfd_create", e),
+    };
+    if let Err(e) = sys::write_all(memfd.as_raw_fd(), &data) {
+        return fail("write (handoff)", e);
+    }
+    let passed: Vec<RawFd> = job.fds().into_iter().chain([prelude.self_pidfd, memfd.as_raw_fd()]).collect();
+    for &fd in &passed {
+        let _ = sys::set_cloexec(fd, false);
+    }
+    let c = |s: &str| CString::new(s).expect("no NUL");
+    let args = [c("capsule"), c(RESUME_ARG), c(&memfd.as_raw_fd().to_string())];
+    use std::os::unix::ffi::OsStringExt;
+    let env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let ptrs = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect::<Vec<_>>();
+    let e = sys::execve(c"/proc/self/exe", &ptrs(&args), &ptrs(&env));
+    for &fd in &passed {
+        let _ = sys::set_cloexec(fd, true);
+    }
+    Error::Sys(SysError::new("execve", e).path("/proc/self/exe"))
+}
+
+/// `capsule --resume-supervisor FD`: a supervisor re-executed by
+/// [`Supervisor::start`] finishes its set-up and serves its job. Never
+/// returns.
+pub fn resume_main(fd: &str) -> ! {
+    use std::io::{Read, Seek};
+    let handoff = fd.parse::<RawFd>().ok().filter(|&fd| sys::fd_mode(fd).is_ok()).and_then(|fd| {
+        let mut file = std::fs::File::from(sys::reclaim_fd(fd));
+        let mut data = Vec::new();
+        file.rewind().and_then(|()| file.read_to_end(&mut data)).ok()?;
+        serde_json::from_slice::<Handoff>(&data).ok()
+    });
+    let Some(h) = handoff else {
+        eprintln!("capsule: error: {RESUME_ARG} is internal: a supervisor re-executes itself with it");
+        sys::exit(crate::result::EXIT_CAPSULE_ERROR)
+    };
+    for fd in h.job.fds().into_iter().chain([h.prelude.self_pidfd]) {
+        let _ = sys::set_cloexec(fd, true);
+    }
+    // execve named it after the path it ran (`exe`).
+    sys::set_comm(c"capsule");
+    // PID 1 and the tracee share this memory and must never panic; if one
+    // did anyway, its unwinding would run in the supervisor's heap and
+    // thread-local state. The hook ends such a process on the spot.
+    let me = sys::getpid();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if sys::getpid() != me {
+            sys::exit(crate::result::EXIT_CAPSULE_ERROR);
+        }
+        default_hook(info)
+    }));
+    let started = Supervisor::finish(h.prelude);
+    h.job.run(started)
+}
+
+/// What [`reexec`] writes; read back as a [`Handoff`].
+#[derive(serde::Serialize)]
+struct HandoffRef<'a> {
+    prelude: &'a Prelude,
+    job: &'a Job,
+}
+
+#[derive(serde::Deserialize)]
+struct Handoff {
+    prelude: Prelude,
+    job: Job,
 }
 
 /// What ends an agent.
@@ -323,18 +464,23 @@ struct Shape {
     layers: Vec<PathBuf>,
 }
 
-/// A PID 1 forked for a run of one shape: building the sandbox, or ready
+/// A PID 1 created for a run of one shape: building the sandbox, or ready
 /// with its tracee waiting for the go message.
 struct Prepared {
     shape: Shape,
     /// The run's seccomp filter, mapped in PID 1 when it was known before
-    /// the fork (else `go` copies it into the arena).
+    /// PID 1 was created (else `go` copies it into the arena).
     filter: Option<Rc<SealedFilter>>,
-    /// Else the filter compiled after the fork, for `fill` to copy into
+    /// Else the filter compiled after PID 1 was created, for `fill` to copy into
     /// the arena.
     late_filter: Option<Rc<SealedFilter>>,
     pidfd: OwnedFd,
-    arena: Arena<Shared>,
+    /// What PID 1 runs on (its plan, the arena, the tracee's stack), and
+    /// its stack: shared memory, freed only once PID 1 has exited (see
+    /// `Drop`). None only while being dropped.
+    run: Option<Box<child::Pid1>>,
+    stack: Option<sys::Stack>,
+    pool: Rc<sys::vm::StackPool>,
     /// Our end of the tracee's go socket.
     go: OwnedFd,
     /// PID 1 writes a byte to it when the result is in the arena.
@@ -356,6 +502,39 @@ struct Prepared {
     signalled: bool,
     /// The run's layers, locked until its PID 1 is gone.
     layers: Option<crate::overlay::LayerPlan>,
+}
+
+impl Prepared {
+    /// The run's arena, shared with its PID 1.
+    fn arena(&self) -> &Arena<Shared> {
+        &self.run.as_ref().expect("only None while dropped").arena
+    }
+}
+
+impl Drop for Prepared {
+    /// Frees what PID 1 runs on once it has exited. Prepared PID 1s are
+    /// normally dropped after that (as zombies, see `Loop`); one still
+    /// running here (an error path, a supervisor unwinding) is killed and
+    /// waited for, and if it does not go within 10 s its memory is
+    /// leaked rather than freed under it.
+    fn drop(&mut self) {
+        if !exited(self) {
+            kill_prepared(self);
+            let mut pfd = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
+                std::mem::forget(self.run.take());
+                std::mem::forget(self.stack.take());
+                return;
+            }
+        }
+        if let Some(run) = self.run.take() {
+            let child::Pid1 { tracee_stack, .. } = *run;
+            self.pool.give(tracee_stack);
+        }
+        if let Some(stack) = self.stack.take() {
+            self.pool.give(stack);
+        }
+    }
 }
 
 /// A run in flight.
@@ -413,11 +592,41 @@ enum Token {
 }
 
 impl Supervisor {
-    /// Turns the calling process into a supervisor: sets up its cgroup
-    /// subtree (or degraded mode), enters its user namespace and creates the
-    /// namespaces shared by all runs. The caller must be single-threaded and
-    /// gives up its own namespaces for good.
-    pub fn start(config: &Config) -> Result<Self, Error> {
+    /// Turns the calling process into a supervisor serving `job`; never
+    /// returns. As the caller, in the host's namespaces, it sets up its
+    /// cgroup subtree (or degraded mode); it enters its user namespace and
+    /// re-executes itself there ([`resume_main`]), then creates the
+    /// namespaces shared by all runs. The caller must be single-threaded
+    /// and gives up its own namespaces for good. A failure is reported the
+    /// way `job` reports one.
+    ///
+    /// Why the re-execution: each run's PID 1 shares the supervisor's
+    /// memory (see `prepare`), which is therefore non-dumpable for good
+    /// (CVE-2019-5736: PID 1 is the program's /proc/1). The /proc files
+    /// of a non-dumpable process belong to root of the user namespace its
+    /// memory was created in, at execve: for a process started on the
+    /// host, the host's root, and PID 1 and the tracee could not write
+    /// their own id maps. Executed inside its user namespace, whose root is
+    /// the calling user, the supervisor's memory belongs to that namespace:
+    /// the files are the user's, and only a process with CAP_SYS_PTRACE
+    /// over it (the user outside, never a sandboxed program, which is two
+    /// user namespaces further down) may look inside.
+    pub fn start(config: &Config, job: Job) -> ! {
+        let e = match Self::begin(config) {
+            Ok(prelude) => {
+                let e = reexec(&prelude, &job);
+                // Not re-executed: the cgroup instance ends here.
+                drop(prelude.cgroups.map(Instance::from_state));
+                e
+            }
+            Err(e) => e,
+        };
+        job.run(Err(e))
+    }
+
+    /// The part of the set-up done as the caller, up to entering the user
+    /// namespace.
+    fn begin(config: &Config) -> Result<Prelude, Error> {
         config.validate()?;
         if is_real_root() {
             return Err(root_refusal());
@@ -444,10 +653,37 @@ impl Supervisor {
         // (it is armed only after PID 1's credentials change).
         let self_pidfd = sys::pidfd_open(sys::getpid())
             .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
-        let ns = namespaces::enter_supervisor(host_uid, host_gid, !config.own_network)?;
+        namespaces::enter_user(host_uid, host_gid)?;
+        Ok(Prelude {
+            config: config.clone(),
+            host_uid,
+            host_gid,
+            home,
+            cgroups: cgroups.map(Instance::into_state),
+            cgroup_note,
+            self_pidfd: std::os::fd::IntoRawFd::into_raw_fd(self_pidfd),
+        })
+    }
+
+    /// The rest of the set-up, in the re-executed supervisor.
+    fn finish(p: Prelude) -> Result<Self, Error> {
+        let self_pidfd = sys::reclaim_fd(p.self_pidfd);
+        // Every run's PID 1 shares this memory; it is never dumpable (see
+        // `start`), from before any of them exists.
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| SysError::new("prctl(PR_SET_DUMPABLE)", e))?;
+        // execve made the memory the user namespace's only if the binary
+        // is readable; else the kernel keeps it the host's, and no run
+        // could write its id maps.
+        if std::fs::File::open("/proc/self/exe").is_err() {
+            return Err(Error::Refused(
+                "the capsule binary is not readable by its user: the supervisor re-executes it inside its user \
+                 namespace, which needs read permission (chmod a+r on it)"
+                    .into(),
+            ));
+        }
+        let ns = namespaces::enter_shared(!p.config.own_network)?;
         // Writing to a client that went away must not kill the supervisor.
         sys::ignore_sigpipe();
-        let tracee_stack = sys::Stack::new(TRACEE_STACK).map_err(|e| SysError::new("mmap (tracee stack)", e))?;
         // Where PID 1 aborts the FUSE connections of a run stuck at its end
         // (`child::abort_fuse`); PID 1's own view of /sys is read-only.
         // Only when fusectl is mounted there: the directory itself exists
@@ -460,20 +696,20 @@ impl Supervisor {
             _ => None,
         };
         Ok(Supervisor {
-            config: config.clone(),
-            host_uid,
-            host_gid,
+            config: p.config,
+            host_uid: p.host_uid,
+            host_gid: p.host_gid,
             net: ns.loopback_net.map_or(Net::PerRun, Net::Pending),
             self_pidfd,
             last_cap: caps::last_cap(),
             filters: Filters::default(),
-            tracee_stack,
-            cgroups,
-            cgroup_note,
+            stacks: Rc::new(sys::vm::StackPool::default()),
+            cgroups: p.cgroups.map(Instance::from_state),
+            cgroup_note: p.cgroup_note,
             cpus: sys::cpu_count(),
             affinity: sys::affinity().ok().filter(|set| sys::cpus_in(set) > 1),
             landlock_abi: crate::landlock::probe(),
-            home,
+            home: p.home,
             fusectl,
         })
     }
@@ -623,7 +859,7 @@ impl Supervisor {
 
     /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
     /// its tracee then waits for the go message. `filter` is `spec`'s policy
-    /// from [`Filters::get`], mapped before the fork so that PID 1 inherits
+    /// from [`Filters::get`], mapped before PID 1 is created so that it sees
     /// it; None when it is not compiled yet: the caller compiles it while
     /// PID 1 builds, and `go` hands it over in the arena.
     fn prepare(
@@ -662,10 +898,10 @@ impl Supervisor {
         let (uid, gid) = shape.ids;
         let c = |s: String| CString::new(s).expect("no NUL");
         // A PID 1 prepared ahead is built while a run may be going on. The
-        // kernel places a new process on the idlest CPU at fork, which on a
+        // kernel places a new process on the idlest CPU at clone, which on a
         // small machine is the one running the program (the supervisor is
-        // busy forking): the build then preempts the program, and the
-        // supervisor's own CPU idles once it sleeps. So PID 1 is forked onto
+        // busy creating it): the build then preempts the program, and the
+        // supervisor's own CPU idles once it sleeps. So PID 1 is created on
         // the supervisor's CPU (its affinity inherited from a pinned
         // supervisor, restored right after) and widens to the supervisor's
         // mask once its sandbox is built, before it creates the tracee.
@@ -717,27 +953,43 @@ impl Supervisor {
             fusectl,
             widen: pin.map(|(_, all)| all),
         };
+        let fail_early = |cgroup: Option<RunCgroup>, e: String| {
+            if let Some(cg) = cgroup {
+                cg.remove();
+            }
+            Err(e)
+        };
+        let stacks = (self.stacks.take(PID1_STACK), self.stacks.take(TRACEE_STACK));
+        let (stack, tracee_stack) = match stacks {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
+        };
+        let run = Box::new(child::Pid1 { plan, arena, tracee_stack });
         if let Some((one, _)) = &pin {
             let _ = sys::set_affinity(one);
         }
-        let forked = sys::clone_fork(libc::CLONE_NEWPID as u64 | CLONE_PIDFD, None);
+        // SAFETY: `run` (boxed: it does not move) and `stack` are kept in
+        // the `Prepared` below, whose drop frees them only once PID 1 has
+        // exited, and nothing changes them meanwhile (the supervisor writes
+        // only the arena's shared page and byte area, through atomics and
+        // `put`, to which PID 1 reads are ordered by the go message).
+        // `pid1_main` makes `sys` calls only and ends with `sys::exit`.
+        let spawned = unsafe { sys::vm::spawn(libc::CLONE_NEWPID as u64, &stack, &*run, child::pid1_main) };
         // (The child widens itself once its sandbox is built.)
-        if let (Some((_, all)), Ok(Forked::Parent { .. }) | Err(_)) = (&pin, &forked) {
+        if let Some((_, all)) = &pin {
             let _ = sys::set_affinity(all);
         }
-        let (pid, pidfd) = match forked {
+        let (pid, pidfd) = match spawned {
+            Ok(p) => p,
             Err(e) => {
-                if let Some(cg) = cgroup {
-                    cg.remove();
-                }
-                return Err(SysError::new("clone3(CLONE_NEWPID)", e).hint("see `capsule check`").to_string());
+                self.stacks.give(stack);
+                self.stacks.give(run.tracee_stack);
+                let e = SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string();
+                return fail_early(cgroup, e);
             }
-            Ok(Forked::Child) => child::pid1(&plan, &arena, &self.tracee_stack),
-            Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd.expect("CLONE_PIDFD")),
         };
         drop(go_child);
         drop(done_child);
-        drop(plan);
         if let Some((ours, theirs)) = pending_net {
             drop(theirs);
             self.deliver_net(ours);
@@ -747,7 +999,9 @@ impl Supervisor {
             signalled: false,
             shape,
             pidfd,
-            arena,
+            run: Some(run),
+            stack: Some(stack),
+            pool: self.stacks.clone(),
             go,
             done,
             control,
@@ -809,7 +1063,8 @@ impl Supervisor {
         p.names[CWD_NAME as usize] = cwd.clone();
         let rl = rlimits::prepare(&spec.limits, p.cgroup.is_some());
         let raw: Vec<RawRlimit> = rlimits::raw(&rl);
-        let a = &p.arena;
+        let late_filter = p.late_filter.take();
+        let a = p.arena();
         let too_big = |_| {
             format!(
                 "the run's argv and environment do not fit in {} MiB (execve's own limit is a quarter of the stack limit)",
@@ -844,7 +1099,7 @@ impl Supervisor {
         a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
         a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
         a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
-        if let Some(f) = p.late_filter.take() {
+        if let Some(f) = late_filter {
             let program = f.map.as_slice::<libc::sock_filter>();
             a.go_filter.store(a.put_slice(program).map_err(too_big)? as u64, SeqCst);
             a.go_filter_len.store(program.len() as u64, SeqCst);
@@ -859,7 +1114,7 @@ impl Supervisor {
     }
 
     fn result(&self, r: &Running, pid1_status: Option<i32>, stats: Option<Stats>) -> RunResult {
-        let shared: &Shared = &r.p.arena;
+        let shared: &Shared = r.p.arena();
         if let Some(f) = shared.failure() {
             return RunResult::error(describe_failure(&r.rlimits, &r.p.names, f.step, f.errno, f.path));
         }
@@ -982,7 +1237,7 @@ impl Supervisor {
 
 /// The seccomp filters of a supervisor: each policy is compiled once (a
 /// policy file again only when it changed) into a sealed memfd that the
-/// supervisor maps read-only; every PID 1 forked after that inherits the
+/// supervisor maps read-only; every PID 1 created after that sees the
 /// mapping, and its tracee installs the filter straight from it (the
 /// thesis's "seccomp filter as file descriptor": no copy per run, and the
 /// request carries only the policy's name).
@@ -1561,11 +1816,11 @@ impl Loop {
             } else {
                 None
             };
-            let flags = r.p.arena.flags.load(SeqCst);
+            let flags = r.p.arena().flags.load(SeqCst);
             // Failed before its go message: the sandbox was built ahead and
             // the host changed since (or a transient failure); try once
             // more on a fresh one, whose outcome stands.
-            if dead && flags & FLAG_GO == 0 && r.p.arena.failure().is_some() && r.p.ahead && !r.req.retried && !r.cancelled {
+            if dead && flags & FLAG_GO == 0 && r.p.arena().failure().is_some() && r.p.ahead && !r.req.retried && !r.cancelled {
                 r.req.retried = true;
                 self.zombies.push(r.p);
                 self.queue.push_front(r.req);
@@ -1625,7 +1880,7 @@ impl Loop {
                 drop(layers);
             }
             if let Some((pair, side)) = r.req.pair {
-                let end = r.p.arena.end_ns.load(SeqCst);
+                let end = r.p.arena().end_ns.load(SeqCst);
                 self.pair_result(pair, side, result, end);
             } else if !r.cancelled {
                 self.answer(r.req.conn, &r.req.cid, &result, r.req.notify.take());
@@ -2107,9 +2362,9 @@ impl Loop {
             kill_prepared(&s);
             self.zombies.push(s);
         }
-        for z in self.zombies.drain(..) {
+        for mut z in self.zombies.drain(..) {
             let _ = sys::pidfd_wait(z.pidfd.as_raw_fd());
-            if let Some(cg) = z.cgroup {
+            if let Some(cg) = z.cgroup.take() {
                 cg.remove();
             }
         }
@@ -2226,4 +2481,35 @@ fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32
         msg.push_str(&h);
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What crosses the re-execution comes back whole: the JSON written
+    /// from borrowed parts reads back as the owned handoff.
+    #[test]
+    fn handoff_round_trips() {
+        let config = Config { parallel: 3, ..Config::default() };
+        let prelude = Prelude {
+            config,
+            host_uid: 1000,
+            host_gid: 1001,
+            home: Some(PathBuf::from("/home/u")),
+            cgroups: None,
+            cgroup_note: "none here".into(),
+            self_pidfd: 7,
+        };
+        let job = Job::Lines { listener: Some((9, PathBuf::from("/run/x.sock"))) };
+        let data = serde_json::to_vec(&HandoffRef { prelude: &prelude, job: &job }).unwrap();
+        let h: Handoff = serde_json::from_slice(&data).unwrap();
+        assert_eq!(h.prelude.config.parallel, 3);
+        assert_eq!((h.prelude.host_uid, h.prelude.host_gid, h.prelude.self_pidfd), (1000, 1001, 7));
+        assert_eq!(h.prelude.home.as_deref(), Some(Path::new("/home/u")));
+        assert_eq!(h.prelude.cgroup_note, "none here");
+        assert_eq!(h.job.fds(), vec![9]);
+        assert!(matches!(h.job, Job::Lines { listener: Some((9, ref p)) } if p == Path::new("/run/x.sock")));
+        assert_eq!(Job::Socket { sock: 4, once: true }.fds(), vec![4]);
+    }
 }

@@ -568,6 +568,10 @@ fn cmd_open_exe(write: bool) {
             }
         }
     }
+    // PID 1 also when /proc does not list it (it is hidden in capsule).
+    if !entries.iter().any(|&(pid, _)| pid == 1) {
+        entries.push((1, "/proc/1/exe".into()));
+    }
     entries.sort();
     entries.push((-1, "/proc/self/exe".into()));
     entries.push((-2, "/proc/thread-self/exe".into()));

@@ -6,7 +6,7 @@
 
 use std::os::fd::{OwnedFd, RawFd};
 
-use super::{check, owned, SysResult};
+use super::{cvt, owned, raw_syscall, SysResult};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`: return the highest ABI version.
 const CREATE_RULESET_VERSION: u32 = 1;
@@ -48,13 +48,8 @@ const _: () = assert!(std::mem::size_of::<RulesetAttr>() == 24);
 pub fn abi_version() -> SysResult<u32> {
     // SAFETY: the version query takes a NULL attribute of size 0 and
     // dereferences nothing.
-    let r = check(unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
-            0usize,
-            CREATE_RULESET_VERSION,
-        )
+    let r = cvt(unsafe {
+        raw_syscall(libc::SYS_landlock_create_ruleset, [0, 0, CREATE_RULESET_VERSION as u64, 0, 0, 0])
     });
     match r {
         Ok(v) => Ok(v as u32),
@@ -70,12 +65,10 @@ pub fn create_ruleset(fs: u64, net: u64, scoped: u64) -> SysResult<OwnedFd> {
     let attr = RulesetAttr { handled_access_fs: fs, handled_access_net: net, scoped };
     // SAFETY: attr is a valid landlock_ruleset_attr of the size passed,
     // alive for the call.
-    let fd = check(unsafe {
-        libc::syscall(
+    let fd = cvt(unsafe {
+        raw_syscall(
             libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
-            0u32,
+            [&attr as *const RulesetAttr as u64, std::mem::size_of::<RulesetAttr>() as u64, 0, 0, 0, 0],
         )
     })?;
     Ok(owned(fd))
@@ -87,13 +80,10 @@ pub fn add_path_rule(ruleset: RawFd, fd: RawFd, access: u64) -> SysResult<()> {
     let attr = PathBeneathAttr { allowed_access: access, parent_fd: fd };
     // SAFETY: attr is a valid (packed) landlock_path_beneath_attr alive for
     // the call; the kernel reads it with copy_from_user, no alignment needed.
-    check(unsafe {
-        libc::syscall(
+    cvt(unsafe {
+        raw_syscall(
             libc::SYS_landlock_add_rule,
-            ruleset,
-            RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
+            [ruleset as u64, RULE_PATH_BENEATH as u64, &attr as *const PathBeneathAttr as u64, 0, 0, 0],
         )
     })
     .map(drop)
@@ -103,8 +93,11 @@ pub fn add_path_rule(ruleset: RawFd, fd: RawFd, access: u64) -> SysResult<()> {
 pub fn add_port_rule(ruleset: RawFd, port: u16, access: u64) -> SysResult<()> {
     let attr = NetPortAttr { allowed_access: access, port: port as u64 };
     // SAFETY: attr is a valid landlock_net_port_attr alive for the call.
-    check(unsafe {
-        libc::syscall(libc::SYS_landlock_add_rule, ruleset, RULE_NET_PORT, &attr as *const NetPortAttr, 0u32)
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_landlock_add_rule,
+            [ruleset as u64, RULE_NET_PORT as u64, &attr as *const NetPortAttr as u64, 0, 0, 0],
+        )
     })
     .map(drop)
 }
@@ -113,5 +106,5 @@ pub fn add_port_rule(ruleset: RawFd, port: u16, access: u64) -> SysResult<()> {
 /// forks). Needs `no_new_privs` (or CAP_SYS_ADMIN).
 pub fn restrict_self(ruleset: RawFd) -> SysResult<()> {
     // SAFETY: plain syscall on an integer fd.
-    check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_landlock_restrict_self, [ruleset as u64, 0, 0, 0, 0, 0]) }).map(drop)
 }

@@ -11,7 +11,32 @@
 use std::ffi::CString;
 use std::os::fd::{OwnedFd, RawFd};
 
-use super::{check, check_int, owned, retry, Errno, OpenHow, SysResult, RESOLVE_NO_MAGICLINKS};
+use super::{owned, retry, Errno, OpenHow, SysResult, RESOLVE_NO_MAGICLINKS};
+
+/// The calling thread's errno. The calls of this module are libc's and
+/// read it: supervisor side only, never PID 1 or the tracee.
+fn errno() -> Errno {
+    // SAFETY: __errno_location returns a valid thread-local pointer.
+    unsafe { *libc::__errno_location() }
+}
+
+/// A libc call's result: negative is failure with errno set.
+fn check(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 {
+        Err(errno())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// [`check`] of an int result.
+fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret < 0 {
+        Err(errno())
+    } else {
+        Ok(ret)
+    }
+}
 
 /// `RESOLVE_NO_SYMLINKS`: fail with `ELOOP` on any symbolic link on the way.
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;

@@ -5,11 +5,21 @@
 //! return `Result<_, Errno>` without allocating, so that the child path
 //! after `clone` (PID 1 and the tracee) can call them. The typed,
 //! allocating APIs live in the facility modules (`namespaces`, `mounts`, ...).
+//!
+//! Wrappers make their system calls with [`raw_syscall`] and turn the
+//! kernel's -errno into `Err` with [`cvt`]: they never read or write errno.
+//! PID 1 is a CLONE_VM child sharing the supervisor's thread-local storage,
+//! errno included, and runs concurrently with it, so a libc wrapper setting
+//! errno there would race with the supervisor's own errno reads. The
+//! exceptions, supervisor or client side only: [`spawn_supervisor`]
+//! (posix_spawn), and the glibc calls of the `layer`, `probe` and `tty`
+//! submodules other than [`tty::set_controlling_tty`].
 
 pub mod landlock;
 pub mod layer;
 pub mod probe;
 pub mod tty;
+pub mod vm;
 
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
@@ -20,22 +30,10 @@ use std::ptr;
 pub type Errno = i32;
 pub type SysResult<T> = Result<T, Errno>;
 
-fn errno() -> Errno {
-    // SAFETY: __errno_location returns a valid thread-local pointer.
-    unsafe { *libc::__errno_location() }
-}
-
-fn check(ret: libc::c_long) -> SysResult<libc::c_long> {
-    if ret < 0 {
-        Err(errno())
-    } else {
-        Ok(ret)
-    }
-}
-
-fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
-    if ret < 0 {
-        Err(errno())
+/// A raw result as a SysResult: -4095..=-1 is -errno.
+fn cvt(ret: i64) -> SysResult<i64> {
+    if (-4095..0).contains(&ret) {
+        Err(-ret as Errno)
     } else {
         Ok(ret)
     }
@@ -124,60 +122,61 @@ pub fn reclaim_fd(fd: RawFd) -> OwnedFd {
 
 /// PR_CAP_AMBIENT(PR_CAP_AMBIENT_CLEAR_ALL).
 pub fn prctl_ambient_clear() -> SysResult<()> {
-    // SAFETY: integer arguments only.
-    check_int(unsafe {
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as u64, 0u64, 0u64, 0u64)
-    })
-    .map(drop)
+    prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as u64)
 }
 
 pub fn close(fd: RawFd) {
     // SAFETY: closing an fd number has no memory-safety effect; callers
     // only close fds they own.
-    unsafe { libc::close(fd) };
+    unsafe { raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
 }
 
 pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
     // SAFETY: plain syscall on integer arguments.
-    retry(|| check_int(unsafe { libc::dup2(old, new) })).map(drop)
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_dup2, [old as u64, new as u64, 0, 0, 0, 0]) })).map(drop)
 }
 
 /// Marks every fd ≥ `first` close-on-exec (close_range, Linux ≥ 5.11).
 pub fn cloexec_from(first: u32) -> SysResult<()> {
     // SAFETY: plain syscall on integer arguments.
-    check(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) })
-        .map(drop)
+    cvt(unsafe {
+        raw_syscall(libc::SYS_close_range, [first as u64, u32::MAX as u64, CLOSE_RANGE_CLOEXEC as u64, 0, 0, 0])
+    })
+    .map(drop)
 }
 
 /// Closes every fd ≥ `first`.
 pub fn close_from(first: u32) -> SysResult<()> {
     // SAFETY: plain syscall; callers own every fd in the range.
-    check(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_close_range, [first as u64, u32::MAX as u64, 0, 0, 0, 0]) }).map(drop)
+}
+
+/// fcntl(2) with an integer argument.
+fn fcntl(fd: RawFd, cmd: i32, arg: i32) -> SysResult<i32> {
+    // SAFETY: every command capsule uses takes an integer argument (or none).
+    cvt(unsafe { raw_syscall(libc::SYS_fcntl, [fd as u64, cmd as u64, arg as u64, 0, 0, 0]) }).map(|r| r as i32)
 }
 
 pub fn set_cloexec(fd: RawFd, on: bool) -> SysResult<()> {
-    // SAFETY: plain fcntl on an integer fd.
-    let flags = check_int(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let flags = fcntl(fd, libc::F_GETFD, 0)?;
     let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
-    // SAFETY: as above.
-    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, new) }).map(drop)
+    fcntl(fd, libc::F_SETFD, new).map(drop)
 }
 
 /// The access mode of an open description (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
 pub fn fd_access_mode(fd: RawFd) -> SysResult<i32> {
-    // SAFETY: plain fcntl on an integer fd.
-    check_int(unsafe { libc::fcntl(fd, libc::F_GETFL) }).map(|f| f & libc::O_ACCMODE)
+    fcntl(fd, libc::F_GETFL, 0).map(|f| f & libc::O_ACCMODE)
 }
 
 pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
     // SAFETY: buf is a valid writable region of buf.len() bytes.
-    retry(|| check(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } as _))
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) }))
         .map(|n| n as usize)
 }
 
 pub fn write(fd: RawFd, buf: &[u8]) -> SysResult<usize> {
     // SAFETY: buf is a valid readable region of buf.len() bytes.
-    retry(|| check(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) } as _))
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_write, [fd as u64, buf.as_ptr() as u64, buf.len() as u64, 0, 0, 0]) }))
         .map(|n| n as usize)
 }
 
@@ -193,17 +192,21 @@ pub fn write_all(fd: RawFd, mut buf: &[u8]) -> SysResult<()> {
 }
 
 pub fn open(path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
-    // SAFETY: path is NUL-terminated.
-    let fd = retry(|| check_int(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) }))?;
-    Ok(owned(fd as _))
+    openat(libc::AT_FDCWD, path, flags, mode)
 }
 
 pub fn openat(dir: RawFd, path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
-    // SAFETY: path is NUL-terminated.
+    // SAFETY: path is NUL-terminated. `dir` may be AT_FDCWD (negative),
+    // sign-extended by `as u64`.
     let fd = retry(|| {
-        check_int(unsafe { libc::openat(dir, path.as_ptr(), flags | libc::O_CLOEXEC, mode) })
+        cvt(unsafe {
+            raw_syscall(
+                libc::SYS_openat,
+                [dir as u64, path.as_ptr() as u64, (flags | libc::O_CLOEXEC) as u64, mode as u64, 0, 0],
+            )
+        })
     })?;
-    Ok(owned(fd as _))
+    Ok(owned(fd))
 }
 
 /// openat2 with `RESOLVE_IN_ROOT`: `path` resolves as if `root` were `/`,
@@ -221,13 +224,17 @@ fn openat2(root: RawFd, path: &CStr, flags: i32, mode: u32, resolve: u64) -> Sys
     let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
     // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
     let fd = retry(|| {
-        check(unsafe {
-            libc::syscall(
+        cvt(unsafe {
+            raw_syscall(
                 libc::SYS_openat2,
-                root,
-                path.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
+                [
+                    root as u64,
+                    path.as_ptr() as u64,
+                    &how as *const OpenHow as u64,
+                    std::mem::size_of::<OpenHow>() as u64,
+                    0,
+                    0,
+                ],
             )
         })
     })?;
@@ -235,22 +242,35 @@ fn openat2(root: RawFd, path: &CStr, flags: i32, mode: u32, resolve: u64) -> Sys
 }
 
 pub fn mkdirat(dir: RawFd, name: &CStr, mode: u32) -> SysResult<()> {
-    // SAFETY: name is NUL-terminated.
-    check_int(unsafe { libc::mkdirat(dir, name.as_ptr(), mode) }).map(drop)
+    // SAFETY: name is NUL-terminated; `dir` (maybe AT_FDCWD) is sign-extended.
+    cvt(unsafe { raw_syscall(libc::SYS_mkdirat, [dir as u64, name.as_ptr() as u64, mode as u64, 0, 0, 0]) }).map(drop)
 }
 
 pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> SysResult<()> {
-    // SAFETY: both strings are NUL-terminated.
-    check_int(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) }).map(drop)
+    // SAFETY: both strings are NUL-terminated; `dir` (maybe AT_FDCWD) is sign-extended.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_symlinkat, [target.as_ptr() as u64, dir as u64, name.as_ptr() as u64, 0, 0, 0])
+    })
+    .map(drop)
+}
+
+/// newfstatat(fd, "", AT_EMPTY_PATH): what glibc's fstatat does on x86_64,
+/// whose `struct stat` is the kernel's.
+fn fstat_empty_path(fd: RawFd, st: &mut MaybeUninit<libc::stat>) -> SysResult<()> {
+    // SAFETY: st is a writable stat buffer; the empty path with AT_EMPTY_PATH stats fd itself.
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_newfstatat,
+            [fd as u64, c"".as_ptr() as u64, st.as_mut_ptr() as u64, libc::AT_EMPTY_PATH as u64, 0, 0],
+        )
+    })
+    .map(drop)
 }
 
 /// File type bits (`S_IFMT`) of an fd.
 pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: st is a writable stat buffer; the empty path with AT_EMPTY_PATH stats fd itself.
-    check_int(unsafe {
-        libc::fstatat(fd, c"".as_ptr(), st.as_mut_ptr(), libc::AT_EMPTY_PATH)
-    })?;
+    fstat_empty_path(fd, &mut st)?;
     // SAFETY: fstatat succeeded, so st is initialized.
     Ok(unsafe { st.assume_init() }.st_mode & libc::S_IFMT)
 }
@@ -258,10 +278,7 @@ pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
 /// fstat(2) of an fd, `O_PATH` ones included (supervisor side).
 pub fn fstat(fd: RawFd) -> SysResult<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: st is a writable stat buffer; the empty path with AT_EMPTY_PATH stats fd itself.
-    check_int(unsafe {
-        libc::fstatat(fd, c"".as_ptr(), st.as_mut_ptr(), libc::AT_EMPTY_PATH)
-    })?;
+    fstat_empty_path(fd, &mut st)?;
     // SAFETY: fstatat succeeded, so st is initialized.
     Ok(unsafe { st.assume_init() })
 }
@@ -271,7 +288,12 @@ pub fn fstat(fd: RawFd) -> SysResult<libc::stat> {
 pub fn readlink_fd(fd: RawFd) -> SysResult<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
     // SAFETY: buf is writable for buf.len() bytes; the empty path reads the link fd refers to.
-    let n = check(unsafe { libc::readlinkat(fd, c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) } as _)?;
+    let n = cvt(unsafe {
+        raw_syscall(
+            libc::SYS_readlinkat,
+            [fd as u64, c"".as_ptr() as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0],
+        )
+    })?;
     if n as usize >= buf.len() {
         return Err(libc::ENAMETOOLONG);
     }
@@ -301,45 +323,55 @@ pub fn copy_fd(from: RawFd, to: RawFd) -> SysResult<()> {
 /// Whether the caller may write `path` (access(2) with W_OK).
 pub fn access_w(path: &CStr) -> bool {
     // SAFETY: path is NUL-terminated.
-    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+    unsafe { raw_syscall(libc::SYS_access, [path.as_ptr() as u64, libc::W_OK as u64, 0, 0, 0, 0]) == 0 }
 }
 
 /// flock(LOCK_EX), waiting for it.
 pub fn flock_exclusive(fd: RawFd) -> SysResult<()> {
     // SAFETY: plain syscall on integers.
-    retry(|| check_int(unsafe { libc::flock(fd, libc::LOCK_EX) })).map(drop)
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_flock, [fd as u64, libc::LOCK_EX as u64, 0, 0, 0, 0]) })).map(drop)
 }
 
 /// flock without waiting: `Err(EWOULDBLOCK)` when another holds it.
 pub fn flock_nb(fd: RawFd, exclusive: bool) -> SysResult<()> {
     let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
     // SAFETY: plain syscall on integers.
-    retry(|| check_int(unsafe { libc::flock(fd, op) })).map(drop)
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_flock, [fd as u64, op as u64, 0, 0, 0, 0]) })).map(drop)
 }
 
 pub fn pread(fd: RawFd, buf: &mut [u8], offset: i64) -> SysResult<usize> {
     // SAFETY: buf is a valid writable region of buf.len() bytes.
-    retry(|| check(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) } as _))
-        .map(|n| n as usize)
+    retry(|| {
+        cvt(unsafe {
+            raw_syscall(
+                libc::SYS_pread64,
+                [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, offset as u64, 0, 0],
+            )
+        })
+    })
+    .map(|n| n as usize)
 }
 
 pub fn chdir(path: &CStr) -> SysResult<()> {
     // SAFETY: path is NUL-terminated.
-    check_int(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_chdir, [path.as_ptr() as u64, 0, 0, 0, 0, 0]) }).map(drop)
 }
 
 pub fn fchdir(fd: RawFd) -> SysResult<()> {
     // SAFETY: plain syscall on an integer fd.
-    check_int(unsafe { libc::fchdir(fd) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_fchdir, [fd as u64, 0, 0, 0, 0, 0]) }).map(drop)
 }
 
 // ---------------------------------------------------------------------------
 // Mounts.
 
 pub fn open_tree(dir: RawFd, path: &CStr, flags: u32) -> SysResult<OwnedFd> {
-    // SAFETY: path is NUL-terminated.
-    let fd = check(unsafe {
-        libc::syscall(libc::SYS_open_tree, dir, path.as_ptr(), flags | OPEN_TREE_CLOEXEC)
+    // SAFETY: path is NUL-terminated; `dir` (maybe AT_FDCWD) is sign-extended.
+    let fd = cvt(unsafe {
+        raw_syscall(
+            libc::SYS_open_tree,
+            [dir as u64, path.as_ptr() as u64, (flags | OPEN_TREE_CLOEXEC) as u64, 0, 0, 0],
+        )
     })?;
     Ok(owned(fd))
 }
@@ -349,14 +381,17 @@ pub fn mount_setattr(fd: RawFd, recursive: bool, set: u64, clear: u64) -> SysRes
     let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
     let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: empty NUL-terminated path; attr is a valid mount_attr of the size passed.
-    check(unsafe {
-        libc::syscall(
+    cvt(unsafe {
+        raw_syscall(
             libc::SYS_mount_setattr,
-            fd,
-            c"".as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
+            [
+                fd as u64,
+                c"".as_ptr() as u64,
+                flags as u64,
+                &attr as *const MountAttr as u64,
+                std::mem::size_of::<MountAttr>() as u64,
+                0,
+            ],
         )
     })
     .map(drop)
@@ -366,14 +401,17 @@ pub fn mount_setattr(fd: RawFd, recursive: bool, set: u64, clear: u64) -> SysRes
 /// object `to` refers to.
 pub fn move_mount_fd(from: RawFd, to: RawFd) -> SysResult<()> {
     // SAFETY: empty NUL-terminated paths with the EMPTY_PATH flags refer to the fds.
-    check(unsafe {
-        libc::syscall(
+    cvt(unsafe {
+        raw_syscall(
             libc::SYS_move_mount,
-            from,
-            c"".as_ptr(),
-            to,
-            c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            [
+                from as u64,
+                c"".as_ptr() as u64,
+                to as u64,
+                c"".as_ptr() as u64,
+                (MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) as u64,
+                0,
+            ],
         )
     })
     .map(drop)
@@ -381,15 +419,18 @@ pub fn move_mount_fd(from: RawFd, to: RawFd) -> SysResult<()> {
 
 /// Attaches the mount `from` at `path` (relative to the cwd if not absolute).
 pub fn move_mount_to_path(from: RawFd, path: &CStr) -> SysResult<()> {
-    // SAFETY: both paths are NUL-terminated.
-    check(unsafe {
-        libc::syscall(
+    // SAFETY: both paths are NUL-terminated; AT_FDCWD is sign-extended.
+    cvt(unsafe {
+        raw_syscall(
             libc::SYS_move_mount,
-            from,
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
+            [
+                from as u64,
+                c"".as_ptr() as u64,
+                libc::AT_FDCWD as u64,
+                path.as_ptr() as u64,
+                MOVE_MOUNT_F_EMPTY_PATH as u64,
+                0,
+            ],
         )
     })
     .map(drop)
@@ -397,49 +438,44 @@ pub fn move_mount_to_path(from: RawFd, path: &CStr) -> SysResult<()> {
 
 pub fn fsopen(fstype: &CStr) -> SysResult<OwnedFd> {
     // SAFETY: fstype is NUL-terminated.
-    let fd = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
+    let fd = cvt(unsafe { raw_syscall(libc::SYS_fsopen, [fstype.as_ptr() as u64, FSOPEN_CLOEXEC as u64, 0, 0, 0, 0]) })?;
     Ok(owned(fd))
 }
 
 pub fn fsconfig_string(fs: RawFd, key: &CStr, value: &CStr) -> SysResult<()> {
     // SAFETY: key and value are NUL-terminated.
-    check(unsafe {
-        libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0)
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_fsconfig,
+            [fs as u64, FSCONFIG_SET_STRING as u64, key.as_ptr() as u64, value.as_ptr() as u64, 0, 0],
+        )
     })
     .map(drop)
 }
 
 /// `fsconfig(FSCONFIG_SET_FLAG)`: a parameter without a value.
 pub fn fsconfig_flag(fs: RawFd, key: &CStr) -> SysResult<()> {
-    // SAFETY: key is NUL-terminated; a flag takes no value pointer.
-    check(unsafe { libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_FLAG, key.as_ptr(), ptr::null::<u8>(), 0) })
+    // SAFETY: key is NUL-terminated; a flag takes no value pointer (0: NULL).
+    cvt(unsafe { raw_syscall(libc::SYS_fsconfig, [fs as u64, FSCONFIG_SET_FLAG as u64, key.as_ptr() as u64, 0, 0, 0]) })
         .map(drop)
 }
 
 pub fn fsconfig_create(fs: RawFd) -> SysResult<()> {
-    // SAFETY: CMD_CREATE takes no pointers.
-    check(unsafe {
-        libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, ptr::null::<u8>(), ptr::null::<u8>(), 0)
-    })
-    .map(drop)
+    // SAFETY: CMD_CREATE takes no pointers (both NULL).
+    cvt(unsafe { raw_syscall(libc::SYS_fsconfig, [fs as u64, FSCONFIG_CMD_CREATE as u64, 0, 0, 0, 0]) }).map(drop)
 }
 
 pub fn fsmount(fs: RawFd, attrs: u64) -> SysResult<OwnedFd> {
     // SAFETY: plain syscall on integers.
-    let fd = check(unsafe { libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) })?;
+    let fd = cvt(unsafe { raw_syscall(libc::SYS_fsmount, [fs as u64, FSMOUNT_CLOEXEC as u64, attrs, 0, 0, 0]) })?;
     Ok(owned(fd))
 }
 
 pub fn mount_make_rprivate_root() -> SysResult<()> {
-    // SAFETY: all strings are NUL-terminated or null where the kernel allows.
-    check_int(unsafe {
-        libc::mount(
-            ptr::null(),
-            c"/".as_ptr(),
-            ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            ptr::null(),
-        )
+    // SAFETY: the target is NUL-terminated; source, type and data are NULL,
+    // which the kernel allows for a propagation change.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_mount, [0, c"/".as_ptr() as u64, 0, libc::MS_REC | libc::MS_PRIVATE, 0, 0])
     })
     .map(drop)
 }
@@ -448,12 +484,14 @@ pub fn mount_make_rprivate_root() -> SysResult<()> {
 /// root is stacked on it, to be detached with [`umount_detach_cwd`].
 pub fn pivot_root_cwd() -> SysResult<()> {
     // SAFETY: both paths are NUL-terminated.
-    check(unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_pivot_root, [c".".as_ptr() as u64, c".".as_ptr() as u64, 0, 0, 0, 0]) })
+        .map(drop)
 }
 
 pub fn umount_detach_cwd() -> SysResult<()> {
     // SAFETY: path is NUL-terminated.
-    check_int(unsafe { libc::umount2(c".".as_ptr(), libc::MNT_DETACH) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_umount2, [c".".as_ptr() as u64, libc::MNT_DETACH as u64, 0, 0, 0, 0]) })
+        .map(drop)
 }
 
 // ---------------------------------------------------------------------------
@@ -461,17 +499,18 @@ pub fn umount_detach_cwd() -> SysResult<()> {
 
 pub fn unshare(flags: i32) -> SysResult<()> {
     // SAFETY: plain syscall on an integer.
-    check_int(unsafe { libc::unshare(flags) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_unshare, [flags as u64, 0, 0, 0, 0, 0]) }).map(drop)
 }
 
 pub fn setns(fd: RawFd, nstype: i32) -> SysResult<()> {
     // SAFETY: plain syscall on integers.
-    check_int(unsafe { libc::setns(fd, nstype) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_setns, [fd as u64, nstype as u64, 0, 0, 0, 0]) }).map(drop)
 }
 
 pub fn sethostname(name: &[u8]) -> SysResult<()> {
     // SAFETY: name is a valid region of name.len() bytes.
-    check_int(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_sethostname, [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0]) })
+        .map(drop)
 }
 
 /// CPUs in the caller's affinity mask.
@@ -481,37 +520,37 @@ pub fn cpu_count() -> u64 {
 
 pub fn sched_yield() {
     // SAFETY: plain syscall without arguments.
-    unsafe { libc::sched_yield() };
+    unsafe { raw_syscall(libc::SYS_sched_yield, [0; 6]) };
 }
 
 pub fn getpid() -> i32 {
-    // SAFETY: always succeeds.
-    unsafe { libc::getpid() }
+    // SAFETY: plain syscall without arguments; always succeeds.
+    unsafe { raw_syscall(libc::SYS_getpid, [0; 6]) as i32 }
 }
 
 pub fn getppid() -> i32 {
-    // SAFETY: always succeeds.
-    unsafe { libc::getppid() }
+    // SAFETY: plain syscall without arguments; always succeeds.
+    unsafe { raw_syscall(libc::SYS_getppid, [0; 6]) as i32 }
 }
 
 pub fn getuid() -> u32 {
-    // SAFETY: always succeeds.
-    unsafe { libc::getuid() }
+    // SAFETY: plain syscall without arguments; always succeeds.
+    unsafe { raw_syscall(libc::SYS_getuid, [0; 6]) as u32 }
 }
 
 pub fn getgid() -> u32 {
-    // SAFETY: always succeeds.
-    unsafe { libc::getgid() }
+    // SAFETY: plain syscall without arguments; always succeeds.
+    unsafe { raw_syscall(libc::SYS_getgid, [0; 6]) as u32 }
 }
 
 pub fn geteuid() -> u32 {
-    // SAFETY: always succeeds.
-    unsafe { libc::geteuid() }
+    // SAFETY: plain syscall without arguments; always succeeds.
+    unsafe { raw_syscall(libc::SYS_geteuid, [0; 6]) as u32 }
 }
 
 pub fn setsid() -> SysResult<()> {
-    // SAFETY: plain syscall.
-    check_int(unsafe { libc::setsid() }).map(drop)
+    // SAFETY: plain syscall without arguments.
+    cvt(unsafe { raw_syscall(libc::SYS_setsid, [0; 6]) }).map(drop)
 }
 
 /// Result of a fork-like clone.
@@ -544,11 +583,10 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
     // calling thread exists in the child; callers' children take no locks
     // (they make raw syscalls only), so a lock another thread held at the
     // time of the clone cannot block them.
-    let ret = check(unsafe {
-        libc::syscall(
+    let ret = cvt(unsafe {
+        raw_syscall(
             libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
+            [&mut args as *mut CloneArgs as u64, std::mem::size_of::<CloneArgs>() as u64, 0, 0, 0, 0],
         )
     })?;
     if ret == 0 {
@@ -662,11 +700,15 @@ unsafe fn clone3_on_stack<T>(args: &mut CloneArgs, call: &Call<'_, T>) -> i64 {
 /// Returns `parent`'s value and the child's wait status.
 ///
 /// The child shares the caller's thread-local storage, errno included: it
-/// must not allocate or panic, may only use the calls documented here as
-/// leaving errno alone ([`process_vm_read`], [`seccomp_notif_id_valid`]),
+/// must not allocate or panic, may only use this module's wrappers, which
+/// leave errno alone (not the exceptions the module documentation lists),
 /// and must end with [`exit`].
-pub fn with_vm_child<T: Sync, R>(
-    stack: &mut Stack,
+///
+/// # Safety
+/// Nothing else runs on `stack` until this returns (a run's PID 1 lends
+/// the stack its tracee used until its execve).
+pub unsafe fn with_vm_child<T: Sync, R>(
+    stack: &Stack,
     arg: &T,
     child: fn(&T) -> !,
     parent: impl FnOnce(RawFd) -> R,
@@ -698,8 +740,8 @@ pub fn with_vm_child<T: Sync, R>(
         stack_size: (stack.len & !15) as u64,
         ..Default::default()
     };
-    // SAFETY: `stack` is borrowed mutably until the child is reaped below
-    // (by `Reap`, also on unwinding), so nothing else uses it meanwhile;
+    // SAFETY: the child is reaped below (by `Reap`, also on unwinding)
+    // before `stack` is used by anything else (the caller's contract);
     // `call` lives on this frame, unchanged, until then as well.
     let ret = unsafe { clone3_on_stack(&mut args, &call) };
     if ret < 0 {
@@ -720,22 +762,39 @@ pub struct Stack {
     len: usize,
 }
 
+/// mmap(2) at an address of the kernel's choice; the address or -errno.
+///
+/// # Safety
+/// As mmap(2): `fd` must be -1 (anonymous) or a descriptor mapped as the
+/// caller's uses of the mapping allow.
+unsafe fn mmap(len: usize, prot: i32, flags: i32, fd: RawFd) -> SysResult<*mut libc::c_void> {
+    // SAFETY: a new mapping at an address the kernel picks (addr 0, no
+    // MAP_FIXED) replaces nothing; the rest is the caller's contract. fd
+    // -1 is sign-extended.
+    let r = cvt(unsafe { raw_syscall(libc::SYS_mmap, [0, len as u64, prot as u64, flags as u64, fd as u64, 0]) })?;
+    Ok(r as usize as *mut libc::c_void)
+}
+
+/// munmap(2) of a mapping made by [`mmap`].
+///
+/// # Safety
+/// Nothing may use `[base, base + len)` afterwards.
+unsafe fn munmap(base: *mut libc::c_void, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { raw_syscall(libc::SYS_munmap, [base as u64, len as u64, 0, 0, 0, 0]) };
+}
+
 impl Stack {
     pub fn new(len: usize) -> SysResult<Self> {
-        // SAFETY: anonymous private mapping, no fd; checked for MAP_FAILED.
+        // SAFETY: anonymous private mapping, no fd; checked for failure.
         let base = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
+            mmap(
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
                 -1,
-                0,
             )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(errno());
-        }
+        }?;
         Ok(Stack { base, len })
     }
 }
@@ -743,16 +802,20 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         // SAFETY: base/len are the mapping created in new().
-        unsafe { libc::munmap(self.base, self.len) };
+        unsafe { munmap(self.base, self.len) };
     }
+}
+
+/// memfd_create(2); the new descriptor.
+fn memfd_create(name: &CStr, flags: u32) -> SysResult<OwnedFd> {
+    // SAFETY: name is a valid C string; the flags are plain bits.
+    let fd = cvt(unsafe { raw_syscall(libc::SYS_memfd_create, [name.as_ptr() as u64, flags as u64, 0, 0, 0, 0]) })?;
+    Ok(owned(fd))
 }
 
 /// A new memfd (close-on-exec).
 pub fn memfd(name: &CStr) -> SysResult<OwnedFd> {
-    // SAFETY: name is a valid C string; the flags are plain bits.
-    let fd = check_int(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
-    // SAFETY: memfd_create returned a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    memfd_create(name, libc::MFD_CLOEXEC)
 }
 
 /// Plain-old-data slices stored in a [`SealedMap`] (no padding, no
@@ -778,24 +841,15 @@ impl SealedMap {
         // SAFETY: T is Pod, so its bytes are initialized and may be viewed
         // as u8 for the slice's whole length.
         let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
-        // SAFETY: name is a valid C string; the flags are plain bits.
-        let fd = check_int(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
-        // SAFETY: memfd_create returned a new descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = memfd_create(name, libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)?;
         write_all(fd.as_raw_fd(), bytes)?;
         let seals = libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on our descriptor with integer arguments.
-        check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+        fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals)?;
         let map_len = bytes.len().max(1);
         // SAFETY: a new read-only shared mapping of our memfd (writable
         // shared mappings are what F_SEAL_WRITE forbids); checked for
-        // MAP_FAILED. An empty file maps as one page that is never read.
-        let base = unsafe {
-            libc::mmap(ptr::null_mut(), map_len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-        };
-        if base == libc::MAP_FAILED {
-            return Err(errno());
-        }
+        // failure. An empty file maps as one page that is never read.
+        let base = unsafe { mmap(map_len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd()) }?;
         Ok(SealedMap { base, len: bytes.len() })
     }
 
@@ -811,7 +865,7 @@ impl SealedMap {
 impl Drop for SealedMap {
     fn drop(&mut self) {
         // SAFETY: base/len are the mapping created in new().
-        unsafe { libc::munmap(self.base, self.len.max(1)) };
+        unsafe { munmap(self.base, self.len.max(1)) };
     }
 }
 
@@ -823,27 +877,35 @@ pub fn fork() -> SysResult<Forked> {
 /// Ends the calling process at once, without running destructors or atexit
 /// handlers (the right way out of a forked child).
 pub fn exit(code: i32) -> ! {
-    // SAFETY: _exit never returns and touches no Rust state.
-    unsafe { libc::_exit(code) }
+    loop {
+        // SAFETY: exit_group never returns and touches no Rust state (the
+        // loop only satisfies the type).
+        unsafe { raw_syscall(libc::SYS_exit_group, [code as u64, 0, 0, 0, 0, 0]) };
+    }
 }
 
 pub fn kill(pid: i32, sig: i32) -> SysResult<()> {
-    // SAFETY: plain syscall on integers.
-    check_int(unsafe { libc::kill(pid, sig) }).map(drop)
+    // SAFETY: plain syscall on integers (a negative pid is sign-extended).
+    cvt(unsafe { raw_syscall(libc::SYS_kill, [pid as u64, sig as u64, 0, 0, 0, 0]) }).map(drop)
 }
 
 pub fn pidfd_open(pid: i32) -> SysResult<OwnedFd> {
     // SAFETY: plain syscall on integers.
-    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    let fd = cvt(unsafe { raw_syscall(libc::SYS_pidfd_open, [pid as u64, 0, 0, 0, 0, 0]) })?;
     Ok(owned(fd))
 }
 
 /// A reaped child: pid, raw wait status.
 pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
-    let mut status = 0;
+    let mut status: libc::c_int = 0;
     let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
-    // SAFETY: status is a writable int.
-    let r = retry(|| check_int(unsafe { libc::waitpid(pid, &mut status, flags) }))?;
+    // SAFETY: status is a writable int; no rusage (NULL). A negative pid
+    // is sign-extended.
+    let r = retry(|| {
+        cvt(unsafe {
+            raw_syscall(libc::SYS_wait4, [pid as u64, &mut status as *mut libc::c_int as u64, flags as u64, 0, 0, 0])
+        })
+    })? as i32;
     Ok(if r == 0 { None } else { Some((r, status)) })
 }
 
@@ -859,8 +921,9 @@ pub fn rusage_self() -> (u64, u64, u64) {
 
 fn rusage(who: i32) -> (u64, u64, u64) {
     let mut ru = MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: ru is a writable rusage buffer.
-    unsafe { libc::getrusage(who, ru.as_mut_ptr()) };
+    // SAFETY: ru is a writable rusage buffer (glibc's struct is the
+    // kernel's on x86_64); `who` (RUSAGE_CHILDREN is -1) is sign-extended.
+    unsafe { raw_syscall(libc::SYS_getrusage, [who as u64, ru.as_mut_ptr() as u64, 0, 0, 0, 0]) };
     // SAFETY: zeroed rusage is a valid value and getrusage fills it.
     let ru = unsafe { ru.assume_init() };
     let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
@@ -869,7 +932,7 @@ fn rusage(who: i32) -> (u64, u64, u64) {
 
 pub fn prctl(option: i32, arg2: u64) -> SysResult<()> {
     // SAFETY: prctl options used by capsule take integer arguments only.
-    check_int(unsafe { libc::prctl(option, arg2, 0u64, 0u64, 0u64) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_prctl, [option as u64, arg2, 0, 0, 0, 0]) }).map(drop)
 }
 
 pub fn set_pdeathsig(sig: i32) -> SysResult<()> {
@@ -881,7 +944,7 @@ pub fn set_pdeathsig(sig: i32) -> SysResult<()> {
 pub fn set_comm(name: &CStr) {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
     // bytes from the pointer, which `name` provides; it cannot fail.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0u64, 0u64, 0u64) };
+    unsafe { raw_syscall(libc::SYS_prctl, [libc::PR_SET_NAME as u64, name.as_ptr() as u64, 0, 0, 0, 0]) };
 }
 
 /// The CPUs the calling thread may run on.
@@ -889,8 +952,14 @@ pub fn affinity() -> SysResult<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain data; all zeroes is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into
-    // `set`, which is that large.
-    check_int(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    // `set`, which is that large (and zeroed: what it does not write, as
+    // glibc's wrapper ensures, is empty). Success returns the bytes written.
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_sched_getaffinity,
+            [0, std::mem::size_of::<libc::cpu_set_t>() as u64, &mut set as *mut libc::cpu_set_t as u64, 0, 0, 0],
+        )
+    })?;
     Ok(set)
 }
 
@@ -898,15 +967,22 @@ pub fn affinity() -> SysResult<libc::cpu_set_t> {
 /// own affinity, within its cpuset).
 pub fn set_affinity(set: &libc::cpu_set_t) -> SysResult<()> {
     // SAFETY: the kernel reads size_of::<cpu_set_t>() bytes from `set`.
-    check_int(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) }).map(drop)
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_sched_setaffinity,
+            [0, std::mem::size_of::<libc::cpu_set_t>() as u64, set as *const libc::cpu_set_t as u64, 0, 0, 0],
+        )
+    })
+    .map(drop)
 }
 
 /// The CPU the calling thread runs on (it may move right after).
 pub fn current_cpu() -> SysResult<usize> {
-    // SAFETY: sched_getcpu takes no arguments; a negative value is a
-    // failure with errno set.
-    let cpu = unsafe { libc::sched_getcpu() };
-    check_int(cpu).map(|c| c as usize)
+    let mut cpu: u32 = 0;
+    // SAFETY: getcpu writes one unsigned int through its first pointer;
+    // node and cache are NULL.
+    cvt(unsafe { raw_syscall(libc::SYS_getcpu, [&mut cpu as *mut u32 as u64, 0, 0, 0, 0, 0]) })?;
+    Ok(cpu as usize)
 }
 
 /// A set of CPUs holding just `cpu` (None past the set's 1024 CPUs).
@@ -949,21 +1025,30 @@ pub fn capset_empty() -> SysResult<()> {
     let hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
     let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
     // SAFETY: hdr and a two-element data array are what version 3 expects.
-    check(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const CapHeader, data.as_ptr()) })
-        .map(drop)
+    cvt(unsafe {
+        raw_syscall(libc::SYS_capset, [&hdr as *const CapHeader as u64, data.as_ptr() as u64, 0, 0, 0, 0])
+    })
+    .map(drop)
 }
 
 pub fn setrlimit(resource: u32, soft: u64, hard: u64) -> SysResult<()> {
     let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
-    // SAFETY: lim is a valid rlimit.
-    check_int(unsafe { libc::setrlimit(resource as _, &lim) }).map(drop)
+    // SAFETY: lim is a valid rlimit (the kernel's struct rlimit64 on
+    // x86_64); the old limit is not asked for (NULL). pid 0: the caller,
+    // as glibc's setrlimit does it.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_prlimit64, [0, resource as u64, &lim as *const libc::rlimit as u64, 0, 0, 0])
+    })
+    .map(drop)
 }
 
 pub fn clock_monotonic_ns() -> u64 {
     let mut ts = MaybeUninit::<libc::timespec>::zeroed();
-    // SAFETY: ts is a writable timespec; CLOCK_MONOTONIC always exists.
+    // SAFETY: ts is a writable timespec. Through libc, for the vDSO (no
+    // system call): with CLOCK_MONOTONIC and a valid pointer it cannot
+    // fail, so it leaves errno alone like the raw wrappers.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, ts.as_mut_ptr()) };
-    // SAFETY: clock_gettime filled it.
+    // SAFETY: zeroed, then filled by clock_gettime.
     let ts = unsafe { ts.assume_init() };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -973,12 +1058,45 @@ pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_
     debug_assert!(argv.last() == Some(&ptr::null()) && envp.last() == Some(&ptr::null()));
     // SAFETY: path is NUL-terminated; argv and envp are NULL-terminated arrays
     // of pointers to NUL-terminated strings that outlive the call.
-    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-    errno()
+    let r = unsafe {
+        raw_syscall(libc::SYS_execve, [path.as_ptr() as u64, argv.as_ptr() as u64, envp.as_ptr() as u64, 0, 0, 0])
+    };
+    cvt(r).err().unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------
 // Signals.
+
+/// The signals glibc keeps for itself (SIGCANCEL, SIGSETXID): its
+/// `sigaction` and `sigaddset` refuse them with EINVAL, and so do the
+/// wrappers here, so that they behave as the libc calls they replace.
+fn glibc_reserved(sig: i32) -> bool {
+    sig == 32 || sig == 33
+}
+
+/// The kernel's `struct sigaction` on x86_64 (`rt_sigaction` with a
+/// sigsetsize of 8).
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Sets the disposition of `sig` to `SIG_DFL` or `SIG_IGN` (no handler is
+/// ever run, so no `SA_RESTORER` trampoline is needed).
+fn set_disposition(sig: i32, handler: libc::sighandler_t) -> SysResult<()> {
+    debug_assert!(handler == libc::SIG_DFL || handler == libc::SIG_IGN);
+    if glibc_reserved(sig) {
+        return Err(libc::EINVAL);
+    }
+    let act = KernelSigaction { handler, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: act is a valid kernel sigaction of the size the sigsetsize
+    // 8 implies; the old action is not asked for (NULL).
+    cvt(unsafe { raw_syscall(libc::SYS_rt_sigaction, [sig as u64, &act as *const KernelSigaction as u64, 0, 8, 0, 0]) })
+        .map(drop)
+}
 
 /// Resets every catchable signal to its default action and unblocks all
 /// signals: dispositions set to "ignore" and the signal mask survive execve.
@@ -987,9 +1105,8 @@ pub fn reset_signals() {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: SIG_DFL is always a valid disposition; errors (e.g. for
-        // the signals glibc reserves) are harmless and ignored.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
+        // Errors (for the signals glibc reserves) are harmless and ignored.
+        let _ = set_disposition(sig, libc::SIG_DFL);
     }
     set_sigmask(&[], libc::SIG_SETMASK);
 }
@@ -997,21 +1114,24 @@ pub fn reset_signals() {
 /// Sets `signals` to their default action.
 pub fn default_signals(signals: &[i32]) {
     for &sig in signals {
-        // SAFETY: SIG_DFL is always a valid disposition.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
+        let _ = set_disposition(sig, libc::SIG_DFL);
     }
 }
 
+/// The kernel signal set of `signals` (bit `sig - 1`); invalid and
+/// glibc-reserved numbers are left out, as `sigaddset` refuses them.
+fn sigset_of(signals: &[i32]) -> u64 {
+    signals
+        .iter()
+        .filter(|&&s| (1..=64).contains(&s) && !glibc_reserved(s))
+        .fold(0, |set, &s| set | 1u64 << (s - 1))
+}
+
 fn set_sigmask(signals: &[i32], how: i32) {
-    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: set is initialized by sigemptyset before use.
-    unsafe {
-        libc::sigemptyset(set.as_mut_ptr());
-        for &s in signals {
-            libc::sigaddset(set.as_mut_ptr(), s);
-        }
-        libc::sigprocmask(how, set.as_ptr(), ptr::null_mut());
-    }
+    let set = sigset_of(signals);
+    // SAFETY: set is an 8-byte kernel sigset alive for the call; the old
+    // mask is not asked for (NULL).
+    unsafe { raw_syscall(libc::SYS_rt_sigprocmask, [how as u64, &set as *const u64 as u64, 0, 8, 0, 0]) };
 }
 
 /// Unblocks `signals`.
@@ -1022,23 +1142,26 @@ pub fn unblock_signals(signals: &[i32]) {
 /// Blocks `signals` and returns a signalfd that reports them.
 pub fn signalfd_for(signals: &[i32]) -> SysResult<OwnedFd> {
     set_sigmask(signals, libc::SIG_BLOCK);
-    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: set is initialized by sigemptyset before use.
-    let fd = unsafe {
-        libc::sigemptyset(set.as_mut_ptr());
-        for &s in signals {
-            libc::sigaddset(set.as_mut_ptr(), s);
-        }
-        libc::signalfd(-1, set.as_ptr(), libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
-    };
-    Ok(owned(check_int(fd)? as _))
+    let set = sigset_of(signals);
+    // SAFETY: set is an 8-byte kernel sigset alive for the call; fd -1 (a
+    // new signalfd) is sign-extended.
+    let fd = cvt(unsafe {
+        raw_syscall(
+            libc::SYS_signalfd4,
+            [-1i32 as u64, &set as *const u64 as u64, 8, (libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) as u64, 0, 0],
+        )
+    })?;
+    Ok(owned(fd))
 }
 
 /// Reads directory entries (`struct linux_dirent64` records) into `buf`;
 /// 0 at the end of the directory. Walk them with [`dirent_names`].
 pub fn getdents64(dir: RawFd, buf: &mut [u8]) -> SysResult<usize> {
     // SAFETY: the kernel writes at most buf.len() bytes into buf.
-    retry(|| check(unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) })).map(|n| n as usize)
+    retry(|| {
+        cvt(unsafe { raw_syscall(libc::SYS_getdents64, [dir as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) })
+    })
+    .map(|n| n as usize)
 }
 
 /// The names of the `linux_dirent64` records `getdents64` wrote into
@@ -1075,8 +1198,7 @@ pub fn drain_signalfd(fd: RawFd) {
 /// Sets SIGPIPE to "ignore" for the calling process (the supervisor writes
 /// to sockets whose peer may be gone).
 pub fn ignore_sigpipe() {
-    // SAFETY: SIG_IGN is a valid disposition for SIGPIPE.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let _ = set_disposition(libc::SIGPIPE, libc::SIG_IGN);
 }
 
 // ---------------------------------------------------------------------------
@@ -1084,10 +1206,13 @@ pub fn ignore_sigpipe() {
 
 pub fn timerfd() -> SysResult<OwnedFd> {
     // SAFETY: plain syscall on integers.
-    let fd = check_int(unsafe {
-        libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+    let fd = cvt(unsafe {
+        raw_syscall(
+            libc::SYS_timerfd_create,
+            [libc::CLOCK_MONOTONIC as u64, (libc::TFD_CLOEXEC | libc::TFD_NONBLOCK) as u64, 0, 0, 0, 0],
+        )
     })?;
-    Ok(owned(fd as _))
+    Ok(owned(fd))
 }
 
 /// Arms a timerfd to fire once at the absolute CLOCK_MONOTONIC time `at_ns`.
@@ -1100,9 +1225,14 @@ pub fn timerfd_at(fd: RawFd, at_ns: u64) -> SysResult<()> {
             tv_nsec: (at_ns % 1_000_000_000) as _,
         },
     };
-    // SAFETY: spec is a valid itimerspec; old value not requested.
-    check_int(unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, ptr::null_mut()) })
-        .map(drop)
+    // SAFETY: spec is a valid itimerspec; old value not requested (NULL).
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_timerfd_settime,
+            [fd as u64, libc::TFD_TIMER_ABSTIME as u64, &spec as *const libc::itimerspec as u64, 0, 0, 0],
+        )
+    })
+    .map(drop)
 }
 
 /// poll with a timeout of nanosecond resolution (None: no timeout).
@@ -1111,17 +1241,26 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: fds is a valid array of fds.len() pollfd structs; tsp is null
-    // or points at a timespec alive for the call; no signal mask is passed.
-    retry(|| check_int(unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tsp, std::ptr::null()) }))
-        .map(|n| n as usize)
+    retry(|| {
+        // The kernel writes the time left back into the timespec; like
+        // glibc's wrapper, every call gets a fresh copy of the timeout.
+        let mut t = ts;
+        let tsp = t.as_mut().map_or(ptr::null_mut(), |t| t as *mut libc::timespec);
+        // SAFETY: fds is a valid array of fds.len() pollfd structs; tsp is
+        // null or points at a writable timespec alive for the call; no
+        // signal mask is passed (NULL; sigsetsize 8 as glibc passes).
+        cvt(unsafe {
+            raw_syscall(libc::SYS_ppoll, [fds.as_mut_ptr() as u64, fds.len() as u64, tsp as u64, 0, 8, 0])
+        })
+    })
+    .map(|n| n as usize)
 }
 
 /// poll(2) over a fixed set; fills `revents`.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
-    // SAFETY: fds is a valid array of fds.len() pollfd structs.
-    retry(|| check_int(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) }))
+    // SAFETY: fds is a valid array of fds.len() pollfd structs; a negative
+    // timeout (infinite) is sign-extended.
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_poll, [fds.as_mut_ptr() as u64, fds.len() as u64, timeout_ms as u64, 0, 0, 0]) }))
         .map(|n| n as usize)
 }
 
@@ -1150,20 +1289,10 @@ const fn align16(n: usize) -> usize {
 impl<T: Default> Arena<T> {
     pub fn new(len: usize) -> SysResult<Self> {
         let len = len.max(align16(std::mem::size_of::<T>()) + 4096);
-        // SAFETY: anonymous shared mapping, no fd; checked for MAP_FAILED.
+        // SAFETY: anonymous shared mapping, no fd; checked for failure.
         let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(errno());
-        }
+            mmap(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1)
+        }?;
         // SAFETY: the mapping is fresh, page-aligned, writable and big enough for T.
         unsafe { (p as *mut T).write(T::default()) };
         Ok(Arena {
@@ -1281,7 +1410,7 @@ impl<T> std::ops::Deref for Arena<T> {
 impl<T> Drop for Arena<T> {
     fn drop(&mut self) {
         // SAFETY: ptr/len are the mapping created in new().
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        unsafe { munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -1291,8 +1420,11 @@ impl<T> Drop for Arena<T> {
 pub fn socketpair_stream() -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds points to two writable ints.
-    check_int(unsafe {
-        libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_socketpair,
+            [libc::AF_UNIX as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0, fds.as_mut_ptr() as u64, 0, 0],
+        )
     })?;
     Ok((owned(fds[0] as _), owned(fds[1] as _)))
 }
@@ -1307,8 +1439,18 @@ pub fn peer_cred(sock: RawFd) -> SysResult<libc::ucred> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: cred and len point to writable memory of the sizes given.
-    check_int(unsafe {
-        libc::getsockopt(sock, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_getsockopt,
+            [
+                sock as u64,
+                libc::SOL_SOCKET as u64,
+                libc::SO_PEERCRED as u64,
+                &mut cred as *mut libc::ucred as u64,
+                &mut len as *mut libc::socklen_t as u64,
+                0,
+            ],
+        )
     })?;
     Ok(cred)
 }
@@ -1350,7 +1492,13 @@ pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<usize
             (*cmsg).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
             ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg) as *mut RawFd, fds.len());
         }
-        retry(|| check(libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) as _)).map(|n| n as usize)
+        retry(|| {
+            cvt(raw_syscall(
+                libc::SYS_sendmsg,
+                [sock as u64, &msg as *const libc::msghdr as u64, libc::MSG_NOSIGNAL as u64, 0, 0, 0],
+            ))
+        })
+        .map(|n| n as usize)
     }
 }
 
@@ -1367,7 +1515,12 @@ fn recv_msg(sock: RawFd, buf: &mut [u8], cbuf: &mut [u64], mut each_fd: impl FnM
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(cbuf);
-        let n = retry(|| check(libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) as _))?;
+        let n = retry(|| {
+            cvt(raw_syscall(
+                libc::SYS_recvmsg,
+                [sock as u64, &mut msg as *mut libc::msghdr as u64, libc::MSG_CMSG_CLOEXEC as u64, 0, 0, 0],
+            ))
+        })?;
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
@@ -1428,27 +1581,25 @@ pub fn recv_fds_into(sock: RawFd, out: &mut [RawFd]) -> SysResult<(usize, usize)
 /// Sets the file mode creation mask; returns the old one.
 pub fn umask(mask: u32) -> u32 {
     // SAFETY: plain syscall, cannot fail.
-    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+    unsafe { raw_syscall(libc::SYS_umask, [mask as u64, 0, 0, 0, 0, 0]) as u32 }
 }
 
 /// dup(2) to a close-on-exec descriptor above 2.
 pub fn dup_cloexec(fd: RawFd) -> SysResult<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC on an fd the caller owns.
-    check_int(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) }).map(|fd| owned(fd as _))
+    fcntl(fd, libc::F_DUPFD_CLOEXEC, 3).map(|fd| owned(fd as _))
 }
 
 /// accept4(2) a connection, close-on-exec.
 pub fn accept(listener: RawFd) -> SysResult<OwnedFd> {
     // SAFETY: null address buffers are allowed; result checked.
-    check_int(unsafe { libc::accept4(listener, ptr::null_mut(), ptr::null_mut(), libc::SOCK_CLOEXEC) })
-        .map(|fd| owned(fd as _))
+    cvt(unsafe { raw_syscall(libc::SYS_accept4, [listener as u64, 0, 0, libc::SOCK_CLOEXEC as u64, 0, 0]) }).map(owned)
 }
 
 /// A pipe, both ends close-on-exec: (read, write).
 pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds points to two writable ints.
-    check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    cvt(unsafe { raw_syscall(libc::SYS_pipe2, [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0]) })?;
     Ok((owned(fds[0] as _), owned(fds[1] as _)))
 }
 
@@ -1459,29 +1610,32 @@ pub fn splice(from: RawFd, to: RawFd, len: usize) -> SysResult<usize> {
     // SAFETY: null offsets (the descriptors' own positions); no memory is
     // passed to the kernel.
     retry(|| {
-        check(unsafe {
-            libc::splice(from, ptr::null_mut(), to, ptr::null_mut(), len, libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE)
-        } as _)
+        cvt(unsafe {
+            raw_syscall(
+                libc::SYS_splice,
+                [from as u64, 0, to as u64, 0, len as u64, (libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE) as u64],
+            )
+        })
     })
     .map(|n| n as usize)
 }
 
 /// Sets a pipe's capacity (F_SETPIPE_SZ); returns the capacity it got.
 pub fn set_pipe_size(fd: RawFd, size: usize) -> SysResult<usize> {
-    // SAFETY: plain fcntl on an fd the caller owns.
-    check_int(unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, size as libc::c_int) }).map(|n| n as usize)
+    fcntl(fd, libc::F_SETPIPE_SZ, size as libc::c_int).map(|n| n as usize)
 }
 
 /// shutdown(SHUT_RDWR) of a socket.
 pub fn shutdown(sock: RawFd) {
     // SAFETY: plain syscall on an fd the caller owns.
-    unsafe { libc::shutdown(sock, libc::SHUT_RDWR) };
+    unsafe { raw_syscall(libc::SYS_shutdown, [sock as u64, libc::SHUT_RDWR as u64, 0, 0, 0, 0]) };
 }
 
 /// A close-on-exec, non-blocking eventfd.
 pub fn eventfd() -> SysResult<OwnedFd> {
     // SAFETY: plain syscall, result checked.
-    check_int(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).map(|fd| owned(fd as _))
+    cvt(unsafe { raw_syscall(libc::SYS_eventfd2, [0, (libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) as u64, 0, 0, 0, 0]) })
+        .map(owned)
 }
 
 /// Adds 1 to an eventfd (child side too).
@@ -1492,17 +1646,15 @@ pub fn eventfd_signal(fd: RawFd) {
 
 /// Sets or clears O_NONBLOCK.
 pub fn set_nonblocking(fd: RawFd, on: bool) -> SysResult<()> {
-    // SAFETY: fcntl on an fd the caller owns.
-    let flags = check_int(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    let flags = fcntl(fd, libc::F_GETFL, 0)?;
     let flags = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
-    // SAFETY: as above.
-    check_int(unsafe { libc::fcntl(fd, libc::F_SETFL, flags) }).map(drop)
+    fcntl(fd, libc::F_SETFL, flags).map(drop)
 }
 
 /// Sends `sig` to the process behind `pidfd`.
 pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> SysResult<()> {
     // SAFETY: plain syscall with a null siginfo.
-    check(unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd, sig, ptr::null::<libc::siginfo_t>(), 0) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_pidfd_send_signal, [pidfd as u64, sig as u64, 0, 0, 0, 0]) }).map(drop)
 }
 
 /// Reaps the (exited or exiting) child behind `pidfd`, waiting for it;
@@ -1519,8 +1671,16 @@ pub fn pidfd_try_wait(pidfd: RawFd) -> SysResult<Option<i32>> {
 fn pidfd_waitid(pidfd: RawFd, flags: i32) -> SysResult<Option<i32>> {
     const P_PIDFD: libc::idtype_t = 3;
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
-    // SAFETY: info is a zeroed siginfo_t the kernel fills in.
-    retry(|| check_int(unsafe { libc::waitid(P_PIDFD, pidfd as libc::id_t, info.as_mut_ptr(), libc::WEXITED | flags) }))?;
+    // SAFETY: info is a zeroed siginfo_t the kernel fills in; no rusage
+    // (NULL).
+    retry(|| {
+        cvt(unsafe {
+            raw_syscall(
+                libc::SYS_waitid,
+                [P_PIDFD as u64, pidfd as u64, info.as_mut_ptr() as u64, (libc::WEXITED | flags) as u64, 0, 0],
+            )
+        })
+    })?;
     // SAFETY: initialized (zeroed, then possibly filled by waitid).
     let info = unsafe { info.assume_init() };
     // SAFETY: si_pid/si_status are valid for SIGCHLD-style waitid results;
@@ -1544,9 +1704,7 @@ pub fn spawn_supervisor(bin: &std::path::Path, sock: RawFd) -> SysResult<(i32, O
     let argv: [*const libc::c_char; 3] = [path.as_ptr(), c"supervise".as_ptr(), ptr::null()];
     // A descriptor number above 3 to dup from, so that dup2 onto 3 always
     // happens and clears close-on-exec.
-    // SAFETY: F_DUPFD_CLOEXEC on an fd the caller owns.
-    let high = check_int(unsafe { libc::fcntl(sock, libc::F_DUPFD_CLOEXEC, 10) })?;
-    let high = owned(high as _);
+    let high = owned(fcntl(sock, libc::F_DUPFD_CLOEXEC, 10)? as _);
     let mut pid: libc::pid_t = 0;
     // SAFETY: the file actions and attributes are initialized before use and
     // destroyed after; argv is NULL-terminated and outlives the call; environ
@@ -1579,29 +1737,37 @@ pub fn close_all_except(keep: &[RawFd]) {
         }
         if fd as u32 > from {
             // SAFETY: close_range on a range of fds this process owns.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd as u32 - 1, 0u32) };
+            unsafe { raw_syscall(libc::SYS_close_range, [from as u64, (fd as u32 - 1) as u64, 0, 0, 0, 0]) };
         }
         from = fd as u32 + 1;
     }
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
+    unsafe { raw_syscall(libc::SYS_close_range, [from as u64, u32::MAX as u64, 0, 0, 0, 0]) };
 }
 
 /// Brings the loopback interface of the caller's network namespace up.
 pub fn loopback_up() -> SysResult<()> {
-    // SAFETY: a datagram socket is only used for the interface ioctls
-    // below, with a zeroed, correctly named ifreq.
-    unsafe {
-        let s = check_int(libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0))?;
-        let s = owned(s as _);
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        for (i, b) in b"lo\0".iter().enumerate() {
-            ifr.ifr_name[i] = *b as libc::c_char;
-        }
-        check_int(libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr))?;
-        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        check_int(libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr))?;
+    // SAFETY: plain syscall on integers.
+    let s = cvt(unsafe {
+        raw_syscall(libc::SYS_socket, [libc::AF_INET as u64, (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0])
+    })?;
+    let s = owned(s);
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo\0".iter().enumerate() {
+        ifr.ifr_name[i] = *b as libc::c_char;
     }
+    // SAFETY: the datagram socket is only used for the interface ioctls,
+    // each reading or filling the zeroed, correctly named ifreq.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_ioctl, [s.as_raw_fd() as u64, libc::SIOCGIFFLAGS, &mut ifr as *mut libc::ifreq as u64, 0, 0, 0])
+    })?;
+    // SAFETY: SIOCGIFFLAGS filled ifru_flags, the union member read and written.
+    unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    // SAFETY: as above.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_ioctl, [s.as_raw_fd() as u64, libc::SIOCSIFFLAGS, &ifr as *const libc::ifreq as u64, 0, 0, 0])
+    })?;
     Ok(())
 }
 
@@ -1612,12 +1778,10 @@ pub fn seccomp_install(filter: &[libc::sock_filter], listener: bool) -> SysResul
     let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
     let flags: u32 = if listener { SECCOMP_FILTER_FLAG_NEW_LISTENER } else { 0 };
     // SAFETY: prog points to `len` valid instructions that outlive the call.
-    let r = check(unsafe {
-        libc::syscall(
+    let r = cvt(unsafe {
+        raw_syscall(
             libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            flags,
-            &prog as *const libc::sock_fprog,
+            [libc::SECCOMP_SET_MODE_FILTER as u64, flags as u64, &prog as *const libc::sock_fprog as u64, 0, 0, 0],
         )
     })?;
     Ok(if listener { r as RawFd } else { -1 })
@@ -1650,7 +1814,9 @@ pub fn seccomp_notif_recv(listener: RawFd) -> SysResult<SeccompNotif> {
     let mut n = SeccompNotif::default();
     // SAFETY: `n` is a writable struct seccomp_notif of the size the ioctl
     // number encodes.
-    check_int(unsafe { libc::ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &mut n as *mut SeccompNotif) })?;
+    cvt(unsafe {
+        raw_syscall(libc::SYS_ioctl, [listener as u64, SECCOMP_IOCTL_NOTIF_RECV, &mut n as *mut SeccompNotif as u64, 0, 0, 0])
+    })?;
     Ok(n)
 }
 
@@ -1676,7 +1842,13 @@ pub fn seccomp_notif_continue(listener: RawFd, id: u64) -> SysResult<()> {
     let mut resp = SeccompNotifResp { id, val: 0, error: 0, flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE };
     // SAFETY: `resp` is a struct seccomp_notif_resp of the size the ioctl
     // number encodes.
-    check_int(unsafe { libc::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &mut resp as *mut SeccompNotifResp) }).map(drop)
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_ioctl,
+            [listener as u64, SECCOMP_IOCTL_NOTIF_SEND, &mut resp as *mut SeccompNotifResp as u64, 0, 0, 0],
+        )
+    })
+    .map(drop)
 }
 
 /// A system call made without libc: the kernel's raw result, -errno on
@@ -1725,11 +1897,7 @@ pub fn process_vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> SysResult<usize> 
             [pid as u64, &local as *const libc::iovec as u64, 1, &remote as *const libc::iovec as u64, 1, 0],
         )
     };
-    if r < 0 {
-        Err(-r as Errno)
-    } else {
-        Ok(r as usize)
-    }
+    cvt(r).map(|n| n as usize)
 }
 
 /// Whether notification `id` is still pending, i.e. its caller is still
@@ -1750,6 +1918,38 @@ pub fn seccomp_notif_id_valid(listener: RawFd, id: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's errno.
+    fn errno() -> Errno {
+        // SAFETY: __errno_location returns a valid thread-local pointer.
+        unsafe { *libc::__errno_location() }
+    }
+
+    #[test]
+    fn failing_wrappers_leave_errno_alone() {
+        const MARK: Errno = 12345;
+        // SAFETY: setting errno, a thread-local int.
+        unsafe { *libc::__errno_location() = MARK };
+        close(-1);
+        assert_eq!(errno(), MARK, "close");
+        assert_eq!(open(c"/nonexistent/capsule-errno-test", libc::O_RDONLY, 0).err(), Some(libc::ENOENT));
+        let mut buf = [0u8; 8];
+        assert_eq!(read(-1, &mut buf), Err(libc::EBADF));
+        assert_eq!(write(-1, b"x"), Err(libc::EBADF));
+        assert_eq!(unshare(0x1), Err(libc::EINVAL), "an exit-signal bit is no unshare flag");
+        assert_eq!(dup2(-1, 100), Err(libc::EBADF));
+        assert_eq!(set_cloexec(-1, true), Err(libc::EBADF));
+        assert_eq!(fd_mode(-1), Err(libc::EBADF));
+        assert_eq!(mkdirat(libc::AT_FDCWD, c"/nonexistent/capsule-errno-test", 0o700), Err(libc::ENOENT));
+        assert_eq!(waitpid(i32::MAX, true), Err(libc::ECHILD));
+        assert_eq!(kill(i32::MAX, 0), Err(libc::ESRCH));
+        assert_eq!(Stack::new(0).err(), Some(libc::EINVAL));
+        assert_eq!(timerfd_at(-1, 1), Err(libc::EBADF));
+        assert_eq!(tty::set_controlling_tty(-1), Err(libc::EBADF));
+        assert!(landlock::restrict_self(-1).is_err());
+        assert_eq!(execve(c"/nonexistent/capsule-errno-test", &[ptr::null()], &[ptr::null()]), libc::ENOENT);
+        assert_eq!(errno(), MARK, "a failing wrapper changed errno");
+    }
 
     #[test]
     fn dirent_names_walks_getdents64_records() {
@@ -1831,11 +2031,14 @@ mod tests {
         }
         let value: u64 = 0x1234_5678_9abc_def0;
         let job = Job { pid: getpid(), src: &value as *const u64 as u64, out: AtomicU64::new(0) };
-        let mut stack = Stack::new(64 << 10).unwrap();
-        let (polled, status) = with_vm_child(&mut stack, &job, child, |pidfd| {
-            let mut p = [libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 }];
-            poll(&mut p, 10_000).unwrap()
-        })
+        let stack = Stack::new(64 << 10).unwrap();
+        // SAFETY: nothing else runs on `stack`.
+        let (polled, status) = unsafe {
+            with_vm_child(&stack, &job, child, |pidfd| {
+                let mut p = [libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 }];
+                poll(&mut p, 10_000).unwrap()
+            })
+        }
         .unwrap();
         assert_eq!(polled, 1);
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
@@ -1852,7 +2055,8 @@ mod tests {
                 std::hint::spin_loop();
             }
         }
-        let (_, status) = with_vm_child(&mut stack, &job, spin, |_| ()).unwrap();
+        // SAFETY: nothing else runs on `stack`.
+        let (_, status) = unsafe { with_vm_child(&stack, &job, spin, |_| ()) }.unwrap();
         assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL, "status {status:#x}");
     }
 

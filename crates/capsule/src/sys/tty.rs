@@ -7,7 +7,19 @@
 use std::mem::MaybeUninit;
 use std::os::fd::{OwnedFd, RawFd};
 
-use super::{check_int, owned, retry, SysResult};
+use super::{cvt, owned, raw_syscall, retry, Errno, SysResult};
+
+/// A libc call's result: negative is failure with errno set. Reads errno,
+/// so for the supervisor and client side only; [`set_controlling_tty`],
+/// which the tracee calls, goes through `raw_syscall` instead.
+fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret < 0 {
+        // SAFETY: __errno_location returns a valid thread-local pointer.
+        Err(unsafe { *libc::__errno_location() } as Errno)
+    } else {
+        Ok(ret)
+    }
+}
 
 /// Whether `fd` is a terminal (`TCGETS` succeeds, as isatty(3)).
 pub fn isatty(fd: RawFd) -> bool {
@@ -83,7 +95,7 @@ pub fn set_winsize(fd: RawFd, w: &libc::winsize) -> SysResult<()> {
 /// terminal (`TIOCSCTTY`, never stealing one from another session).
 pub fn set_controlling_tty(fd: RawFd) -> SysResult<()> {
     // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal).
-    check_int(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0 as libc::c_ulong) }).map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_ioctl, [fd as u64, libc::TIOCSCTTY, 0, 0, 0, 0]) }).map(drop)
 }
 
 /// The next signal reported by a non-blocking signalfd (see

@@ -1,0 +1,173 @@
+//! A run's PID 1 as a process that shares the supervisor's memory
+//! (CLONE_VM) instead of a fork of it, and the stacks it runs on.
+//!
+//! Forking the supervisor for every PID 1 cost each run a copy of its page
+//! tables, a copy-on-write fault in the supervisor for every page it wrote
+//! while that PID 1 lived (about 60 per run, 60% of the supervisor's CPU),
+//! and the teardown of the copy at PID 1's exit (docs/latency.md). A PID
+//! 1 that shares the memory costs none of these. The price is a contract:
+//! while the child lives, what it reads must stay where it is, unchanged,
+//! and it must leave the supervisor's state alone — no allocation, no
+//! panics, and no errno (it shares the supervisor's thread-local storage:
+//! every call in `sys` is made without libc's errno for this).
+
+use std::os::fd::OwnedFd;
+
+use super::{clone3_on_stack, owned, raw_syscall, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD};
+
+/// A pool of stacks for PID 1s and their tracees. A stack goes back to the
+/// pool only once the process that ran on it is gone, and pooled stacks
+/// keep their touched pages: no munmap (which would interrupt every CPU
+/// running a process of this memory to flush its TLB) and no page faults
+/// for the next run.
+#[derive(Default)]
+pub struct StackPool {
+    free: std::cell::RefCell<Vec<Stack>>,
+}
+
+impl StackPool {
+    /// A stack of `len` bytes, pooled or new. A new one's lowest page is
+    /// inaccessible: a process that overflows its stack faults there
+    /// rather than writing into the supervisor's memory below.
+    pub fn take(&self, len: usize) -> SysResult<Stack> {
+        let mut free = self.free.borrow_mut();
+        if let Some(i) = free.iter().position(|s| s.len == len) {
+            return Ok(free.swap_remove(i));
+        }
+        let stack = Stack::new(len)?;
+        // SAFETY: the first page of a fresh private mapping of `len` bytes
+        // (more than a page: every caller's), which nothing uses yet.
+        let ret = unsafe {
+            raw_syscall(libc::SYS_mprotect, [stack.base as u64, 4096, libc::PROT_NONE as u64, 0, 0, 0])
+        };
+        if ret < 0 {
+            return Err(-ret as Errno);
+        }
+        Ok(stack)
+    }
+
+    /// Returns a stack that no process runs on any more.
+    pub fn give(&self, stack: Stack) {
+        self.free.borrow_mut().push(stack);
+    }
+}
+
+/// Starts `child(arg)` in a new process that shares the caller's memory
+/// (CLONE_VM) but not its descriptor table, filesystem context or signal
+/// handlers, on `stack`, with the namespace flags in `flags`. Returns its
+/// pid and pidfd. The child is the caller's child (SIGCHLD at its exit).
+///
+/// # Safety
+/// Until the child has exited (its pidfd is readable): `arg` and what it
+/// points to stay mapped and unchanged, and `stack` stays mapped and is
+/// used by nothing else. `child` must not allocate, unwind or touch errno
+/// (every `sys` call qualifies), and must end with [`super::exit`].
+pub unsafe fn spawn<T>(flags: u64, stack: &Stack, arg: &T, child: fn(&T) -> !) -> SysResult<(i32, OwnedFd)> {
+    // The child reads its `Call` first thing, possibly after this function
+    // has returned: it is written at the top of the child's own stack,
+    // which lives as long as the child, and the stack proper starts below.
+    let size = std::mem::size_of::<Call<'_, T>>().next_multiple_of(64);
+    let top = stack.len & !63;
+    if top <= size + 4096 {
+        return Err(libc::EINVAL);
+    }
+    let at = (stack.base as usize + top - size) as *mut Call<'_, T>;
+    // SAFETY: [at, at + size) lies inside the stack's mapping (checked
+    // above), is suitably aligned (64), and nothing else uses the stack
+    // (the caller's contract).
+    unsafe { at.write(Call { arg, child }) };
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: flags | libc::CLONE_VM as u64 | CLONE_PIDFD,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base as u64,
+        stack_size: (top - size) as u64,
+        ..Default::default()
+    };
+    // SAFETY: the stack and the `Call` on it stay mapped and unchanged
+    // until the child has exited, and so does `arg` (the caller's
+    // contract); `args` lives on this frame for the call.
+    let ret = unsafe { clone3_on_stack(&mut args, &*at) };
+    if ret < 0 {
+        return Err(-ret as Errno);
+    }
+    Ok((ret as i32, owned(pidfd as libc::c_long)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    struct Job {
+        input: u64,
+        out: AtomicU64,
+    }
+
+    fn child(j: &Job) -> ! {
+        // Shared memory: the parent sees this store.
+        j.out.store(j.input * 2, SeqCst);
+        super::super::exit(7)
+    }
+
+    /// The child shares the caller's memory, reads its argument after
+    /// `spawn` has returned (its `Call` lives on its own stack), and is
+    /// the caller's child: its pidfd reports its exit status.
+    #[test]
+    fn spawned_child_shares_memory() {
+        let pool = StackPool::default();
+        let stack = pool.take(64 << 10).unwrap();
+        let job = Job { input: 21, out: AtomicU64::new(0) };
+        // SAFETY: `job` and `stack` outlive the child (waited for below).
+        let (pid, pidfd) = unsafe { spawn(0, &stack, &job, child) }.unwrap();
+        assert!(pid > 0);
+        let status = crate::sys::pidfd_wait(pidfd.as_raw_fd()).unwrap().expect("exited");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7, "status {status:#x}");
+        assert_eq!(job.out.load(SeqCst), 42);
+        // Back to the pool, and out again: the same mapping.
+        let base = stack.base;
+        pool.give(stack);
+        assert_eq!(pool.take(64 << 10).unwrap().base, base);
+    }
+
+    fn overflow(depth: &u64) -> ! {
+        #[inline(never)]
+        fn recurse(n: u64) -> u64 {
+            let buf = [n; 512];
+            std::hint::black_box(&buf);
+            if n == 0 {
+                0
+            } else {
+                recurse(n - 1) + buf[3]
+            }
+        }
+        std::hint::black_box(recurse(*depth));
+        super::super::exit(0)
+    }
+
+    /// A child that overflows its stack dies of SIGSEGV on the guard page
+    /// instead of writing below the stack.
+    #[test]
+    fn stack_overflow_hits_the_guard_page() {
+        let pool = StackPool::default();
+        let stack = pool.take(64 << 10).unwrap();
+        let depth: u64 = 1 << 20;
+        // SAFETY: `depth` and `stack` outlive the child (waited for below);
+        // the child's only effect on shared memory is its own stack.
+        let (_, pidfd) = unsafe { spawn(0, &stack, &depth, overflow) }.unwrap();
+        let status = crate::sys::pidfd_wait(pidfd.as_raw_fd()).unwrap().expect("exited");
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, "status {status:#x}");
+    }
+
+    /// A stack too small to hold the child's `Call` and a page is refused.
+    #[test]
+    fn tiny_stack_is_refused() {
+        let stack = Stack::new(4096).unwrap();
+        let depth = 0u64;
+        // SAFETY: refused before any child exists.
+        let r = unsafe { spawn(0, &stack, &depth, overflow) };
+        assert_eq!(r.err(), Some(libc::EINVAL));
+    }
+}
