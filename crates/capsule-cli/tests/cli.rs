@@ -502,3 +502,35 @@ fn hostname_option() {
     let out = run_probe(&["--hostname", "box-7"], &["hostname"]).run();
     assert_eq!(out.assert_probe_ok().must("hostname"), "box-7", "{}", out.describe());
 }
+
+/// The supervisor re-executes its binary inside its user namespace, which
+/// needs read permission on it (an unreadable binary would leave its
+/// memory the host's, and no run could write its id maps): a binary the
+/// user may execute but not read is refused with a message saying so,
+/// before any run. (A binary the user owns is readable to the supervisor
+/// whatever its mode: it is root over its owner in its namespace. Hence
+/// a root-owned copy, which needs a root harness.)
+#[test]
+fn unreadable_binary_is_refused_clearly() {
+    use std::os::unix::fs::PermissionsExt;
+    require!("unreadable_binary_is_refused_clearly", userns_available());
+    require!(
+        "unreadable_binary_is_refused_clearly",
+        if h().is_root { Ok(()) } else { Err("needs a root harness for a binary owned by another user".to_string()) }
+    );
+    let dir = Scratch::new("unreadable");
+    let bin = dir.join("capsule-cli");
+    std::fs::copy(h().bin_dir.join("capsule-cli"), &bin).unwrap();
+    let run = |mode: u32| {
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut cmd = capsule(&["run", "-q", "--no-agent"]);
+        cmd.binary(&bin).no_json().arg("--").arg("/bin/true");
+        cmd.run()
+    };
+    let out = run(0o711);
+    assert_eq!(out.code, Some(125), "{}", out.describe());
+    assert!(out.stderr.contains("not readable by its user") && out.stderr.contains("chmod a+r"), "{}", out.describe());
+    // Readable again, the same copy runs.
+    let out = run(0o755);
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+}
