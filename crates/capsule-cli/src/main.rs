@@ -12,6 +12,8 @@ use capsule::units::{parse_duration, parse_size};
 use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+#[cfg(debug_assertions)]
+mod alloc_guard;
 mod agent_cmd;
 mod interact;
 mod judge;
@@ -591,6 +593,8 @@ fn cmd_check(m: &ArgMatches) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    #[cfg(debug_assertions)]
+    alloc_guard::init();
     // Agents forked by this process plan the front end's command lines.
     capsule::agent::set_planner(plan_command);
     let first = std::env::args_os().nth(1);
@@ -638,4 +642,5 @@ fn main() -> ExitCode {
         }
     }
 }
+
 
