@@ -87,9 +87,9 @@ pub struct Supervisor {
     filters: Filters,
     /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
     fusectl: Option<OwnedFd>,
-    /// Stacks for the runs' PID 1s and tracees, which share the
+    /// Stacks and arenas of the runs' PID 1s and tracees, which share the
     /// supervisor's memory.
-    stacks: Rc<sys::vm::StackPool>,
+    pools: Rc<Pools>,
     /// This supervisor's cgroup; None in degraded mode.
     cgroups: Option<Instance>,
     /// Where the cgroups come from, or why there are none.
@@ -480,7 +480,7 @@ struct Prepared {
     /// `Drop`). None only while being dropped.
     run: Option<Box<child::Pid1>>,
     stack: Option<sys::Stack>,
-    pool: Rc<sys::vm::StackPool>,
+    pools: Rc<Pools>,
     /// Our end of the tracee's go socket.
     go: OwnedFd,
     /// PID 1 writes a byte to it when the result is in the arena.
@@ -528,13 +528,22 @@ impl Drop for Prepared {
             }
         }
         if let Some(run) = self.run.take() {
-            let child::Pid1 { tracee_stack, .. } = *run;
-            self.pool.give(tracee_stack);
+            let child::Pid1 { tracee_stack, arena, .. } = *run;
+            self.pools.stacks.give(tracee_stack);
+            self.pools.arenas.give(arena);
         }
         if let Some(stack) = self.stack.take() {
-            self.pool.give(stack);
+            self.pools.stacks.give(stack);
         }
     }
+}
+
+/// Stacks and arenas for reuse (see `sys::vm`), shared by the supervisor
+/// and its `Prepared`s, which give theirs back once PID 1 has exited.
+#[derive(Default)]
+struct Pools {
+    stacks: sys::vm::StackPool,
+    arenas: sys::vm::ArenaPool<Shared>,
 }
 
 /// A run in flight.
@@ -703,7 +712,7 @@ impl Supervisor {
             self_pidfd,
             last_cap: caps::last_cap(),
             filters: Filters::default(),
-            stacks: Rc::new(sys::vm::StackPool::default()),
+            pools: Rc::new(Pools::default()),
             cgroups: p.cgroups.map(Instance::from_state),
             cgroup_note: p.cgroup_note,
             cpus: sys::cpu_count(),
@@ -882,7 +891,7 @@ impl Supervisor {
             None => None,
         };
         let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
-        let arena = Arena::<Shared>::new(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
+        let arena = self.pools.arenas.take(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
         // (`with_net_log` gives every policy, `none` too, the log's epilogue.)
         let net_log = match spec.net_log {
             false => None,
@@ -959,7 +968,7 @@ impl Supervisor {
             }
             Err(e)
         };
-        let stacks = (self.stacks.take(PID1_STACK), self.stacks.take(TRACEE_STACK));
+        let stacks = (self.pools.stacks.take(PID1_STACK), self.pools.stacks.take(TRACEE_STACK));
         let (stack, tracee_stack) = match stacks {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
@@ -982,8 +991,10 @@ impl Supervisor {
         let (pid, pidfd) = match spawned {
             Ok(p) => p,
             Err(e) => {
-                self.stacks.give(stack);
-                self.stacks.give(run.tracee_stack);
+                let child::Pid1 { arena, tracee_stack, .. } = *run;
+                self.pools.stacks.give(stack);
+                self.pools.stacks.give(tracee_stack);
+                self.pools.arenas.give(arena);
                 let e = SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string();
                 return fail_early(cgroup, e);
             }
@@ -1001,7 +1012,7 @@ impl Supervisor {
             pidfd,
             run: Some(run),
             stack: Some(stack),
-            pool: self.stacks.clone(),
+            pools: self.pools.clone(),
             go,
             done,
             control,

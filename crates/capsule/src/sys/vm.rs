@@ -13,7 +13,7 @@
 
 use std::os::fd::OwnedFd;
 
-use super::{clone3_on_stack, owned, raw_syscall, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD};
+use super::{align16, clone3_on_stack, owned, raw_syscall, Arena, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD};
 
 /// A pool of stacks for PID 1s and their tracees. A stack goes back to the
 /// pool only once the process that ran on it is gone, and pooled stacks
@@ -49,6 +49,42 @@ impl StackPool {
     /// Returns a stack that no process runs on any more.
     pub fn give(&self, stack: Stack) {
         self.free.borrow_mut().push(stack);
+    }
+}
+
+/// A pool of run arenas, for the same reasons as [`StackPool`]: an arena
+/// goes back only once its PID 1 is gone, and comes out again reset (its
+/// header to `T::default()`, its byte area empty), its touched pages kept:
+/// no `munmap` (which interrupts every CPU running a process of this
+/// memory, such as other runs' PID 1s, to flush its TLB), no page faults.
+pub struct ArenaPool<T> {
+    free: std::cell::RefCell<Vec<Arena<T>>>,
+}
+
+impl<T> Default for ArenaPool<T> {
+    fn default() -> Self {
+        ArenaPool { free: std::cell::RefCell::new(Vec::new()) }
+    }
+}
+
+impl<T: Default> ArenaPool<T> {
+    /// An arena of at least `len` bytes, pooled (reset) or new.
+    pub fn take(&self, len: usize) -> SysResult<Arena<T>> {
+        let Some(a) = self.free.borrow_mut().pop() else { return Arena::new(len) };
+        if a.len < len {
+            return Arena::new(len);
+        }
+        // SAFETY: a pooled arena is used by no process any more (`give`'s
+        // contract): its header may be written; the mapping is page-aligned
+        // and big enough for T.
+        unsafe { (a.ptr as *mut T).write(T::default()) };
+        a.next.set(align16(std::mem::size_of::<T>()));
+        Ok(a)
+    }
+
+    /// Returns an arena that no process uses any more.
+    pub fn give(&self, arena: Arena<T>) {
+        self.free.borrow_mut().push(arena);
     }
 }
 
@@ -159,6 +195,31 @@ mod tests {
         let (_, pidfd) = unsafe { spawn(0, &stack, &depth, overflow) }.unwrap();
         let status = crate::sys::pidfd_wait(pidfd.as_raw_fd()).unwrap().expect("exited");
         assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, "status {status:#x}");
+    }
+
+    #[derive(Default)]
+    struct Header {
+        flags: AtomicU64,
+    }
+
+    /// A pooled arena comes back reset: its header to the default, its
+    /// byte area empty; the same mapping.
+    #[test]
+    fn pooled_arena_comes_back_reset() {
+        let pool = ArenaPool::<Header>::default();
+        let a = pool.take(1 << 20).unwrap();
+        a.flags.store(9, SeqCst);
+        let first = a.put(b"argv").unwrap();
+        let ptr = a.ptr;
+        pool.give(a);
+        let b = pool.take(1 << 20).unwrap();
+        assert_eq!(b.ptr, ptr);
+        assert_eq!(b.flags.load(SeqCst), 0);
+        assert_eq!(b.put(b"next").unwrap(), first, "the byte area starts over");
+        // A bigger one than pooled is a new mapping.
+        pool.give(b);
+        let c = pool.take(4 << 20).unwrap();
+        assert_ne!(c.ptr, ptr);
     }
 
     /// A stack too small to hold the child's `Call` and a page is refused.
