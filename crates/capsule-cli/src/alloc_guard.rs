@@ -20,17 +20,24 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
 /// PID 1's exit status when it allocated.
 const STATUS: i32 = 98;
 
-/// Just above the main thread's stack (its top, with some slack).
+/// The main thread's stack: [bottom, top), with some slack above. (The
+/// kernel keeps at least 128 MiB between the stack's top and the mappings
+/// below it, where the pooled stacks are.)
 static MAIN_STACK_TOP: AtomicUsize = AtomicUsize::new(0);
+static MAIN_STACK_BOTTOM: AtomicUsize = AtomicUsize::new(0);
 /// The process's pid at `main` (a re-executed supervisor sets it again).
 static PID: AtomicI32 = AtomicI32::new(0);
-/// How far below its top the main thread's stack may reach.
-const MAIN_STACK_MAX: usize = 64 << 20;
 
 /// Called first thing in `main`.
 pub fn init() {
     let here = 0u8;
-    MAIN_STACK_TOP.store(&here as *const u8 as usize + (1 << 20), Relaxed);
+    let sp = &here as *const u8 as usize;
+    set(sp - (64 << 20), sp + (1 << 20));
+}
+
+fn set(bottom: usize, top: usize) {
+    MAIN_STACK_BOTTOM.store(bottom, Relaxed);
+    MAIN_STACK_TOP.store(top, Relaxed);
     PID.store(capsule::sys::getpid(), Relaxed);
 }
 
@@ -39,7 +46,7 @@ fn check() {
     let here = 0u8;
     let sp = &here as *const u8 as usize;
     let top = MAIN_STACK_TOP.load(Relaxed);
-    if top == 0 || (sp <= top && sp >= top - MAIN_STACK_MAX) {
+    if top == 0 || (sp < top && sp >= MAIN_STACK_BOTTOM.load(Relaxed)) {
         return;
     }
     if capsule::sys::getpid() != PID.load(Relaxed) {
@@ -92,8 +99,12 @@ mod tests {
     /// the heap.
     #[test]
     fn allocation_in_a_clone_vm_child_ends_it() {
-        // (The test harness's threads stand for the main thread here.)
-        super::init();
+        // This test thread stands for the main thread: its frame and what
+        // it calls, not the whole thread area (the pooled stack may lie
+        // close to the test threads' stacks).
+        let here = 0u8;
+        let sp = &here as *const u8 as usize;
+        super::set(sp - (256 << 10), sp + 4096);
         let pool = capsule::sys::vm::StackPool::default();
         let stack = pool.take(256 << 10).unwrap();
         let n = 4096usize;
