@@ -475,20 +475,55 @@ impl Relay {
         }
     }
 
-    /// Both programs ended: the relay's last look, then who was first.
-    /// `ends`: the runs' end times (monotonic ns), for closings seen in the
-    /// same wake-up (or never seen).
-    pub(crate) fn first_to_exit(&mut self, round: u64, ends: [u64; 2]) -> Side {
+    /// Both programs ended: the relay's last look, then who was first
+    /// (see [`first_of`]).
+    pub(crate) fn first_to_exit(&mut self, round: u64, ends: [u64; 2], sigpipe: [bool; 2]) -> Side {
         for d in 0..2 {
             self.pump(d, round);
         }
-        let by_time = if ends[1] < ends[0] { Side::Interactor } else { Side::Solution };
-        match self.closed_in {
-            [Some(s), Some(i)] if s < i => Side::Solution,
-            [Some(s), Some(i)] if i < s => Side::Interactor,
-            [Some(_), None] => Side::Solution,
-            [None, Some(_)] => Side::Interactor,
-            _ => by_time,
-        }
+        first_of(self.closed_in, ends, sigpipe)
+    }
+}
+
+/// Which program left first (solution, interactor): the one whose end the
+/// relay saw in an earlier wake-up (`closed_in`). For ends seen in the
+/// same wake-up (or never seen): not one killed by SIGPIPE, which was
+/// writing to a program that had stopped reading; else the earlier of the
+/// runs' end times (monotonic ns, when their PID 1s reaped them, which can
+/// be microseconds the wrong way round).
+fn first_of(closed_in: [Option<u64>; 2], ends: [u64; 2], sigpipe: [bool; 2]) -> Side {
+    match (closed_in, sigpipe) {
+        ([Some(s), Some(i)], _) if s < i => Side::Solution,
+        ([Some(s), Some(i)], _) if i < s => Side::Interactor,
+        ([Some(_), None], _) => Side::Solution,
+        ([None, Some(_)], _) => Side::Interactor,
+        (_, [true, false]) => Side::Interactor,
+        (_, [false, true]) => Side::Solution,
+        _ if ends[1] < ends[0] => Side::Interactor,
+        _ => Side::Solution,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_to_leave() {
+        // Seen in different wake-ups: that order, whatever else.
+        assert_eq!(first_of([Some(1), Some(2)], [9, 1], [true, false]), Side::Solution);
+        assert_eq!(first_of([Some(2), Some(1)], [1, 9], [false, true]), Side::Interactor);
+        assert_eq!(first_of([Some(3), None], [9, 1], [false, false]), Side::Solution);
+        assert_eq!(first_of([None, Some(3)], [1, 9], [false, false]), Side::Interactor);
+        // In one wake-up: the end times...
+        assert_eq!(first_of([Some(2), Some(2)], [5, 7], [false, false]), Side::Solution);
+        assert_eq!(first_of([Some(2), Some(2)], [7, 5], [false, false]), Side::Interactor);
+        assert_eq!(first_of([None, None], [7, 5], [false, false]), Side::Interactor);
+        // ...unless one was killed by SIGPIPE: the other left first, even
+        // when it was reaped later (the CI case: test 4 of
+        // guess_too_many_guesses_is_wa).
+        assert_eq!(first_of([Some(2), Some(2)], [5, 7], [true, false]), Side::Interactor);
+        assert_eq!(first_of([Some(2), Some(2)], [7, 5], [false, true]), Side::Solution);
+        assert_eq!(first_of([Some(2), Some(2)], [5, 7], [true, true]), Side::Solution);
     }
 }

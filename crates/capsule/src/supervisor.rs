@@ -1745,7 +1745,8 @@ impl Loop {
                 return self.answer(p.conn, &p.cid, &RunResult::error(msg), p.notify.take());
             }
         }
-        let first_to_exit = p.relay.first_to_exit(self.round, [sol_end, int_end]);
+        let sigpipe = |r: &RunResult| r.status == Status::Signaled && r.signal.as_deref() == Some("SIGPIPE");
+        let first_to_exit = p.relay.first_to_exit(self.round, [sol_end, int_end], [sigpipe(&sol), sigpipe(&int)]);
         let result = InteractResult { first_to_exit, solution: sol, interactor: int };
         self.answer_pair(p.conn, &p.cid, &result, p.notify.take());
     }

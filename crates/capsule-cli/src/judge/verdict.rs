@@ -122,16 +122,9 @@ pub fn ending(r: &RunResult) -> String {
 /// is a judge error, except SIGPIPE after the solution left first, which
 /// means the solution stopped talking too early: WA. `interactor_says`:
 /// the interactor's message (its stderr), for the WA detail.
-///
-/// A solution killed by SIGPIPE did not leave first, whatever the order
-/// of the ends says: it was writing to an interactor that had stopped
-/// reading. (When both ends fall in one wake-up of the relay, the order
-/// comes from the times PID 1s reaped them, which can invert a SIGPIPE
-/// that followed the interactor's exit by microseconds.)
 pub fn interactive_verdict(r: &InteractResult, l: &Limits, interactor_says: &str) -> Result<Judged, String> {
     let own = run_verdict(&r.solution, l)?;
-    let sigpipe = r.solution.status == Status::Signaled && r.solution.signal.as_deref() == Some("SIGPIPE");
-    if r.first_to_exit == Side::Solution && !sigpipe {
+    if r.first_to_exit == Side::Solution {
         if let Some(v) = own.clone() {
             return Ok(v);
         }
@@ -278,16 +271,6 @@ mod tests {
         assert_eq!(iv(&pair(Side::Interactor, signaled("SIGPIPE"), exited(2))), Verdict::Wa);
         let (_, why) = interactive_verdict(&pair(Side::Interactor, exited(0), exited(1)), &limits(false), "").unwrap();
         assert!(why.contains("rejected"), "{why}");
-    }
-
-    #[test]
-    fn a_solution_killed_by_sigpipe_did_not_leave_first() {
-        // The ends in one wake-up, ordered by reap time the wrong way
-        // round: the interactor still decides.
-        assert_eq!(iv(&pair(Side::Solution, signaled("SIGPIPE"), exited(1))), Verdict::Wa);
-        assert_eq!(iv(&pair(Side::Solution, signaled("SIGPIPE"), exited(0))), Verdict::Ok);
-        // Other signals keep their order.
-        assert_eq!(iv(&pair(Side::Solution, signaled("SIGSEGV"), exited(1))), Verdict::Re);
     }
 
     #[test]
