@@ -355,9 +355,8 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
 fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle: Duration, client: i32) -> ! {
     use std::os::unix::fs::MetadataExt;
     // A name of its own for ps and top (it was forked as `capsule`); its
-    // own session, no
-    // terminal; the root as its directory, so that it keeps no file system
-    // of the caller's busy.
+    // own session, no terminal; the root as its directory, so that it
+    // keeps no file system of the caller's busy.
     sys::set_comm(c"capsule-agent");
     let _ = sys::setsid();
     let _ = sys::chdir(c"/");

@@ -398,19 +398,17 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
 pub(crate) struct Pid1 {
     pub plan: Plan,
     pub arena: Arena<Shared>,
+    /// PID 1's own stack.
+    pub stack: sys::Stack,
     /// The tracee's stack until its execve.
     pub tracee_stack: sys::Stack,
 }
 
-/// PID 1's entry point (`sys::vm::spawn`).
-pub(crate) fn pid1_main(p: &Pid1) -> ! {
-    pid1(&p.plan, &p.arena, &p.tracee_stack)
-}
-
-fn pid1(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> ! {
-    match pid1_setup(plan, arena, stack) {
+/// PID 1's entry point (`sys::vm::spawn`, on `p.stack`).
+pub(crate) fn pid1(p: &Pid1) -> ! {
+    match pid1_setup(&p.plan, &p.arena, &p.tracee_stack) {
         Ok(never) => match never {},
-        Err(f) => fail_exit(arena, f),
+        Err(f) => fail_exit(&p.arena, f),
     }
 }
 

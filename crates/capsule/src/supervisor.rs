@@ -475,12 +475,13 @@ struct Prepared {
     /// the arena.
     late_filter: Option<Rc<SealedFilter>>,
     pidfd: OwnedFd,
-    /// What PID 1 runs on (its plan, the arena, the tracee's stack), and
-    /// its stack: shared memory, freed only once PID 1 has exited (see
-    /// `Drop`). None only while being dropped.
+    /// What PID 1 runs on (its plan, the arena, the stacks): shared
+    /// memory, freed only once PID 1 has exited (see `Drop`). None only
+    /// while being dropped.
     run: Option<Box<child::Pid1>>,
-    stack: Option<sys::Stack>,
     pools: Rc<Pools>,
+    /// PID 1 was reaped: it is gone.
+    reaped: bool,
     /// Our end of the tracee's go socket.
     go: OwnedFd,
     /// PID 1 writes a byte to it when the result is in the arena.
@@ -509,6 +510,13 @@ impl Prepared {
     fn arena(&self) -> &Arena<Shared> {
         &self.run.as_ref().expect("only None while dropped").arena
     }
+
+    /// Reaps PID 1, which has exited (its pidfd is readable); its wait
+    /// status.
+    fn reap(&mut self) -> Option<i32> {
+        self.reaped = true;
+        sys::pidfd_try_wait(self.pidfd.as_raw_fd()).ok().flatten()
+    }
 }
 
 impl Drop for Prepared {
@@ -518,22 +526,16 @@ impl Drop for Prepared {
     /// waited for, and if it does not go within 10 s its memory is
     /// leaked rather than freed under it.
     fn drop(&mut self) {
-        if !exited(self) {
+        if !self.reaped && !exited(self) {
             kill_prepared(self);
             let mut pfd = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
             if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
                 std::mem::forget(self.run.take());
-                std::mem::forget(self.stack.take());
                 return;
             }
         }
         if let Some(run) = self.run.take() {
-            let child::Pid1 { tracee_stack, arena, .. } = *run;
-            self.pools.stacks.give(tracee_stack);
-            self.pools.arenas.give(arena);
-        }
-        if let Some(stack) = self.stack.take() {
-            self.pools.stacks.give(stack);
+            self.pools.give(*run);
         }
     }
 }
@@ -544,6 +546,16 @@ impl Drop for Prepared {
 struct Pools {
     stacks: sys::vm::StackPool,
     arenas: sys::vm::ArenaPool<Shared>,
+}
+
+impl Pools {
+    /// Takes back what a PID 1 that is gone (or never started) ran on.
+    fn give(&self, run: child::Pid1) {
+        let child::Pid1 { arena, stack, tracee_stack, .. } = run;
+        self.stacks.give(stack);
+        self.stacks.give(tracee_stack);
+        self.arenas.give(arena);
+    }
 }
 
 /// A run in flight.
@@ -973,17 +985,18 @@ impl Supervisor {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
         };
-        let run = Box::new(child::Pid1 { plan, arena, tracee_stack });
+        let run = Box::new(child::Pid1 { plan, arena, stack, tracee_stack });
         if let Some((one, _)) = &pin {
             let _ = sys::set_affinity(one);
         }
-        // SAFETY: `run` (boxed: it does not move) and `stack` are kept in
-        // the `Prepared` below, whose drop frees them only once PID 1 has
-        // exited, and nothing changes them meanwhile (the supervisor writes
-        // only the arena's shared page and byte area, through atomics and
-        // `put`, to which PID 1 reads are ordered by the go message).
-        // `pid1_main` makes `sys` calls only and ends with `sys::exit`.
-        let spawned = unsafe { sys::vm::spawn(libc::CLONE_NEWPID as u64, &stack, &*run, child::pid1_main) };
+        // SAFETY: `run` (boxed: it does not move), its stacks included, is
+        // kept in the `Prepared` below, whose drop frees it only once PID 1
+        // has exited, and nothing changes it meanwhile (the supervisor
+        // writes only the arena's shared page and byte area, through
+        // atomics and `put`, to which PID 1 reads are ordered by the go
+        // message). `child::pid1` makes `sys` calls only and ends with
+        // `sys::exit`.
+        let spawned = unsafe { sys::vm::spawn(libc::CLONE_NEWPID as u64, &run.stack, &*run, child::pid1) };
         // (The child widens itself once its sandbox is built.)
         if let Some((_, all)) = &pin {
             let _ = sys::set_affinity(all);
@@ -991,10 +1004,7 @@ impl Supervisor {
         let (pid, pidfd) = match spawned {
             Ok(p) => p,
             Err(e) => {
-                let child::Pid1 { arena, tracee_stack, .. } = *run;
-                self.pools.stacks.give(stack);
-                self.pools.stacks.give(tracee_stack);
-                self.pools.arenas.give(arena);
+                self.pools.give(*run);
                 let e = SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string();
                 return fail_early(cgroup, e);
             }
@@ -1011,8 +1021,8 @@ impl Supervisor {
             shape,
             pidfd,
             run: Some(run),
-            stack: Some(stack),
             pools: self.pools.clone(),
+            reaped: false,
             go,
             done,
             control,
@@ -1824,7 +1834,7 @@ impl Loop {
             let status = if dead {
                 // A last look: the result may have been signalled just before.
                 let _ = sys::read(r.p.done.as_raw_fd(), &mut [0u8; 8]);
-                sys::pidfd_try_wait(r.p.pidfd.as_raw_fd()).ok().flatten()
+                r.p.reap()
             } else {
                 None
             };
@@ -1904,7 +1914,7 @@ impl Loop {
     fn reap_spares_and_zombies(&mut self) {
         self.spares.retain_mut(|s| {
             if std::mem::take(&mut s.signalled) && exited(s) {
-                let _ = sys::pidfd_try_wait(s.pidfd.as_raw_fd());
+                s.reap();
                 if let Some(cg) = &s.cgroup {
                     cg.try_remove();
                 }
@@ -1917,7 +1927,7 @@ impl Loop {
             if !std::mem::take(&mut z.signalled) || !exited(z) {
                 return true;
             }
-            let _ = sys::pidfd_try_wait(z.pidfd.as_raw_fd());
+            z.reap();
             if let Some(cg) = z.cgroup.take() {
                 if !cg.try_remove() {
                     cg.remove();
@@ -2376,6 +2386,7 @@ impl Loop {
         }
         for mut z in self.zombies.drain(..) {
             let _ = sys::pidfd_wait(z.pidfd.as_raw_fd());
+            z.reaped = true;
             if let Some(cg) = z.cgroup.take() {
                 cg.remove();
             }
