@@ -889,9 +889,12 @@ impl HostProc {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn host process");
-        // Wait until setpriv exec'd the probe.
+        // Wait until setpriv exec'd the probe: setpriv's own command line
+        // carries the tag too, and while the exec is under way the
+        // process's command line reads empty.
+        let probe = probe();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !procs_with_marker(tag).iter().any(|(p, _)| *p == child.id() as i32) {
+        while !procs_with_marker(tag).iter().any(|(p, cmd)| *p == child.id() as i32 && cmd.split(' ').next() == Some(probe.as_str())) {
             assert!(Instant::now() < deadline, "host process did not start");
             std::thread::sleep(Duration::from_millis(5));
         }
