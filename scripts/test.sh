@@ -23,6 +23,17 @@ command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust (r
 strict=${CAPSULE_TEST_STRICT:-0}
 
 cargo build --workspace --all-targets
+# Lints: clippy's default set, every warning an error. It ships with the
+# toolchain (rustup's default profile); without it the step is skipped, and
+# in strict mode that is a failure like any other skip.
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --workspace --all-targets -- -D warnings
+elif [ "$strict" = 1 ]; then
+  echo "test.sh: cargo clippy is not installed (rustup component add clippy); strict mode needs the lint step" >&2
+  exit 1
+else
+  echo "test.sh: skipping the lint step: cargo clippy is not installed (rustup component add clippy)" >&2
+fi
 # (Not `--bins`: it would build the front end `capsule`, a no_std program
 # linked without a C library, with the test harness, which cannot link.)
 # On this machine: everything but the cgroup v2 tests, which need a delegated

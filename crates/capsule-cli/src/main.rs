@@ -169,7 +169,10 @@ fn serve_command() -> Command {
 /// The subcommands, built on demand: a command line names one, and
 /// building only that one halves clap's share of a `capsule run`
 /// (~150 µs for all of them).
-const SUBCOMMANDS: [(&str, fn() -> Command); 10] = [
+/// Builds one subcommand's parser.
+type Build = fn() -> Command;
+
+const SUBCOMMANDS: [(&str, Build); 10] = [
     ("run", run_command),
     ("shell", || shell::command(run_command())),
     ("serve", serve_command),

@@ -107,9 +107,10 @@ struct Inner {
 }
 
 /// A final message from the supervisor.
+/// (Results boxed as they come off the wire: they dwarf `Failed`.)
 enum Outcome {
-    Run(RunResult),
-    Interact(InteractResult),
+    Run(Box<RunResult>),
+    Interact(Box<InteractResult>),
     /// The run could not happen.
     Failed(String),
 }
@@ -309,8 +310,8 @@ impl Inner {
         match proto::recv::<ServerMsg>(self.sock.as_raw_fd()) {
             Ok(Some((msg, _fds))) => {
                 let (id, outcome) = match msg {
-                    ServerMsg::Result { id, result } => (id, Outcome::Run(*result)),
-                    ServerMsg::Interacted { id, result } => (id, Outcome::Interact(*result)),
+                    ServerMsg::Result { id, result } => (id, Outcome::Run(result)),
+                    ServerMsg::Interacted { id, result } => (id, Outcome::Interact(result)),
                     ServerMsg::Failed { id, error } => (id, Outcome::Failed(error)),
                     ServerMsg::Fatal(msg) => return Err(format!("fatal error: {msg}")),
                     ServerMsg::Started { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. } => return Ok(()),
@@ -459,7 +460,7 @@ impl RunHandle {
     /// handle.
     pub fn wait(mut self) -> Result<RunResult, Error> {
         match self.0.wait()? {
-            Outcome::Run(r) => Ok(r),
+            Outcome::Run(r) => Ok(*r),
             _ => Err(mismatch()),
         }
     }
@@ -468,7 +469,7 @@ impl RunHandle {
     pub fn try_wait(&mut self) -> Result<Option<RunResult>, Error> {
         match self.0.try_wait()? {
             None => Ok(None),
-            Some(Outcome::Run(r)) => Ok(Some(r)),
+            Some(Outcome::Run(r)) => Ok(Some(*r)),
             Some(_) => Err(mismatch()),
         }
     }
@@ -507,7 +508,7 @@ impl InteractHandle {
     /// program that could not start is an `Err` naming it.
     pub fn wait(mut self) -> Result<InteractResult, Error> {
         match self.0.wait()? {
-            Outcome::Interact(r) => Ok(r),
+            Outcome::Interact(r) => Ok(*r),
             _ => Err(mismatch()),
         }
     }
@@ -516,7 +517,7 @@ impl InteractHandle {
     pub fn try_wait(&mut self) -> Result<Option<InteractResult>, Error> {
         match self.0.try_wait()? {
             None => Ok(None),
-            Some(Outcome::Interact(r)) => Ok(Some(r)),
+            Some(Outcome::Interact(r)) => Ok(Some(*r)),
             Some(_) => Err(mismatch()),
         }
     }

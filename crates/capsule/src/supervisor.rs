@@ -1575,8 +1575,7 @@ impl Loop {
     /// Starts queued requests, collects finished runs, keeps the spares.
     fn schedule(&mut self, sup: &mut Supervisor) {
         self.collect(sup);
-        loop {
-            let Some(front) = self.queue.front() else { break };
+        while let Some(front) = self.queue.front() {
             match front.pair {
                 // The interactor starts right after its solution, whatever
                 // the count: the two talk to each other.
@@ -2298,22 +2297,17 @@ impl Loop {
         if c.gone {
             return;
         }
-        match (&c.framing, cid) {
-            (Framing::Binary, ClientId::Binary(id)) => {
-                if proto::send(c.read.as_raw_fd(), &binary(*id), &[]).is_err() {
-                    self.drop_conn(conn);
-                }
-            }
-            (Framing::Binary, ClientId::Command { .. }) => {
-                if proto::send(c.read.as_raw_fd(), &binary(0), &[]).is_err() {
-                    self.drop_conn(conn);
-                }
-            }
+        let sent = match (&c.framing, cid) {
+            (Framing::Binary, ClientId::Binary(id)) => proto::send(c.read.as_raw_fd(), &binary(*id), &[]),
+            (Framing::Binary, ClientId::Command { .. }) => proto::send(c.read.as_raw_fd(), &binary(0), &[]),
             (_, ClientId::Json(id)) => {
                 let bytes = line(id);
-                self.write(conn, bytes);
+                return self.write(conn, bytes);
             }
-            _ => {}
+            _ => return,
+        };
+        if sent.is_err() {
+            self.drop_conn(conn);
         }
     }
 

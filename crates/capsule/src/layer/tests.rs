@@ -71,7 +71,7 @@ impl T {
     }
 
     fn list(&self) -> Vec<String> {
-        self.layer.changes(&[self.host.clone()]).unwrap().iter().map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&self.host).unwrap().display())).collect()
+        self.layer.changes(std::slice::from_ref(&self.host)).unwrap().iter().map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&self.host).unwrap().display())).collect()
     }
 
     fn whiteout(&self, rel: &str) {
@@ -199,7 +199,7 @@ fn each_kind_of_change_is_detected() {
             "M parent/child",
         ]
     );
-    let all = t.layer.changes(&[t.host.clone()]).unwrap();
+    let all = t.layer.changes(std::slice::from_ref(&t.host)).unwrap();
     let what = |p: &str| all.iter().find(|c| c.path == t.h(p)).unwrap().what.clone();
     assert_eq!(what("chmod.sh"), "mode 0644 -> 0755");
     assert_eq!(what("file-then-dir"), "type file -> directory");
@@ -253,11 +253,11 @@ fn fuse_whiteouts_and_foreign_entries() {
     write(&t.u("b"), "bb");
     t.xattr("b", "user.overlay.metacopy", b"");
     write(&t.u(".wh..."), "");
-    let all = t.layer.changes(&[t.host.clone()]).unwrap();
+    let all = t.layer.changes(std::slice::from_ref(&t.host)).unwrap();
     let lines: Vec<String> = all.iter().map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&t.host).unwrap().display())).collect();
     assert_eq!(lines, ["D .wh...", "D a", "M b"]);
     t.record();
-    let r = t.commit(&[t.host.clone()], true);
+    let r = t.commit(std::slice::from_ref(&t.host), true);
     assert_eq!(r.committed.len(), 1, "{r:?}");
     assert_eq!(r.committed[0].path, t.h("a"));
     assert!(!t.h("a").exists());
@@ -448,7 +448,7 @@ fn locks_and_discard() {
     let work = t.layer.dir().join("work/work");
     mkdirs(&work);
     write(&work.join("x"), "");
-    fs::set_permissions(&work, fs::Permissions::from_mode(0)).unwrap();
+    fs::set_permissions(&work, fs::Permissions::from_mode(0o000)).unwrap();
     write(&t.u("f"), "f");
     let dir = t.layer.dir().to_path_buf();
     let layer = Layer::open(&dir).unwrap();
@@ -500,7 +500,7 @@ fn diff_shows_text_binary_modes_links_and_dirs() {
     write(&t.h("del"), "gone\n");
     t.whiteout("del");
     let mut out = Vec::new();
-    t.layer.diff(&[t.host.clone()], &mut out).unwrap();
+    t.layer.diff(std::slice::from_ref(&t.host), &mut out).unwrap();
     let out = String::from_utf8(out).unwrap();
     let h = t.host.display().to_string();
     for want in [
