@@ -389,9 +389,6 @@ fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
     sys::write_all(fd.as_raw_fd(), data)
 }
 
-/// PID 1 of a run. Cloned by the supervisor with CLONE_NEWPID, still in
-/// the supervisor's user namespace; `stack` is for the tracee, which shares
-/// PID 1's memory until its execve. Never returns.
 /// What a run's PID 1 runs on, in the supervisor's memory (which it
 /// shares): it stays where it is, unchanged, until PID 1 has exited
 /// (see `sys::vm::spawn`).
@@ -404,7 +401,10 @@ pub(crate) struct Pid1 {
     pub tracee_stack: sys::Stack,
 }
 
-/// PID 1's entry point (`sys::vm::spawn`, on `p.stack`).
+/// PID 1 of a run: created by the supervisor with CLONE_NEWPID on
+/// `p.stack` (`sys::vm::spawn`), still in the supervisor's user
+/// namespace; the tracee runs on `p.tracee_stack` until its execve.
+/// Never returns.
 pub(crate) fn pid1(p: &Pid1) -> ! {
     match pid1_setup(&p.plan, &p.arena, &p.tracee_stack) {
         Ok(never) => match never {},

@@ -878,7 +878,7 @@ impl Supervisor {
         }
     }
 
-    /// Forks a PID 1 for runs of `spec`'s shape; it builds the sandbox and
+    /// Creates a PID 1 for runs of `spec`'s shape; it builds the sandbox and
     /// its tracee then waits for the go message. `filter` is `spec`'s policy
     /// from [`Filters::get`], mapped before PID 1 is created so that it sees
     /// it; None when it is not compiled yet: the caller compiles it while
@@ -1337,14 +1337,15 @@ impl Filters {
 }
 
 /// How long after a run's go message the next spare may be prepared.
-/// Forking it at once competed with the program's start: the tracee,
+/// Preparing it at once competed with the program's start: the tracee,
 /// woken on the supervisor's CPU, preempted the supervisor in the middle
-/// of its fork, which then waited for the whole program, and the spare's
-/// build ran during the result's way back. 200 µs later the program has
-/// started and the supervisor wakes on the other CPU. Interleaved A/B on
-/// the 2-CPU development machine, `/bin/true` through one client: back to
-/// back 1.09 → 1.05 ms, 2 ms apart 1.22 → 1.13 ms (400 µs: no better than
-/// none).
+/// of creating it, which then waited for the whole program, and the
+/// spare's build ran during the result's way back. 200 µs later the
+/// program has started, usually on the other CPU. Interleaved A/B on the
+/// 2-CPU development machine (PID 1 still forked then), `/bin/true`
+/// through one client: back to back 1.09 → 1.05 ms, 2 ms apart 1.22 →
+/// 1.13 ms (400 µs: no better than none). Where the program and the
+/// build land is measured in docs/latency.md (stop 17).
 const SPARE_DELAY: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The event loop's state.
