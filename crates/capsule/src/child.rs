@@ -844,8 +844,13 @@ fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status: i32, reap
     shared.end_ns.store(sys::clock_monotonic_ns(), SeqCst);
     shared.wait_status.store(status, SeqCst);
     shared.flags.fetch_or(FLAG_TRACEE_REAPED, SeqCst);
-    kill_run(plan);
-    while reap_next(reaper).is_some() {}
+    // The program's orphans became PID 1's children before its exit was
+    // reported: with no child left the namespace is empty, and there is
+    // nothing to kill (a `kill(-1)` walks every process of the system).
+    if sys::waitpid(-1, true) != Err(libc::ECHILD) {
+        kill_run(plan);
+        while reap_next(reaper).is_some() {}
+    }
     let (user, system, rss) = sys::rusage_children();
     shared.cpu_user_us.store(user, SeqCst);
     shared.cpu_system_us.store(system, SeqCst);

@@ -101,6 +101,8 @@ pub(crate) struct MountPlan {
     /// The bind and `file` sources as resolved, to check a PID 1 prepared
     /// ahead against the host before it is used.
     pub sources: Vec<Source>,
+    /// The directories that vouch for the missing covered sources.
+    pub parents: Vec<Parent>,
 }
 
 /// A bind or `file` source as the supervisor resolved it.
@@ -114,6 +116,110 @@ pub(crate) struct Source {
     /// A path a rule hides: looked up as the kernel does (links followed);
     /// what matters is which object, if any, is there to cover.
     pub covered: bool,
+    /// A covered path that is missing: the directory of
+    /// [`MountPlan::parents`] whose entries vouch that it still is.
+    pub parent: Option<u32>,
+}
+
+/// The deepest existing directory above some missing covered paths (the
+/// caller's home for most default secrets, `~/.config` for others), as it
+/// was when the plan was prepared. A directory's change time moves with
+/// every entry created, removed or renamed in it, so while it has not
+/// moved, nothing appeared at the missing paths beneath it: one `stat`
+/// checks them all when a PID 1 prepared ahead is about to be used (the
+/// request path), instead of one lookup each.
+pub(crate) struct Parent {
+    pub dir: PathBuf,
+    cdir: CString,
+    /// dev, ino, mtime and ctime; None when they cannot vouch: a
+    /// filesystem not known to keep them like that (network and FUSE ones
+    /// may not), or a change so recent that another could still come
+    /// within the same timestamp (file times are as coarse as a clock
+    /// tick, 1 s on some filesystems).
+    stamp: Option<[i64; 6]>,
+}
+
+impl Parent {
+    /// Filesystems that move a directory's times on every change of its
+    /// entries, with timestamps from the kernel's clock: ext2/3/4, XFS,
+    /// Btrfs, tmpfs, F2FS.
+    const TRUSTED: [i64; 5] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0xF2F5_2010];
+    /// A directory changed this recently (seconds) cannot vouch.
+    const SETTLED: i64 = 2;
+
+    fn times(dir: &CStr) -> Option<[i64; 6]> {
+        let st = sys::stat_path(dir, true).ok()?;
+        (st.st_mode & libc::S_IFMT == libc::S_IFDIR).then_some([
+            st.st_dev as i64,
+            st.st_ino as i64,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec,
+        ])
+    }
+
+    /// Records `dir` at `now` (seconds of CLOCK_REALTIME_COARSE).
+    fn record(dir: &Path, now: i64) -> Parent {
+        let cdir = cstr(dir);
+        let trusted = sys::fs_type(&cdir).is_ok_and(|t| Self::TRUSTED.contains(&t));
+        let stamp = Self::times(&cdir).filter(|t| trusted && t[4] < now - Self::SETTLED);
+        Parent { dir: dir.to_path_buf(), cdir, stamp }
+    }
+
+    /// Whether the directory is the same, with the same entries (false:
+    /// not known; its paths are then looked up).
+    pub(crate) fn unchanged(&self) -> bool {
+        self.stamp.is_some() && Self::times(&self.cdir) == self.stamp
+    }
+}
+
+/// The [`Parent`]s of one plan, each recorded once.
+struct Parents {
+    list: Vec<Parent>,
+    now: i64,
+}
+
+impl Parents {
+    /// The parent that vouches for the missing `path`: its deepest
+    /// existing ancestor, when the component below that is not there at
+    /// all (not even as a dangling link, whose target could appear).
+    /// `absent_below`: an ancestor already known to lack that component
+    /// (the listed home).
+    fn vouch(&mut self, path: &Path, absent_below: Option<&Path>) -> Option<u32> {
+        let dir = match absent_below {
+            Some(dir) => dir,
+            None => {
+                let mut cur = path;
+                loop {
+                    let parent = cur.parent()?;
+                    // (A directory recorded already is known to be one.)
+                    let is_dir = self.list.iter().any(|p| p.dir == parent)
+                        || match sys::stat_path(&cstr(parent), true) {
+                            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => true,
+                            Err(libc::ENOENT) => false,
+                            _ => return None,
+                        };
+                    if !is_dir {
+                        cur = parent;
+                        continue;
+                    }
+                    if sys::stat_path(&cstr(cur), false).err() != Some(libc::ENOENT) {
+                        return None;
+                    }
+                    break parent;
+                }
+            }
+        };
+        let i = match self.list.iter().position(|p| p.dir == dir) {
+            Some(i) => i,
+            None => {
+                self.list.push(Parent::record(dir, self.now));
+                self.list.len() - 1
+            }
+        };
+        Some(i as u32)
+    }
 }
 
 /// What a source resolved to: dev, ino and, for a copied file, size,
@@ -207,15 +313,42 @@ impl Listing {
     }
 }
 
+/// Whether every source of a plan still resolves, with the same rules, to
+/// the same object as when the plan was prepared (`me`: as in
+/// [`MountPlan::prepare`]). A missing covered path is vouched for by its
+/// [`Parent`] when that has not changed, else by a listing of it, else
+/// looked up.
+pub(crate) fn sources_unchanged(sources: &[Source], parents: &[Parent], me: u32) -> bool {
+    // Parents and listings by index, without allocating for the usual few.
+    let mut same = [false; 16];
+    for (i, p) in parents.iter().enumerate().take(same.len()) {
+        same[i] = p.unchanged();
+    }
+    let mut listings: Vec<Option<Listing>> = Vec::new();
+    for (i, p) in parents.iter().enumerate() {
+        if same.get(i) == Some(&true) {
+            continue;
+        }
+        if listings.is_empty() {
+            listings.resize_with(parents.len(), || None);
+        }
+        let below = sources.iter().filter(|s| s.parent == Some(i as u32)).map(|s| s.path.as_path());
+        listings[i] = Listing::read(&p.dir, below);
+    }
+    sources.iter().all(|s| {
+        let vouched = s.parent.is_some_and(|i| {
+            let i = i as usize;
+            same.get(i) == Some(&true) || listings.get(i).and_then(Option::as_ref).is_some_and(|l| l.absent(&s.path))
+        });
+        vouched || s.unchanged(me)
+    })
+}
+
 impl Source {
     /// Whether the source resolves, with the same rules, to the same
-    /// object as when the plan was prepared. `home`: a listing of the
-    /// caller's home, read for this check.
-    pub(crate) fn unchanged(&self, me: u32, home: Option<&Listing>) -> bool {
+    /// object as when the plan was prepared, looked up again.
+    pub(crate) fn unchanged(&self, me: u32) -> bool {
         if self.covered {
-            if self.stamp.is_none() && home.is_some_and(|h| h.absent(&self.path)) {
-                return true; // still nothing there
-            }
             return Stamp::of_path(&self.path) == self.stamp;
         }
         match resolve::resolve(&self.path, me) {
@@ -252,7 +385,7 @@ fn bind_source_as(what: &str, src: &Path, try_: bool, me: u32, sources: &mut Vec
         Err(e) => return Err(e.describe(what, src)),
     };
     let stamp = fd.as_ref().and_then(|fd| Stamp::of(fd.as_raw_fd(), false));
-    sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp, covered: false });
+    sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp, covered: false, parent: None });
     Ok(fd)
 }
 
@@ -292,6 +425,19 @@ impl MountPlan {
         home: Option<&Path>,
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
+    ) -> Result<Self, String> {
+        Self::prepare_at(spec, me, home, names, layers, sys::realtime_coarse_s())
+    }
+
+    /// [`MountPlan::prepare`] at `now` (seconds of CLOCK_REALTIME_COARSE),
+    /// which decides which [`Parent`]s have settled.
+    fn prepare_at(
+        spec: &RunSpec,
+        me: u32,
+        home: Option<&Path>,
+        names: &mut Vec<String>,
+        layers: Option<&LayerPlan>,
+        now: i64,
     ) -> Result<Self, String> {
         let mut name = |s: String| {
             names.push(s);
@@ -425,7 +571,7 @@ impl MountPlan {
                     // descriptor cannot be read).
                     let fd = sys::reopen(at.as_raw_fd(), libc::O_RDONLY).map_err(sys_err)?;
                     let stamp = Stamp::of(fd.as_raw_fd(), true);
-                    sources.push(Source { path: src.clone(), file: true, try_: false, stamp, covered: false });
+                    sources.push(Source { path: src.clone(), file: true, try_: false, stamp, covered: false, parent: None });
                     Op::File { src: fd, dst, name: name(dst_name) }
                 }
                 MountOp::FileData { content, .. } => Op::FileData {
@@ -445,22 +591,27 @@ impl MountPlan {
         // The filesystem rules, last. Where the supervisor can tell, a path
         // missing on the host costs this one lookup and no operation (the
         // default secrets of every run); a PID 1 prepared ahead is used
-        // only while the same objects are there (`Source::unchanged`).
+        // only while the same objects are there (`sources_unchanged`).
         let actions = fsrules::plan(&spec.filesystem, home, spec.empty_root).map_err(|e| e.to_string())?;
         let hidden = actions.iter().filter_map(|a| match a {
             Action::Hide { path, .. } if !shadowed(spec, path) => Some(path.as_path()),
             _ => None,
         });
         let listing = home.and_then(|h| Listing::read(h, hidden));
+        let mut parents = Parents { list: Vec::new(), now };
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         for action in actions {
             match action {
                 Action::Hide { path, holes } => {
                     if !shadowed(spec, &path) {
-                        let stamp =
-                            if listing.as_ref().is_some_and(|l| l.absent(&path)) { None } else { Stamp::of_path(&path) };
-                        sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true });
+                        let listed_absent = listing.as_ref().is_some_and(|l| l.absent(&path));
+                        let stamp = if listed_absent { None } else { Stamp::of_path(&path) };
+                        let parent = match stamp {
+                            Some(_) => None,
+                            None => parents.vouch(&path, home.filter(|_| listed_absent)),
+                        };
+                        sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true, parent });
                         if stamp.is_none() {
                             continue; // nothing to hide
                         }
@@ -481,11 +632,11 @@ impl MountPlan {
                         match resolve::resolve_at(&path, me) {
                             Ok((fd, real)) => {
                                 let stamp = Stamp::of(fd.as_raw_fd(), false);
-                                sources.push(Source { path, file: false, try_: true, stamp, covered: false });
+                                sources.push(Source { path, file: false, try_: true, stamp, covered: false, parent: None });
                                 real
                             }
                             Err(e) if e.missing() => {
-                                sources.push(Source { path, file: false, try_: true, stamp: None, covered: false });
+                                sources.push(Source { path, file: false, try_: true, stamp: None, covered: false, parent: None });
                                 continue;
                             }
                             Err(e) => return Err(e.describe("filesystem rule path", &path)),
@@ -524,7 +675,7 @@ impl MountPlan {
             ops.push(Op::Hide { dst: cstr(d), holes: false, cover: Cell::new(-1), name: name(d.display().to_string()) });
         }
         let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
-        Ok(MountPlan { base, ops, needs_scratch, saved, sources })
+        Ok(MountPlan { base, ops, needs_scratch, saved, sources, parents: parents.list })
     }
 }
 
@@ -992,6 +1143,74 @@ mod tests {
     }
 
     #[test]
+    fn settled_directories_vouch_for_missing_secrets() {
+        // On a filesystem whose directory times vouch (ext4 here; tmpfs
+        // wherever /var/tmp is something else), not under /tmp, which the
+        // host view replaces.
+        let base = ["/var/tmp", "/dev/shm"]
+            .into_iter()
+            .find(|b| sys::fs_type(&cstr(Path::new(b))).is_ok_and(|t| Parent::TRUSTED.contains(&t)))
+            .expect("neither /var/tmp nor /dev/shm is on ext4, XFS, Btrfs, tmpfs or F2FS");
+        let home = PathBuf::from(format!("{base}/capsule-mounts-parents-{}", std::process::id()));
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _rm = Rm(home.clone());
+        std::fs::create_dir_all(home.join(".config/other")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo")).unwrap();
+        std::os::unix::fs::symlink(home.join("elsewhere"), home.join(".aws")).unwrap();
+        let me = u32::MAX;
+        let spec = RunSpec::new(["/bin/true"]);
+        // As if prepared a minute from now: every directory has settled.
+        let plan = MountPlan::prepare_at(&spec, me, Some(&home), &mut Vec::new(), None, sys::realtime_coarse_s() + 60)
+            .unwrap();
+        let parent_of = |rel: &str| {
+            let s = plan.sources.iter().find(|s| s.path == home.join(rel)).expect("a source");
+            s.parent.map(|i| plan.parents[i as usize].dir.clone())
+        };
+        assert_eq!(parent_of(".netrc"), Some(home.clone()));
+        assert_eq!(parent_of(".config/gcloud"), Some(home.join(".config")));
+        assert_eq!(parent_of(".config/gh/hosts.yml"), Some(home.join(".config")));
+        assert_eq!(parent_of(".cargo/credentials"), Some(home.join(".cargo")));
+        // A dangling link's target could appear without any directory
+        // above the secret changing: looked up every time.
+        assert_eq!(parent_of(".aws"), None);
+        assert!(plan.parents.iter().all(Parent::unchanged), "settled directories do not vouch");
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+        // The next change must get another timestamp: file times are as
+        // coarse as a clock tick where the kernel has no fine-grained ones.
+        let tick = || std::thread::sleep(std::time::Duration::from_millis(30));
+        tick();
+        std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me), "an empty ~/.config/gh hides nothing new");
+        std::fs::write(home.join(".config/gh/hosts.yml"), "x").unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a new ~/.config/gh/hosts.yml goes unnoticed");
+        std::fs::remove_dir_all(home.join(".config/gh")).unwrap();
+        tick();
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a new ~/.netrc goes unnoticed");
+        std::fs::remove_file(home.join(".netrc")).unwrap();
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+        std::fs::create_dir_all(home.join("elsewhere")).unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "the target of ~/.aws appearing goes unnoticed");
+        std::fs::remove_dir(home.join("elsewhere")).unwrap();
+        // ~/.cargo replaced by another directory: another inode.
+        std::fs::rename(home.join(".cargo"), home.join("cargo-old")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo")).unwrap();
+        std::fs::write(home.join(".cargo/credentials"), "x").unwrap();
+        assert!(!plan.parents.iter().all(Parent::unchanged));
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a replaced ~/.cargo goes unnoticed");
+        // Prepared now, the directories made above have not settled and
+        // vouch for nothing; the check still holds.
+        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        assert!(plan.parents.iter().any(|p| !p.unchanged()));
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+    }
+
+    #[test]
     fn rules_emit_operations_only_for_what_exists() {
         // Not under /tmp, which the host view replaces (paths there are
         // looked up by PID 1).
@@ -1022,12 +1241,13 @@ mod tests {
         // prepared ahead.
         let covered: Vec<&Source> = plan.sources.iter().filter(|s| s.covered).collect();
         assert_eq!(covered.len(), fsrules::SECRETS.len());
-        // Checked with and without a listing of the home (which answers
-        // for the missing ones whose first component is not there).
-        let unchanged = |with_listing: bool| {
-            let paths = covered.iter().map(|s| s.path.as_path());
-            let listing = if with_listing { Some(Listing::read(&home, paths).expect("a listing")) } else { None };
-            covered.iter().all(|s| s.unchanged(me, listing.as_ref()))
+        // Checked as a supervisor does (the missing ones through the
+        // directories that vouch for them: just made here, so not settled,
+        // and listed) and by looking each one up.
+        assert!(plan.parents.iter().all(|p| !p.unchanged()), "a directory made just now vouched");
+        let unchanged = |as_supervisor: bool| match as_supervisor {
+            true => sources_unchanged(&plan.sources, &plan.parents, me),
+            false => plan.sources.iter().all(|s| s.unchanged(me)),
         };
         assert!(unchanged(true) && unchanged(false));
         std::fs::write(home.join(".netrc"), "x").unwrap();

@@ -493,8 +493,14 @@ struct Prepared {
     /// then the mount plan's.
     names: Vec<String>,
     /// The bind and `file` sources as resolved for this PID 1, to check
-    /// one prepared ahead against the host before it is used.
+    /// one prepared ahead against the host before it is used, and the
+    /// directories that vouch for the missing ones.
     sources: Vec<Source>,
+    parents: Vec<crate::mounts::Parent>,
+    /// /dev/null opened for the run's stdin, stdout and stderr ahead of
+    /// the request (its default in `serve` and the library), each used at
+    /// most once: runs share no open file.
+    null: [Option<OwnedFd>; 3],
     /// Whether the tree was built before the request came.
     ahead: bool,
     /// The network log, for runs with `net_log`.
@@ -898,6 +904,7 @@ impl Supervisor {
         let layers = crate::overlay::prepare(spec)?;
         let mut mounts = MountPlan::prepare(spec, sys::geteuid(), self.home.as_deref(), &mut names, layers.as_ref())?;
         let sources = std::mem::take(&mut mounts.sources);
+        let parents = std::mem::take(&mut mounts.parents);
         let cgroup = match &self.cgroups {
             Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),
             None => None,
@@ -1029,6 +1036,8 @@ impl Supervisor {
             cgroup,
             names,
             sources,
+            parents,
+            null: [0, 1, 2].map(|i| open_null(i).ok()),
             ahead,
             filter,
             late_filter: None,
@@ -1042,12 +1051,7 @@ impl Supervisor {
     /// resolved to then (a copied file also to the same content), else a
     /// fresh PID 1 is built (and reports what no longer resolves).
     fn still_fresh(&self, p: &Prepared) -> bool {
-        let me = sys::geteuid();
-        // One listing of the home answers for the default secrets still
-        // missing (most of them), read only if there are any.
-        let missing = p.sources.iter().filter(|s| s.covered && s.stamp.is_none()).map(|s| s.path.as_path());
-        let home = self.home.as_deref().and_then(|h| crate::mounts::Listing::read(h, missing));
-        p.sources.iter().all(|s| s.unchanged(me, home.as_ref()))
+        crate::mounts::sources_unchanged(&p.sources, &p.parents, sys::geteuid())
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.
@@ -1801,8 +1805,10 @@ impl Loop {
                     io.collect[i - 1] = Some(c);
                     w
                 }
-                None => sys::open(c"/dev/null", if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY } | libc::O_CLOEXEC, 0)
-                    .map_err(|e| SysError::new("open", e).path("/dev/null").to_string())?,
+                None => match p.null[i].take() {
+                    Some(fd) => fd,
+                    None => open_null(i)?,
+                },
             };
             fds[i] = fd.as_raw_fd();
             held.push(fd);
@@ -2422,6 +2428,12 @@ fn kill_prepared(p: &Prepared) {
 }
 
 /// Opens a stdio file named in the spec, as the caller.
+/// /dev/null for the run's stdin (`i` 0) or an output.
+fn open_null(i: usize) -> Result<OwnedFd, String> {
+    let flags = if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
+    sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0).map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
+}
+
 fn open_stdio(path: &Path, input: bool) -> Result<OwnedFd, String> {
     let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in path".to_string())?;
     let flags = if input { libc::O_RDONLY } else { libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC };

@@ -267,6 +267,30 @@ fn fstat_empty_path(fd: RawFd, st: &mut MaybeUninit<libc::stat>) -> SysResult<()
     .map(drop)
 }
 
+/// stat(2) of `path` (`follow`) or lstat(2) (not).
+pub fn stat_path(path: &CStr, follow: bool) -> SysResult<libc::stat> {
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    // SAFETY: path is NUL-terminated; st is a writable stat buffer.
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_newfstatat,
+            [libc::AT_FDCWD as u64, path.as_ptr() as u64, st.as_mut_ptr() as u64, flags as u64, 0, 0],
+        )
+    })?;
+    // SAFETY: newfstatat succeeded, so st is initialized.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The filesystem type (`f_type`, statfs(2)) of the filesystem holding `path`.
+pub fn fs_type(path: &CStr) -> SysResult<i64> {
+    let mut st = MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: path is NUL-terminated; st is a writable statfs buffer.
+    cvt(unsafe { raw_syscall(libc::SYS_statfs, [path.as_ptr() as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) })?;
+    // SAFETY: statfs succeeded, so st is initialized.
+    Ok(unsafe { st.assume_init() }.f_type)
+}
+
 /// File type bits (`S_IFMT`) of an fd.
 pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
@@ -1040,6 +1064,16 @@ pub fn setrlimit(resource: u32, soft: u64, hard: u64) -> SysResult<()> {
         raw_syscall(libc::SYS_prlimit64, [0, resource as u64, &lim as *const libc::rlimit as u64, 0, 0, 0])
     })
     .map(drop)
+}
+
+/// Seconds of CLOCK_REALTIME_COARSE: the clock file timestamps are taken
+/// from (a tick behind the precise one at most).
+pub fn realtime_coarse_s() -> i64 {
+    let mut ts = MaybeUninit::<libc::timespec>::zeroed();
+    // SAFETY: as in clock_monotonic_ns: the vDSO, a valid clock and pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, ts.as_mut_ptr()) };
+    // SAFETY: zeroed, then filled by clock_gettime.
+    unsafe { ts.assume_init() }.tv_sec
 }
 
 pub fn clock_monotonic_ns() -> u64 {
