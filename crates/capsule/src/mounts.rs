@@ -144,7 +144,9 @@ impl Parent {
     /// entries, with timestamps from the kernel's clock: ext2/3/4, XFS,
     /// Btrfs, tmpfs, F2FS.
     const TRUSTED: [i64; 5] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0xF2F5_2010];
-    /// A directory changed this recently (seconds) cannot vouch.
+    /// A directory changed this recently (seconds) cannot vouch. (A clock
+    /// set back by more than that could give a later change a recorded
+    /// time again; such a jump is not guarded against.)
     const SETTLED: i64 = 2;
 
     fn times(dir: &CStr) -> Option<[i64; 6]> {
@@ -246,13 +248,13 @@ impl Stamp {
     }
 }
 
-/// Which of some names are directly in one directory (the caller's home),
-/// read once: a path beneath it whose first component is not there does
-/// not exist. That answers for most default secrets (`~/.aws`,
-/// `~/.config/gcloud`...) without a `stat` each, when a plan is prepared
-/// and again when a PID 1 prepared ahead is checked before use (the
-/// request path): one `getdents64` pass, nothing kept but the names asked
-/// about.
+/// Which of some names are directly in one directory (the caller's home,
+/// or a [`Parent`] that changed), read once: a path beneath it whose first
+/// component is not there does not exist. That answers for most default
+/// secrets (`~/.aws`, `~/.config/gcloud`...) without a `stat` each, when a
+/// plan is prepared and when a PID 1 prepared ahead is checked before use
+/// and its parents cannot vouch: one `getdents64` pass, nothing kept but
+/// the names asked about.
 pub(crate) struct Listing {
     dir: PathBuf,
     /// The first components below `dir` of the paths asked about, sorted.
