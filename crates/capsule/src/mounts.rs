@@ -1183,8 +1183,12 @@ mod tests {
         assert!(plan.parents.iter().all(Parent::unchanged), "settled directories do not vouch");
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
         // The next change must get another timestamp: file times are as
-        // coarse as a clock tick where the kernel has no fine-grained ones.
-        let tick = || std::thread::sleep(std::time::Duration::from_millis(30));
+        // coarse as a clock tick where the kernel has no fine-grained ones,
+        // and as a second on filesystems without nanoseconds (ext4 with
+        // small inodes), which a fresh directory's ctime of .000000000 s
+        // gives away.
+        let whole_seconds = sys::stat_path(&cstr(&home), true).unwrap().st_ctime_nsec == 0;
+        let tick = || std::thread::sleep(std::time::Duration::from_millis(if whole_seconds { 1100 } else { 30 }));
         tick();
         std::fs::create_dir_all(home.join(".config/gh")).unwrap();
         assert!(sources_unchanged(&plan.sources, &plan.parents, me), "an empty ~/.config/gh hides nothing new");
