@@ -2427,13 +2427,13 @@ fn kill_prepared(p: &Prepared) {
     let _ = sys::pidfd_send_signal(p.pidfd.as_raw_fd(), libc::SIGKILL);
 }
 
-/// Opens a stdio file named in the spec, as the caller.
 /// /dev/null for the run's stdin (`i` 0) or an output.
 fn open_null(i: usize) -> Result<OwnedFd, String> {
     let flags = if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
     sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0).map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
 }
 
+/// Opens a stdio file named in the spec, as the caller.
 fn open_stdio(path: &Path, input: bool) -> Result<OwnedFd, String> {
     let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in path".to_string())?;
     let flags = if input { libc::O_RDONLY } else { libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC };
