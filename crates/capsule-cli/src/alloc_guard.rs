@@ -15,7 +15,10 @@
 //! threads too) with `getpid`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicI32, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 /// PID 1's exit status when it allocated.
 const STATUS: i32 = 98;
@@ -36,16 +39,19 @@ pub fn init() {
 }
 
 fn set(bottom: usize, top: usize) {
-    MAIN_STACK_BOTTOM.store(bottom, Relaxed);
-    MAIN_STACK_TOP.store(top, Relaxed);
+    // The top last: it turns the check on (other threads may be
+    // allocating meanwhile, as the tests' are), and must not do so before
+    // the pid it compares with is in place.
     PID.store(capsule::sys::getpid(), Relaxed);
+    MAIN_STACK_BOTTOM.store(bottom, Relaxed);
+    MAIN_STACK_TOP.store(top, Release);
 }
 
 #[inline(always)]
 fn check() {
     let here = 0u8;
     let sp = &here as *const u8 as usize;
-    let top = MAIN_STACK_TOP.load(Relaxed);
+    let top = MAIN_STACK_TOP.load(Acquire);
     if top == 0 || (sp < top && sp >= MAIN_STACK_BOTTOM.load(Relaxed)) {
         return;
     }
