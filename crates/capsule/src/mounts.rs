@@ -321,26 +321,20 @@ impl Listing {
 /// [`Parent`] when that has not changed, else by a listing of it, else
 /// looked up.
 pub(crate) fn sources_unchanged(sources: &[Source], parents: &[Parent], me: u32) -> bool {
-    // Parents and listings by index, without allocating for the usual few.
-    let mut same = [false; 16];
-    for (i, p) in parents.iter().enumerate().take(same.len()) {
-        same[i] = p.unchanged();
-    }
-    let mut listings: Vec<Option<Listing>> = Vec::new();
-    for (i, p) in parents.iter().enumerate() {
-        if same.get(i) == Some(&true) {
-            continue;
-        }
-        if listings.is_empty() {
-            listings.resize_with(parents.len(), || None);
-        }
-        let below = sources.iter().filter(|s| s.parent == Some(i as u32)).map(|s| s.path.as_path());
-        listings[i] = Listing::read(&p.dir, below);
-    }
+    // Per parent: None when it vouches as it is, else a listing of it
+    // (None when it cannot be listed).
+    let listed: Vec<Option<Option<Listing>>> = parents
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let below = || sources.iter().filter(move |s| s.parent == Some(i as u32)).map(|s| s.path.as_path());
+            (!p.unchanged()).then(|| Listing::read(&p.dir, below()))
+        })
+        .collect();
     sources.iter().all(|s| {
-        let vouched = s.parent.is_some_and(|i| {
-            let i = i as usize;
-            same.get(i) == Some(&true) || listings.get(i).and_then(Option::as_ref).is_some_and(|l| l.absent(&s.path))
+        let vouched = s.parent.is_some_and(|i| match &listed[i as usize] {
+            None => true,
+            Some(listing) => listing.as_ref().is_some_and(|l| l.absent(&s.path)),
         });
         vouched || s.unchanged(me)
     })
@@ -1131,6 +1125,14 @@ pub(crate) fn pivot(root: RawFd) -> Result<(), Fail> {
 mod tests {
     use super::*;
 
+    /// Removes a test's directory tree when dropped.
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     /// The paths of the plan's operations of one kind.
     fn dsts(plan: &MountPlan, kind: &str) -> Vec<String> {
         plan.ops
@@ -1154,12 +1156,6 @@ mod tests {
             .find(|b| sys::fs_type(&cstr(Path::new(b))).is_ok_and(|t| Parent::TRUSTED.contains(&t)))
             .expect("neither /var/tmp nor /dev/shm is on ext4, XFS, Btrfs, tmpfs or F2FS");
         let home = PathBuf::from(format!("{base}/capsule-mounts-parents-{}", std::process::id()));
-        struct Rm(PathBuf);
-        impl Drop for Rm {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
         let _rm = Rm(home.clone());
         std::fs::create_dir_all(home.join(".config/other")).unwrap();
         std::fs::create_dir_all(home.join(".cargo")).unwrap();
@@ -1221,12 +1217,6 @@ mod tests {
         // Not under /tmp, which the host view replaces (paths there are
         // looked up by PID 1).
         let home = PathBuf::from(format!("/var/tmp/capsule-mounts-rules-{}", std::process::id()));
-        struct Rm(PathBuf);
-        impl Drop for Rm {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
         let _rm = Rm(home.clone());
         std::fs::create_dir_all(home.join(".ssh")).unwrap();
         std::fs::create_dir_all(home.join("proj/src")).unwrap();

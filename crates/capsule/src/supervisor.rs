@@ -3,15 +3,16 @@
 //! One single-threaded event loop ([`Supervisor::serve`]) over: the
 //! clients' connections (the library's binary protocol, [`crate::proto`],
 //! or `capsule serve`'s JSON lines, [`crate::serve`]), the runs in flight
-//! (an eventfd PID 1 signals when the result is in the shared page, PID 1's
+//! (a pipe PID 1 writes a byte to when the result is in the arena, PID 1's
 //! pidfd, the streams the supervisor carries: captures, read-once input,
 //! write-once output, interactive relays, [`crate::relay`]) and the PID 1s
 //! prepared ahead.
 //!
 //! A run's PID 1 shares the supervisor's memory (`sys::vm`: no copy of
 //! it, no copy-on-write faults, nothing to tear down at its exit) and is
-//! created with everything known before the request: its namespaces, the mount tree, the program's user
-//! namespace and cgroup, down to the tracee waiting for its go message
+//! created with everything known before the request: its namespaces, the
+//! mount tree, the program's user namespace and cgroup, down to the
+//! tracee waiting for its go message
 //! ([`Prepared`]). The request then only fills in the arena (argv, envp,
 //! working directory, limits) and sends the go message with the run's
 //! stdio; the tracee execs at once. While the supervisor is idle, the next

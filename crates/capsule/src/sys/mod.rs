@@ -254,32 +254,24 @@ pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> SysResult<()> {
     .map(drop)
 }
 
-/// newfstatat(fd, "", AT_EMPTY_PATH): what glibc's fstatat does on x86_64,
-/// whose `struct stat` is the kernel's.
-fn fstat_empty_path(fd: RawFd, st: &mut MaybeUninit<libc::stat>) -> SysResult<()> {
-    // SAFETY: st is a writable stat buffer; the empty path with AT_EMPTY_PATH stats fd itself.
-    cvt(unsafe {
-        raw_syscall(
-            libc::SYS_newfstatat,
-            [fd as u64, c"".as_ptr() as u64, st.as_mut_ptr() as u64, libc::AT_EMPTY_PATH as u64, 0, 0],
-        )
-    })
-    .map(drop)
-}
-
-/// stat(2) of `path` (`follow`) or lstat(2) (not).
-pub fn stat_path(path: &CStr, follow: bool) -> SysResult<libc::stat> {
+/// newfstatat(2): what glibc's fstatat does on x86_64, whose `struct
+/// stat` is the kernel's.
+fn newfstatat(dir: RawFd, path: &CStr, flags: i32) -> SysResult<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
-    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
     // SAFETY: path is NUL-terminated; st is a writable stat buffer.
     cvt(unsafe {
         raw_syscall(
             libc::SYS_newfstatat,
-            [libc::AT_FDCWD as u64, path.as_ptr() as u64, st.as_mut_ptr() as u64, flags as u64, 0, 0],
+            [dir as u64, path.as_ptr() as u64, st.as_mut_ptr() as u64, flags as u64, 0, 0],
         )
     })?;
     // SAFETY: newfstatat succeeded, so st is initialized.
     Ok(unsafe { st.assume_init() })
+}
+
+/// stat(2) of `path` (`follow`) or lstat(2) (not).
+pub fn stat_path(path: &CStr, follow: bool) -> SysResult<libc::stat> {
+    newfstatat(libc::AT_FDCWD, path, if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW })
 }
 
 /// The filesystem type (`f_type`, statfs(2)) of the filesystem holding `path`.
@@ -293,18 +285,12 @@ pub fn fs_type(path: &CStr) -> SysResult<i64> {
 
 /// File type bits (`S_IFMT`) of an fd.
 pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
-    let mut st = MaybeUninit::<libc::stat>::uninit();
-    fstat_empty_path(fd, &mut st)?;
-    // SAFETY: fstatat succeeded, so st is initialized.
-    Ok(unsafe { st.assume_init() }.st_mode & libc::S_IFMT)
+    fstat(fd).map(|st| st.st_mode & libc::S_IFMT)
 }
 
 /// fstat(2) of an fd, `O_PATH` ones included (supervisor side).
 pub fn fstat(fd: RawFd) -> SysResult<libc::stat> {
-    let mut st = MaybeUninit::<libc::stat>::uninit();
-    fstat_empty_path(fd, &mut st)?;
-    // SAFETY: fstatat succeeded, so st is initialized.
-    Ok(unsafe { st.assume_init() })
+    newfstatat(fd, c"", libc::AT_EMPTY_PATH)
 }
 
 /// The target of the symbolic link `fd` refers to (an `O_PATH |
