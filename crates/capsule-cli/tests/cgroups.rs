@@ -1,7 +1,8 @@
 //! cgroup v2 limits and accounting (`--memory`, `--pids`, `--cpu-time`,
 //! `--cpu-bandwidth`, `--cpus`, `--cgroup`, `--require-cgroups`,
-//! `--no-cgroups`), cleanup of the cgroups capsule creates, and the
-//! degraded mode without delegation.
+//! `--no-cgroups`), cleanup of the cgroups capsule creates, one agent for
+//! a caller that its first run moved into `capsule-leaf`, and the degraded
+//! mode without delegation.
 //!
 //! The cgroup tests need a delegated cgroup v2 hierarchy with controllers,
 //! which the development hosts (hybrid v1/v2) lack: they run in the VM,
@@ -784,4 +785,119 @@ fn judge_mle_with_cgroups() {
     let peak = t["memory_bytes"].as_f64().unwrap_or(0.0);
     assert!(peak > 32.0 * MIB && peak <= 64.0 * MIB, "peak {peak}: {t}");
     assert!(!out.stderr.contains("no cgroups"), "{}", out.describe());
+}
+
+// The agent -------------------------------------------------------------------
+
+/// The pids of the processes in `scope`'s tree whose name is `comm`.
+fn procs_named(scope: &CgScope, comm: &str) -> Vec<i32> {
+    let name = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    scope.procs().into_iter().map(|(_, pid)| pid).filter(|&pid| name(pid).trim_end() == comm).collect()
+}
+
+/// The children of process `pid` (an agent's: its PID 1s).
+fn children_of(pid: i32) -> Vec<String> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace().map(str::to_string).collect()
+}
+
+/// One caller, one agent, across the move into `capsule-leaf`: a shell in
+/// a delegated cgroup makes three `capsule run`s through the agent. The
+/// first starts the agent, whose cgroup set-up moves the shell into
+/// `capsule-leaf`; the shell stays the agent's caller all the same: after
+/// every run `agent status` lists exactly one agent, marked as its own,
+/// the same one, which served the run (it forked a new PID 1), and it is
+/// the only `capsule-agent` in the cgroup. `agent stop` then stops it: no
+/// agent nor PID 1 is left, and the base is given back as it was.
+#[test]
+fn agent_serves_its_caller_across_the_leaf_move() {
+    require_cgroups!("agent_serves_its_caller_across_the_leaf_move");
+    let scope = CgScope::new("leaf-agent");
+    let dir = Scratch::new("leaf-agent");
+    let capsule_bin = h().capsule.display().to_string();
+    // The shell waits for the test's go (a file) before each step, so that
+    // the test sees the agent's PID 1s before the run.
+    let script = format!(
+        r#"c='{capsule_bin}'; d='{dir}'
+step() {{ echo "step-$1"; while [ ! -e "$d/go-$1" ]; do sleep 0.05; done; }}
+for i in 1 2 3; do
+  step $i
+  "$c" run -q -- /bin/true; echo "run-$i $?"
+  echo "cgroup-$i $(grep '^0::' /proc/$$/cgroup)"
+  "$c" agent status | sed "s/^/status-$i /"
+  echo "done-$i"
+done
+step stop
+"$c" agent stop | sed "s/^/stop /"
+"$c" agent status | sed "s/^/after /"
+echo end"#,
+        dir = dir.s()
+    );
+    let tag = unique("leaf-agent");
+    let mut sh = capsule(&["-c", &script])
+        .binary("/bin/sh")
+        .in_scope(&scope)
+        .env("CAPSULE_AGENT", "on")
+        // Longer than the test: an agent left over stays visible.
+        .env("CAPSULE_AGENT_IDLE", "3600")
+        .env("CAPSULE_TEST_TAG", &tag)
+        .timeout(Duration::from_secs(600))
+        .spawn();
+    let t = Duration::from_secs(120);
+    let leaf = format!("{}/capsule-leaf", scope.cgroup_path());
+    let mut agent: Option<i32> = None;
+    for i in 1..=3 {
+        sh.wait_line(&format!("step-{i}"), t);
+        let before = agent.map(children_of).unwrap_or_default();
+        std::fs::write(dir.join(&format!("go-{i}")), "").unwrap();
+        sh.wait_line(&format!("done-{i}"), t);
+        let seen = sh.seen().to_vec();
+        let field = |key: &str| {
+            let p = format!("{key}-{i} ");
+            seen.iter().filter_map(|l| l.strip_prefix(&p)).map(|l| l.trim_end().to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(field("run"), ["0"], "run {i}: exit status; lines {seen:?}");
+        // The move happened (else this test would test nothing).
+        assert_eq!(field("cgroup"), [format!("0::{leaf}")], "run {i}: the shell's cgroup; lines {seen:?}");
+        let status = field("status");
+        assert_eq!(status.len(), 1, "run {i}: `agent status` lists {} agents, not one: {status:?}", status.len());
+        let (sock, pid) = status[0]
+            .strip_prefix("* ")
+            .and_then(|l| l.rsplit_once("\tpid "))
+            .unwrap_or_else(|| panic!("run {i}: the one agent is not marked as the caller's (`*`): {status:?}"));
+        let pid: i32 = pid.trim().parse().unwrap_or_else(|_| panic!("run {i}: status line {status:?}"));
+        if let Some(first) = agent {
+            assert_eq!(pid, first, "run {i}: served by agent {pid} ({sock}), not {first}, the first run's");
+            // It served this run: it forked a PID 1 it did not have before.
+            let end = Instant::now() + Duration::from_secs(30);
+            while !children_of(pid).iter().any(|c| !before.contains(c)) {
+                assert!(Instant::now() < end, "run {i}: agent {pid} forked no new PID 1 (children {before:?})");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        agent = Some(pid);
+        let agents = procs_named(&scope, "capsule-agent");
+        assert_eq!(agents, [pid], "run {i}: the agents in {}", scope.s());
+    }
+    let pid = agent.unwrap();
+    sh.wait_line("step-stop", t);
+    std::fs::write(dir.join("go-stop"), "").unwrap();
+    sh.wait_line("end", t);
+    let out = sh.wait();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let stopped: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("stop ")).collect();
+    assert!(
+        stopped.len() == 1 && stopped[0].starts_with("stopped ") && stopped[0].ends_with(&format!("(pid {pid})")),
+        "`agent stop` did not stop agent {pid}: {stopped:?}; {}",
+        out.describe()
+    );
+    let after: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("after ")).collect();
+    assert!(after.len() == 1 && after[0].starts_with("no agent running"), "after `agent stop`: {after:?}");
+    // Nothing of the agent's is left, and the base is as it was.
+    let end = Instant::now() + Duration::from_secs(10);
+    while scope.leftovers().is_some() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(procs_named(&scope, "capsule-agent").is_empty() && procs_named(&scope, "capsule-pid1").is_empty());
+    assert_eq!(scope.leftovers(), None, "after `agent stop`");
 }

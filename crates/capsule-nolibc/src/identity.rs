@@ -82,6 +82,24 @@ pub fn covers_env(key: &[u8]) -> bool {
 pub const DEFAULT_CONFIG: &str =
     r#"{"parallel":64,"cgroup":{"path":null,"require":false,"disable":false},"prepare_ahead":true,"own_network":true}"#;
 
+/// The cgroup `capsule::cgroups` moves a delegated cgroup's processes
+/// into before it enables controllers there ("no internal processes").
+pub const CGROUP_LEAF: &str = "capsule-leaf";
+
+/// A line of `/proc/self/cgroup` as the identity covers it: `0::B/capsule-leaf`
+/// as `0::B`, since a supervisor forked in either takes B as its base and the
+/// first run moves its caller from B into the leaf (docs/agent.md says why no
+/// run can use this to pass as its caller).
+pub fn cgroup_line(line: &[u8]) -> &[u8] {
+    let Some(path) = line.strip_prefix(b"0::") else { return line };
+    let Some(parent) = path.strip_suffix(CGROUP_LEAF.as_bytes()) else { return line };
+    match parent {
+        b"/" => b"0::/",
+        _ if parent.ends_with(b"/") => &line[..3 + parent.len() - 1],
+        _ => line,
+    }
+}
+
 /// Most environment variables covered; more are a sign of a caller
 /// nobody shares an agent with, and go in unsorted.
 const MAX_ENV: usize = 64;
@@ -173,8 +191,17 @@ pub fn write<'e, S: Sink>(sink: &mut S, exe: &CStr, env: impl Iterator<Item = (&
             t.0.put(b"\n");
         }
     }
+    let _ = write!(t, "cgroup ");
+    for line in sys::read_file(c"/proc/self/cgroup", &mut big).unwrap_or(b"?").split_inclusive(|&b| b == b'\n') {
+        let (body, end) = match line.strip_suffix(b"\n") {
+            Some(body) => (body, &b"\n"[..]),
+            None => (line, &b""[..]),
+        };
+        t.0.put(cgroup_line(body));
+        t.0.put(end);
+    }
+    t.0.put(b"\n");
     for (name, path) in [
-        ("cgroup", c"/proc/self/cgroup"),
         ("oom_score_adj", c"/proc/self/oom_score_adj"),
         ("lsm", c"/proc/self/attr/current"),
     ] {
@@ -233,6 +260,23 @@ mod tests {
     fn covered_variables() {
         assert!(covers_env(b"HOME") && covers_env(b"PATH") && covers_env(b"CAPSULE_AGENT_IDLE"));
         assert!(!covers_env(b"CAPSULE_AGENT") && !covers_env(b"TERM") && !covers_env(b"HOMEX"));
+    }
+
+    #[test]
+    fn the_leaf_is_its_parent() {
+        assert_eq!(cgroup_line(b"0::/user.slice/x.scope/capsule-leaf"), b"0::/user.slice/x.scope");
+        assert_eq!(cgroup_line(b"0::/capsule-leaf"), b"0::/");
+        for same in [
+            &b"0::/a/capsule-leaf/b"[..],
+            b"0::/a/my-capsule-leaf",
+            b"0::capsule-leaf",
+            b"0::/a",
+            b"0::/",
+            b"1:name=systemd:/a/capsule-leaf",
+            b"",
+        ] {
+            assert_eq!(cgroup_line(same), same);
+        }
     }
 
     #[test]

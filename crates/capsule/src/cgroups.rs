@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! B/capsule-leaf/                  processes that were in B (only when capsule had
-//!                                  to enable controllers on B: "no internal processes")
+//!                                  to enable controllers on B: "no internal processes");
+//!                                  a caller there is the same caller as in B
 //! B/capsule.<pid>.<starttime>.<n>/ run n of the supervisor <pid>: the limits, out of
 //!                                  the program's sight (unique names: no collisions
 //!                                  between supervisors sharing B; a crashed one's are
@@ -45,7 +46,9 @@ use crate::sys;
 const CONTROLLERS: [&str; 2] = ["memory", "pids"];
 /// Controllers without which capsule does not use cgroups at all.
 const REQUIRED: [&str; 2] = ["memory", "pids"];
-const LEAF: &str = "capsule-leaf";
+/// The agent's identity takes a caller in `B/capsule-leaf` as one in B
+/// (`capsule_nolibc::identity::cgroup_line`), as [`discover`] does.
+const LEAF: &str = capsule_nolibc::identity::CGROUP_LEAF;
 const INSTANCE_PREFIX: &str = "capsule.";
 /// cpu.max period, µs.
 const CPU_PERIOD_US: u64 = 100_000;
