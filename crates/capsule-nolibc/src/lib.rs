@@ -17,6 +17,7 @@
 compile_error!("capsule-nolibc's system calls are written for x86_64 Linux");
 
 pub mod identity;
+pub mod server;
 pub mod sys;
 
 /// `n` in decimal, written at the end of `buf` (without allocating: the
