@@ -1378,7 +1378,8 @@ fn fake_received(rec: &Path) -> Vec<String> {
 /// Item 1 (issue 20): a sandboxed program puts its own listening socket in
 /// the place of the user's agent's (`XDG_RUNTIME_DIR` unset: the agents'
 /// directory is `/tmp/capsule-agent-UID`). (a) With `--bind /tmp /tmp` it
-/// tries itself: the directory is covered in every run. (b) The test
+/// tries itself: the directory is covered in every run, so it cannot.
+/// (b) The test
 /// renames the sandboxed fake's socket there (as a kernel before the
 /// cover, or another way in, would let it): the next `capsule run`, by
 /// the front end and by capsule-cli (`--json`), sends it nothing, and
@@ -1420,6 +1421,7 @@ fn agent_impersonation_by_a_sandboxed_listener() {
     let _ = std::fs::remove_file(&tmp);
     assert_eq!(fake_received(&rec), Vec::<String>::new(), "the fake agent ({said:?}) received a request");
     assert_eq!((out.code, out.stdout.as_str()), (Some(0), "ran\n"), "{}", out.describe());
+    assert!(said.starts_with("not planted"), "the agents' directory is not covered in a run with --bind /tmp /tmp: {said:?}");
 
     // (b) Its socket put there from outside.
     let rec = dir.join("b.rec");

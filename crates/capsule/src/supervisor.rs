@@ -81,6 +81,8 @@ pub struct Supervisor {
     config: Config,
     host_uid: u32,
     host_gid: u32,
+    /// The user's agent directories, covered in every run.
+    agent_dirs: Vec<PathBuf>,
     net: Net,
     self_pidfd: OwnedFd,
     last_cap: u32,
@@ -744,6 +746,7 @@ impl Supervisor {
             landlock_abi: crate::landlock::probe(),
             home: p.home,
             fusectl,
+            agent_dirs: crate::mounts::agent_dirs(p.host_uid),
         })
     }
 
@@ -911,6 +914,7 @@ impl Supervisor {
         // Layers first: their directories are created and locked here.
         let layers = crate::overlay::prepare(spec)?;
         let mut mounts = MountPlan::prepare(spec, sys::geteuid(), self.home.as_deref(), &mut names, layers.as_ref())?;
+        mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
         let sources = std::mem::take(&mut mounts.sources);
         let parents = std::mem::take(&mut mounts.parents);
         let cgroup = match &self.cgroups {
