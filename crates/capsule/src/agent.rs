@@ -5,7 +5,9 @@
 //! namespace, the run's network namespace, compiling the seccomp policy)
 //! and for building the sandbox while the caller waits. So the first
 //! `capsule run` starts an *agent*: a supervisor that listens on a socket
-//! only the user can reach, prepares the next sandbox of the last run's
+//! only the user can reach (its directory is covered in every run, and
+//! clients check who listens there before they send anything:
+//! `capsule_nolibc::server`), prepares the next sandbox of the last run's
 //! shape while idle (fresh for every run, never reused), and exits after
 //! [`DEFAULT_IDLE`] without work. Later `capsule run`s send their request
 //! there, as the library's clients do, and get their result back.
@@ -528,12 +530,14 @@ pub fn list() -> Vec<Running> {
             continue;
         }
         let path = e.path();
+        let Ok(sock) = connect(&path) else { continue };
         // Only agents (a socket a sandboxed program put there is none).
-        if let Ok(sock) = connect(&path).map_err(drop).and_then(|s| check_server(&s).map(|()| s).map_err(drop)) {
-            // The pid of the process that listens there.
-            if let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) {
-                out.push(Running { socket: path, pid: cred.pid });
-            }
+        if check_server(&sock).is_err() {
+            continue;
+        }
+        // The pid of the process that listens there.
+        if let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) {
+            out.push(Running { socket: path, pid: cred.pid });
         }
     }
     out.sort_by(|a, b| a.socket.cmp(&b.socket));
