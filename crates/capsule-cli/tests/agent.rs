@@ -303,6 +303,10 @@ fn a_sandboxed_program_is_refused_by_the_agent() {
         let out = cmd(&tag, &["run", "-q", "--bind", bind, bind, "--", "/bin/ls", "-A", &dir]).run();
         assert_eq!((out.code, out.stdout.as_str()), (Some(0), ""), "{}", out.describe());
     }
+    // The socket itself, bound somewhere else: covered there.
+    let sock_s = sock.display().to_string();
+    let out = cmd(&tag, &["run", "-q", "--bind", &sock_s, "/tmp/s", "--", "/bin/sh", "-c", "test -S /tmp/s || echo covered"]).run();
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "covered\n"), "{}", out.describe());
     let scratch = Scratch::new("agent-sbx");
     let link = scratch.join("agent.sock");
     std::fs::hard_link(&sock, &link).unwrap();

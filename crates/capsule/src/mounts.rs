@@ -681,7 +681,8 @@ impl MountPlan {
     /// the host's view (unless beneath the private `/tmp` or `/run`),
     /// beneath a bind whose source is it or one of its parents (`--bind
     /// /tmp /tmp`, `--bind / /host`: compared by device and inode, so a
-    /// link to it counts), beneath a layer or a shown path. A sandboxed
+    /// link to it counts), a bind of something inside it, beneath a layer
+    /// or a shown path. A sandboxed
     /// program could otherwise put its own socket in an agent's place, or
     /// make the directory before the first agent does; so a directory that
     /// would be shown is made (mode 0700) if missing, to be covered.
@@ -709,6 +710,13 @@ impl MountPlan {
                         if let Some((a, _)) = chain.iter().find(|(_, i)| *i == id(st)) {
                             let rest = dir.strip_prefix(a).unwrap_or(Path::new(""));
                             shown.push(path(dst).join(rest));
+                        } else if chain.first().is_some_and(|(a, i)| a == dir && i.0 == st.st_dev) {
+                            // Something inside it (a socket, a lock file),
+                            // by where the source was resolved to.
+                            let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+                            if real.is_ok_and(|r| r.starts_with(dir)) {
+                                shown.push(path(dst));
+                            }
                         }
                     }
                     Op::Overlay { dst, .. } | Op::Save { dst, .. } | Op::Reveal { dst, .. } if under(&path(dst)) => {
