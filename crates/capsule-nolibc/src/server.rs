@@ -113,3 +113,25 @@ impl NumPath {
         CStr::from_bytes_until_nul(&self.buf).unwrap_or(c"/")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_with_numbers() {
+        assert_eq!(NumPath::new(b"/proc/", 123).with(b"/ns/pid"), c"/proc/123/ns/pid");
+        assert_eq!(NumPath::new(b"/proc/self/fdinfo/", 7).with(b""), c"/proc/self/fdinfo/7");
+    }
+
+    /// The other end of a socket pair is this process: it passes as an
+    /// agent running this test's binary, not as one running another.
+    #[test]
+    fn the_listener_must_run_the_given_binary() {
+        use std::os::fd::IntoRawFd;
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = sys::Fd(a.into_raw_fd());
+        assert_eq!(check_agent(&fd, c"/proc/self/exe"), Ok(()));
+        assert_eq!(check_agent(&fd, c"/bin/sh"), Err("the process that listens there does not run capsule-cli"));
+    }
+}
