@@ -13,8 +13,11 @@ The first `capsule run` starts an agent: a supervisor that prepares the next run
 while idle (fresh for every run) and exits after CAPSULE_AGENT_IDLE seconds without work
 (default 300). Later runs with the same identity (binary, ids and groups, namespaces,
 cgroup, limits, umask, capabilities, HOME, PATH, XDG_RUNTIME_DIR, CAPSULE_* variables, ...)
-are sent to it; a caller that differs gets an agent of its own. An agent stops taking
-requests when the host's mount table changes. Every run still gets fresh PID, mount, user,
+are sent to it; a caller that differs gets an agent of its own, and one with no_new_privs
+or a seccomp filter (maybe confined by Landlock) uses none. A run is sent only after
+checking that your agent listens on the socket (else: a warning, and no agent); the
+agents' directory is covered in every run. An agent stops taking requests when the
+host's mount table changes. Every run still gets fresh PID, mount, user,
 cgroup, IPC, UTS and network namespaces. CAPSULE_AGENT=off or `capsule run --no-agent`
 forks a supervisor per run instead (docs/agent.md).
 

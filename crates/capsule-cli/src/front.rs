@@ -8,7 +8,8 @@
 //!
 //! 1. `capsule run ...` without options that need the caller's own
 //!    process: compute the caller's agent identity (the library's code,
-//!    `capsule_nolibc::identity`), connect to that agent's socket, send
+//!    `capsule_nolibc::identity`), connect to that agent's socket, check
+//!    that an agent of this caller listens there (`capsule_nolibc::server`), send
 //!    the command line, the directory and the environment with stdin,
 //!    stdout and stderr attached (`ClientMsg::Command`). The agent parses
 //!    it with `capsule-cli`'s own parser and runs it, or declines.
@@ -219,6 +220,14 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
     if sys::getuid() == 0 || sys::geteuid() == 0 {
         return None;
     }
+    // A caller under no_new_privs or a seccomp filter may be confined in
+    // ways no agent can compare (Landlock): it forks its own supervisor
+    // (capsule-cli, `capsule::agent::enabled`), which inherits them.
+    const PR_GET_SECCOMP: usize = 21;
+    const PR_GET_NO_NEW_PRIVS: usize = 39;
+    if sys::prctl_get(PR_GET_NO_NEW_PRIVS) != 0 || sys::prctl_get(PR_GET_SECCOMP) != 0 {
+        return None;
+    }
     let mut runtime: Option<&[u8]> = None;
     for entry in start.env() {
         core::str::from_utf8(entry).ok()?;
@@ -280,6 +289,10 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
     path.push(b".sock");
     let sock = sys::unix_stream_socket().ok()?;
     sys::connect_unix(&sock, path.bytes()).ok()?;
+    // Nothing is sent to a listener that is not this caller's agent (a
+    // sandboxed program's socket in its place): capsule-cli checks again,
+    // warns, and runs without the agent.
+    capsule_nolibc::server::check_agent(&sock, cli).ok()?;
     let mut cwd = [0u8; 4096];
     let cwd = sys::getcwd(&mut cwd).ok()?;
     core::str::from_utf8(cwd).ok()?;

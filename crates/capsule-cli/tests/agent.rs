@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
@@ -283,8 +284,10 @@ fn agent_retires_when_the_host_mount_table_changes() {
     stop(&tag);
 }
 
-/// A sandboxed program that can see the agent's socket (its directory
-/// bound into the sandbox) is refused: connected, it gets no `Accepted`,
+/// The agents' directory is covered in every run, even one that binds it
+/// (or `/tmp` above it): nothing of it shows. A sandboxed program that
+/// reaches the agent's socket all the same (here through a hard link the
+/// test makes beside it) is refused: connected, it gets no `Accepted`,
 /// only the end of the connection, so it cannot have runs made outside
 /// its own sandbox.
 #[test]
@@ -296,11 +299,22 @@ fn a_sandboxed_program_is_refused_by_the_agent() {
     run_sh(&tag, "true");
     let (sock, pid) = own_agent(&tag).expect("an agent");
     let dir = sock.parent().unwrap().display().to_string();
+    for bind in [&dir, "/tmp"] {
+        let out = cmd(&tag, &["run", "-q", "--bind", bind, bind, "--", "/bin/ls", "-A", &dir]).run();
+        assert_eq!((out.code, out.stdout.as_str()), (Some(0), ""), "{}", out.describe());
+    }
+    // The socket itself, bound somewhere else: covered there.
+    let sock_s = sock.display().to_string();
+    let out = cmd(&tag, &["run", "-q", "--bind", &sock_s, "/tmp/s", "--", "/bin/sh", "-c", "test -S /tmp/s || echo covered"]).run();
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "covered\n"), "{}", out.describe());
+    let scratch = Scratch::new("agent-sbx");
+    let link = scratch.join("agent.sock");
+    std::fs::hard_link(&sock, &link).unwrap();
     let script = format!(
         "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.settimeout(10)\nprint('got', len(s.recv(100)))",
-        sock.display().to_string()
+        link.display().to_string()
     );
-    let out = cmd(&tag, &["run", "-q", "--no-agent", "--bind", &dir, &dir, "--", "python3", "-c", &script]).run();
+    let out = cmd(&tag, &["run", "-q", "--no-agent", "--bind", &scratch.s(), &scratch.s(), "--", "python3", "-c", &script]).run();
     assert_eq!(out.code, Some(0), "{}", out.describe());
     assert_eq!(out.stdout.trim(), "got 0", "{}", out.describe());
     // The agent itself is unharmed, and serves its own callers.
@@ -310,6 +324,35 @@ fn a_sandboxed_program_is_refused_by_the_agent() {
     });
     assert_eq!(own_agent(&tag).map(|(_, p)| p), Some(pid));
     stop(&tag);
+}
+
+/// With `XDG_RUNTIME_DIR` set (a private directory of the user's), the
+/// agents' directory there is covered too, in a run that shows its parent
+/// writable, served by the agent or by a supervisor of its own.
+#[test]
+fn the_agents_directory_is_covered_under_xdg_runtime_dir() {
+    let _shared = shared();
+    require!("the_agents_directory_is_covered_under_xdg_runtime_dir", userns_available());
+    let tag = unique("agent-xdg");
+    // A short path: a socket's path holds at most 107 bytes.
+    let scratch = Scratch::new("x");
+    let runtime = scratch.mkdir("r");
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let agents = runtime.join("capsule");
+    let list = |extra: &[&str]| {
+        let mut c = cmd(&tag, &["run", "-q", "--writable", &scratch.s()]);
+        c.args(extra).args(&["--", "/bin/ls", "-A", &agents.display().to_string()]);
+        c.env("XDG_RUNTIME_DIR", &runtime.display().to_string());
+        c.run()
+    };
+    for extra in [&[][..], &[], &["--no-agent"]] {
+        let out = list(extra);
+        assert_eq!((out.code, out.stdout.as_str()), (Some(0), ""), "{extra:?}: {}", out.describe());
+    }
+    let socks = std::fs::read_dir(&agents).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".sock")).count();
+    assert_eq!(socks, 1, "no agent socket in {}", agents.display());
+    let out = cmd(&tag, &["agent", "stop"]).env("XDG_RUNTIME_DIR", &runtime.display().to_string()).run();
+    assert!(out.stdout.contains("stopped"), "{}", out.describe());
 }
 
 /// Settings of the agent that make no sense are errors naming them.
@@ -342,7 +385,6 @@ fn bad_agent_settings_are_errors() {
 /// every other subcommand go to capsule-cli, which fails here, named.
 #[test]
 fn the_front_end_serves_runs_without_capsule_cli() {
-    use std::os::unix::fs::PermissionsExt;
     let _shared = shared();
     require!("the_front_end_serves_runs_without_capsule_cli", userns_available());
     let tag = unique("agent-front");

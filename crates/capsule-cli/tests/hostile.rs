@@ -1293,3 +1293,256 @@ fn cgroup_memory_bomb(policy: &str) {
     out.assert_probe_ok();
 }
 both_policies!(cgroup_memory_bomb);
+
+// ---- issue 20: agent and serve --listen
+
+fn python3() -> Result<(), String> {
+    match Path::new("/usr/bin/python3").exists() {
+        true => Ok(()),
+        false => Err("python3 is not installed (/usr/bin/python3)".into()),
+    }
+}
+
+/// A `capsule` command with the agent on, for identity `tag` (the key
+/// covers CAPSULE_* variables, so no other test shares its agent).
+fn agent_cmd(tag: &str, args: &[&str]) -> Cmd {
+    let mut c = capsule(args);
+    c.env("CAPSULE_AGENT", "on").env("CAPSULE_AGENT_IDLE", "30").env("CAPSULE_TEST_TAG", tag);
+    c
+}
+
+/// The socket of the agent serving `tag` (`capsule agent status`'s `*`).
+fn agent_socket(tag: &str) -> Option<PathBuf> {
+    let out = agent_cmd(tag, &["agent", "status"]).run();
+    out.stdout.lines().find_map(|l| l.strip_prefix("* ")).map(|l| PathBuf::from(l.rsplit_once("\tpid ").map_or(l, |(s, _)| s)))
+}
+
+/// A fake agent: listens on TMP and renames it over TARGET (when given),
+/// prints `planted` (or `not planted ERROR` and exits), answers each
+/// connection as an agent that declines (`accepted`, then `declined` once
+/// a whole request is in) and appends to REC what it received:
+/// `BYTES bytes FDS fds` per connection. Ends when REC.stop appears.
+const FAKE_AGENT: &str = r#"
+import array, os, socket, sys, time
+rec, tmp, target = sys.argv[1], sys.argv[2], sys.argv[3]
+s = socket.socket(socket.AF_UNIX)
+s.bind(tmp)
+s.listen(16)
+if target:
+    try:
+        os.rename(tmp, target)
+    except OSError as e:
+        print('not planted', e.strerror, flush=True)
+        os.unlink(tmp)
+        sys.exit(0)
+print('planted', flush=True)
+s.settimeout(0.2)
+frame = lambda b: b'CAP1' + len(b).to_bytes(4, 'little') + b
+end = time.time() + 50
+while time.time() < end and not os.path.exists(rec + '.stop'):
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    got, fds = b'', 0
+    try:
+        c.sendall(frame(b'"accepted"'))
+        c.settimeout(1)
+        while True:
+            m, anc, _, _ = c.recvmsg(1 << 16, socket.CMSG_SPACE(64))
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    for fd in array.array('i', data[:len(data) - len(data) % 4]):
+                        fds += 1
+                        os.close(fd)
+            if not m:
+                break
+            got += m
+            if len(got) >= 8 and len(got) >= 8 + int.from_bytes(got[4:8], 'little'):
+                c.sendall(frame(b'"declined"'))
+                break
+    except OSError:
+        pass
+    with open(rec, 'a') as f:
+        f.write('%d bytes %d fds\n' % (len(got), fds))
+    c.close()
+"#;
+
+/// What the fake agent at `rec` received: connections that got any byte
+/// or descriptor.
+fn fake_received(rec: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(rec).unwrap_or_default();
+    text.lines().filter(|l| *l != "0 bytes 0 fds").map(str::to_string).collect()
+}
+
+/// Item 1 (issue 20): a sandboxed program puts its own listening socket in
+/// the place of the user's agent's (`XDG_RUNTIME_DIR` unset: the agents'
+/// directory is `/tmp/capsule-agent-UID`). (a) With `--bind /tmp /tmp` it
+/// tries itself: the directory is covered in every run, so it cannot.
+/// (b) The test
+/// renames the sandboxed fake's socket there (as a kernel before the
+/// cover, or another way in, would let it): the next `capsule run`, by
+/// the front end and by capsule-cli (`--json`), sends it nothing, and
+/// still runs its command, without the agent, saying so.
+#[test]
+fn agent_impersonation_by_a_sandboxed_listener() {
+    let t = "agent_impersonation_by_a_sandboxed_listener";
+    require!(t, userns_available());
+    require!(t, python3());
+    let tag = unique("imp");
+    let out = agent_cmd(&tag, &["run", "-q", "--", "/bin/true"]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let sock = agent_socket(&tag).expect("an agent after the first run");
+    assert!(sock.starts_with(format!("/tmp/capsule-agent-{}", h().uid)), "{}", sock.display());
+    let dir = Scratch::new("imp");
+    let fake_run = |rec: &Path, tmp: &str, target: &str, binds: &[&str]| {
+        let mut c = agent_cmd(&tag, &["run", "-q", "--no-agent", "--wall-time", "60s", "--bind", &dir.s(), &dir.s()]);
+        c.args(binds).args(&["--", "python3", "-c", FAKE_AGENT]).arg(rec).arg(tmp).arg(target);
+        c.spawn()
+    };
+    // The victim: the user's next, unrelated run.
+    let victim = |json: bool| {
+        let mut c = agent_cmd(&tag, &["run", "-q", "--", "/bin/sh", "-c", "echo ran"]);
+        if json {
+            c.json();
+        }
+        c.run()
+    };
+
+    // (a) Through --bind /tmp /tmp.
+    let rec = dir.join("a.rec");
+    let tmp = format!("/tmp/capsule-fake-{}.sock", unique("a"));
+    let mut fake = fake_run(&rec, &tmp, &sock.display().to_string(), &["--bind", "/tmp", "/tmp"]);
+    let said = fake.wait_line("", Duration::from_secs(30));
+    eprintln!("the fake agent with --bind /tmp /tmp: {said:?}");
+    let out = victim(false);
+    std::fs::write(rec.with_extension("rec.stop"), "").unwrap();
+    let _ = fake.wait();
+    let _ = std::fs::remove_file(&tmp);
+    assert_eq!(fake_received(&rec), Vec::<String>::new(), "the fake agent ({said:?}) received a request");
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "ran\n"), "{}", out.describe());
+    assert!(said.starts_with("not planted"), "the agents' directory is not covered in a run with --bind /tmp /tmp: {said:?}");
+
+    // (b) Its socket put there from outside.
+    let rec = dir.join("b.rec");
+    let tmp = dir.join("fake.sock");
+    let mut fake = fake_run(&rec, &tmp.display().to_string(), "", &[]);
+    fake.wait_line("planted", Duration::from_secs(30));
+    std::fs::rename(&tmp, &sock).unwrap();
+    for json in [false, true] {
+        let out = victim(json);
+        assert_eq!(fake_received(&rec), Vec::<String>::new(), "the fake agent received a request (json {json})");
+        assert_eq!((out.code, out.stdout.as_str()), (Some(0), "ran\n"), "{}", out.describe());
+        assert!(out.stderr.contains("not your agent") && out.stderr.contains("running without an agent"), "{}", out.describe());
+    }
+    std::fs::write(rec.with_extension("rec.stop"), "").unwrap();
+    let _ = fake.wait();
+    let _ = std::fs::remove_file(&sock);
+    // Stops the real agent (its socket was replaced: by its pid).
+    let _ = agent_cmd(&tag, &["agent", "stop"]).run();
+}
+
+/// Item 7 (issue 20): a caller confined by Landlock (writes only beneath
+/// /tmp, /dev, /proc; `no_new_privs` set, as Landlock requires) must not
+/// get from an agent what its own supervisor would not: an agent started
+/// earlier by a caller with `no_new_privs` but no Landlock (the same
+/// identity) must not make it a run with `--writable DIR`. Run by a
+/// python3 program that confines itself and executes capsule.
+#[test]
+fn landlocked_caller_escapes_through_the_agent() {
+    let t = "landlocked_caller_escapes_through_the_agent";
+    require!(t, userns_available());
+    require!(t, python3());
+    let tag = unique("ll");
+    let dir = Scratch::new("ll");
+    let x = dir.mkdir("x");
+    let confine = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+if sys.argv[1] == 'landlock':
+    # Every write right of ABI 1: writing files, removing, making anything.
+    handled = (1 << 1) | sum(1 << b for b in range(4, 13))
+    attr = ctypes.c_uint64(handled)
+    rs = libc.syscall(444, ctypes.byref(attr), 8, 0)
+    assert rs >= 0, ('landlock_create_ruleset', ctypes.get_errno())
+    for p in ['/tmp', '/dev', '/proc']:
+        fd = os.open(p, os.O_PATH)
+        rule = (ctypes.c_uint8 * 12).from_buffer_copy(handled.to_bytes(8, 'little') + fd.to_bytes(4, 'little'))
+        assert libc.syscall(445, rs, 1, ctypes.byref(rule), 0) == 0, ('landlock_add_rule', ctypes.get_errno())
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+if sys.argv[1] == 'landlock':
+    assert libc.syscall(446, rs, 0) == 0, ('landlock_restrict_self', ctypes.get_errno())
+os.execv(sys.argv[2], sys.argv[2:])
+"#;
+    let run = |how: &str, args: &[&str]| {
+        let mut argv: Vec<String> = vec!["/usr/bin/python3".into(), "-c".into(), confine.into(), how.into()];
+        argv.push(h().capsule.display().to_string());
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let out = as_user(&argv)
+            .env("CAPSULE_AGENT", "on")
+            .env("CAPSULE_AGENT_IDLE", "30")
+            .env("CAPSULE_TEST_TAG", &tag)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = format!(
+            "exit {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    // The earlier caller: no_new_privs, no Landlock.
+    let (code, text) = run("nnp", &["run", "-q", "--", "/bin/true"]);
+    assert_eq!(code, Some(0), "{text}");
+    // The confined one.
+    let f = x.join("f");
+    let (_, text) = run("landlock", &["run", "-q", "--writable", &x.display().to_string(), "--", "/usr/bin/touch", &f.display().to_string()]);
+    let _ = run("nnp", &["agent", "stop"]);
+    eprintln!("the confined caller's capsule run: {text}");
+    assert!(!f.exists(), "a Landlock-confined caller wrote outside its confinement through an agent: {text}");
+}
+
+/// Item 2 (issue 20): `capsule serve --listen` refuses a peer that is a
+/// sandboxed program of the same user (here one that sees the socket
+/// through a bind of its directory): it gets an error line naming why and
+/// the end of the connection, not a run. A client of the user's outside
+/// any sandbox is served.
+#[test]
+fn serve_listen_refuses_sandboxed_peers() {
+    let t = "serve_listen_refuses_sandboxed_peers";
+    require!(t, userns_available());
+    require!(t, python3());
+    let dir = Scratch::new("listen-peer");
+    let path = dir.join("sock");
+    let mut server = capsule(&["serve", "--listen", &path.display().to_string()]);
+    server.timeout(Duration::from_secs(120));
+    let server = server.spawn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&path).is_err() {
+        assert!(Instant::now() < deadline, "capsule serve --listen did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = format!(
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.settimeout(20)\n\
+         try:\n    s.sendall(b'{{\"id\": 1, \"spec\": {{\"argv\": [\"/bin/true\"], \"seccomp\": \"none\"}}}}\\n')\n\
+         except BrokenPipeError:\n    pass\n\
+         data=b''\nwhile True:\n    b=s.recv(4096)\n    if not b: break\n    data+=b\n    if b'\\n' in data: break\n\
+         print(data.decode().strip() or 'EOF')",
+        path.display().to_string()
+    );
+    let out = capsule(&["run", "-q", "--bind", &dir.s(), &dir.s(), "--", "python3", "-c", &client]).run();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let line = out.stdout.trim();
+    assert!(!line.contains("\"result\""), "a sandboxed peer had a run made: {line}");
+    assert!(line.contains("\"error\"") && line.contains("refused"), "no refusal line: {}", out.describe());
+    // The user's own client, outside any sandbox, is served.
+    let own = as_user(&["/usr/bin/python3", "-c", &client]).output().unwrap();
+    let own = String::from_utf8_lossy(&own.stdout);
+    assert!(own.contains("\"result\""), "the user's own client was not served: {own}");
+    // SAFETY: kill(2) on the server's pid (setpriv exec'd capsule), still our child.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let _ = server.wait();
+}

@@ -240,7 +240,7 @@ struct Sock {
 
 impl Sock {
     fn connect(path: &Path) -> Sock {
-        let stream = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        let stream = connect_as_user(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
         let reader = stream.try_clone().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -280,6 +280,29 @@ impl Conn for Sock {
     fn transcript(&self) -> String {
         tail(&self.seen)
     }
+}
+
+/// Connects to `path` as the capsule user: `serve --listen` serves only
+/// processes of its own user. From a thread of its own, whose ids alone
+/// the raw set*id calls change (glibc's wrappers would change every
+/// thread's); the connection outlives it.
+fn connect_as_user(path: &Path) -> std::io::Result<UnixStream> {
+    if !h().is_root {
+        return UnixStream::connect(path);
+    }
+    let (uid, gid, path) = (h().uid, h().gid, path.to_path_buf());
+    std::thread::spawn(move || {
+        // SAFETY: system calls with integer arguments and a null list.
+        let ok = unsafe {
+            libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+                && libc::syscall(libc::SYS_setresgid, gid, gid, gid) == 0
+                && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0
+        };
+        assert!(ok, "setting the thread's ids: {}", std::io::Error::last_os_error());
+        UnixStream::connect(&path)
+    })
+    .join()
+    .expect("the connecting thread")
 }
 
 /// Starts `capsule serve --listen <dir>/sock ARGS` and waits for the socket.

@@ -7,7 +7,8 @@
 //! in all. The front end hands a `capsule run` to the agent that serves
 //! its caller, or executes the full command-line tool (`capsule-cli`).
 //! To find that agent it computes the same [`identity`] the library does,
-//! with the same code: this crate's.
+//! with the same code: this crate's; both check with [`server`] that the
+//! agent is what listens on its socket before they send it anything.
 //!
 //! `no_std`, no allocation. x86_64 Linux only (the system-call layer is
 //! inline assembly), like the workspace's pinned target.
@@ -17,6 +18,7 @@
 compile_error!("capsule-nolibc's system calls are written for x86_64 Linux");
 
 pub mod identity;
+pub mod server;
 pub mod sys;
 
 /// `n` in decimal, written at the end of `buf` (without allocating: the

@@ -19,6 +19,7 @@ mod nr {
     pub const GETPID: usize = 39;
     pub const SOCKET: usize = 41;
     pub const CONNECT: usize = 42;
+    pub const GETSOCKOPT: usize = 55;
     pub const SENDMSG: usize = 46;
     pub const RECVMSG: usize = 47;
     pub const EXECVE: usize = 59;
@@ -46,6 +47,7 @@ mod nr {
 
 const AT_FDCWD: isize = -100;
 pub const O_RDONLY: usize = 0;
+const SOL_SOCKET: usize = 1;
 pub const O_CLOEXEC: usize = 0o2_000_000;
 pub const AT_SYMLINK_NOFOLLOW: usize = 0x100;
 pub const S_IFMT: u32 = 0o170_000;
@@ -305,6 +307,41 @@ pub fn unix_stream_socket() -> Result<Fd> {
     const SOCK_STREAM: usize = 1;
     const SOCK_CLOEXEC: usize = 0o2_000_000;
     plain(nr::SOCKET, [AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, 0, 0, 0]).map(|fd| Fd(fd as i32))
+}
+
+/// The credentials of a Unix socket's peer (`SO_PEERCRED`): pid (in the
+/// caller's PID namespace, 0 outside it), uid, gid. For a connected
+/// client, those of the process that called `listen` on the server side,
+/// as they were then.
+pub fn peer_cred(sock: &Fd) -> Result<(i32, u32, u32)> {
+    const SO_PEERCRED: usize = 17;
+    let mut cred = [0u32; 3];
+    let mut len: u32 = 12;
+    // SAFETY: cred has the 12 bytes of a struct ucred; len says so.
+    check(unsafe {
+        syscall6(
+            nr::GETSOCKOPT,
+            [sock.0 as usize, SOL_SOCKET, SO_PEERCRED, cred.as_mut_ptr() as usize, &mut len as *mut u32 as usize, 0],
+        )
+    })?;
+    Ok((cred[0] as i32, cred[1], cred[2]))
+}
+
+/// A pidfd of a Unix socket's peer process (`SO_PEERPIDFD`, Linux 6.5):
+/// the process itself, so that its pid cannot be taken by another one
+/// while it is looked at. ENOPROTOOPT on older kernels.
+pub fn peer_pidfd(sock: &Fd) -> Result<Fd> {
+    const SO_PEERPIDFD: usize = 77;
+    let mut fd: i32 = -1;
+    let mut len: u32 = 4;
+    // SAFETY: fd is the 4-byte int the option writes; len says so.
+    check(unsafe {
+        syscall6(
+            nr::GETSOCKOPT,
+            [sock.0 as usize, SOL_SOCKET, SO_PEERPIDFD, &mut fd as *mut i32 as usize, &mut len as *mut u32 as usize, 0],
+        )
+    })?;
+    Ok(Fd(fd))
 }
 
 /// Connects `fd` to the Unix socket at `path` (ENAMETOOLONG beyond the

@@ -5,7 +5,9 @@
 //! namespace, the run's network namespace, compiling the seccomp policy)
 //! and for building the sandbox while the caller waits. So the first
 //! `capsule run` starts an *agent*: a supervisor that listens on a socket
-//! only the user can reach, prepares the next sandbox of the last run's
+//! only the user can reach (its directory is covered in every run, and
+//! clients check who listens there before they send anything:
+//! `capsule_nolibc::server`), prepares the next sandbox of the last run's
 //! shape while idle (fresh for every run, never reused), and exits after
 //! [`DEFAULT_IDLE`] without work. Later `capsule run`s send their request
 //! there, as the library's clients do, and get their result back.
@@ -118,7 +120,25 @@ pub fn enabled() -> Result<(), String> {
     if std::env::var_os(crate::cgroups::IN_SCOPE_ENV).is_some() {
         return Err("running in a transient systemd scope".into());
     }
+    // A caller under no_new_privs or a seccomp filter may be confined in a
+    // way the identity cannot show (a Landlock domain, which nothing
+    // compares from userspace; which filters): an agent started by another
+    // caller of the same identity could make runs it may not. It forks its
+    // own supervisor, which inherits its confinement; and since no agent
+    // is started by such a caller, every agent refuses them as clients
+    // (`supervisor::peer_fingerprint` has both).
+    if confined() {
+        return Err("this process has no_new_privs or a seccomp filter (its confinement, e.g. Landlock, cannot be \
+                    compared with an agent's)"
+            .into());
+    }
     Ok(())
+}
+
+/// Whether the calling process has `no_new_privs` set or a seccomp mode.
+fn confined() -> bool {
+    use capsule_nolibc::sys::prctl_get;
+    prctl_get(libc::PR_GET_NO_NEW_PRIVS as usize) != 0 || prctl_get(libc::PR_GET_SECCOMP as usize) != 0
 }
 
 /// The idle time from `CAPSULE_AGENT_IDLE`, else [`DEFAULT_IDLE`].
@@ -242,6 +262,7 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
     let path = dir.join(format!("agent-{key}.sock"));
     // An agent of this identity is running: give it the request.
     if let Ok(sock) = connect(&path) {
+        verified(&path, &sock)?;
         if let Some(c) = deliver(sock, msg, fds)? {
             return Ok(c);
         }
@@ -265,6 +286,7 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
         for _ in 0..50 {
             std::thread::sleep(Duration::from_millis(2));
             if let Ok(sock) = connect(&path) {
+                verified(&path, &sock)?;
                 if let Some(c) = deliver(sock, msg, fds)? {
                     return Ok(c);
                 }
@@ -292,6 +314,29 @@ pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected,
 /// A connection to the socket at `path` (close-on-exec).
 fn connect(path: &Path) -> std::io::Result<OwnedFd> {
     std::os::unix::net::UnixStream::connect(path).map(OwnedFd::from)
+}
+
+/// Whether an agent of this caller listens at the other end of `sock`
+/// (`capsule_nolibc::server::check_agent`: same user, same PID namespace,
+/// the same binary, alive); else why not.
+fn check_server(sock: &OwnedFd) -> Result<(), &'static str> {
+    // Borrowed: the check does not close it.
+    let fd = std::mem::ManuallyDrop::new(capsule_nolibc::sys::Fd(sock.as_raw_fd()));
+    capsule_nolibc::server::check_agent(&fd, c"/proc/self/exe")
+}
+
+/// [`check_server`] before a request is sent: a listener that is not this
+/// caller's agent (a sandboxed program's socket put in its place) gets
+/// nothing; the run goes on without an agent, with a warning.
+fn verified(path: &Path, sock: &OwnedFd) -> Result<(), Missed> {
+    check_server(sock).map_err(|why| {
+        eprintln!(
+            "capsule: warning: `{}`: not your agent ({why}); running without an agent (remove that socket if you did not \
+             put it there)",
+            path.display()
+        );
+        Missed::Fallback
+    })
 }
 
 /// Whether the supervisor would resolve a path of `spec` against its own
@@ -485,11 +530,14 @@ pub fn list() -> Vec<Running> {
             continue;
         }
         let path = e.path();
-        if let Ok(sock) = connect(&path) {
-            // The pid of the process that listens there.
-            if let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) {
-                out.push(Running { socket: path, pid: cred.pid });
-            }
+        let Ok(sock) = connect(&path) else { continue };
+        // Only agents (a socket a sandboxed program put there is none).
+        if check_server(&sock).is_err() {
+            continue;
+        }
+        // The pid of the process that listens there.
+        if let Ok(cred) = sys::peer_cred(sock.as_raw_fd()) {
+            out.push(Running { socket: path, pid: cred.pid });
         }
     }
     out.sort_by(|a, b| a.socket.cmp(&b.socket));

@@ -675,6 +675,82 @@ impl MountPlan {
     }
 }
 
+impl MountPlan {
+    /// Covers each of `dirs` (the places of the user's agent sockets,
+    /// [`agent_dirs`]) wherever the run would see it, last: as itself in
+    /// the host's view (unless beneath the private `/tmp` or `/run`),
+    /// beneath a bind whose source is it or one of its parents (`--bind
+    /// /tmp /tmp`, `--bind / /host`: compared by device and inode, so a
+    /// link to it counts), a bind of something inside it, beneath a layer
+    /// or a shown path. A sandboxed
+    /// program could otherwise put its own socket in an agent's place, or
+    /// make the directory before the first agent does; so a directory that
+    /// would be shown is made (mode 0700) if missing, to be covered.
+    pub(crate) fn cover_agent_dirs(&mut self, dirs: &[PathBuf], names: &mut Vec<String>) {
+        use std::os::unix::ffi::OsStrExt;
+        let host_view = !matches!(self.base, Base::EmptyRoot { .. });
+        let id = |st: libc::stat| (st.st_dev, st.st_ino);
+        let mut covers: Vec<PathBuf> = Vec::new();
+        for dir in dirs {
+            let under = |d: &Path| dir.starts_with(d);
+            let mut shown: Vec<PathBuf> = Vec::new();
+            if host_view && !under(Path::new("/tmp")) && !under(Path::new("/run")) {
+                shown.push(dir.clone());
+            }
+            // The directory and its parents, by identity.
+            let chain: Vec<(PathBuf, (u64, u64))> = dir
+                .ancestors()
+                .filter_map(|a| Some((a.to_path_buf(), id(sys::stat_path(&cstr(a), true).ok()?))))
+                .collect();
+            for op in &self.ops {
+                let path = |c: &CString| PathBuf::from(std::ffi::OsStr::from_bytes(c.as_bytes()));
+                match op {
+                    Op::Bind { src: Some(fd), dst, .. } => {
+                        let Ok(st) = sys::fstat(fd.as_raw_fd()) else { continue };
+                        if let Some((a, _)) = chain.iter().find(|(_, i)| *i == id(st)) {
+                            let rest = dir.strip_prefix(a).unwrap_or(Path::new(""));
+                            shown.push(path(dst).join(rest));
+                        } else if chain.first().is_some_and(|(a, i)| a == dir && i.0 == st.st_dev) {
+                            // Something inside it (a socket, a lock file),
+                            // by where the source was resolved to.
+                            let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+                            if real.is_ok_and(|r| r.starts_with(dir)) {
+                                shown.push(path(dst));
+                            }
+                        }
+                    }
+                    Op::Overlay { dst, .. } | Op::Save { dst, .. } | Op::Reveal { dst, .. } if under(&path(dst)) => {
+                        shown.push(dir.clone())
+                    }
+                    _ => {}
+                }
+            }
+            if !shown.is_empty() {
+                use std::os::unix::fs::DirBuilderExt;
+                let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+            }
+            covers.extend(shown);
+        }
+        covers.sort();
+        covers.dedup();
+        for c in covers {
+            names.push(c.display().to_string());
+            let name = (names.len() - 1) as u32;
+            self.needs_scratch = true;
+            self.ops.push(Op::Hide { dst: cstr(&c), holes: false, cover: Cell::new(-1), name });
+        }
+    }
+}
+
+/// Where the agents of the user `uid` keep their sockets
+/// (`crate::agent::socket_dir` chooses one): `$XDG_RUNTIME_DIR/capsule`
+/// and `/tmp/capsule-agent-UID`. Both are covered in every run
+/// ([`MountPlan::cover_agent_dirs`]), whichever is in use.
+pub(crate) fn agent_dirs(uid: u32) -> Vec<PathBuf> {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute());
+    runtime.map(|r| r.join("capsule")).into_iter().chain([PathBuf::from(format!("/tmp/capsule-agent-{uid}"))]).collect()
+}
+
 // ---------------------------------------------------------------------------
 // Execution (child side: syscalls only, no allocation).
 

@@ -188,14 +188,42 @@ pub fn run_server(config: &crate::sandbox::Config, listen: Option<&std::path::Pa
         None => None,
         Some(path) => Some((bind_socket(path)?, path.to_path_buf())),
     };
+    // Its peers are checked against a process like the caller, seen from
+    // inside the supervisor's user namespace (`peer_fingerprint`): a child
+    // that stays out of it until the server has looked.
+    let witness = match listener {
+        Some(_) => witness()?,
+        None => 0,
+    };
     let listener = listener.map(|(fd, path)| (std::os::fd::IntoRawFd::into_raw_fd(fd), path));
-    Supervisor::start(config, crate::supervisor::Job::Lines { listener })
+    Supervisor::start(config, crate::supervisor::Job::Lines { listener, witness })
+}
+
+/// A child that waits to be killed (or dies with its parent): the caller
+/// as `serve --listen`'s peers should look, for [`lines_job`].
+fn witness() -> Result<i32, crate::Error> {
+    use crate::sys::{self, Forked};
+    let parent = sys::getpid();
+    match sys::fork() {
+        Ok(Forked::Child) => {
+            let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as u64);
+            if sys::getppid() != parent {
+                sys::exit(0);
+            }
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+        Ok(Forked::Parent { pid, .. }) => Ok(pid),
+        Err(e) => Err(crate::error::SysError::new("fork", e).into()),
+    }
 }
 
 /// [`run_server`]'s supervisor, started (or not): serves, or says why it
 /// did not start. Exits the process (0 once served).
 pub(crate) fn lines_job(
     listener: Option<(std::os::fd::RawFd, std::path::PathBuf)>,
+    witness: i32,
     started: Result<crate::supervisor::Supervisor, crate::Error>,
 ) -> ! {
     use crate::error::SysError;
@@ -205,6 +233,13 @@ pub(crate) fn lines_job(
 
     let listener = listener.map(|(fd, path)| (sys::reclaim_fd(fd), path));
     let socket_path = listener.as_ref().map(|(_, p)| p.clone());
+    // What a peer of the listener must look like, read from the witness
+    // (still there: it waits for this), which then goes.
+    let peer = (witness > 0).then(|| crate::supervisor::peer_fingerprint(witness));
+    if witness > 0 {
+        let _ = sys::kill(witness, libc::SIGKILL);
+        let _ = sys::waitpid(witness, false);
+    }
     let served = started.and_then(|sup| {
         let conns = match &listener {
             Some(_) => Vec::new(),
@@ -221,7 +256,16 @@ pub(crate) fn lines_job(
                 vec![Conn::lines_stdio(input, output)]
             }
         };
-        sup.serve(conns, listener.map(|(fd, _)| fd), Mode::Serve);
+        let mode = match peer {
+            None => Mode::Serve,
+            Some(Some(peer)) => Mode::Listen { peer },
+            Some(None) => {
+                return Err(crate::Error::Setup(format!(
+                    "--listen: cannot read /proc/{witness}/status and uid_map (what its peers are checked against)"
+                )))
+            }
+        };
+        sup.serve(conns, listener.map(|(fd, _)| fd), mode);
         Ok(())
     });
     if let Some(p) = socket_path {

@@ -81,6 +81,8 @@ pub struct Supervisor {
     config: Config,
     host_uid: u32,
     host_gid: u32,
+    /// The user's agent directories, covered in every run.
+    agent_dirs: Vec<PathBuf>,
     net: Net,
     self_pidfd: OwnedFd,
     last_cap: u32,
@@ -180,6 +182,10 @@ impl Conn {
 pub enum Mode {
     /// Until every connection is closed (the library, `capsule serve`).
     Serve,
+    /// `capsule serve --listen`: until a signal; a connection is taken only
+    /// from a peer with this [`peer_fingerprint`] (the server's caller's):
+    /// others, sandboxed programs among them, get an error line.
+    Listen { peer: String },
     /// After one request is answered (the one-shot `capsule run`).
     Once,
     /// A per-user agent ([`crate::agent`]): clients of the library's
@@ -200,8 +206,9 @@ pub enum Job {
     /// A per-user agent ([`crate::agent`]).
     Agent(crate::agent::AgentJob),
     /// `capsule serve`: JSON lines on stdin/stdout, or on the connections
-    /// to a listening socket (its descriptor and path).
-    Lines { listener: Option<(RawFd, PathBuf)> },
+    /// to a listening socket (its descriptor and path) with the pid of a
+    /// process of the caller's (its peers must look like it; 0 without).
+    Lines { listener: Option<(RawFd, PathBuf)>, witness: i32 },
 }
 
 impl Job {
@@ -209,7 +216,7 @@ impl Job {
         match self {
             Job::Socket { sock, .. } => vec![*sock],
             Job::Agent(a) => a.fds(),
-            Job::Lines { listener } => listener.iter().map(|(fd, _)| *fd).collect(),
+            Job::Lines { listener, .. } => listener.iter().map(|(fd, _)| *fd).collect(),
         }
     }
 
@@ -219,7 +226,7 @@ impl Job {
         match self {
             Job::Socket { sock, once } => crate::client::socket_job(sys::reclaim_fd(sock), once, started),
             Job::Agent(a) => crate::agent::agent_job(a, started),
-            Job::Lines { listener } => crate::serve::lines_job(listener, started),
+            Job::Lines { listener, witness } => crate::serve::lines_job(listener, witness, started),
         }
     }
 }
@@ -739,6 +746,7 @@ impl Supervisor {
             landlock_abi: crate::landlock::probe(),
             home: p.home,
             fusectl,
+            agent_dirs: crate::mounts::agent_dirs(p.host_uid),
         })
     }
 
@@ -760,10 +768,11 @@ impl Supervisor {
             (Some(_), _) => sys::signalfd_for(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).ok(),
             _ => None,
         };
-        let (once, agent) = match mode {
-            Mode::Serve => (false, None),
-            Mode::Once => (true, None),
-            Mode::Agent(life) => (false, Some(life)),
+        let (once, agent, peer) = match mode {
+            Mode::Serve => (false, None, None),
+            Mode::Listen { peer } => (false, None, Some(peer)),
+            Mode::Once => (true, None, None),
+            Mode::Agent(life) => (false, Some(life), None),
         };
         let mut l = Loop {
             conns: conns.into_iter().map(Some).collect(),
@@ -771,6 +780,7 @@ impl Supervisor {
             signals,
             once,
             agent,
+            peer,
             idle_since: std::time::Instant::now(),
             answered: 0,
             queue: VecDeque::new(),
@@ -904,6 +914,7 @@ impl Supervisor {
         // Layers first: their directories are created and locked here.
         let layers = crate::overlay::prepare(spec)?;
         let mut mounts = MountPlan::prepare(spec, sys::geteuid(), self.home.as_deref(), &mut names, layers.as_ref())?;
+        mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
         let sources = std::mem::take(&mut mounts.sources);
         let parents = std::mem::take(&mut mounts.parents);
         let cgroup = match &self.cgroups {
@@ -1361,6 +1372,8 @@ struct Loop {
     once: bool,
     /// A per-user agent's life (`Mode::Agent`).
     agent: Option<AgentLife>,
+    /// What the listener's peers must look like (`Mode::Listen`).
+    peer: Option<String>,
     /// When the agent last had nothing to do.
     idle_since: std::time::Instant,
     answered: usize,
@@ -2023,6 +2036,23 @@ impl Loop {
                 }
                 Conn::binary(sock)
             } else {
+                // `serve --listen`: the same check as an agent's, with an
+                // answer (its clients are programs that want to know).
+                if let Some(peer) = &self.peer {
+                    let cred = sys::peer_cred(sock.as_raw_fd()).ok();
+                    let same_user = cred.is_some_and(|c| c.uid == sys::getuid() && c.pid > 0);
+                    if !same_user || cred.and_then(|c| peer_fingerprint(c.pid)).as_ref() != Some(peer) {
+                        let why = if same_user {
+                            "refused: this server takes requests only from processes like the one that started it \
+                             (same user and user namespace, not in a deeper PID namespace, same no_new_privs and \
+                             seccomp): a sandboxed program may not ask for runs outside its sandbox"
+                        } else {
+                            "refused: another user"
+                        };
+                        let _ = sys::write_all(sock.as_raw_fd(), &crate::serve::error_line(&Value::Null, why));
+                        return;
+                    }
+                }
                 let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
                 Conn::new(sock, None, Framing::Lines, false)
             };
@@ -2532,7 +2562,7 @@ mod tests {
             cgroup_note: "none here".into(),
             self_pidfd: 7,
         };
-        let job = Job::Lines { listener: Some((9, PathBuf::from("/run/x.sock"))) };
+        let job = Job::Lines { listener: Some((9, PathBuf::from("/run/x.sock"))), witness: 12 };
         let data = serde_json::to_vec(&HandoffRef { prelude: &prelude, job: &job }).unwrap();
         let h: Handoff = serde_json::from_slice(&data).unwrap();
         assert_eq!(h.prelude.config.parallel, 3);
@@ -2540,7 +2570,7 @@ mod tests {
         assert_eq!(h.prelude.home.as_deref(), Some(Path::new("/home/u")));
         assert_eq!(h.prelude.cgroup_note, "none here");
         assert_eq!(h.job.fds(), vec![9]);
-        assert!(matches!(h.job, Job::Lines { listener: Some((9, ref p)) } if p == Path::new("/run/x.sock")));
+        assert!(matches!(h.job, Job::Lines { listener: Some((9, ref p)), witness: 12 } if p == Path::new("/run/x.sock")));
         assert_eq!(Job::Socket { sock: 4, once: true }.fds(), vec![4]);
     }
 }
