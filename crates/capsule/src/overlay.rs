@@ -364,6 +364,10 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
     let top = dirs.last().expect("n > 0").clone();
     let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
     let backend = if fuse {
+        // Names a run without --root wrote as files would be whiteouts to fuse-overlayfs.
+        for (layer, _) in &locks {
+            layer.check_fuse_ready().map_err(|e| e.to_string())?;
+        }
         let bin = find_fuse_overlayfs()?;
         let work = top.join("work").join("fuse");
         fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
