@@ -1402,6 +1402,16 @@ python3 -c 'import os; os.setxattr("d", "user.fuseoverlayfs.opaque", b"y"); prin
         assert!(!fx.list().iter().any(|l| l.starts_with('D')), "{:#?}", fx.list());
     }
     assert_eq!(std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(), Some("KEY\n"));
+    // Whatever the layer says (here kernel whiteouts put there by hand),
+    // what was hidden or read-only in a run is never committed.
+    fx.host_sh(r#"U="$L/L/upper"; mkdir -p "$U$H" "$U$P"; rm -rf "$U$H/.ssh" "$U$P/ro"; mknod "$U$H/.ssh" c 0 0; mknod "$U$P/ro" c 0 0"#);
+    let list = fx.list();
+    assert!(list.contains(&"D  H/.ssh".to_string()) && list.contains(&"D  P/ro".to_string()), "{list:#?}");
+    let out = fx.layer("commit", &["--force"]);
+    out.assert_code(1);
+    assert!(out.stderr.contains("no run could change it"), "{}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(), Some("KEY\n"), "{}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.p.join("ro/f")).ok().as_deref(), Some("r\n"), "{}", out.describe());
 }
 
 /// Whether `s` holds a control character a terminal acts on.

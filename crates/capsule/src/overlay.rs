@@ -344,6 +344,10 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
             e => e.to_string(),
         })?;
         let lock = layer.lock_run(writable).map_err(|e| e.to_string())?;
+        if writable {
+            // What the run cannot change; commit never touches it.
+            layer.note_protected(&lock, spec)?;
+        }
         // Resolve once: the paths handed to overlayfs must not change meaning.
         let c = fs::canonicalize(d).map_err(|e| io_err("resolving", d, e))?;
         check_chars(&c)?;

@@ -101,6 +101,7 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool, keep_s
             reason: "layer.json records this path, which is not a normalized absolute path; the record is ignored and dropped".into(),
         });
     }
+    let guard = layer.load_guard()?;
     let items = scan::scan(layer, &sel)?;
     for p in paths {
         let n = super::normalize(p).unwrap_or_else(|| p.clone());
@@ -121,6 +122,10 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool, keep_s
         let refuse = |reason: String| Refusal { path: path.clone(), kind: Some(change.kind), reason };
         if let Some(p) = &item.problem {
             report.errors.push(refuse(p.clone()));
+            continue;
+        }
+        if let Some(why) = guard.refusal(item) {
+            report.errors.push(refuse(why));
             continue;
         }
         if !item.rel.split(|&b| b == b'/').all(valid_name) {

@@ -12,6 +12,8 @@
 //!   ordinary files a program wrote;
 //! * `work/`: overlayfs work directories, internal;
 //! * `layer.json`: the host originals of the changed paths ([`meta`]);
+//! * `protected`: the paths hidden or read-only in the runs, written by
+//!   the supervisor before each run ([`guard`]): commit never touches them;
 //! * `fuse`: written by the supervisor when a `--root` run uses the
 //!   layer (outside `upper/`, hidden from every run);
 //! * `layer.lock`: `flock`ed by runs (exclusive; shared for a layer
@@ -22,6 +24,7 @@
 
 mod commit;
 mod diff;
+mod guard;
 mod meta;
 mod node;
 mod quote;
@@ -335,20 +338,64 @@ impl Layer {
 
     /// Writes `layer.json` atomically (a new file renamed over it).
     fn save_meta(&self, m: &meta::Meta) -> Result<(), LayerError> {
+        self.write_atomic("layer.json", &m.to_json())
+    }
+
+    /// Writes the file `name` of the layer directory atomically (a new
+    /// file, fsynced, renamed over it).
+    fn write_atomic(&self, name: &str, text: &str) -> Result<(), LayerError> {
         use std::io::Write;
-        let tmp = format!("layer.json.{}.tmp", std::process::id());
+        let tmp = format!("{name}.{}.tmp", std::process::id());
         let dirfd = self.dir_fd.as_raw_fd();
         let _ = sl::unlink_at(dirfd, tmp.as_bytes(), false);
         let f = sl::openat_name(dirfd, tmp.as_bytes(), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
             .map_err(|e| sys_err("open(O_CREAT)", self.path_of(&tmp), e))?;
         let mut f = std::fs::File::from(f);
-        let res = f.write_all(m.to_json().as_bytes()).and_then(|_| f.sync_all());
+        let res = f.write_all(text.as_bytes()).and_then(|_| f.sync_all());
         if let Err(e) = res {
             let _ = sl::unlink_at(dirfd, tmp.as_bytes(), false);
             return Err(sys_err("write", self.path_of(&tmp), sl::errno_of(&e)).into());
         }
-        sl::rename_at(dirfd, tmp.as_bytes(), dirfd, b"layer.json", 0).map_err(|e| sys_err("renameat2", self.path_of("layer.json"), e))?;
+        sl::rename_at(dirfd, tmp.as_bytes(), dirfd, name.as_bytes(), 0).map_err(|e| sys_err("renameat2", self.path_of(name), e))?;
         Ok(())
+    }
+
+    /// Records, before a run of `spec`, the paths it cannot change (hidden,
+    /// read-only) in `DIR/protected`: commit never touches them.
+    pub(crate) fn note_protected(&self, lock: &LayerLock, spec: &crate::spec::RunSpec) -> Result<(), String> {
+        self.check_lock(lock).map_err(|e| e.to_string())?;
+        let rules = guard::rules_of(spec)?;
+        let mut f = self.load_guard_file().map_err(|e| e.to_string())?;
+        if f.add(rules) {
+            f.version = 1;
+            let mut text = serde_json::to_string_pretty(&f).expect("serializable");
+            text.push('\n');
+            self.write_atomic(guard::GUARD_FILE, &text).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn load_guard_file(&self) -> Result<guard::GuardFile, LayerError> {
+        let name = guard::GUARD_FILE;
+        let f = match sl::openat_name(self.dir_fd.as_raw_fd(), name.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) {
+            Ok(f) => f,
+            Err(libc::ENOENT) => return Ok(guard::GuardFile { version: 1, runs: Vec::new() }),
+            Err(e) => return Err(sys_err("open", self.path_of(name), e).into()),
+        };
+        let mut text = String::new();
+        use std::io::Read;
+        let bad = |why: String| LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(name))));
+        std::fs::File::from(f).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
+        let g: guard::GuardFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if g.version != 1 {
+            return Err(bad(format!("version {} is not supported (this capsule reads version 1)", g.version)));
+        }
+        Ok(g)
+    }
+
+    fn load_guard(&self) -> Result<guard::Guard, LayerError> {
+        let f = self.load_guard_file()?;
+        guard::Guard::from_file(&f).map_err(|why| LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(guard::GUARD_FILE)))))
     }
 
     /// The changes at or below `paths` (absolute host paths; empty: all),

@@ -630,3 +630,49 @@ fn special_bits_listed_and_dropped_unless_kept() {
     assert_eq!(fs::metadata(t.h("s")).unwrap().mode() & 0o7777, 0o4755);
     assert_eq!(fs::metadata(t.h("k")).unwrap().mode() & 0o7777, 0o4700);
 }
+
+/// What a run could not change (`DIR/protected`: hidden or read-only in a
+/// run) is never committed, even with --force: not an entry at or below
+/// it, not the deletion of a directory holding it; a path shown again,
+/// writable, below a hidden one is committed.
+#[test]
+fn protected_paths_are_never_committed() {
+    let t = T::new();
+    mkdirs(&t.h("home/.ssh"));
+    write(&t.h("home/.ssh/id"), "KEY");
+    mkdirs(&t.h("proj/ro"));
+    write(&t.h("proj/ro/f"), "r");
+    mkdirs(&t.h("cfg/open"));
+    write(&t.h("cfg/open/x"), "x");
+    let enc = |p: PathBuf| super::meta::encode(p.as_os_str().as_bytes());
+    let g = serde_json::json!({"version": 1, "runs": [
+        {"protected": [enc(t.h("home/.ssh"))], "open": []},
+        {"protected": [enc(t.h("proj/ro")), enc(t.h("cfg"))], "open": [enc(t.h("cfg/open"))]}]});
+    fs::write(t.layer.dir().join("protected"), g.to_string()).unwrap();
+    for d in ["home", "home/.ssh", "proj", "proj/ro", "cfg", "cfg/open"] {
+        mkdirs(&t.u(d));
+        fs::set_permissions(t.u(d), fs::Permissions::from_mode(fs::metadata(t.h(d)).unwrap().mode() & 0o7777)).unwrap();
+    }
+    t.whiteout("home/.ssh/id");
+    write(&t.u("home/.ssh/new"), "n");
+    write(&t.u("cfg/open/x"), "y");
+    write(&t.u("cfg/other"), "o");
+    t.whiteout("proj/ro/f");
+    t.record();
+    let r = t.commit(&[], true);
+    let refused: Vec<String> = r.errors.iter().map(|e| e.path.strip_prefix(&t.host).unwrap().display().to_string()).collect();
+    assert_eq!(refused, ["cfg/other", "home/.ssh/id", "home/.ssh/new", "proj/ro/f"], "{r:?}");
+    assert!(r.errors.iter().all(|e| e.reason.contains("no run could change it")), "{r:?}");
+    assert_eq!(r.committed.len(), 1, "{r:?}");
+    assert_eq!(fs::read_to_string(t.h("cfg/open/x")).unwrap(), "y");
+    assert_eq!(fs::read_to_string(t.h("home/.ssh/id")).unwrap(), "KEY");
+    assert_eq!(fs::read_to_string(t.h("proj/ro/f")).unwrap(), "r");
+    // Deleting a directory holding a protected path is refused too.
+    fs::remove_dir_all(t.u("proj")).unwrap();
+    t.whiteout("proj");
+    t.record();
+    let r = t.commit(&[t.h("proj")], true);
+    assert_eq!(r.errors.len(), 1, "{r:?}");
+    assert!(r.errors[0].reason.contains("it would delete"), "{r:?}");
+    assert_eq!(fs::read_to_string(t.h("proj/ro/f")).unwrap(), "r");
+}
