@@ -296,7 +296,8 @@ fn apply(layer: &Layer, item: &Item, parent: &OwnedFd, name: &[u8], now: &Node, 
             }
             let fd = node::open_dir(pfd, name).map_err(|e| format!("open failed: {}", errno_text(e)))?;
             let mut d = Vec::new();
-            let mode = masked(*mode, mask, &item.rel, &mut d);
+            // A directory keeps the bits the host's had (a group-shared setgid one).
+            let mode = masked(*mode, mask | (now.mode().unwrap_or(0) & SUID_SGID), &item.rel, &mut d);
             sl::chmod_fd(fd.as_raw_fd(), mode).map_err(|e| format!("chmod failed: {}", errno_text(e)))?;
             dropped.extend(d);
             Ok(())
@@ -345,7 +346,8 @@ fn install(layer: &Layer, rel: &[u8], unode: &Node, pfd: RawFd, name: &[u8], now
         Node::Fifo { mode, .. } => build_fifo(pfd, &tmp, masked(*mode, mask, rel, dropped)),
         Node::Dir { mode, .. } => {
             let src = open_upper(layer, rel, libc::O_PATH | libc::O_DIRECTORY)?;
-            build_dir(layer, src.as_raw_fd(), rel, pfd, &tmp, *mode, mask, dropped)
+            let kept = if let Node::Dir { mode: m, .. } = now { m & SUID_SGID } else { 0 };
+            build_dir(layer, src.as_raw_fd(), rel, pfd, &tmp, (*mode, mask | kept), mask, dropped)
         }
         other => Err(format!("a {} cannot be committed", other.kind_name())),
     };
@@ -434,9 +436,10 @@ fn build_file(src: OwnedFd, dir: RawFd, name: &[u8], mode: u32, mtime_ns: i64, t
     Ok(())
 }
 
-/// Copies the upper directory `src` (for `rel`) as `name` in `dir`, whole.
+/// Copies the upper directory `src` (for `rel`) as `name` in `dir`, whole:
+/// its own mode under its own mask, everything in it under `mask`.
 #[allow(clippy::too_many_arguments)]
-fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], mode: u32, mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
+fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], (mode, own_mask): (u32, u32), mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
     sl::mkdir_at(dir, name, 0o700).map_err(|e| format!("mkdirat failed: {}", errno_text(e)))?;
     let dst = node::open_dir(dir, name).map_err(|e| format!("open failed: {}", errno_text(e)))?;
     let shown = |r: &[u8]| quote_path(&scan::upper_path(layer, r));
@@ -468,14 +471,14 @@ fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], mod
             Node::Fifo { mode, .. } => build_fifo(d, &child, masked(mode, mask, &crel, dropped)).map_err(|e| format!("{}: {e}", shown(&crel)))?,
             Node::Dir { mode, .. } => {
                 let sub = node::open_dir(src, &child).map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
-                build_dir(layer, sub.as_raw_fd(), &crel, d, &child, mode, mask, dropped)?;
+                build_dir(layer, sub.as_raw_fd(), &crel, d, &child, (mode, mask), mask, dropped)?;
             }
             Node::Special { what, .. } => {
                 return Err(format!("{} is a {what}; capsule commits files, directories, symlinks and FIFOs only", shown(&crel)))
             }
         }
     }
-    sl::chmod_fd(dst.as_raw_fd(), masked(mode, mask, rel, dropped)).map_err(|e| format!("chmod failed: {}", errno_text(e)))
+    sl::chmod_fd(dst.as_raw_fd(), masked(mode, own_mask, rel, dropped)).map_err(|e| format!("chmod failed: {}", errno_text(e)))
 }
 
 /// Removes from the upper tree what at or below the selection no longer

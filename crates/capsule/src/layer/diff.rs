@@ -26,7 +26,12 @@ pub fn write_diff(layer: &Layer, items: &[Item], out: &mut dyn Write) -> Result<
         let path = item.host_path();
         let p = super::quote_path(&path);
         let w = |e: std::io::Error| LayerError::from(SysError::new("write", sl::errno_of(&e)).path("(output)"));
-        writeln!(out, "{} {p}: {}", kind.letter(), item.what).map_err(w)?;
+        let special = match &item.upper {
+            Upper::Entry(n) => n.mode().map(super::special_bits).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let special = if special.is_empty() { String::new() } else { format!(" ({})", special.join(", ")) };
+        writeln!(out, "{} {p}: {}{special}", kind.letter(), item.what).map_err(w)?;
         if let Some(why) = &item.problem {
             writeln!(out, "  (will not be committed: {why})").map_err(w)?;
             continue;

@@ -676,3 +676,22 @@ fn protected_paths_are_never_committed() {
     assert!(r.errors[0].reason.contains("it would delete"), "{r:?}");
     assert_eq!(fs::read_to_string(t.h("proj/ro/f")).unwrap(), "r");
 }
+
+/// A directory keeps the setgid bit the host's directory already had (a
+/// group-shared one) when its mode changes; a new one does not get it.
+#[test]
+fn a_directory_keeps_the_hosts_own_setgid_bit() {
+    let t = T::new();
+    mkdirs(&t.h("shared"));
+    fs::set_permissions(t.h("shared"), fs::Permissions::from_mode(0o2775)).unwrap();
+    mkdirs(&t.u("shared"));
+    fs::set_permissions(t.u("shared"), fs::Permissions::from_mode(0o2755)).unwrap();
+    mkdirs(&t.u("new"));
+    fs::set_permissions(t.u("new"), fs::Permissions::from_mode(0o2755)).unwrap();
+    t.record();
+    let r = t.commit(&[], false);
+    assert!(r.complete(), "{r:?}");
+    assert_eq!(fs::metadata(t.h("shared")).unwrap().mode() & 0o7777, 0o2755);
+    assert_eq!(fs::metadata(t.h("new")).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(r.special_bits_dropped, [t.h("new")]);
+}
