@@ -695,3 +695,18 @@ fn a_directory_keeps_the_hosts_own_setgid_bit() {
     assert_eq!(fs::metadata(t.h("new")).unwrap().mode() & 0o7777, 0o755);
     assert_eq!(r.special_bits_dropped, [t.h("new")]);
 }
+
+/// fuse-overlayfs's attribute alone, deep in a kernel layer, keeps
+/// fuse-overlayfs from serving it; a kernel whiteout does not.
+#[test]
+fn a_fuse_attribute_in_a_kernel_layer_is_found() {
+    let t = T::new();
+    mkdirs(&t.h("d/e"));
+    write(&t.h("gone"), "g");
+    t.whiteout("gone");
+    mkdirs(&t.u("d/e"));
+    assert!(t.layer.check_fuse_ready().is_ok());
+    t.xattr("d/e", "user.fuseoverlayfs.opaque", b"y");
+    let e = t.layer.check_fuse_ready().unwrap_err().to_string();
+    assert!(e.contains("/d/e was written"), "{e}");
+}
