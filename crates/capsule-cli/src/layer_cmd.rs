@@ -6,19 +6,24 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use capsule::layer::{CommitReport, Layer};
+use capsule::layer::{quote_path, CommitReport, Layer};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 const LAYER_AFTER: &str = "\
 A layer is the directory `capsule run --layer DIR` writes every change to; the host is
 never modified by the run. Review the changes, then commit them to the host or discard them.
 PATH arguments select the changes at or below PATH (relative paths are relative to the
-current directory). Lines of `list`: A (added), M (modified), D (deleted), two spaces, the path.
+current directory). Lines of `list`: A (added), M (modified), D (deleted), two spaces, the path,
+then, in parentheses, the size of the layer's file (`sparse` when it has holes) and its special
+bits (setuid, setgid, sticky). A name holding control characters or invalid UTF-8 is shown in
+double quotes with C escapes (\\n, \\033, \\377), as git does; `--json` gives it exactly.
 
 commit applies each entry atomically (built beside its destination, then renamed over it),
 never through a symbolic link on the host, and refuses (naming it) an entry whose host
-original changed since the run recorded it; --force overrides. What is not committed stays
-in the layer. docs/layers.md describes the directory format and the rules.
+original changed since the run recorded it; --force overrides. Holes of sparse files stay
+holes. Setuid and setgid bits are not committed unless --keep-special-bits (they stay in the
+layer as a mode change). What is not committed stays in the layer. docs/layers.md describes
+the directory format and the rules.
 
 Exit status: 0 when everything asked for was done; 1 when something was refused or failed
 (each named), or the layer is in use by a running capsule; 125 for bad arguments.";
@@ -39,18 +44,29 @@ pub fn command() -> Command {
         .arg_required_else_help(true)
         .subcommand(
             Command::new("list")
-                .about("List the changes: A, M or D, two spaces, the host path")
+                .about("List the changes: A, M or D, two spaces, the host path (quoted when needed), size and special bits")
                 .arg(dir_arg())
                 .arg(paths_arg())
                 .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print a JSON list of {kind, path, what}")),
         )
-        .subcommand(Command::new("diff").about("Show the changes: unified diffs of text files, summaries of the rest").arg(dir_arg()).arg(paths_arg()))
+        .subcommand(
+            Command::new("diff")
+                .about("Show the changes: unified diffs of text files, summaries of the rest (files over 64 MiB: sizes only, not read)")
+                .arg(dir_arg())
+                .arg(paths_arg()),
+        )
         .subcommand(
             Command::new("commit")
                 .about("Apply the changes to the host; conflicting entries are refused and named")
                 .arg(dir_arg())
                 .arg(paths_arg())
-                .arg(Arg::new("force").long("force").action(ArgAction::SetTrue).help("Commit conflicting entries too (the host's newer version is lost)")),
+                .arg(Arg::new("force").long("force").action(ArgAction::SetTrue).help("Commit conflicting entries too (the host's newer version is lost)"))
+                .arg(
+                    Arg::new("keep_special_bits")
+                        .long("keep-special-bits")
+                        .action(ArgAction::SetTrue)
+                        .help("Commit setuid and setgid bits too (by default they are dropped and stay in the layer)"),
+                ),
         )
         .subcommand(Command::new("discard").about("Delete the layer directory and everything in it").arg(dir_arg()))
         .subcommand(Command::new("record").about("Record the host originals of new changes (a run does it when it ends)").arg(dir_arg()))
@@ -111,20 +127,20 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
         }
         "commit" => {
             let lock = layer.lock_run(true)?;
-            let report = layer.commit(&lock, &paths_of(m)?, m.get_flag("force"))?;
+            let report = layer.commit(&lock, &paths_of(m)?, m.get_flag("force"), m.get_flag("keep_special_bits"))?;
             print_report(&report, &dir, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())?;
             Ok(if report.complete() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         "discard" => {
             let lock = layer.lock_run(true)?;
             layer.discard(lock)?;
-            eprintln!("capsule: discarded the layer {}", dir.display());
+            eprintln!("capsule: discarded the layer {}", quote_path(&dir));
             Ok(ExitCode::SUCCESS)
         }
         "record" => {
             let lock = layer.lock_run(true)?;
             let n = layer.record_originals(&lock)?;
-            eprintln!("capsule: recorded {n} new original(s) in {}/layer.json", dir.display());
+            eprintln!("capsule: recorded {n} new original(s) in {}", quote_path(&dir.join("layer.json")));
             Ok(ExitCode::SUCCESS)
         }
         "review" => {
@@ -133,11 +149,11 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
             let upper = dir.join("upper");
             review_menu(&dir, || {
                 let shell = std::env::var_os("SHELL").filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into());
-                eprintln!("capsule: a shell in {} (the layer's files); exit it to come back to the menu", upper.display());
+                eprintln!("capsule: a shell in {} (the layer's files); exit it to come back to the menu", quote_path(&upper));
                 let st = std::process::Command::new(&shell)
                     .current_dir(&upper)
                     .status()
-                    .with_context(|| format!("cannot run {}", Path::new(&shell).display()))?;
+                    .with_context(|| format!("cannot run {}", quote_path(Path::new(&shell))))?;
                 if !st.success() {
                     eprintln!("capsule: the shell exited with {st}");
                 }
@@ -152,18 +168,24 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
 /// The report as lines: what was committed (for stdout), then the
 /// refusals and the summary (for stderr).
 fn report_lines(r: &CommitReport, dir: &Path) -> (Vec<String>, Vec<String>) {
-    let done = r.committed.iter().map(|c| format!("committed  {c}")).collect();
+    let done = r.committed.iter().map(|c| format!("committed  {}  {}", c.kind.letter(), quote_path(&c.path))).collect();
     let mut refused: Vec<String> = Vec::new();
     refused.extend(r.conflicts.iter().map(|c| format!("capsule: conflict, not committed: {c}")));
     refused.extend(r.errors.iter().map(|c| format!("capsule: not committed: {c}")));
-    refused.extend(r.nothing_at.iter().map(|p| format!("capsule: nothing to commit at or below {}", p.display())));
+    refused.extend(r.nothing_at.iter().map(|p| format!("capsule: nothing to commit at or below {}", quote_path(p))));
+    refused.extend(r.special_bits_dropped.iter().map(|p| {
+        format!(
+            "capsule: committed {} without its setuid/setgid bits; they stay in the layer (`capsule layer commit --keep-special-bits` commits them)",
+            quote_path(p)
+        )
+    }));
     if !r.conflicts.is_empty() || !r.errors.is_empty() {
         refused.push(format!(
             "capsule: committed {} change(s); {} conflict(s) and {} other refusal(s) stay in the layer {}{}",
             r.committed.len(),
             r.conflicts.len(),
             r.errors.len(),
-            dir.display(),
+            quote_path(dir),
             if r.conflicts.is_empty() { "" } else { " (`capsule layer commit --force` overrides conflicts)" }
         ));
     } else if r.committed.is_empty() && r.nothing_at.is_empty() {
@@ -220,17 +242,17 @@ fn list_changes(out: &mut dyn Write, changes: &[capsule::layer::Change], limit: 
 pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn Write, shell: &dyn Fn() -> Result<()>) -> Result<()> {
     let layer = Layer::open(layer_dir)?;
     let kept = |out: &mut dyn Write| -> Result<()> {
-        writeln!(out, "capsule: the layer is kept in {}; `capsule layer review {}` comes back to it", layer_dir.display(), layer_dir.display())?;
+        writeln!(out, "capsule: the layer is kept in {}; `capsule layer review {}` comes back to it", quote_path(layer_dir), quote_path(layer_dir))?;
         Ok(())
     };
     'outer: loop {
         let lock = layer.lock_run(true)?;
         let changes = layer.changes(&[])?;
         if changes.is_empty() {
-            writeln!(out, "capsule: the layer {} holds no changes", layer_dir.display())?;
+            writeln!(out, "capsule: the layer {} holds no changes", quote_path(layer_dir))?;
             return Ok(());
         }
-        writeln!(out, "capsule: the layer {} holds {} change(s):", layer_dir.display(), changes.len())?;
+        writeln!(out, "capsule: the layer {} holds {} change(s):", quote_path(layer_dir), changes.len())?;
         list_changes(out, &changes, SHOWN)?;
         loop {
             write!(out, "{MENU}")?;
@@ -241,7 +263,7 @@ pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn W
             };
             match answer.as_str() {
                 "c" => {
-                    let r = layer.commit(&lock, &[], false)?;
+                    let r = layer.commit(&lock, &[], false, false)?;
                     let (done, refused) = report_lines(&r, layer_dir);
                     for l in done.iter().chain(&refused) {
                         writeln!(out, "{l}")?;
@@ -252,7 +274,9 @@ pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn W
                 "s" => {
                     let mut chosen = Vec::new();
                     for c in &changes {
-                        write!(out, "commit {c} ({})? [y/n] ", c.what)?;
+                        let details = c.details();
+                        let sep = if details.is_empty() { "" } else { "; " };
+                        write!(out, "commit {}  {} ({}{sep}{details})? [y/n] ", c.kind.letter(), quote_path(&c.path), c.what)?;
                         out.flush()?;
                         match read_answer(input)?.as_deref() {
                             Some("y") | Some("yes") => chosen.push(c.path.clone()),
@@ -267,7 +291,7 @@ pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn W
                         writeln!(out, "capsule: nothing chosen")?;
                         continue;
                     }
-                    let r = layer.commit_entries(&lock, &chosen, false)?;
+                    let r = layer.commit_entries(&lock, &chosen, false, false)?;
                     let (done, refused) = report_lines(&r, layer_dir);
                     for l in done.iter().chain(&refused) {
                         writeln!(out, "{l}")?;
@@ -290,7 +314,7 @@ pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn W
                     continue 'outer;
                 }
                 "" => {}
-                other => writeln!(out, "capsule: unknown choice `{other}`")?,
+                other => writeln!(out, "capsule: unknown choice `{}`", capsule::layer::quote(other.as_bytes()))?,
             }
         }
     }

@@ -1545,4 +1545,239 @@ fn serve_listen_refuses_sandboxed_peers() {
     // SAFETY: kill(2) on the server's pid (setpriv exec'd capsule), still our child.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
     let _ = server.wait();
+// ---- issue 20: layers
+
+/// A project `p` (the run's working directory), a home `h` (its `$HOME`)
+/// and a directory `l` holding the layer `L`, all the test user's.
+struct LayerFx {
+    p: Scratch,
+    h: Scratch,
+    l: Scratch,
+}
+
+impl LayerFx {
+    fn new(tag: &str) -> LayerFx {
+        LayerFx { p: Scratch::new(&format!("{tag}-proj")), h: Scratch::new(&format!("{tag}-home")), l: Scratch::new(&format!("{tag}-layers")) }
+    }
+
+    fn layer_dir(&self) -> PathBuf {
+        self.l.join("L")
+    }
+
+    fn vars(&self) -> String {
+        format!("P={}\nH={}\nL={}\n", self.p.s(), self.h.s(), self.l.s())
+    }
+
+    /// A shell script on the host, as the test user, in $P.
+    fn host_sh(&self, script: &str) -> String {
+        let full = format!("set -e\n{}cd \"$P\"\n{script}", self.vars());
+        let out = as_user(&["sh", "-c", &full]).output().expect("run sh");
+        assert!(out.status.success(), "host script failed: {}\n{script}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `capsule run -q --layer L OPTS -- sh -c SCRIPT` in $P, `HOME=$H`.
+    fn run(&self, opts: &[&str], script: &str) -> Out {
+        let mut c = capsule(&["run", "-q", "--no-review"]);
+        c.arg("--layer").arg(self.layer_dir()).args(opts).arg("--").arg("sh").arg("-c").arg(format!("{}{script}", self.vars()));
+        c.cwd(self.p.path.clone()).env("HOME", &self.h.s());
+        c.run()
+    }
+
+    /// `capsule layer VERB L ARGS...`.
+    fn layer(&self, verb: &str, args: &[&str]) -> Out {
+        let mut c = capsule(&["layer", verb]);
+        c.arg(self.layer_dir()).args(args);
+        c.run()
+    }
+
+    /// `layer list` lines with the scratch directories written P, H, L.
+    fn list(&self) -> Vec<String> {
+        let out = self.layer("list", &[]);
+        out.assert_code(0);
+        out.stdout.lines().map(|l| self.short(l)).collect()
+    }
+
+    fn short(&self, s: &str) -> String {
+        s.replace(&self.p.s(), "P").replace(&self.h.s(), "H").replace(&self.l.s(), "L")
+    }
+}
+
+fn layers_usable() -> Result<(), String> {
+    userns_available()?;
+    if !Path::new("/usr/bin/python3").exists() {
+        return Err("/usr/bin/python3 is missing (it sets the xattrs)".into());
+    }
+    Ok(())
+}
+
+/// Item 3: fuse-overlayfs's marker names and xattrs written by a program in
+/// a kernel-overlay layer are ordinary files there: `list` shows them as
+/// added files (no `D`), and `commit` installs them as files and deletes
+/// nothing: not the hidden `~/.ssh`, not a `--read-only` directory, not
+/// the content of a directory marked opaque the fuse-overlayfs way. A
+/// later `--root` run (fuse-overlayfs, which would take them for
+/// whiteouts) over that layer is refused, naming one.
+#[test]
+fn layer_fuse_markers_in_a_kernel_layer_are_files() {
+    require!("layer_fuse_markers_in_a_kernel_layer_are_files", layers_usable());
+    let fx = LayerFx::new("wh");
+    fx.host_sh("mkdir -m 700 \"$H/.ssh\"; echo KEY > \"$H/.ssh/id\"; mkdir ro d e; echo r > ro/f; echo k > d/k; echo k > e/k");
+    let out = fx.run(
+        &["--read-only", "ro"],
+        r#"touch "$H/.wh..ssh" .wh.ro e/.wh..wh..opq
+python3 -c 'import os; os.setxattr("d", "user.fuseoverlayfs.opaque", b"y"); print("xattr-set")'"#,
+    );
+    out.assert_code(0);
+    assert_eq!(out.stdout, "xattr-set\n", "{}", out.describe());
+    let list = fx.list();
+    assert!(!list.iter().any(|l| l.starts_with('D')), "a marker written in a kernel layer was taken for a deletion: {list:#?}");
+    for want in ["A  H/.wh..ssh", "A  P/.wh.ro", "A  P/e/.wh..wh..opq"] {
+        assert!(list.iter().any(|l| l == want || l.starts_with(&format!("{want}  ("))), "{want} not listed: {list:#?}");
+    }
+    let out = fx.layer("commit", &[]);
+    out.assert_code(0);
+    assert_eq!(std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(), Some("KEY\n"), "~/.ssh deleted; {}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.p.join("ro/f")).ok().as_deref(), Some("r\n"), "the --read-only dir deleted; {}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.p.join("d/k")).ok().as_deref(), Some("k\n"), "{}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.p.join("e/k")).ok().as_deref(), Some("k\n"), "{}", out.describe());
+    for f in [fx.h.join(".wh..ssh"), fx.p.join(".wh.ro"), fx.p.join("e/.wh..wh..opq")] {
+        assert!(std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file()), "{} not committed as a file; {}", f.display(), out.describe());
+    }
+    // The same names again, then a --root run over the layer.
+    fx.run(&[], r#"touch "$H/.wh..ssh""#).assert_code(0);
+    if Path::new("/usr/bin/fuse-overlayfs").exists() && Path::new("/dev/fuse").exists() {
+        let out = fx.run(&["--root"], "true");
+        assert_ne!(out.code, Some(0), "a --root run used a kernel layer holding fuse-overlayfs marker names; {}", out.describe());
+        assert!(out.stderr.contains(".wh..ssh"), "the refusal does not name the marker; {}", out.describe());
+        assert!(!fx.list().iter().any(|l| l.starts_with('D')), "{:#?}", fx.list());
+    }
+    assert_eq!(std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(), Some("KEY\n"));
+    // Whatever the layer says (here kernel whiteouts put there by hand),
+    // what was hidden or read-only in a run is never committed.
+    fx.host_sh(r#"U="$L/L/upper"; mkdir -p "$U$H" "$U$P"; rm -rf "$U$H/.ssh" "$U$P/ro"; mknod "$U$H/.ssh" c 0 0; mknod "$U$P/ro" c 0 0"#);
+    let list = fx.list();
+    assert!(list.contains(&"D  H/.ssh".to_string()) && list.contains(&"D  P/ro".to_string()), "{list:#?}");
+    let out = fx.layer("commit", &["--force"]);
+    out.assert_code(1);
+    assert!(out.stderr.contains("no run could change it"), "{}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(), Some("KEY\n"), "{}", out.describe());
+    assert_eq!(std::fs::read_to_string(fx.p.join("ro/f")).ok().as_deref(), Some("r\n"), "{}", out.describe());
+}
+
+/// Whether `s` holds a control character a terminal acts on.
+fn has_control(s: &str) -> bool {
+    s.chars().any(|c| c.is_control() && c != '\n')
+}
+
+/// Item 10: names with escape sequences, newlines and invalid UTF-8 are
+/// quoted (C-style, in double quotes) in `list`, `diff`, `review` and
+/// `commit`; `list --json` keeps them exact.
+#[test]
+fn layer_names_are_quoted_in_every_output() {
+    require!("layer_names_are_quoted_in_every_output", layers_usable());
+    let fx = LayerFx::new("quote");
+    let out = fx.run(
+        &[],
+        r#"touch "$(printf 'x\033[2K\rM  evil\nA  forged')" "$(printf 'bad\377')"
+ln -s "$(printf 't\033]0;title\a')" lnk"#,
+    );
+    out.assert_code(0);
+    let list = fx.layer("list", &[]);
+    list.assert_code(0);
+    assert!(!has_control(&list.stdout), "raw control characters in list: {:?}", list.stdout);
+    let lines: Vec<String> = list.stdout.lines().map(|l| fx.short(l)).collect();
+    assert_eq!(lines.len(), 3, "a name forged lines: {lines:#?}");
+    assert!(lines.iter().any(|l| l.starts_with(r#"A  "P/x\033[2K\rM  evil\nA  forged""#)), "{lines:#?}");
+    assert!(lines.iter().any(|l| l.starts_with(r#"A  "P/bad\377""#)), "{lines:#?}");
+    let json = fx.layer("list", &["--json"]);
+    json.assert_code(0);
+    let v: Value = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.stdout));
+    let want = format!("{}/x\x1b[2K\rM  evil\nA  forged", fx.p.s());
+    assert!(v.as_array().unwrap().iter().any(|c| c["path"] == want.as_str()), "JSON path not exact: {}", json.stdout);
+    let diff = fx.layer("diff", &[]);
+    diff.assert_code(0);
+    assert!(!has_control(&diff.stdout), "raw control characters in diff: {:?}", diff.stdout);
+    assert!(!diff.stdout.lines().any(|l| l.starts_with("A  forged")), "{}", diff.stdout);
+    assert!(diff.stdout.contains(r#"t\033]0;title\a"#), "the link target is not shown quoted: {}", diff.stdout);
+    let mut c = capsule(&["layer", "review"]);
+    c.arg(fx.layer_dir()).stdio(Stdio::null(), Stdio::piped(), Stdio::piped());
+    let review = c.run();
+    assert!(!has_control(&review.stderr), "raw control characters in review: {:?}", review.stderr);
+    assert!(review.stderr.contains(r#"\nA  forged""#), "{}", review.stderr);
+    let commit = fx.layer("commit", &[]);
+    commit.assert_code(0);
+    assert!(!has_control(&commit.stdout) && !has_control(&commit.stderr), "raw control characters in commit: {}", commit.describe());
+    assert_eq!(commit.stdout.lines().count(), 3, "{}", commit.describe());
+    assert!(fx.p.join("x\x1b[2K\rM  evil\nA  forged").exists());
+}
+
+/// Item 11: a 1 TiB sparse file made by a program: `list` shows its size,
+/// `diff` ends quickly saying what it did not read, and `commit` keeps
+/// the holes (the host file takes blocks only for its data).
+#[test]
+fn layer_sparse_file_keeps_its_holes() {
+    require!("layer_sparse_file_keeps_its_holes", layers_usable());
+    let fx = LayerFx::new("sparse");
+    let out = fx.run(&[], "printf a > big; truncate -s 1T big; printf z >> big");
+    out.assert_code(0);
+    let list = fx.list();
+    // Before anything reads it: a capsule that does not bound its reads
+    // must fail here, not fill the disk below.
+    assert_eq!(list, ["A  P/big  (1099511627777 bytes, sparse)"], "no size shown");
+    let mut c = capsule(&["layer", "diff"]);
+    c.arg(fx.layer_dir()).timeout(Duration::from_secs(120));
+    let diff = c.run();
+    diff.assert_code(0);
+    assert!(diff.elapsed < Duration::from_secs(60), "diff took {:?}", diff.elapsed);
+    assert!(diff.stdout.contains("1099511627777 bytes") && diff.stdout.contains("not read"), "{}", diff.stdout);
+    let mut c = capsule(&["layer", "commit"]);
+    c.arg(fx.layer_dir()).timeout(Duration::from_secs(120));
+    let commit = c.run();
+    commit.assert_code(0);
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let big = fx.p.join("big");
+    let md = std::fs::metadata(&big).unwrap();
+    assert_eq!(md.len(), (1u64 << 40) + 1);
+    assert!(md.blocks() * 512 < 1 << 20, "the commit wrote the holes: {} blocks", md.blocks());
+    let f = std::fs::File::open(&big).unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"a");
+    f.read_exact_at(&mut b, 1 << 40).unwrap();
+    assert_eq!(&b, b"z");
+    f.read_exact_at(&mut b, 1 << 39).unwrap();
+    assert_eq!(&b, b"\0");
+}
+
+/// Setuid/setgid (documented limit): `list` and the review show special
+/// bits, and `commit` drops setuid/setgid unless `--keep-special-bits`.
+#[test]
+fn layer_setuid_bits_shown_and_dropped() {
+    require!("layer_setuid_bits_shown_and_dropped", layers_usable());
+    let fx = LayerFx::new("suid");
+    let out = fx.run(&[], "cp /bin/true suid; chmod 4755 suid; cp /bin/true keep; chmod 4711 keep; mkdir st; chmod 1777 st; stat -c %a suid");
+    out.assert_code(0);
+    assert_eq!(out.stdout, "4755\n", "{}", out.describe());
+    let list = fx.list();
+    let line = |name: &str| list.iter().find(|l| l.starts_with(&format!("A  P/{name}"))).cloned().unwrap_or_default();
+    assert!(line("suid").contains("setuid"), "{list:#?}");
+    assert!(line("keep").contains("setuid"), "{list:#?}");
+    assert!(line("st").contains("sticky"), "{list:#?}");
+    let mut c = capsule(&["layer", "review"]);
+    c.arg(fx.layer_dir()).stdio(Stdio::null(), Stdio::piped(), Stdio::piped());
+    let review = c.run();
+    assert!(review.stderr.contains("setuid"), "{}", review.describe());
+    let p = |n: &str| fx.p.join(n).display().to_string();
+    let commit = fx.layer("commit", &[&p("suid"), &p("st")]);
+    commit.assert_code(0);
+    assert!(commit.stderr.contains("--keep-special-bits"), "{}", commit.describe());
+    use std::os::unix::fs::MetadataExt;
+    let mode = |n: &str| std::fs::symlink_metadata(fx.p.join(n)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("suid"), 0o755, "setuid committed without --keep-special-bits; {}", commit.describe());
+    assert_eq!(mode("st"), 0o1777, "the sticky bit is kept");
+    assert!(!fx.list().iter().any(|l| l.starts_with("A  P/suid")), "{:#?}", fx.list());
+    let commit = fx.layer("commit", &["--keep-special-bits", &p("keep")]);
+    commit.assert_code(0);
+    assert_eq!(mode("keep"), 0o4711, "{}", commit.describe());
 }

@@ -55,8 +55,14 @@ p=""; for c in $(echo "$H" | tr / ' '); do p="$p/$c"; mkdir -p "$L/upper$p"; chm
         c.run()
     }
 
-    /// `list` lines with the host directory replaced by `H`.
+    /// `list` lines with the host directory replaced by `H`, without the
+    /// details in parentheses (sizes, special bits).
     fn list(&self) -> Vec<String> {
+        self.list_long().iter().map(|l| l.split_once("  (").map_or(l.as_str(), |(a, _)| a).to_string()).collect()
+    }
+
+    /// `list` lines with the host directory replaced by `H`.
+    fn list_long(&self) -> Vec<String> {
         let out = self.layer(&["list"]);
         out.assert_code(0);
         out.stdout.lines().map(|l| l.replace(&self.h.s(), "H")).collect()
@@ -223,8 +229,8 @@ mkdir $U/via-link; echo owned > $U/via-link/victim
 # layer's "changes" behind it outside.
 mkdir $H/sub; echo mine > $H/sub/file
 ln -s {o}/secret-dir $U/sub
-# A fuse-overlayfs whiteout naming `..`.
-touch $U/.wh...
+# A fuse-overlayfs whiteout naming `..` (in a layer fuse-overlayfs served).
+: > $L/fuse; touch $U/.wh...
 # A metacopy entry (not made by capsule).
 echo m > $H/meta; echo mm > $U/meta; {SETX} $U/meta user.overlay.metacopy ''
 # And one good change.
@@ -432,9 +438,9 @@ fn review_menu_through_a_pty() {
         assert!(read_until(m, seen, until, Duration::from_secs(20)), "after `{answer}`, no `{until}` in:\n{seen}");
     };
     assert!(read_until(m, &mut seen, PROMPT, Duration::from_secs(20)), "no menu:\n{seen}");
-    assert!(seen.contains("holds 3 change(s):") && seen.contains(&format!("  M  {h}/a\n")), "{seen}");
+    assert!(seen.contains("holds 3 change(s):") && seen.contains(&format!("  M  {h}/a  (3 bytes)\n")), "{seen}");
     step(&mut seen, "l", PROMPT);
-    assert!(seen.contains(&format!("  A  {h}/b\n  A  {h}/c\n")), "{seen}");
+    assert!(seen.contains(&format!("  A  {h}/b  (4 bytes)\n  A  {h}/c  (2 bytes)\n")), "{seen}");
     step(&mut seen, "d", PROMPT);
     assert!(seen.contains(&format!("--- {h}/a\n+++ {h}/a (layer)\n")), "{seen}");
     step(&mut seen, "x", PROMPT);
@@ -445,7 +451,7 @@ fn review_menu_through_a_pty() {
     assert!(seen.contains("shell-in-upper-42"), "{seen}");
     // Commit some: yes to a, no to b, yes to c.
     step(&mut seen, "s", "? [y/n] ");
-    assert!(seen.contains(&format!("commit M  {h}/a (content)? [y/n] ")), "{seen}");
+    assert!(seen.contains(&format!("commit M  {h}/a (content; 3 bytes)? [y/n] ")), "{seen}");
     step(&mut seen, "y", "? [y/n] ");
     step(&mut seen, "n", "? [y/n] ");
     step(&mut seen, "y", PROMPT);

@@ -97,7 +97,8 @@ impl Fx {
     fn list(&self, name: &str) -> Vec<String> {
         let out = self.layer("list", name, &[]);
         out.assert_code(0);
-        out.stdout.lines().map(|l| self.short(l)).collect()
+        // Without the details in parentheses (sizes, special bits).
+        out.stdout.lines().map(|l| self.short(l.split_once("  (").map_or(l, |(a, _)| a))).collect()
     }
 
     fn short(&self, s: &str) -> String {

@@ -344,6 +344,10 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
             e => e.to_string(),
         })?;
         let lock = layer.lock_run(writable).map_err(|e| e.to_string())?;
+        if writable {
+            // What the run cannot change; commit never touches it.
+            layer.note_protected(&lock, spec)?;
+        }
         // Resolve once: the paths handed to overlayfs must not change meaning.
         let c = fs::canonicalize(d).map_err(|e| io_err("resolving", d, e))?;
         check_chars(&c)?;
@@ -364,6 +368,10 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
     let top = dirs.last().expect("n > 0").clone();
     let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
     let backend = if fuse {
+        // Names a run without --root wrote as files would be whiteouts to fuse-overlayfs.
+        for (layer, _) in &locks {
+            layer.check_fuse_ready().map_err(|e| e.to_string())?;
+        }
         let bin = find_fuse_overlayfs()?;
         let work = top.join("work").join("fuse");
         fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;

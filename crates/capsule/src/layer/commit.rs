@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::meta::{decode_bytes, Meta, OrigKind, Record};
 use super::node::{self, octal, Node};
-use super::scan::{self, open_host_parent, Item, Upper, OPAQUE_MARKER, WH_PREFIX};
-use super::{host_path, is_at_or_below, join, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
+use super::scan::{self, is_fuse_marker, open_host_parent, Item, Upper, OPAQUE_MARKER, WH_PREFIX};
+use super::{host_path, is_at_or_below, join, quote, quote_path, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
 use crate::error::errno_text;
 use crate::sys::layer as sl;
 
@@ -43,8 +43,8 @@ pub struct Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kind {
-            Some(k) => write!(f, "{}  {}: {}", k.letter(), self.path.display(), self.reason),
-            None => write!(f, "{}: {}", self.path.display(), self.reason),
+            Some(k) => write!(f, "{}  {}: {}", k.letter(), quote_path(&self.path), self.reason),
+            None => write!(f, "{}: {}", quote_path(&self.path), self.reason),
         }
     }
 }
@@ -62,6 +62,10 @@ pub struct CommitReport {
     pub errors: Vec<Refusal>,
     /// Paths asked for that hold no change.
     pub nothing_at: Vec<PathBuf>,
+    /// Committed without their setuid/setgid bits (no `keep_special_bits`);
+    /// the bits stay in the layer as a mode change, recorded against the
+    /// host's new state.
+    pub special_bits_dropped: Vec<PathBuf>,
 }
 
 impl CommitReport {
@@ -78,8 +82,14 @@ fn temp_name() -> Vec<u8> {
     format!(".capsule-commit-{}-{}", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)).into_bytes()
 }
 
+/// The setuid and setgid bits, dropped from what a commit writes unless
+/// asked to keep them.
+const SUID_SGID: u32 = 0o6000;
+
 /// `exact`: each path names one entry (not what is below it).
-pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool) -> Result<CommitReport, LayerError> {
+/// `keep_special_bits`: commit setuid/setgid bits too.
+pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool, keep_special_bits: bool) -> Result<CommitReport, LayerError> {
+    let mask = if keep_special_bits { 0o7777 } else { 0o7777 & !SUID_SGID };
     let sel = Selector::new(paths)?;
     let wanted: Vec<Vec<u8>> = paths.iter().filter_map(|p| super::normalize(p)).map(|n| n.as_os_str().as_bytes()[1..].to_vec()).collect();
     let mut meta = layer.load_meta()?;
@@ -91,6 +101,7 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool) -> Res
             reason: "layer.json records this path, which is not a normalized absolute path; the record is ignored and dropped".into(),
         });
     }
+    let guard = layer.load_guard()?;
     let items = scan::scan(layer, &sel)?;
     for p in paths {
         let n = super::normalize(p).unwrap_or_else(|| p.clone());
@@ -111,6 +122,10 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool) -> Res
         let refuse = |reason: String| Refusal { path: path.clone(), kind: Some(change.kind), reason };
         if let Some(p) = &item.problem {
             report.errors.push(refuse(p.clone()));
+            continue;
+        }
+        if let Some(why) = guard.refusal(item) {
+            report.errors.push(refuse(why));
             continue;
         }
         if !item.rel.split(|&b| b == b'/').all(valid_name) {
@@ -144,10 +159,18 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool) -> Res
                 }
             }
         }
-        match apply(layer, item, &parent, name, &now) {
+        let mut dropped = Vec::new();
+        match apply(layer, item, &parent, name, &now, mask, &mut dropped) {
             Ok(()) => {
                 meta.originals.remove(&path);
                 report.committed.push(change);
+                // What stays in the layer (the bits) is based on the host as now.
+                for rel in dropped {
+                    if let Some(rec) = host_record(&rel) {
+                        meta.originals.insert(host_path(&rel), rec);
+                    }
+                    report.special_bits_dropped.push(host_path(&rel));
+                }
             }
             Err(why) => report.errors.push(refuse(why)),
         }
@@ -172,7 +195,7 @@ fn conflict(rec: Option<&Record>, now: &Node, item: &Item, parent: RawFd, name: 
         (OrigKind::Absent, Node::Absent) => Ok(None),
         (OrigKind::Absent, n) => changed(format!("a {} was created there", n.kind_name())),
         (_, Node::Absent) => changed("it was deleted".into()),
-        (OrigKind::File, Node::File { size, mode, mtime_ns }) => {
+        (OrigKind::File, Node::File { size, mode, mtime_ns, .. }) => {
             if rec.size.is_some_and(|s| s != *size) {
                 return changed(format!("size {} -> {size} bytes", rec.size.unwrap_or(0)));
             }
@@ -207,7 +230,7 @@ fn conflict(rec: Option<&Record>, now: &Node, item: &Item, parent: RawFd, name: 
         (OrigKind::Symlink, Node::Symlink { target, .. }) => {
             let want = rec.target.as_deref().and_then(decode_bytes);
             if want.as_deref() != Some(target.as_slice()) {
-                return changed(format!("the link now points to {}", String::from_utf8_lossy(target)));
+                return changed(format!("the link now points to {}", quote(target)));
             }
             Ok(None)
         }
@@ -231,8 +254,38 @@ fn orig_name(k: OrigKind) -> &'static str {
     }
 }
 
+/// The host's entry at `rel` as a record (no SHA-256: size, mtime and
+/// mode tell a later change).
+fn host_record(rel: &[u8]) -> Option<Record> {
+    let (parent, name) = open_host_parent(rel).ok()?;
+    let n = node::node_at(parent.as_raw_fd(), name, false).ok()?;
+    let mut rec = Record::absent();
+    rec.kind = match n {
+        Node::Absent | Node::Whiteout => return None,
+        Node::File { size, .. } => {
+            rec.size = Some(size);
+            OrigKind::File
+        }
+        Node::Dir { .. } => OrigKind::Dir,
+        Node::Symlink { .. } => OrigKind::Symlink,
+        _ => OrigKind::Other,
+    };
+    rec.mtime_ns = n.mtime();
+    rec.mode = n.mode().map(octal);
+    Some(rec)
+}
+
+/// `mode` as committed: `mask` drops setuid/setgid unless kept; `rel`
+/// goes to `dropped` when it did.
+fn masked(mode: u32, mask: u32, rel: &[u8], dropped: &mut Vec<Vec<u8>>) -> u32 {
+    if mode & !mask & 0o7777 != 0 {
+        dropped.push(rel.to_vec());
+    }
+    mode & mask
+}
+
 /// Applies one entry; `now` is the host entry as just seen.
-fn apply(layer: &Layer, item: &Item, parent: &OwnedFd, name: &[u8], now: &Node) -> Result<(), String> {
+fn apply(layer: &Layer, item: &Item, parent: &OwnedFd, name: &[u8], now: &Node, mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
     let pfd = parent.as_raw_fd();
     match (&item.upper, &item.host) {
         (Upper::Whiteout | Upper::Hidden, _) => delete_host(pfd, name, now),
@@ -242,9 +295,19 @@ fn apply(layer: &Layer, item: &Item, parent: &OwnedFd, name: &[u8], now: &Node) 
                 return Err(format!("the host directory is now a {}; nothing to change the mode of", now.kind_name()));
             }
             let fd = node::open_dir(pfd, name).map_err(|e| format!("open failed: {}", errno_text(e)))?;
-            sl::chmod_fd(fd.as_raw_fd(), *mode).map_err(|e| format!("chmod failed: {}", errno_text(e)))
+            let mut d = Vec::new();
+            // A directory keeps the bits the host's had (a group-shared setgid one).
+            let mode = masked(*mode, mask | (now.mode().unwrap_or(0) & SUID_SGID), &item.rel, &mut d);
+            sl::chmod_fd(fd.as_raw_fd(), mode).map_err(|e| format!("chmod failed: {}", errno_text(e)))?;
+            dropped.extend(d);
+            Ok(())
         }
-        (Upper::Entry(unode), _) => install(layer, &item.rel, unode, pfd, name, now),
+        (Upper::Entry(unode), _) => {
+            let mut d = Vec::new();
+            install(layer, &item.rel, unode, pfd, name, now, mask, &mut d)?;
+            dropped.extend(d);
+            Ok(())
+        }
     }
 }
 
@@ -266,23 +329,25 @@ fn delete_host(pfd: RawFd, name: &[u8], now: &Node) -> Result<(), String> {
 /// Opens `rel` in the upper tree, beneath its root, through no link.
 pub(super) fn open_upper(layer: &Layer, rel: &[u8], flags: i32) -> Result<OwnedFd, String> {
     sl::openat2(layer.upper.as_raw_fd(), rel, flags | libc::O_NOFOLLOW, 0, sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS)
-        .map_err(|e| format!("cannot open {} in the layer: {}", scan::upper_path(layer, rel).display(), errno_text(e)))
+        .map_err(|e| format!("cannot open {} in the layer: {}", quote_path(&scan::upper_path(layer, rel)), errno_text(e)))
 }
 
 /// Builds the layer's entry at a temporary name beside `name`, then puts
 /// it in place.
-fn install(layer: &Layer, rel: &[u8], unode: &Node, pfd: RawFd, name: &[u8], now: &Node) -> Result<(), String> {
+#[allow(clippy::too_many_arguments)]
+fn install(layer: &Layer, rel: &[u8], unode: &Node, pfd: RawFd, name: &[u8], now: &Node, mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
     let tmp = temp_name();
     let built = match unode {
         Node::File { mode, mtime_ns, .. } => {
             let src = open_upper(layer, rel, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY)?;
-            build_file(src, pfd, &tmp, *mode, *mtime_ns, true)
+            build_file(src, pfd, &tmp, masked(*mode, mask, rel, dropped), *mtime_ns, true)
         }
         Node::Symlink { target, .. } => sl::symlink_at(target, pfd, &tmp).map_err(|e| format!("symlinkat failed: {}", errno_text(e))),
-        Node::Fifo { mode, .. } => build_fifo(pfd, &tmp, *mode),
+        Node::Fifo { mode, .. } => build_fifo(pfd, &tmp, masked(*mode, mask, rel, dropped)),
         Node::Dir { mode, .. } => {
             let src = open_upper(layer, rel, libc::O_PATH | libc::O_DIRECTORY)?;
-            build_dir(layer, src.as_raw_fd(), rel, pfd, &tmp, *mode)
+            let kept = if let Node::Dir { mode: m, .. } = now { m & SUID_SGID } else { 0 };
+            build_dir(layer, src.as_raw_fd(), rel, pfd, &tmp, (*mode, mask | kept), mask, dropped)
         }
         other => Err(format!("a {} cannot be committed", other.kind_name())),
     };
@@ -336,7 +401,7 @@ fn build_file(src: OwnedFd, dir: RawFd, name: &[u8], mode: u32, mtime_ns: i64, t
         return Err("the layer's entry is no longer a regular file".into());
     }
     crate::sys::set_nonblocking(src.as_raw_fd(), false).map_err(|e| format!("fcntl failed: {}", errno_text(e)))?;
-    let mut src = std::fs::File::from(src);
+    let src = std::fs::File::from(src);
     let anon = if tmpfile {
         match crate::sys::openat(dir, c".", libc::O_TMPFILE | libc::O_WRONLY, 0o600) {
             Ok(fd) => Some(fd),
@@ -352,9 +417,10 @@ fn build_file(src: OwnedFd, dir: RawFd, name: &[u8], mode: u32, mtime_ns: i64, t
         None => sl::openat_name(dir, name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
             .map_err(|e| format!("open(O_CREAT) failed: {}", errno_text(e)))?,
     };
-    let mut dst = std::fs::File::from(fd);
+    let dst = std::fs::File::from(fd);
     let io = |what: &str, e: std::io::Error| format!("{what} failed: {e}");
-    std::io::copy(&mut src, &mut dst).map_err(|e| io("copying the content", e))?;
+    // Holes stay holes: a 1 TiB sparse file takes no more room committed.
+    node::copy_sparse(&src, &dst).map_err(|e| format!("copying the content failed: {}", errno_text(e)))?;
     use std::os::unix::fs::PermissionsExt;
     dst.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| io("fchmod", e))?;
     let mtime = if mtime_ns >= 0 {
@@ -370,14 +436,16 @@ fn build_file(src: OwnedFd, dir: RawFd, name: &[u8], mode: u32, mtime_ns: i64, t
     Ok(())
 }
 
-/// Copies the upper directory `src` (for `rel`) as `name` in `dir`, whole.
-fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], mode: u32) -> Result<(), String> {
+/// Copies the upper directory `src` (for `rel`) as `name` in `dir`, whole:
+/// its own mode under its own mask, everything in it under `mask`.
+#[allow(clippy::too_many_arguments)]
+fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], (mode, own_mask): (u32, u32), mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
     sl::mkdir_at(dir, name, 0o700).map_err(|e| format!("mkdirat failed: {}", errno_text(e)))?;
     let dst = node::open_dir(dir, name).map_err(|e| format!("open failed: {}", errno_text(e)))?;
-    let shown = |r: &[u8]| scan::upper_path(layer, r).display().to_string();
+    let shown = |r: &[u8]| quote_path(&scan::upper_path(layer, r));
     let names = sl::list_dir(src).map_err(|e| format!("cannot list {}: {}", shown(rel), errno_text(e)))?;
     for child in names {
-        if child == OPAQUE_MARKER || child.starts_with(WH_PREFIX) {
+        if is_fuse_marker(layer, &child) {
             continue;
         }
         let crel = join(rel, &child);
@@ -388,29 +456,29 @@ fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], mod
             .iter()
             .find(|x| x.ends_with(b"overlay.redirect") || x.ends_with(b"overlay.metacopy"))
         {
-            return Err(format!("{} has the {} attribute: the layer was not made by capsule", shown(&crel), String::from_utf8_lossy(x)));
+            return Err(format!("{} has the {} attribute: the layer was not made by capsule", shown(&crel), quote(x)));
         }
         match n {
             Node::Whiteout | Node::Absent => {}
             Node::File { mode, mtime_ns, .. } => {
                 let f = sl::openat_name(src, &child, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
                     .map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
-                build_file(f, d, &child, mode, mtime_ns, false).map_err(|e| format!("{}: {e}", shown(&crel)))?;
+                build_file(f, d, &child, masked(mode, mask, &crel, dropped), mtime_ns, false).map_err(|e| format!("{}: {e}", shown(&crel)))?;
             }
             Node::Symlink { target, .. } => {
                 sl::symlink_at(&target, d, &child).map_err(|e| format!("{}: symlinkat failed: {}", shown(&crel), errno_text(e)))?
             }
-            Node::Fifo { mode, .. } => build_fifo(d, &child, mode).map_err(|e| format!("{}: {e}", shown(&crel)))?,
+            Node::Fifo { mode, .. } => build_fifo(d, &child, masked(mode, mask, &crel, dropped)).map_err(|e| format!("{}: {e}", shown(&crel)))?,
             Node::Dir { mode, .. } => {
                 let sub = node::open_dir(src, &child).map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
-                build_dir(layer, sub.as_raw_fd(), &crel, d, &child, mode)?;
+                build_dir(layer, sub.as_raw_fd(), &crel, d, &child, (mode, mask), mask, dropped)?;
             }
             Node::Special { what, .. } => {
                 return Err(format!("{} is a {what}; capsule commits files, directories, symlinks and FIFOs only", shown(&crel)))
             }
         }
     }
-    sl::chmod_fd(dst.as_raw_fd(), mode).map_err(|e| format!("chmod failed: {}", errno_text(e)))
+    sl::chmod_fd(dst.as_raw_fd(), masked(mode, own_mask, rel, dropped)).map_err(|e| format!("chmod failed: {}", errno_text(e)))
 }
 
 /// Removes from the upper tree what at or below the selection no longer
@@ -428,10 +496,10 @@ fn prune(layer: &Layer, sel: &Selector, meta: &mut Meta) -> Result<(), LayerErro
 
 /// The upper directory `fd` is neither opaque nor of other permissions
 /// than the host directory at `rel`.
-fn same_as_host_dir(fd: RawFd, rel: &[u8]) -> bool {
+fn same_as_host_dir(layer: &Layer, fd: RawFd, rel: &[u8]) -> bool {
     let Ok(Node::Dir { mode, .. }) = node::node_at(fd, b"", true) else { return false };
     let Ok(names) = sl::list_dir(fd) else { return false };
-    if scan::is_opaque(fd, &names).unwrap_or(true) {
+    if scan::is_opaque(layer, fd, &names).unwrap_or(true) {
         return false;
     }
     let Ok((parent, name)) = open_host_parent(rel) else { return false };
@@ -453,13 +521,14 @@ impl Pruner<'_> {
     fn dir(&mut self, fd: RawFd, rel: &[u8], inherited_opaque: bool) -> Result<(), LayerError> {
         let upath = scan::upper_path(self.layer, rel);
         let names = sl::list_dir(fd).map_err(|e| sys_err("getdents64", &upath, e))?;
-        let opaque = inherited_opaque || scan::is_opaque(fd, &names).map_err(|e| sys_err("lgetxattr", &upath, e))?;
+        let opaque = inherited_opaque || scan::is_opaque(self.layer, fd, &names).map_err(|e| sys_err("lgetxattr", &upath, e))?;
         for name in names {
-            if name == OPAQUE_MARKER {
+            let fuse = self.layer.fuse;
+            if fuse && name == OPAQUE_MARKER {
                 continue;
             }
             let logical = match name.strip_prefix(WH_PREFIX) {
-                Some(t) if valid_name(t) => t,
+                Some(t) if fuse && valid_name(t) => t,
                 _ => &name[..],
             };
             let crel = join(rel, logical);
@@ -477,7 +546,7 @@ impl Pruner<'_> {
                 self.dir(sub.as_raw_fd(), &crel, opaque)?;
                 // A directory on the way to the selection may itself differ
                 // (its mode, or opaque), which the selection did not look at.
-                if !opaque && !self.has_changes(&crel) && same_as_host_dir(sub.as_raw_fd(), &crel) {
+                if !opaque && !self.has_changes(&crel) && same_as_host_dir(self.layer, sub.as_raw_fd(), &crel) {
                     match sl::unlink_at(fd, &name, true) {
                         Ok(()) | Err(libc::ENOTEMPTY) | Err(libc::EEXIST) => {}
                         Err(e) => return Err(sys_err("rmdir", &cpath, e).into()),

@@ -1,28 +1,37 @@
 //! `capsule layer diff`: each change as its list line with what changed,
 //! then a unified diff for text files (3 lines of context, `--- /etc/foo`
 //! / `+++ /etc/foo (layer)`), a size and SHA-256 summary for binary ones,
-//! and the content of new directories.
+//! sizes alone for files over [`HASH_LIMIT`] (not read), and the content
+//! of new directories. Names are quoted ([`super::quote`]).
 
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use super::node::{self, Node};
-use super::scan::{open_host_parent, upper_path, Item, Upper, OPAQUE_MARKER, WH_PREFIX};
+use super::scan::{open_host_parent, upper_path, Item, Upper};
 use super::{join, sys_err, ChangeKind, Layer, LayerError};
 use crate::error::SysError;
 use crate::sys::layer as sl;
 
 /// Files larger than this are summarized, not diffed.
 const DIFF_LIMIT: u64 = 4 << 20;
+/// Files larger than this are not read at all: their sizes are shown (a
+/// 1 TiB sparse file would take hours to hash).
+pub const HASH_LIMIT: u64 = 64 << 20;
 
 pub fn write_diff(layer: &Layer, items: &[Item], out: &mut dyn Write) -> Result<(), LayerError> {
     for item in items {
         let Some(kind) = item.status else { continue };
         let path = item.host_path();
-        let p = path.display().to_string();
+        let p = super::quote_path(&path);
         let w = |e: std::io::Error| LayerError::from(SysError::new("write", sl::errno_of(&e)).path("(output)"));
-        writeln!(out, "{} {p}: {}", kind.letter(), item.what).map_err(w)?;
+        let special = match &item.upper {
+            Upper::Entry(n) => n.mode().map(super::special_bits).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let special = if special.is_empty() { String::new() } else { format!(" ({})", special.join(", ")) };
+        writeln!(out, "{} {p}: {}{special}", kind.letter(), item.what).map_err(w)?;
         if let Some(why) = &item.problem {
             writeln!(out, "  (will not be committed: {why})").map_err(w)?;
             continue;
@@ -50,6 +59,7 @@ pub fn write_diff(layer: &Layer, items: &[Item], out: &mut dyn Write) -> Result<
                 let same = match (&old, &new) {
                     (Some(Content::Text(a)), Some(Content::Text(b))) => a == b,
                     (Some(Content::Binary { sha: a, .. }), Some(Content::Binary { sha: b, .. })) => a == b,
+                    (Some(Content::Unread { .. }), Some(Content::Unread { .. })) => false,
                     _ => false,
                 };
                 if !same {
@@ -66,10 +76,15 @@ pub fn write_diff(layer: &Layer, items: &[Item], out: &mut dyn Write) -> Result<
 enum Content {
     Text(String),
     Binary { size: u64, sha: String },
+    /// Over [`HASH_LIMIT`]: not read.
+    Unread { size: u64 },
 }
 
 fn classify(f: &mut File) -> Result<Content, i32> {
     let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > HASH_LIMIT {
+        return Ok(Content::Unread { size });
+    }
     if size <= DIFF_LIMIT {
         if let Some(bytes) = node::read_limited(f, DIFF_LIMIT)? {
             if !bytes.contains(&0) {
@@ -106,7 +121,7 @@ fn content_diff(out: &mut dyn Write, p: &str, old: Option<Content>, new: Option<
     let text = |c: &Option<Content>| match c {
         None => Some(String::new()),
         Some(Content::Text(s)) => Some(s.clone()),
-        Some(Content::Binary { .. }) => None,
+        Some(Content::Binary { .. } | Content::Unread { .. }) => None,
     };
     match (text(&old), text(&new)) {
         (Some(a), Some(b)) => {
@@ -124,8 +139,14 @@ fn content_diff(out: &mut dyn Write, p: &str, old: Option<Content>, new: Option<
                     format!("{} bytes, sha256 {sha}", s.len())
                 }
                 Some(Content::Binary { size, sha }) => format!("{size} bytes, sha256 {sha}"),
+                Some(Content::Unread { size }) => format!("{size} bytes"),
             };
-            writeln!(out, "  binary: {} -> {}", sum(&old), sum(&new))
+            let unread = [&old, &new].iter().any(|c| matches!(c, Some(Content::Unread { .. })));
+            writeln!(out, "  binary: {} -> {}", sum(&old), sum(&new))?;
+            if unread {
+                writeln!(out, "  (content not read: over {} MiB; compare the files yourself, e.g. with cmp)", HASH_LIMIT >> 20)?;
+            }
+            Ok(())
         }
     }
 }
@@ -136,7 +157,7 @@ fn list_tree(layer: &Layer, fd: i32, rel: &[u8], out: &mut dyn Write) -> Result<
     let mut names = sl::list_dir(fd).map_err(|e| sys_err("getdents64", upper_path(layer, rel), e))?;
     names.sort();
     for name in names {
-        if name == OPAQUE_MARKER || name.starts_with(WH_PREFIX) {
+        if super::scan::is_fuse_marker(layer, &name) {
             continue;
         }
         let crel = join(rel, &name);
@@ -144,7 +165,7 @@ fn list_tree(layer: &Layer, fd: i32, rel: &[u8], out: &mut dyn Write) -> Result<
         if matches!(n, Node::Whiteout | Node::Absent) {
             continue;
         }
-        writeln!(out, "  + {} ({})", super::host_path(&crel).display(), n.describe()).map_err(w)?;
+        writeln!(out, "  + {} ({})", super::quote_path(&super::host_path(&crel)), n.describe()).map_err(w)?;
         if let Node::Dir { .. } = n {
             let sub = node::open_dir(fd, &name).map_err(|e| sys_err("open", upper_path(layer, &crel), e))?;
             list_tree(layer, sub.as_raw_fd(), &crel, out)?;

@@ -5,12 +5,17 @@
 //! "Layer directory"):
 //! * `upper/` mirrors absolute host paths (`upper/etc/foo` is the layer's
 //!   `/etc/foo`): the union of overlayfs upper directories, with kernel
-//!   whiteouts (character device 0:0), fuse-overlayfs whiteouts
-//!   (`.wh.NAME`, `.wh..wh..opq`) and opaque directories
-//!   (`user.overlay.opaque`, `trusted.overlay.opaque`,
-//!   `user.fuseoverlayfs.opaque` = `y`);
+//!   whiteouts (character device 0:0) and opaque directories
+//!   (`user.overlay.opaque`, `trusted.overlay.opaque` = `y`); in a layer
+//!   fuse-overlayfs served (`DIR/fuse`) also its markers (`.wh.NAME`,
+//!   `.wh..wh..opq`, `user.fuseoverlayfs.opaque`), which elsewhere are
+//!   ordinary files a program wrote;
 //! * `work/`: overlayfs work directories, internal;
 //! * `layer.json`: the host originals of the changed paths ([`meta`]);
+//! * `protected`: the paths hidden or read-only in the runs, written by
+//!   the supervisor before each run ([`guard`]): commit never touches them;
+//! * `fuse`: written by the supervisor when a `--root` run uses the
+//!   layer (outside `upper/`, hidden from every run);
 //! * `layer.lock`: `flock`ed by runs (exclusive; shared for a layer
 //!   stacked read-only below another) and by these operations.
 //!
@@ -19,8 +24,10 @@
 
 mod commit;
 mod diff;
+mod guard;
 mod meta;
 mod node;
+mod quote;
 mod scan;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -31,6 +38,7 @@ use serde::Serialize;
 
 pub use commit::{CommitReport, Refusal};
 pub use meta::{OrigKind, Record};
+pub use quote::{quote, quote_path};
 
 use crate::error::SysError;
 use crate::sys::layer as sl;
@@ -66,18 +74,60 @@ pub struct Change {
     /// The absolute host path.
     #[serde(serialize_with = "lossy_path")]
     pub path: PathBuf,
+    /// The exact bytes of a path that is not UTF-8 (`path` then has
+    /// U+FFFD where they are invalid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// What changed, for people: `file, 12 bytes`, `content`, `mode 0644 -> 0755`.
     pub what: String,
+    /// The size of the layer's regular file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The layer's file takes fewer blocks than its size (holes).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sparse: bool,
+    /// The special permission bits of the layer's entry: `setuid`,
+    /// `setgid`, `sticky`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub special: Vec<&'static str>,
 }
 
 fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&p.to_string_lossy())
 }
 
+/// The names of the special bits set in `mode`.
+pub(crate) fn special_bits(mode: u32) -> Vec<&'static str> {
+    [(0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky")].into_iter().filter(|(b, _)| mode & b != 0).map(|(_, n)| n).collect()
+}
+
 impl std::fmt::Display for Change {
-    /// `M  /etc/foo`, as `capsule layer list` prints it.
+    /// `M  /etc/foo`, as `capsule layer list` prints it, the path quoted
+    /// when it holds control characters or invalid UTF-8, then the layer's
+    /// file size and special bits when there are: `A  /x  (12 bytes, setuid)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}  {}", self.kind.letter(), self.path.display())
+        write!(f, "{}  {}", self.kind.letter(), quote_path(&self.path))?;
+        let details = self.details();
+        if !details.is_empty() {
+            write!(f, "  ({details})")?;
+        }
+        Ok(())
+    }
+}
+
+impl Change {
+    /// The layer's file size (`sparse` when it has holes) and the special
+    /// bits of its entry: `12 bytes, setuid`; empty when there are none.
+    pub fn details(&self) -> String {
+        let mut d: Vec<String> = Vec::new();
+        if let Some(size) = self.size {
+            d.push(format!("{size} bytes"));
+        }
+        if self.sparse {
+            d.push("sparse".into());
+        }
+        d.extend(self.special.iter().map(|s| s.to_string()));
+        d.join(", ")
     }
 }
 
@@ -88,11 +138,11 @@ pub enum LayerError {
     /// A system call failed: the call, the path and the errno.
     #[error(transparent)]
     Sys(#[from] SysError),
-    #[error("layer {} is in use by a running capsule", .0.display())]
+    #[error("layer {} is in use by a running capsule", quote_path(.0))]
     InUse(PathBuf),
-    #[error("{} is not a layer: {why}", dir.display())]
+    #[error("{} is not a layer: {why}", quote_path(dir))]
     NotALayer { dir: PathBuf, why: String },
-    #[error("layer {}: {}/layer.json: {why}", dir.display(), dir.display())]
+    #[error("layer {}: {}: {why}", quote_path(dir), quote_path(&dir.join("layer.json")))]
     BadMeta { dir: PathBuf, why: String },
     /// A bad argument (a relative path, a lock of another layer).
     #[error("{0}")]
@@ -106,7 +156,15 @@ pub struct Layer {
     dir_fd: OwnedFd,
     upper: OwnedFd,
     id: (u64, u64),
+    /// fuse-overlayfs served the layer (`DIR/fuse`): its marker names and
+    /// xattrs mean whiteouts and opaque directories. Elsewhere a program
+    /// wrote them through a kernel overlay, as ordinary files.
+    fuse: bool,
 }
+
+/// The file that says fuse-overlayfs served a layer (a `--root` run used
+/// it); written by the supervisor, outside `upper/`.
+pub const FUSE_MARK: &str = "fuse";
 
 /// A held `flock` on `DIR/layer.lock`; released when dropped.
 #[derive(Debug)]
@@ -123,7 +181,7 @@ impl LayerLock {
 }
 
 pub(crate) fn sys_err(call: &str, path: impl AsRef<Path>, errno: i32) -> SysError {
-    SysError::new(call, errno).path(path.as_ref().display().to_string())
+    SysError::new(call, errno).path(quote_path(path.as_ref()))
 }
 
 const EMPTY_META: &str = "{\n  \"version\": 1,\n  \"originals\": {}\n}\n";
@@ -148,7 +206,12 @@ impl Layer {
             }
         };
         let st = crate::sys::fstat(dir_fd.as_raw_fd()).map_err(|e| sys_err("fstat", &dir, e))?;
-        Ok(Layer { dir, dir_fd, upper, id: (st.st_dev, st.st_ino) })
+        let fuse = match node::node_at(dir_fd.as_raw_fd(), FUSE_MARK.as_bytes(), false).map_err(|e| sys_err("lstat", dir.join(FUSE_MARK), e))? {
+            node::Node::File { .. } => true,
+            node::Node::Absent => false,
+            other => return Err(LayerError::NotALayer { dir, why: format!("its {FUSE_MARK} is a {}, not a file", other.kind_name()) }),
+        };
+        Ok(Layer { dir, dir_fd, upper, id: (st.st_dev, st.st_ino), fuse })
     }
 
     /// Creates DIR (mode 0700) as an empty layer, or completes an existing
@@ -164,7 +227,7 @@ impl Layer {
             .map_err(|e| sys_err("open", dir, e))?;
         let names = sl::list_dir(fd.as_raw_fd()).map_err(|e| sys_err("getdents64", dir, e))?;
         if !names.is_empty() && !names.iter().any(|n| n == b"upper") {
-            let shown: Vec<String> = names.iter().take(3).map(|n| String::from_utf8_lossy(n).into_owned()).collect();
+            let shown: Vec<String> = names.iter().take(3).map(|n| quote(n)).collect();
             return Err(LayerError::NotALayer {
                 dir: dir.to_path_buf(),
                 why: format!("it is not empty (it holds {}{}) and has no upper/; name an empty or new directory", shown.join(", "), if names.len() > 3 { ", ..." } else { "" }),
@@ -195,6 +258,36 @@ impl Layer {
         &self.dir
     }
 
+    /// fuse-overlayfs served this layer (`DIR/fuse`).
+    pub fn is_fuse(&self) -> bool {
+        self.fuse
+    }
+
+    /// Refuses to let fuse-overlayfs serve a layer it did not serve yet
+    /// when the layer holds a name or attribute fuse-overlayfs takes for a
+    /// marker (`.wh.*`, `user.fuseoverlayfs.*`): a program of a run
+    /// without `--root` wrote it as an ordinary file, and under
+    /// fuse-overlayfs it would delete what the program could not touch.
+    /// The error names the first one found.
+    pub fn check_fuse_ready(&self) -> Result<(), LayerError> {
+        if self.fuse {
+            return Ok(());
+        }
+        let root = sl::openat_name(self.upper.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| sys_err("open", self.dir.join("upper"), e))?;
+        match scan::fuse_marker_below(self, root.as_raw_fd(), b"")? {
+            None => Ok(()),
+            Some(rel) => Err(LayerError::Invalid(format!(
+                "layer {}: {} was written by a run without --root, as an ordinary file, but fuse-overlayfs (which serves --root runs) \
+                 would take its name or attributes (`.wh.*`, `user.fuseoverlayfs.*`) for a whiteout or an opaque directory; \
+                 commit or remove it first (`capsule layer commit {} PATH`), or use another layer for --root runs",
+                quote_path(&self.dir),
+                quote_path(&host_path(&rel)),
+                quote_path(&self.dir)
+            ))),
+        }
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -221,10 +314,10 @@ impl Layer {
 
     fn check_lock(&self, lock: &LayerLock) -> Result<(), LayerError> {
         if lock.id != self.id {
-            return Err(LayerError::Invalid(format!("the lock passed is not the lock of layer {}", self.dir.display())));
+            return Err(LayerError::Invalid(format!("the lock passed is not the lock of layer {}", quote_path(&self.dir))));
         }
         if !lock.exclusive {
-            return Err(LayerError::Invalid(format!("changing layer {} needs its exclusive lock (lock_run(true))", self.dir.display())));
+            return Err(LayerError::Invalid(format!("changing layer {} needs its exclusive lock (lock_run(true))", quote_path(&self.dir))));
         }
         Ok(())
     }
@@ -245,20 +338,64 @@ impl Layer {
 
     /// Writes `layer.json` atomically (a new file renamed over it).
     fn save_meta(&self, m: &meta::Meta) -> Result<(), LayerError> {
+        self.write_atomic("layer.json", &m.to_json())
+    }
+
+    /// Writes the file `name` of the layer directory atomically (a new
+    /// file, fsynced, renamed over it).
+    fn write_atomic(&self, name: &str, text: &str) -> Result<(), LayerError> {
         use std::io::Write;
-        let tmp = format!("layer.json.{}.tmp", std::process::id());
+        let tmp = format!("{name}.{}.tmp", std::process::id());
         let dirfd = self.dir_fd.as_raw_fd();
         let _ = sl::unlink_at(dirfd, tmp.as_bytes(), false);
         let f = sl::openat_name(dirfd, tmp.as_bytes(), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
             .map_err(|e| sys_err("open(O_CREAT)", self.path_of(&tmp), e))?;
         let mut f = std::fs::File::from(f);
-        let res = f.write_all(m.to_json().as_bytes()).and_then(|_| f.sync_all());
+        let res = f.write_all(text.as_bytes()).and_then(|_| f.sync_all());
         if let Err(e) = res {
             let _ = sl::unlink_at(dirfd, tmp.as_bytes(), false);
             return Err(sys_err("write", self.path_of(&tmp), sl::errno_of(&e)).into());
         }
-        sl::rename_at(dirfd, tmp.as_bytes(), dirfd, b"layer.json", 0).map_err(|e| sys_err("renameat2", self.path_of("layer.json"), e))?;
+        sl::rename_at(dirfd, tmp.as_bytes(), dirfd, name.as_bytes(), 0).map_err(|e| sys_err("renameat2", self.path_of(name), e))?;
         Ok(())
+    }
+
+    /// Records, before a run of `spec`, the paths it cannot change (hidden,
+    /// read-only) in `DIR/protected`: commit never touches them.
+    pub(crate) fn note_protected(&self, lock: &LayerLock, spec: &crate::spec::RunSpec) -> Result<(), String> {
+        self.check_lock(lock).map_err(|e| e.to_string())?;
+        let rules = guard::rules_of(spec)?;
+        let mut f = self.load_guard_file().map_err(|e| e.to_string())?;
+        if f.add(rules) {
+            f.version = 1;
+            let mut text = serde_json::to_string_pretty(&f).expect("serializable");
+            text.push('\n');
+            self.write_atomic(guard::GUARD_FILE, &text).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn load_guard_file(&self) -> Result<guard::GuardFile, LayerError> {
+        let name = guard::GUARD_FILE;
+        let f = match sl::openat_name(self.dir_fd.as_raw_fd(), name.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) {
+            Ok(f) => f,
+            Err(libc::ENOENT) => return Ok(guard::GuardFile { version: 1, runs: Vec::new() }),
+            Err(e) => return Err(sys_err("open", self.path_of(name), e).into()),
+        };
+        let mut text = String::new();
+        use std::io::Read;
+        let bad = |why: String| LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(name))));
+        std::fs::File::from(f).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
+        let g: guard::GuardFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if g.version != 1 {
+            return Err(bad(format!("version {} is not supported (this capsule reads version 1)", g.version)));
+        }
+        Ok(g)
+    }
+
+    fn load_guard(&self) -> Result<guard::Guard, LayerError> {
+        let f = self.load_guard_file()?;
+        guard::Guard::from_file(&f).map_err(|why| LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(guard::GUARD_FILE)))))
     }
 
     /// The changes at or below `paths` (absolute host paths; empty: all),
@@ -300,18 +437,19 @@ impl Layer {
     }
 
     /// Applies the changes at or below `paths` (empty: all) to the host;
-    /// see [`commit`](commit::commit).
-    pub fn commit(&self, lock: &LayerLock, paths: &[PathBuf], force: bool) -> Result<CommitReport, LayerError> {
+    /// see [`commit`](commit::commit). Setuid and setgid bits are dropped
+    /// (they stay in the layer) unless `keep_special_bits`.
+    pub fn commit(&self, lock: &LayerLock, paths: &[PathBuf], force: bool, keep_special_bits: bool) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
-        commit::commit(self, paths, force, false)
+        commit::commit(self, paths, force, false, keep_special_bits)
     }
 
     /// Like [`commit`](Self::commit), but each path names exactly one
     /// change (as listed), not what lies below it: the post-run menu's
     /// "commit some".
-    pub fn commit_entries(&self, lock: &LayerLock, paths: &[PathBuf], force: bool) -> Result<CommitReport, LayerError> {
+    pub fn commit_entries(&self, lock: &LayerLock, paths: &[PathBuf], force: bool, keep_special_bits: bool) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
-        commit::commit(self, paths, force, true)
+        commit::commit(self, paths, force, true, keep_special_bits)
     }
 
     /// Removes the whole layer directory (only a layer: `upper/` and
@@ -331,7 +469,7 @@ impl Layer {
         }
         let link = sl::lstat_at(libc::AT_FDCWD, self.dir.as_os_str().as_bytes()).map(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK).unwrap_or(false);
         if link {
-            return Err(LayerError::Invalid(format!("{} is a symbolic link; discard the layer it points to by its own name", self.dir.display())));
+            return Err(LayerError::Invalid(format!("{} is a symbolic link; discard the layer it points to by its own name", quote_path(&self.dir))));
         }
         let names = sl::list_dir(dirfd).map_err(|e| sys_err("getdents64", &self.dir, e))?;
         // layer.json last: until it goes, this is still recognizably a layer.
@@ -363,7 +501,7 @@ impl Selector {
         }
         let mut roots = Vec::new();
         for p in paths {
-            let n = normalize(p).ok_or_else(|| LayerError::Invalid(format!("`{}` is not an absolute path", p.display())))?;
+            let n = normalize(p).ok_or_else(|| LayerError::Invalid(format!("{} is not an absolute path", quote_path(p))))?;
             roots.push(n.as_os_str().as_bytes()[1..].to_vec());
         }
         Ok(Selector { roots })

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use super::meta::{encode, OrigKind, Record};
 use super::node::{self, octal, Node};
-use super::{host_path, join, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
+use super::{host_path, join, quote, quote_path, special_bits, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
 use crate::sys::layer as sl;
 use crate::sys::Errno;
 
@@ -19,8 +19,50 @@ use crate::sys::Errno;
 pub const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
 /// The fuse-overlayfs whiteout prefix.
 pub const WH_PREFIX: &[u8] = b".wh.";
-const OPAQUE_XATTRS: [&str; 3] = ["user.overlay.opaque", "trusted.overlay.opaque", "user.fuseoverlayfs.opaque"];
+/// Opaque directories: kernel overlayfs's attributes, which no program
+/// can set through an overlay (overlayfs refuses its own prefix), and
+/// fuse-overlayfs's, which a program of a kernel-overlay run can.
+const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
+const FUSE_OPAQUE_XATTR: &str = "user.fuseoverlayfs.opaque";
+/// The attribute prefix fuse-overlayfs keeps for itself.
+const FUSE_XATTR_PREFIX: &[u8] = b"user.fuseoverlayfs.";
 const WHITEOUT_XATTRS: [&str; 2] = ["user.overlay.whiteout", "trusted.overlay.whiteout"];
+
+/// In a layer fuse-overlayfs served, the name is one of its markers
+/// (a whiteout `.wh.NAME` or the opaque marker); elsewhere it is a file.
+pub fn is_fuse_marker(layer: &Layer, name: &[u8]) -> bool {
+    layer.fuse && name.starts_with(WH_PREFIX)
+}
+
+/// The first entry at or below the upper directory `fd` (for `rel`) whose
+/// name or attributes fuse-overlayfs would take for its own markers.
+pub fn fuse_marker_below(layer: &Layer, fd: RawFd, rel: &[u8]) -> Result<Option<Vec<u8>>, LayerError> {
+    let upath = || upper_path(layer, rel);
+    if sl::list_xattrs_at(fd, b"").map_err(|e| sys_err("llistxattr", upath(), e))?.iter().any(|x| x.starts_with(FUSE_XATTR_PREFIX)) {
+        return Ok(Some(rel.to_vec()));
+    }
+    for name in sl::list_dir(fd).map_err(|e| sys_err("getdents64", upath(), e))? {
+        let crel = join(rel, &name);
+        if name.starts_with(WH_PREFIX) {
+            return Ok(Some(crel));
+        }
+        match node::node_at(fd, &name, true).map_err(|e| sys_err("lstat", upper_path(layer, &crel), e))? {
+            Node::Dir { .. } => {
+                let sub = node::open_dir(fd, &name).map_err(|e| sys_err("open", upper_path(layer, &crel), e))?;
+                if let Some(found) = fuse_marker_below(layer, sub.as_raw_fd(), &crel)? {
+                    return Ok(Some(found));
+                }
+            }
+            Node::Symlink { .. } | Node::Absent => {}
+            _ => {
+                if sl::list_xattrs_at(fd, &name).map_err(|e| sys_err("llistxattr", upper_path(layer, &crel), e))?.iter().any(|x| x.starts_with(FUSE_XATTR_PREFIX)) {
+                    return Ok(Some(crel));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
 
 /// What the layer has at a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +96,17 @@ impl Item {
     }
 
     pub fn change(&self) -> Option<Change> {
-        self.status.map(|kind| Change { kind, path: self.host_path(), what: self.what.clone() })
+        let path = self.host_path();
+        let path_bytes = std::str::from_utf8(&self.rel).is_err().then(|| path.as_os_str().as_bytes().to_vec());
+        let (size, sparse) = match &self.upper {
+            Upper::Entry(Node::File { size, blocks, .. }) => (Some(*size), blocks.saturating_mul(512) < *size),
+            _ => (None, false),
+        };
+        let special = match &self.upper {
+            Upper::Entry(n) => n.mode().map(special_bits).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        self.status.map(|kind| Change { kind, path, path_bytes, what: self.what.clone(), size, sparse, special })
     }
 
     /// Changes and unchanged copy-ups of files and links get a record (a
@@ -105,7 +157,7 @@ pub fn open_host_parent(rel: &[u8]) -> Result<(OwnedFd, &[u8]), (Errno, String)>
         Err(e) => {
             // Name the culprit: walk the components.
             let mut at = Vec::new();
-            let mut why = format!("cannot open the host directory {}: {}", host_path(parent).display(), crate::error::errno_text(e));
+            let mut why = format!("cannot open the host directory {}: {}", quote_path(&host_path(parent)), crate::error::errno_text(e));
             for comp in parent.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
                 at = join(&at, comp);
                 match node::node_at(libc::AT_FDCWD, host_path(&at).as_os_str().as_bytes(), false) {
@@ -113,17 +165,17 @@ pub fn open_host_parent(rel: &[u8]) -> Result<(OwnedFd, &[u8]), (Errno, String)>
                     Ok(Node::Symlink { target, .. }) => {
                         why = format!(
                             "host directory {} is a symbolic link (-> {}); capsule never commits through a link",
-                            host_path(&at).display(),
-                            String::from_utf8_lossy(&target)
+                            quote_path(&host_path(&at)),
+                            quote(&target)
                         );
                         break;
                     }
                     Ok(Node::Absent) => {
-                        why = format!("host directory {} does not exist", host_path(&at).display());
+                        why = format!("host directory {} does not exist", quote_path(&host_path(&at)));
                         break;
                     }
                     Ok(other) => {
-                        why = format!("host path {} is a {}, not a directory", host_path(&at).display(), other.kind_name());
+                        why = format!("host path {} is a {}, not a directory", quote_path(&host_path(&at)), other.kind_name());
                         break;
                     }
                     Err(_) => break,
@@ -162,12 +214,14 @@ pub fn scan_with(layer: &Layer, sel: &Selector, compare: bool) -> Result<Vec<Ite
     Ok(items)
 }
 
-/// Whether the upper directory `fd` (with entries `names`) is opaque.
-pub fn is_opaque(fd: RawFd, names: &[Vec<u8>]) -> Result<bool, Errno> {
-    if names.iter().any(|n| n == OPAQUE_MARKER) {
+/// Whether the upper directory `fd` (with entries `names`) is opaque;
+/// fuse-overlayfs's markers count only in a layer it served.
+pub fn is_opaque(layer: &Layer, fd: RawFd, names: &[Vec<u8>]) -> Result<bool, Errno> {
+    if layer.fuse && names.iter().any(|n| n == OPAQUE_MARKER) {
         return Ok(true);
     }
-    for attr in OPAQUE_XATTRS {
+    let fuse_attr = layer.fuse.then_some(FUSE_OPAQUE_XATTR);
+    for attr in OPAQUE_XATTRS.into_iter().chain(fuse_attr) {
         if sl::get_xattr_at(fd, b"", attr)?.as_deref() == Some(b"y") {
             return Ok(true);
         }
@@ -178,9 +232,8 @@ pub fn is_opaque(fd: RawFd, names: &[Vec<u8>]) -> Result<bool, Errno> {
 /// The xattr that makes an entry foreign (redirect, metacopy), if any.
 fn foreign_xattr(dir: RawFd, name: &[u8]) -> Result<Option<String>, Errno> {
     for x in sl::list_xattrs_at(dir, name)? {
-        let x = String::from_utf8_lossy(&x).into_owned();
-        if x.ends_with("overlay.redirect") || x.ends_with("overlay.metacopy") {
-            return Ok(Some(x));
+        if x.ends_with(b"overlay.redirect") || x.ends_with(b"overlay.metacopy") {
+            return Ok(Some(quote(&x)));
         }
     }
     Ok(None)
@@ -200,14 +253,14 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
     let upath = || udir.clone();
     let ufd = upper.as_raw_fd();
     let names = sl::list_dir(ufd).map_err(|e| sys_err("getdents64", upath(), e))?;
-    let opaque = inherited_opaque || is_opaque(ufd, &names).map_err(|e| sys_err("lgetxattr", upath(), e))?;
+    let opaque = inherited_opaque || is_opaque(ctx.layer, ufd, &names).map_err(|e| sys_err("lgetxattr", upath(), e))?;
     let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut children: BTreeMap<Vec<u8>, Node> = BTreeMap::new();
     for name in &names {
-        if name == OPAQUE_MARKER {
+        if is_fuse_marker(ctx.layer, name) && name == OPAQUE_MARKER {
             continue;
         }
-        if let Some(target) = name.strip_prefix(WH_PREFIX) {
+        if let Some(target) = name.strip_prefix(WH_PREFIX).filter(|_| ctx.layer.fuse) {
             if valid_name(target) {
                 whiteouts.insert(target.to_vec());
             } else {
@@ -219,7 +272,7 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                         upper: Upper::Whiteout,
                         host: Node::Absent,
                         what: "invalid whiteout".into(),
-                        problem: Some(format!("whiteout `{}` names no valid entry (`.`, `..` or empty)", String::from_utf8_lossy(name))),
+                        problem: Some(format!("whiteout `{}` names no valid entry (`.`, `..` or empty)", quote(name))),
                     });
                 }
             }
@@ -301,11 +354,11 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                 // crafted): committing it would not be what the run saw.
                 let sub = node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
                 let subnames = sl::list_dir(sub.as_raw_fd()).map_err(|e| sys_err("getdents64", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                if !is_opaque(sub.as_raw_fd(), &subnames).map_err(|e| sys_err("lgetxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))? {
+                if !is_opaque(ctx.layer, sub.as_raw_fd(), &subnames).map_err(|e| sys_err("lgetxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))? {
                     it.problem = Some(format!(
                         "the host's {} is a symbolic link (-> {}) and the layer's directory there does not replace it (not opaque); capsule never commits through a link",
-                        host_path(&crel).display(),
-                        String::from_utf8_lossy(target)
+                        quote_path(&host_path(&crel)),
+                        quote(target)
                     ));
                 }
             }
@@ -346,7 +399,7 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                 if ut == ht {
                     push(ctx, base(None, up, "unchanged copy".into()));
                 } else {
-                    let what = format!("symlink {} -> {}", String::from_utf8_lossy(ht), String::from_utf8_lossy(ut));
+                    let what = format!("symlink {} -> {}", quote(ht), quote(ut));
                     push(ctx, base(Some(ChangeKind::Modified), up, what));
                 }
             }

@@ -60,6 +60,14 @@ impl T {
         t
     }
 
+    /// Marks the layer as fuse-overlayfs's (what a `--root` run's
+    /// supervisor writes), and opens it again.
+    fn mark_fuse(&mut self) {
+        fs::write(self.layer.dir().join(super::FUSE_MARK), "").unwrap();
+        self.layer = Layer::open(self.layer.dir()).unwrap();
+        assert!(self.layer.is_fuse());
+    }
+
     /// The host path `rel` (below the scratch host directory).
     fn h(&self, rel: &str) -> PathBuf {
         self.host.join(rel)
@@ -93,7 +101,7 @@ impl T {
 
     fn commit(&self, paths: &[PathBuf], force: bool) -> CommitReport {
         let lock = lock_ex(&self.layer);
-        self.layer.commit(&lock, paths, force).unwrap()
+        self.layer.commit(&lock, paths, force, false).unwrap()
     }
 
     /// Paths left in the upper tree below the host directory.
@@ -219,7 +227,10 @@ fn each_kind_of_change_is_detected() {
 #[test]
 fn opaque_directories_in_both_formats() {
     for fuse in [false, true] {
-        let t = T::new();
+        let mut t = T::new();
+        if fuse {
+            t.mark_fuse();
+        }
         mkdirs(&t.h("d"));
         write(&t.h("d/kept"), "k\n");
         write(&t.h("d/changed"), "old\n");
@@ -246,7 +257,8 @@ fn opaque_directories_in_both_formats() {
 
 #[test]
 fn fuse_whiteouts_and_foreign_entries() {
-    let t = T::new();
+    let mut t = T::new();
+    t.mark_fuse();
     write(&t.h("a"), "a");
     write(&t.h("b"), "b");
     write(&t.u(".wh.a"), "");
@@ -442,7 +454,7 @@ fn locks_and_discard() {
     // A shared lock does not allow changes.
     drop(ex);
     let sh = lock_wait(&t.layer, false);
-    assert!(t.layer.commit(&sh, &[], false).is_err());
+    assert!(t.layer.commit(&sh, &[], false, false).is_err());
     drop(sh);
     // overlayfs leaves a mode-000 work directory.
     let work = t.layer.dir().join("work/work");
@@ -523,4 +535,178 @@ fn empty_sha256_is_the_hash_of_an_empty_file() {
     let mut f = fs::File::open(&p).unwrap();
     assert_eq!(node::sha256(&mut f).unwrap(), node::EMPTY_SHA256);
     fs::remove_file(&p).unwrap();
+}
+
+/// In a layer fuse-overlayfs did not serve, its marker names and xattrs
+/// are files a program wrote: listed and committed as files, deleting
+/// nothing; fuse-overlayfs may not serve such a layer afterwards.
+#[test]
+fn fuse_markers_in_a_kernel_layer_are_files() {
+    let mut t = T::new();
+    write(&t.h("a"), "a");
+    mkdirs(&t.h("d"));
+    write(&t.h("d/k"), "k");
+    mkdirs(&t.h("e"));
+    write(&t.h("e/k"), "k");
+    write(&t.u(".wh.a"), "");
+    mkdirs(&t.u("d"));
+    fs::set_permissions(t.u("d"), fs::Permissions::from_mode(fs::metadata(t.h("d")).unwrap().mode() & 0o7777)).unwrap();
+    write(&t.u("d/.wh..wh..opq"), "");
+    mkdirs(&t.u("e"));
+    fs::set_permissions(t.u("e"), fs::Permissions::from_mode(fs::metadata(t.h("e")).unwrap().mode() & 0o7777)).unwrap();
+    t.xattr("e", "user.fuseoverlayfs.opaque", b"y");
+    assert_eq!(t.list(), ["A .wh.a", "A d/.wh..wh..opq"]);
+    let e = t.layer.check_fuse_ready().unwrap_err().to_string();
+    assert!(e.contains(".wh.") && e.contains("without --root"), "{e}");
+    t.record();
+    let r = t.commit(std::slice::from_ref(&t.host), false);
+    assert!(r.complete(), "{r:?}");
+    assert_eq!(fs::read_to_string(t.h("a")).unwrap(), "a");
+    assert_eq!(fs::read_to_string(t.h("d/k")).unwrap(), "k");
+    assert_eq!(fs::read_to_string(t.h("e/k")).unwrap(), "k");
+    assert!(t.h(".wh.a").is_file() && t.h("d/.wh..wh..opq").is_file());
+    // The same names in a layer fuse-overlayfs served are its markers.
+    write(&t.u(".wh.a"), "");
+    t.mark_fuse();
+    assert!(t.layer.check_fuse_ready().is_ok());
+    assert_eq!(t.list(), ["D a"]);
+}
+
+/// A sparse file is compared and committed without reading or writing
+/// its holes.
+#[test]
+fn sparse_files_keep_their_holes() {
+    use std::os::unix::fs::FileExt;
+    let t = T::new();
+    let big = 1u64 << 40;
+    let f = fs::File::create(t.u("big")).unwrap();
+    f.write_all_at(b"a", 0).unwrap();
+    f.write_all_at(b"z", big).unwrap();
+    drop(f);
+    let c = t.layer.changes(std::slice::from_ref(&t.host)).unwrap();
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].size, c[0].sparse), (Some(big + 1), true));
+    assert!(c[0].to_string().ends_with("big  (1099511627777 bytes, sparse)"), "{}", c[0]);
+    let mut out = Vec::new();
+    t.layer.diff(&[], &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("content not read"), "{out}");
+    t.record();
+    let r = t.commit(&[], false);
+    assert!(r.complete(), "{r:?}");
+    let md = fs::metadata(t.h("big")).unwrap();
+    assert_eq!(md.len(), big + 1);
+    assert!(md.blocks() < 1024, "{} blocks", md.blocks());
+    let f = fs::File::open(t.h("big")).unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, big).unwrap();
+    assert_eq!(&b, b"z");
+    // Two sparse copies compare equal without reading the holes.
+    let mut a = fs::File::open(t.h("big")).unwrap();
+    let mut b = fs::File::open(t.h("big")).unwrap();
+    assert!(super::node::same_content(&mut a, &mut b).unwrap());
+}
+
+/// Setuid and setgid bits are listed and dropped at commit unless kept;
+/// dropped, they stay in the layer as a recorded mode change.
+#[test]
+fn special_bits_listed_and_dropped_unless_kept() {
+    let t = T::new();
+    write(&t.u("s"), "s");
+    fs::set_permissions(t.u("s"), fs::Permissions::from_mode(0o4755)).unwrap();
+    write(&t.u("k"), "k");
+    fs::set_permissions(t.u("k"), fs::Permissions::from_mode(0o4700)).unwrap();
+    let c = t.layer.changes(std::slice::from_ref(&t.host)).unwrap();
+    assert_eq!(c.iter().map(|c| c.special.clone()).collect::<Vec<_>>(), [vec!["setuid"], vec!["setuid"]]);
+    t.record();
+    let r = t.commit(&[t.h("s")], false);
+    assert!(r.complete(), "{r:?}");
+    assert_eq!(r.special_bits_dropped, [t.h("s")]);
+    assert_eq!(fs::metadata(t.h("s")).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(t.list(), ["A k", "M s"]);
+    let lock = lock_ex(&t.layer);
+    let r = t.layer.commit(&lock, &[], false, true).unwrap();
+    assert!(r.complete() && r.special_bits_dropped.is_empty(), "{r:?}");
+    assert_eq!(fs::metadata(t.h("s")).unwrap().mode() & 0o7777, 0o4755);
+    assert_eq!(fs::metadata(t.h("k")).unwrap().mode() & 0o7777, 0o4700);
+}
+
+/// What a run could not change (`DIR/protected`: hidden or read-only in a
+/// run) is never committed, even with --force: not an entry at or below
+/// it, not the deletion of a directory holding it; a path shown again,
+/// writable, below a hidden one is committed.
+#[test]
+fn protected_paths_are_never_committed() {
+    let t = T::new();
+    mkdirs(&t.h("home/.ssh"));
+    write(&t.h("home/.ssh/id"), "KEY");
+    mkdirs(&t.h("proj/ro"));
+    write(&t.h("proj/ro/f"), "r");
+    mkdirs(&t.h("cfg/open"));
+    write(&t.h("cfg/open/x"), "x");
+    let enc = |p: PathBuf| super::meta::encode(p.as_os_str().as_bytes());
+    let g = serde_json::json!({"version": 1, "runs": [
+        {"protected": [enc(t.h("home/.ssh"))], "open": []},
+        {"protected": [enc(t.h("proj/ro")), enc(t.h("cfg"))], "open": [enc(t.h("cfg/open"))]}]});
+    fs::write(t.layer.dir().join("protected"), g.to_string()).unwrap();
+    for d in ["home", "home/.ssh", "proj", "proj/ro", "cfg", "cfg/open"] {
+        mkdirs(&t.u(d));
+        fs::set_permissions(t.u(d), fs::Permissions::from_mode(fs::metadata(t.h(d)).unwrap().mode() & 0o7777)).unwrap();
+    }
+    t.whiteout("home/.ssh/id");
+    write(&t.u("home/.ssh/new"), "n");
+    write(&t.u("cfg/open/x"), "y");
+    write(&t.u("cfg/other"), "o");
+    t.whiteout("proj/ro/f");
+    t.record();
+    let r = t.commit(&[], true);
+    let refused: Vec<String> = r.errors.iter().map(|e| e.path.strip_prefix(&t.host).unwrap().display().to_string()).collect();
+    assert_eq!(refused, ["cfg/other", "home/.ssh/id", "home/.ssh/new", "proj/ro/f"], "{r:?}");
+    assert!(r.errors.iter().all(|e| e.reason.contains("no run could change it")), "{r:?}");
+    assert_eq!(r.committed.len(), 1, "{r:?}");
+    assert_eq!(fs::read_to_string(t.h("cfg/open/x")).unwrap(), "y");
+    assert_eq!(fs::read_to_string(t.h("home/.ssh/id")).unwrap(), "KEY");
+    assert_eq!(fs::read_to_string(t.h("proj/ro/f")).unwrap(), "r");
+    // Deleting a directory holding a protected path is refused too.
+    fs::remove_dir_all(t.u("proj")).unwrap();
+    t.whiteout("proj");
+    t.record();
+    let r = t.commit(&[t.h("proj")], true);
+    assert_eq!(r.errors.len(), 1, "{r:?}");
+    assert!(r.errors[0].reason.contains("it would delete"), "{r:?}");
+    assert_eq!(fs::read_to_string(t.h("proj/ro/f")).unwrap(), "r");
+}
+
+/// A directory keeps the setgid bit the host's directory already had (a
+/// group-shared one) when its mode changes; a new one does not get it.
+#[test]
+fn a_directory_keeps_the_hosts_own_setgid_bit() {
+    let t = T::new();
+    mkdirs(&t.h("shared"));
+    fs::set_permissions(t.h("shared"), fs::Permissions::from_mode(0o2775)).unwrap();
+    mkdirs(&t.u("shared"));
+    fs::set_permissions(t.u("shared"), fs::Permissions::from_mode(0o2755)).unwrap();
+    mkdirs(&t.u("new"));
+    fs::set_permissions(t.u("new"), fs::Permissions::from_mode(0o2755)).unwrap();
+    t.record();
+    let r = t.commit(&[], false);
+    assert!(r.complete(), "{r:?}");
+    assert_eq!(fs::metadata(t.h("shared")).unwrap().mode() & 0o7777, 0o2755);
+    assert_eq!(fs::metadata(t.h("new")).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(r.special_bits_dropped, [t.h("new")]);
+}
+
+/// fuse-overlayfs's attribute alone, deep in a kernel layer, keeps
+/// fuse-overlayfs from serving it; a kernel whiteout does not.
+#[test]
+fn a_fuse_attribute_in_a_kernel_layer_is_found() {
+    let t = T::new();
+    mkdirs(&t.h("d/e"));
+    write(&t.h("gone"), "g");
+    t.whiteout("gone");
+    mkdirs(&t.u("d/e"));
+    assert!(t.layer.check_fuse_ready().is_ok());
+    t.xattr("d/e", "user.fuseoverlayfs.opaque", b"y");
+    let e = t.layer.check_fuse_ready().unwrap_err().to_string();
+    assert!(e.contains("/d/e was written"), "{e}");
 }
