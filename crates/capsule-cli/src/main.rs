@@ -489,8 +489,14 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
     let no_agent = m.get_flag("no-agent");
     let mut review: Option<Vec<PathBuf>> = None;
+    // A kernel-overlay layer run's working directory, for the note on
+    // entries the run cannot map.
+    let mut overlay_cwd: Option<PathBuf> = None;
     let cwd = std::env::current_dir().context("cannot read the current directory");
     let outcome = cwd.and_then(|cwd| spec_from(m, &cwd)).and_then(|mut spec| {
+        if capsule::overlay::kernel_backend(&spec) {
+            overlay_cwd = spec.cwd.clone();
+        }
         // MBOX's menu after a run in a layer, when there is a terminal to ask on.
         if !spec.layers.is_empty() && spec.stdin.is_none() && !m.get_flag("no-review") && capsule::sys::tty::isatty(0) {
             review = Some(spec.layers.clone());
@@ -514,6 +520,16 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     };
     if shell {
         shell::explain(&mut result, m.contains_id("argv"));
+    }
+    let failed = result.status != capsule::Status::Error && !(result.status == capsule::Status::Exited && result.exit_code == Some(0));
+    if let (true, Some(cwd)) = (failed, &overlay_cwd) {
+        // The run sees EOVERFLOW, naming nothing; say which entry and why.
+        if let Some(note) = capsule::overlay::unmappable_note(cwd, capsule::sys::getuid(), capsule::sys::getgid()) {
+            result.error = Some(match result.error.take() {
+                Some(e) => format!("{e}; {note}"),
+                None => note,
+            });
+        }
     }
     write_outputs(m, &result)?;
     eprint!("{}", result.report(quiet));

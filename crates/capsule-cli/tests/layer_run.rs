@@ -658,3 +658,37 @@ p=""; for c in $(echo "$P" | tr / ' '); do p="$p/$c"; chmod "$(stat -c %a "$p")"
     assert!(fx.list("L").is_empty());
     assert_eq!(std::fs::metadata(&lock).unwrap().uid(), 0);
 }
+
+/// A kernel overlay cannot copy up a file whose group (or owner) the run's
+/// user namespace does not map (only the caller's uid and gid are): every
+/// write to it fails with EOVERFLOW, "Value too large for defined data
+/// type", which names nothing. capsule must name the file, its group and
+/// what works instead.
+#[test]
+fn a_file_of_a_group_the_run_cannot_map_is_named() {
+    require!("a_file_of_a_group_the_run_cannot_map_is_named", layers_available());
+    require!("a_file_of_a_group_the_run_cannot_map_is_named", require_root());
+    let _serial = shared();
+    let fx = Fx::new("foreign");
+    fx.host_sh("echo one > shared.txt; echo mine > mine.txt");
+    // The test user's file, in group `adm` (gid 4), which it is not in.
+    let shared = fx.p.join("shared.txt");
+    std::os::unix::fs::chown(&shared, None, Some(4)).unwrap();
+    let group = std::fs::read_to_string("/etc/group")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == "4").then(|| f[0].to_string())
+        })
+        .unwrap_or_default();
+    let out = fx.run(&["L"], &[], "echo two >> mine.txt; echo two >> shared.txt");
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    assert!(out.stderr.contains("Value too large"), "{}", out.describe());
+    let want = format!("{:?}", shared.display().to_string());
+    assert!(out.stderr.contains(&want), "the file is not named ({want}): {}", out.describe());
+    assert!(out.stderr.contains("gid 4") && (group.is_empty() || out.stderr.contains(&format!("`{group}`"))), "the group is not named: {}", out.describe());
+    assert!(out.stderr.contains("--root"), "no way out is given: {}", out.describe());
+    // What the run could write is in the layer all the same.
+    assert_eq!(fx.list("L"), ["M  P/mine.txt"]);
+}

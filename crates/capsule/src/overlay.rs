@@ -471,6 +471,78 @@ pub(crate) fn after_run(plan: &LayerPlan) -> Result<(), String> {
     layer.record_originals(lock).map(drop).map_err(|e| format!("recording the layer's originals: {e}"))
 }
 
+/// Most entries [`unmappable_note`] looks at below the working directory.
+const OWNER_SCAN_MAX: usize = 4096;
+
+/// Whether a run of `spec` uses kernel overlays (not fuse-overlayfs).
+pub fn kernel_backend(spec: &RunSpec) -> bool {
+    !spec.layers.is_empty() && !spec.root && !spec.layers.iter().any(|d| d.join(FUSE_MARK).exists())
+}
+
+/// The name of `id` in `/etc/passwd` or `/etc/group` (`file`), if any.
+fn id_name(file: &str, id: u32) -> Option<String> {
+    fs::read_to_string(file).ok()?.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2].parse::<u32>().ok() == Some(id)).then(|| f[0].to_string())
+    })
+}
+
+/// For a kernel-overlay run that failed, called by the front end on the
+/// host, as the caller (`uid`, `gid`: the only ids the run's user
+/// namespace maps): names the first entry at or below the working
+/// directory `cwd` (breadth first, at most [`OWNER_SCAN_MAX`] entries,
+/// this filesystem only) whose owner or group is another, which overlayfs
+/// cannot copy up (a write to it fails with EOVERFLOW, "Value too large
+/// for defined data type", naming nothing), with why and what works
+/// instead. The program sees the errno, capsule does not: the note says
+/// what would fail, not that it did.
+pub fn unmappable_note(cwd: &Path, uid: u32, gid: u32) -> Option<String> {
+    let top = fs::symlink_metadata(cwd).ok().filter(|m| m.is_dir())?;
+    if excluded(cwd) {
+        return None;
+    }
+    let mut queue = std::collections::VecDeque::from([cwd.to_path_buf()]);
+    let (mut seen, mut found) = (0usize, Vec::new());
+    while let Some(d) = queue.pop_front() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > OWNER_SCAN_MAX {
+                queue.clear();
+                break;
+            }
+            let Ok(m) = e.metadata() else { continue };
+            if m.uid() != uid || m.gid() != gid {
+                found.push((e.path(), m.uid(), m.gid()));
+            }
+            if m.is_dir() && m.dev() == top.dev() {
+                queue.push_back(e.path());
+            }
+        }
+    }
+    let (path, u, g) = found.first()?;
+    let name = |file: &str, id: u32| id_name(file, id).map(|n| format!("`{n}` ")).unwrap_or_default();
+    let mut whose = Vec::new();
+    if *u != uid {
+        whose.push(format!("owner {}(uid {u})", name("/etc/passwd", *u)));
+    }
+    if *g != gid {
+        whose.push(format!("group {}(gid {g})", name("/etc/group", *g)));
+    }
+    let more = match found.len() - 1 {
+        0 => String::new(),
+        n => format!(" ({n} more entr{} below {:?} too)", if n == 1 { "y" } else { "ies" }, cwd.display().to_string()),
+    };
+    Some(format!(
+        "layer: {:?} has {}, which the run cannot map (its user namespace maps only your uid and gid){more}: \
+         a kernel overlay cannot copy it up, so writing or changing it in the layer fails with EOVERFLOW \
+         (\"Value too large for defined data type\"). What works: `--root` (fuse-overlayfs copies up as you), \
+         `chown`/`chgrp` it to you on the host, or work in a directory whose entries are all yours",
+        path.display().to_string(),
+        whose.join(" and ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
