@@ -89,6 +89,7 @@ fn run_command() -> Command {
         .arg(one("tmp-size", "SIZE", "Size of the host view's private /tmp (default 128M)", fs))
         .arg(flag("no-review", "After a --layer run on a terminal, do not offer the review menu (commit, diff, list, ...)", fs))
         .arg(one("layer", "DIR", "Run over a copy-on-write layer kept in DIR (created if missing): changes land there, the host is untouched; given twice, earlier layers stack read-only below (docs/layers.md)", fs))
+        .arg(one("layer-size", "SIZE", "Most the writable --layer may hold (e.g. 2G; default: no limit): the run writes to a tmpfs of what is left (memory charged to the run), folded into the layer when it ends; writes past it fail with ENOSPC", fs))
         .arg(pair("bind", "SRC", "DST", "Bind SRC read-write at DST"))
         .arg(pair("bind-try", "SRC", "DST", "Like --bind; skipped if SRC is missing"))
         .arg(pair("ro-bind", "SRC", "DST", "Bind SRC read-only at DST"))
@@ -318,6 +319,7 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     if let Some(v) = m.get_many::<String>("layer") {
         spec.layers.extend(v.map(|l| absolute(l, &caller_cwd)));
     }
+    set(m, "layer-size", &mut spec.layer_size, parse_size)?;
     spec.mounts.extend(mount_ops(m, &caller_cwd)?);
     spec.filesystem.override_with(rules(m, &caller_cwd));
     if spec.cwd.is_none() && !spec.empty_root {

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
 use crate::fsrules::{self, Action};
-use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT};
+use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
@@ -103,6 +103,9 @@ pub(crate) struct MountPlan {
     pub sources: Vec<Source>,
     /// The directories that vouch for the missing covered sources.
     pub parents: Vec<Parent>,
+    /// A size-limited layer's staging tmpfs (`crate::overlay::Stage`),
+    /// attached before the overlays whose upper directories it holds.
+    pub stage: Option<RawFd>,
 }
 
 /// A bind or `file` source as the supervisor resolved it.
@@ -364,6 +367,7 @@ impl MountPlan {
                 Op::File { src, .. } | Op::Bind { src: Some(src), .. } => Some(src.as_raw_fd()),
                 _ => None,
             })
+            .chain(self.stage)
             .collect()
     }
 }
@@ -671,7 +675,8 @@ impl MountPlan {
             ops.push(Op::Hide { dst: cstr(d), holes: false, cover: Cell::new(-1), name: name(d.display().to_string()) });
         }
         let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
-        Ok(MountPlan { base, ops, needs_scratch, saved, sources, parents: parents.list })
+        let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
+        Ok(MountPlan { base, ops, needs_scratch, saved, sources, parents: parents.list, stage })
     }
 }
 
@@ -885,6 +890,11 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         Base::Fuse { argv, ptrs, name } => start_fuse(argv, ptrs, *name)?,
     };
     b.root = Some(root);
+    if let Some(fd) = plan.stage {
+        // Where the staged overlays' upper directories are (the old
+        // root's /tmp, gone with it at the pivot).
+        sys::move_mount_to_path(fd, STAGE_MOUNTPOINT).map_err(|e| Fail::new(Step::Overlay, e))?;
+    }
     for op in &plan.ops {
         if let Op::Overlay { lower, upper, work, fs, name, .. } = op {
             fs.set(into_raw(overlay(lower, upper, work).map_err(|e| Fail::at(Step::Overlay, e, *name))?));

@@ -66,6 +66,27 @@ pub(crate) const FUSE_MOUNTPOINT: &CStr = c"/tmp/fuse";
 /// (see `mounts::start_fuse`).
 pub(crate) const FUSE_LOWER: &CStr = c"/tmp/lower";
 
+/// Where PID 1 attaches a size-limited run's staging tmpfs before it makes
+/// the overlays (its private namespace's /tmp, covered by the run's own).
+pub(crate) const STAGE_MOUNTPOINT: &CStr = c"/tmp";
+
+/// A size-limited run's staging area (`--layer-size`): a tmpfs of what the
+/// limit leaves, holding every overlay's upper (`u/ROOT`) and work
+/// (`w/ROOT`) directories, with the writable layer's `upper/` as the
+/// topmost lower layer. When the run ends its content is folded into the
+/// layer ([`fold`]), which then holds what the run would have written
+/// there directly.
+pub(crate) struct Stage {
+    /// The tmpfs, made detached by the supervisor and attached by PID 1;
+    /// held open so that its files outlive the run's mount namespace.
+    pub fs: std::os::fd::OwnedFd,
+    limit: u64,
+    held: u64,
+    /// Each overlay's root with the directories below the writable layer
+    /// at it (the stacked layers', top first, then the host's).
+    roots: Vec<(PathBuf, Vec<PathBuf>)>,
+}
+
 /// A run's layers, as the supervisor prepared them.
 pub(crate) struct LayerPlan {
     /// The layer directories, the writable one last.
@@ -76,6 +97,8 @@ pub(crate) struct LayerPlan {
     /// directory at once (overlayfs forbids changing a mounted layer).
     pub locks: Vec<(Layer, LayerLock)>,
     pub backend: Backend,
+    /// With `layer_size`: where the run's writes are staged.
+    pub stage: Option<Stage>,
 }
 
 pub(crate) enum Backend {
@@ -363,6 +386,14 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
     }
     let top = dirs.last().expect("n > 0").clone();
     let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
+    if fuse && spec.layer_size.is_some() {
+        return Err(format!(
+            "layer: {} is served by fuse-overlayfs (a --root run used it), whose writes cannot be staged in a size-limited \
+             tmpfs: --layer-size works with kernel-overlay layers only",
+            top.display()
+        ));
+    }
+    let mut stage = None;
     let backend = if fuse {
         let bin = find_fuse_overlayfs()?;
         let work = top.join("work").join("fuse");
@@ -383,12 +414,14 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         let argv = vec![param(&bin), cstring("-o".into()), cstring(opts), FUSE_MOUNTPOINT.into()];
         Backend::Fuse { argv }
     } else {
-        Backend::Kernel(kernel_overlays(spec, &dirs, me)?)
+        let (overlays, s) = kernel_overlays(spec, &dirs, me)?;
+        stage = s;
+        Backend::Kernel(overlays)
     };
-    Ok(Some(LayerPlan { dirs, locks, backend }))
+    Ok(Some(LayerPlan { dirs, locks, backend, stage }))
 }
 
-fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Overlay>, String> {
+fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Overlay>, Option<Stage>), String> {
     let top = dirs.last().expect("at least one layer");
     let mut wanted: Vec<PathBuf> = Vec::new();
     if let Some(cwd) = &spec.cwd {
@@ -422,8 +455,9 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
     }
     let mps = mount_points();
     // The layers stacked below are lower layers of every overlay: none
-    // may lie inside a root (the writable layer's upper may).
-    let below = &dirs[..dirs.len() - 1];
+    // may lie inside a root (the writable layer's upper may, unless the
+    // run is staged: then it is the topmost lower layer).
+    let below = if spec.layer_size.is_some() { dirs } else { &dirs[..dirs.len() - 1] };
     let mut roots = Vec::new();
     for r in outermost(wanted.clone()) {
         split_roots(&r, &mps, below, dirs, &mut roots)?;
@@ -431,16 +465,37 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
     // A directory removed since it was listed is no root.
     let roots: Vec<PathBuf> = outermost(roots).into_iter().filter(|r| fs::symlink_metadata(r).is_ok_and(|m| m.is_dir())).collect();
     write_roots(top, &roots)?;
-    let mut out = Vec::with_capacity(roots.len());
-    for r in roots {
-        check_chars(&r)?;
-        let upper = join_abs(&top.join("upper"), &r);
-        let work = join_abs(&top.join("work"), &r);
-        fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
+    for r in &roots {
+        check_chars(r)?;
+        if spec.layer_size.is_none() {
+            let work = join_abs(&top.join("work"), r);
+            fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
+        }
         // The overlay's root shows the upper directory's attributes, and
         // the directories above it are compared with the host's: each
         // gets the host directory's mode (its owner is the caller).
-        mirror_dirs(&top.join("upper"), &r)?;
+        mirror_dirs(&top.join("upper"), r)?;
+    }
+    // A place the program is expected to write that lies inside another
+    // root: the directories from that root down to it may not be the
+    // caller's (a root-owned, world-writable /var/tmp/shared), and
+    // overlayfs cannot copy those up (EOVERFLOW): they are made in the
+    // upper tree beforehand (owned by the caller, as every entry there).
+    for w in &wanted {
+        if roots.iter().any(|r| w.starts_with(r) && w != r) {
+            let _ = mirror_dirs(&top.join("upper"), w);
+        }
+    }
+    // Staged: the limit less what the layer holds now, directories just
+    // made included.
+    let mut stage = match spec.layer_size {
+        Some(limit) => Some(Stage::new(top, limit, &roots)?),
+        None => None,
+    };
+    let mut out = Vec::with_capacity(roots.len());
+    for r in roots {
+        let upper = join_abs(&top.join("upper"), &r);
+        let work = join_abs(&top.join("work"), &r);
         let mut lower: Vec<String> = Vec::new();
         for d in dirs[..dirs.len() - 1].iter().rev() {
             let l = join_abs(&d.join("upper"), &r);
@@ -449,26 +504,315 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
             }
         }
         lower.push(r.display().to_string());
-        out.push(Overlay { lower: cstring(lower.join(":")), upper: param(&upper), work: param(&work), dst: r });
+        let (upper, work) = match &mut stage {
+            Some(st) => {
+                st.roots.push((r.clone(), lower.iter().map(PathBuf::from).collect()));
+                lower.insert(0, upper.display().to_string());
+                st.dirs_for(&r, &upper)?
+            }
+            None => (param(&upper), param(&work)),
+        };
+        out.push(Overlay { lower: cstring(lower.join(":")), upper, work, dst: r });
     }
-    // A place the program is expected to write that lies inside another
-    // root: the directories from that root down to it may not be the
-    // caller's (a root-owned, world-writable /var/tmp/shared), and
-    // overlayfs cannot copy those up (EOVERFLOW): they are made in the
-    // upper tree beforehand (owned by the caller, as every entry there).
-    for w in &wanted {
-        if out.iter().any(|o| w.starts_with(&o.dst) && w != &o.dst) {
-            let _ = mirror_dirs(&top.join("upper"), w);
-        }
-    }
-    Ok(out)
+    Ok((out, stage))
 }
 
-/// After a run, its PID 1 gone: records, for each path the run changed,
-/// the host original it was based on (for commit's conflict check).
-pub(crate) fn after_run(plan: &LayerPlan) -> Result<(), String> {
+/// After a run, its PID 1 gone: folds a staged run's writes into the
+/// layer, then records, for each path the run changed, the host original
+/// it was based on (for commit's conflict check). `Ok(Some(note))` when a
+/// staged run ended with its staging area full.
+pub(crate) fn after_run(plan: &LayerPlan) -> Result<Option<String>, String> {
     let (layer, lock) = plan.locks.last().expect("at least one layer");
-    layer.record_originals(lock).map(drop).map_err(|e| format!("recording the layer's originals: {e}"))
+    let top = plan.dirs.last().expect("at least one layer");
+    let note = match &plan.stage {
+        Some(st) => st.fold(&top.join("upper"))?,
+        None => None,
+    };
+    layer.record_originals(lock).map_err(|e| format!("recording the layer's originals: {e}"))?;
+    Ok(note)
+}
+
+/// Bytes the entries at and below `p` take on disk (`st_blocks`, as `du`
+/// counts them), no link followed.
+fn disk_usage(p: &Path) -> u64 {
+    let Ok(m) = fs::symlink_metadata(p) else { return 0 };
+    let mut n = m.blocks() * 512;
+    if m.is_dir() {
+        for e in fs::read_dir(p).into_iter().flatten().flatten() {
+            n += disk_usage(&e.path());
+        }
+    }
+    n
+}
+
+const OPAQUE: &str = "user.overlay.opaque";
+
+fn is_whiteout(m: &fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// Whether the directory `p` carries overlayfs's opaque mark.
+fn opaque(p: &Path) -> bool {
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else { return false };
+    let Ok(d) = fs::File::open(parent) else { return false };
+    use std::os::fd::AsRawFd;
+    sys::layer::get_xattr_at(d.as_raw_fd(), name.as_encoded_bytes(), OPAQUE).ok().flatten().is_some_and(|v| v == b"y")
+}
+
+/// Removes whatever is at `p` (a directory with all it holds).
+fn remove_any(p: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("reading", p, e)),
+        Ok(m) if m.is_dir() => fs::remove_dir_all(p).map_err(|e| io_err("removing", p, e)),
+        Ok(_) => fs::remove_file(p).map_err(|e| io_err("removing", p, e)),
+    }
+}
+
+/// The user xattrs of `from` that are not overlayfs's own (its opaque mark
+/// is set where it belongs; origin, impure, uuid describe the staging
+/// area) onto `to`; neither is a link.
+fn copy_xattrs(from: &Path, to: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let open_parent = |p: &Path| fs::File::open(p.parent().expect("below a root")).map_err(|e| io_err("opening", p, e));
+    let (fd, td) = (open_parent(from)?, open_parent(to)?);
+    let (fname, tname) = (from.file_name().expect("named").as_encoded_bytes(), to.file_name().expect("named").as_encoded_bytes());
+    let names = sys::layer::list_xattrs_at(fd.as_raw_fd(), fname).map_err(|e| io_err("listing the attributes of", from, std::io::Error::from_raw_os_error(e)))?;
+    for n in names {
+        let Ok(n) = std::str::from_utf8(&n) else { continue };
+        if !n.starts_with("user.") || n.starts_with("user.overlay.") {
+            continue;
+        }
+        if let Ok(Some(v)) = sys::layer::get_xattr_at(fd.as_raw_fd(), fname, n) {
+            sys::layer::set_xattr_at(td.as_raw_fd(), tname, n, &v)
+                .map_err(|e| io_err(&format!("setting {n} on"), to, std::io::Error::from_raw_os_error(e)))?;
+        }
+    }
+    Ok(())
+}
+
+fn set_times(p: &Path, m: &fs::Metadata) -> Result<(), String> {
+    let f = fs::File::open(p).map_err(|e| io_err("opening", p, e))?;
+    let mut t = fs::FileTimes::new();
+    if let Ok(a) = m.accessed() {
+        t = t.set_accessed(a);
+    }
+    if let Ok(w) = m.modified() {
+        t = t.set_modified(w);
+    }
+    f.set_times(t).map_err(|e| io_err("setting the times of", p, e))
+}
+
+/// Copies the regular file `from` to the new file `to`, keeping holes (a
+/// sparse file takes no more in the layer than it did in the staging area).
+fn copy_sparse(from: &Path, to: &Path, m: &fs::Metadata) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let src = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(from).map_err(|e| io_err("opening", from, e))?;
+    let dst = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(to)
+        .map_err(|e| io_err("creating", to, e))?;
+    let err = |what: &str, p: &Path, e: i32| io_err(what, p, std::io::Error::from_raw_os_error(e));
+    let mut buf = vec![0u8; 1 << 16];
+    let mut pos = 0i64;
+    while let Some(start) = sys::seek_data(src.as_raw_fd(), pos, true).map_err(|e| err("reading", from, e))? {
+        let end = sys::seek_data(src.as_raw_fd(), start, false).map_err(|e| err("reading", from, e))?.unwrap_or(m.len() as i64);
+        let mut off = start;
+        while off < end {
+            let want = buf.len().min((end - off) as usize);
+            let n = sys::pread(src.as_raw_fd(), &mut buf[..want], off).map_err(|e| err("reading", from, e))?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all_at(&buf[..n], off as u64).map_err(|e| io_err("writing", to, e))?;
+            off += n as i64;
+        }
+        pos = end;
+    }
+    dst.set_len(m.len()).map_err(|e| io_err("writing", to, e))?;
+    dst.set_permissions(fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", to, e))
+}
+
+/// What the lower layers below the writable one (`lowers`, top first, at
+/// some directory) show at `name`: whether anything, and the directories
+/// that merge into it, as overlayfs looks them up (a whiteout or a
+/// non-directory ends the search, an opaque directory ends it below).
+fn look_below(lowers: &[PathBuf], name: &std::ffi::OsStr) -> (bool, Vec<PathBuf>) {
+    let (mut seen, mut dirs) = (false, Vec::new());
+    for (i, l) in lowers.iter().enumerate() {
+        let p = l.join(name);
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if is_whiteout(&m) {
+            break;
+        }
+        seen = true;
+        if !m.is_dir() {
+            break;
+        }
+        let host = i + 1 == lowers.len();
+        dirs.push(p.clone());
+        if !host && opaque(&p) {
+            break;
+        }
+    }
+    (seen, dirs)
+}
+
+impl Stage {
+    /// Makes the staging tmpfs for a layer `top` limited to `limit` bytes
+    /// (what it holds counts: the tmpfs gets the rest).
+    fn new(top: &Path, limit: u64, roots: &[PathBuf]) -> Result<Self, String> {
+        use std::os::fd::AsRawFd;
+        let held = disk_usage(&top.join("upper"));
+        if held + spec_page() > limit {
+            return Err(format!(
+                "layer: {} already holds {held} bytes, --layer-size is {limit}: commit or discard some of it, or give a larger size",
+                top.display()
+            ));
+        }
+        let budget = limit - held;
+        // Every entry the run makes is one inode: one per page of the
+        // budget, plus the directories made here and overlayfs's own.
+        let scaffold: u64 = roots.iter().map(|r| 2 * r.components().count() as u64).sum::<u64>() + 64;
+        let inodes = budget / spec_page() + scaffold;
+        let err = |what: &str, e: i32| format!("layer: {what} the staging tmpfs for --layer-size: {}", std::io::Error::from_raw_os_error(e));
+        let fsfd = sys::fsopen(c"tmpfs").map_err(|e| err("opening", e))?;
+        let set = |k: &CStr, v: String| sys::fsconfig_string(fsfd.as_raw_fd(), k, &cstring(v)).map_err(|e| err("configuring", e));
+        set(c"size", budget.to_string())?;
+        set(c"nr_inodes", inodes.to_string())?;
+        set(c"mode", "0700".into())?;
+        sys::fsconfig_create(fsfd.as_raw_fd()).map_err(|e| err("creating", e))?;
+        let fs = sys::fsmount(fsfd.as_raw_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV).map_err(|e| err("mounting", e))?;
+        Ok(Stage { fs, limit, held, roots: Vec::new() })
+    }
+
+    /// The staging area's own view of itself (the supervisor side).
+    fn here(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.fs.as_raw_fd()))
+    }
+
+    /// Makes the upper and work directories of the overlay at root `r`
+    /// (the upper one with the mode of the layer's `upper`, shown as the
+    /// overlay's root); returns them as PID 1 sees them.
+    fn dirs_for(&self, r: &Path, upper: &Path) -> Result<(CString, CString), String> {
+        let rel = r.strip_prefix("/").expect("absolute");
+        let (u, w) = (self.here().join("u").join(rel), self.here().join("w").join(rel));
+        for d in [&u, &w] {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| io_err("creating", d, e))?;
+        }
+        let m = fs::metadata(upper).map_err(|e| io_err("reading", upper, e))?;
+        fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &u, e))?;
+        let at = Path::new(STAGE_MOUNTPOINT.to_str().expect("ASCII"));
+        Ok((param(&at.join("u").join(rel)), param(&at.join("w").join(rel))))
+    }
+
+    /// Folds the staged writes into the layer's `upper`: each new or
+    /// changed entry replaces what it shadows there, a whiteout deletes
+    /// (and stays where something below shows through), an opaque
+    /// directory replaces a directory wholesale; modes, times, user
+    /// attributes and hard links are kept, holes too.
+    fn fold(&self, upper: &Path) -> Result<Option<String>, String> {
+        let mut links = std::collections::HashMap::new();
+        for (r, lowers) in &self.roots {
+            let rel = r.strip_prefix("/").expect("absolute");
+            let (src, dst) = (self.here().join("u").join(rel), upper.join(rel));
+            fold_dir(&src, &dst, lowers, &mut links)?;
+            let m = fs::symlink_metadata(&src).map_err(|e| io_err("reading", &src, e))?;
+            fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &dst, e))?;
+        }
+        use std::os::fd::AsRawFd;
+        let (blocks, inodes) = sys::fs_free(self.fs.as_raw_fd()).map_err(|e| format!("layer: reading the staging tmpfs: {}", std::io::Error::from_raw_os_error(e)))?;
+        Ok((blocks == 0 || inodes == 0).then(|| {
+            format!(
+                "layer: the run filled its --layer-size of {} bytes (the layer held {} before it): its writes past that failed with ENOSPC (\"No space left on device\")",
+                self.limit, self.held
+            )
+        }))
+    }
+}
+
+fn spec_page() -> u64 {
+    crate::spec::MIN_LAYER_SIZE
+}
+
+/// Folds the staged directory `src` into the layer's directory `dst`;
+/// `lowers`: what lies below the layer at `dst`.
+fn fold_dir(src: &Path, dst: &Path, lowers: &[PathBuf], links: &mut std::collections::HashMap<u64, PathBuf>) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut names: Vec<_> = fs::read_dir(src).map_err(|e| io_err("reading", src, e))?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>().map_err(|e| io_err("reading", src, e))?;
+    names.sort();
+    for name in names {
+        let (s, d) = (src.join(&name), dst.join(&name));
+        let m = fs::symlink_metadata(&s).map_err(|e| io_err("reading", &s, e))?;
+        let ft = m.file_type();
+        let (shows, below) = look_below(lowers, &name);
+        if is_whiteout(&m) {
+            remove_any(&d)?;
+            if shows {
+                use std::os::fd::AsRawFd;
+                let dir = fs::File::open(dst).map_err(|e| io_err("opening", dst, e))?;
+                sys::layer::mknod_whiteout_at(dir.as_raw_fd(), name.as_encoded_bytes())
+                    .map_err(|e| io_err("making a whiteout at", &d, std::io::Error::from_raw_os_error(e)))?;
+            }
+        } else if ft.is_dir() {
+            let mark = opaque(&s);
+            let had = fs::symlink_metadata(&d).ok();
+            let was_dir = had.as_ref().is_some_and(|h| h.is_dir());
+            // Opaque where something below would show through: a
+            // directory the run replaced, or made where the layer had
+            // something else (as a direct run marks them; elsewhere the
+            // mark would mean nothing).
+            let make_opaque = (mark || (had.is_some() && !was_dir)) && shows;
+            if mark || !was_dir {
+                remove_any(&d)?;
+                fs::DirBuilder::new().mode(0o700).create(&d).map_err(|e| io_err("creating", &d, e))?;
+            }
+            if make_opaque {
+                use std::os::fd::AsRawFd;
+                let dir = fs::File::open(dst).map_err(|e| io_err("opening", dst, e))?;
+                sys::layer::set_xattr_at(dir.as_raw_fd(), name.as_encoded_bytes(), OPAQUE, b"y")
+                    .map_err(|e| io_err("marking opaque", &d, std::io::Error::from_raw_os_error(e)))?;
+            }
+            let below = if make_opaque || (was_dir && opaque(&d)) { Vec::new() } else { below };
+            fold_dir(&s, &d, &below, links)?;
+            copy_xattrs(&s, &d)?;
+            fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
+            set_times(&d, &m)?;
+        } else if ft.is_file() {
+            remove_any(&d)?;
+            if let Some(first) = links.get(&m.ino()).filter(|_| m.nlink() > 1) {
+                fs::hard_link(first, &d).map_err(|e| io_err("linking", &d, e))?;
+                continue;
+            }
+            copy_sparse(&s, &d, &m)?;
+            copy_xattrs(&s, &d)?;
+            set_times(&d, &m)?;
+            if m.nlink() > 1 {
+                links.insert(m.ino(), d);
+            }
+        } else if ft.is_symlink() {
+            remove_any(&d)?;
+            let t = fs::read_link(&s).map_err(|e| io_err("reading", &s, e))?;
+            std::os::unix::fs::symlink(&t, &d).map_err(|e| io_err("creating", &d, e))?;
+        } else if ft.is_fifo() {
+            use std::os::fd::AsRawFd;
+            remove_any(&d)?;
+            let dir = fs::File::open(dst).map_err(|e| io_err("opening", dst, e))?;
+            sys::layer::mkfifo_at(dir.as_raw_fd(), name.as_encoded_bytes(), m.mode() & 0o7777)
+                .map_err(|e| io_err("creating", &d, std::io::Error::from_raw_os_error(e)))?;
+            fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
+        } else {
+            // A socket: nothing can use it after the run (and commit
+            // refuses it); the path stays as the layer had it.
+        }
+    }
+    Ok(())
 }
 
 /// Most entries [`unmappable_note`] looks at below the working directory.
