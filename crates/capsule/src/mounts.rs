@@ -12,7 +12,9 @@
 //!    sources from their descriptors while PID 1 is still in the
 //!    supervisor's mount namespace (open_tree refuses a mount of another
 //!    namespace), then, in its own, the host root and device nodes while
-//!    the host view is still the current root. The clones are detached and
+//!    the host view is still the current root (a size-limited layer's
+//!    staging tmpfs is attached on the old root's /tmp before the
+//!    overlays on it are made). The clones are detached and
 //!    can be attached later.
 //! 2. Attach the new root on top of the current `/`; from here on every
 //!    sandbox path is resolved with `openat2(RESOLVE_IN_ROOT)` from the new

@@ -40,6 +40,12 @@
 //!   cannot be copied up (fuse-overlayfs reads it as the caller); for the
 //!   empty ones, the package managers' lock files, each run gets an
 //!   empty stand-in of its own in a lower layer (`stand_ins`).
+//!
+//! With `--layer-size` (kernel overlays only) the overlays' upper and work
+//! directories are on a tmpfs of what the limit leaves ([`Stage`]), the
+//! layer's `upper/` the topmost lower layer; the supervisor folds the
+//! tmpfs into the layer when the run ends. No quota on the host
+//! filesystem is open to an unprivileged user; a tmpfs's size is.
 
 use std::ffi::{CStr, CString};
 use std::fs;
@@ -728,12 +734,15 @@ impl Stage {
         }
         use std::os::fd::AsRawFd;
         let (blocks, inodes) = sys::fs_free(self.fs.as_raw_fd()).map_err(|e| format!("layer: reading the staging tmpfs: {}", std::io::Error::from_raw_os_error(e)))?;
-        Ok((blocks == 0 || inodes == 0).then(|| {
-            format!(
-                "layer: the run filled its --layer-size of {} bytes (the layer held {} before it): its writes past that failed with ENOSPC (\"No space left on device\")",
-                self.limit, self.held
-            )
-        }))
+        let what = match (blocks, inodes) {
+            (0, _) => "filled its --layer-size",
+            (_, 0) => "made as many entries as its --layer-size allows (one per 4 KiB)",
+            _ => return Ok(None),
+        };
+        Ok(Some(format!(
+            "layer: the run {what} of {} bytes (the layer held {} before it): its writes past that failed with ENOSPC (\"No space left on device\")",
+            self.limit, self.held
+        )))
     }
 }
 
@@ -965,6 +974,56 @@ mod tests {
         fs::write(join_abs(&upper, &gone), "").unwrap();
         let e = mirror_dirs(&upper, &gone.join("sub")).unwrap_err();
         assert!(e.contains("creating") && e.contains("gone"), "{e}");
+    }
+
+    #[test]
+    fn fold_replaces_what_it_shadows() {
+        use std::os::fd::AsRawFd;
+        let t = tmp("fold");
+        let (src, dst, host) = (t.0.join("src"), t.0.join("dst"), t.0.join("host"));
+        for d in [&src, &dst, &host] {
+            fs::create_dir(d).unwrap();
+        }
+        let whiteout = |dir: &Path, name: &str| {
+            let f = fs::File::open(dir).unwrap();
+            sys::layer::mknod_whiteout_at(f.as_raw_fd(), name.as_bytes()).unwrap();
+        };
+        let mark = |dir: &Path, name: &str| {
+            let f = fs::File::open(dir).unwrap();
+            sys::layer::set_xattr_at(f.as_raw_fd(), name.as_bytes(), OPAQUE, b"y").unwrap();
+        };
+        // The host: h (a file), hd/x; the layer: l (its own), gone (a
+        // whiteout of a host file), hd2 (a whiteout of a host directory).
+        fs::write(host.join("h"), "h").unwrap();
+        fs::write(host.join("gone"), "g").unwrap();
+        for d in ["hd", "hd2"] {
+            fs::create_dir(host.join(d)).unwrap();
+            fs::write(host.join(d).join("x"), "x").unwrap();
+        }
+        fs::write(dst.join("l"), "l").unwrap();
+        whiteout(&dst, "gone");
+        whiteout(&dst, "hd2");
+        // The run: deleted h and l, replaced hd, made hd2 a directory
+        // again, wrote a sparse file.
+        whiteout(&src, "h");
+        whiteout(&src, "l");
+        fs::create_dir(src.join("hd")).unwrap();
+        mark(&src, "hd");
+        fs::write(src.join("hd").join("new"), "n").unwrap();
+        fs::create_dir(src.join("hd2")).unwrap();
+        let f = fs::File::create(src.join("sparse")).unwrap();
+        f.set_len(64 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"e", (64 << 20) - 1).unwrap();
+        fold_dir(&src, &dst, std::slice::from_ref(&host), &mut Default::default()).unwrap();
+        let md = |n: &str| fs::symlink_metadata(dst.join(n));
+        assert!(is_whiteout(&md("h").unwrap()), "a host file deleted: a whiteout");
+        assert!(md("l").is_err(), "a layer-only file deleted: gone, no whiteout");
+        assert!(opaque(&dst.join("hd")) && md("hd/new").is_ok(), "a replaced host directory: opaque");
+        assert!(md("hd2").unwrap().is_dir() && opaque(&dst.join("hd2")), "a directory over a whiteout: opaque");
+        let sp = md("sparse").unwrap();
+        assert_eq!(sp.len(), 64 << 20);
+        assert!(sp.blocks() * 512 < 1 << 20, "holes kept: {} blocks", sp.blocks());
+        assert_eq!(fs::read(dst.join("sparse")).unwrap().last(), Some(&b'e'));
     }
 
     #[test]
