@@ -691,6 +691,14 @@ fn a_file_of_a_group_the_run_cannot_map_is_named() {
     assert!(out.stderr.contains("--root"), "no way out is given: {}", out.describe());
     // What the run could write is in the layer all the same.
     assert_eq!(fx.list("L"), ["M  P/mine.txt"]);
+    // A working directory of that group: new files in it work (it is made
+    // in the layer beforehand, as the caller's), and so does deleting.
+    fx.host_sh("mkdir grp; echo old > grp/old.txt");
+    std::os::unix::fs::chown(fx.p.join("grp"), None, Some(4)).unwrap();
+    let mut c = fx.run_cmd(&["L"], &[], "echo new > new.txt && rm old.txt");
+    c.cwd(fx.p.join("grp"));
+    c.run().assert_code(0);
+    assert_eq!(fx.list("L"), ["A  P/grp/new.txt", "D  P/grp/old.txt", "M  P/mine.txt"]);
 }
 
 // ---------------------------------------------------------------- --layer-size

@@ -170,27 +170,44 @@ fn excluded(p: &Path) -> bool {
 }
 
 /// The root for a place the program is expected to write: the highest
-/// directory above `c` whose chain down to `c` the caller owns (`c`
-/// itself when it is not the caller's).
-fn root_for(c: &Path, me: u32) -> Option<PathBuf> {
+/// directory above `c` whose chain down to `c` the caller owns, its group
+/// the caller's (`me`, `gid`: the only ids the run maps; overlayfs cannot
+/// copy up a directory of another owner or group), `c` itself when it is
+/// not the caller's.
+fn root_for(c: &Path, me: u32, gid: u32) -> Option<PathBuf> {
     let c = fs::canonicalize(c).ok()?;
     let md = fs::metadata(&c).ok()?;
     if !md.is_dir() || excluded(&c) {
         return None;
     }
     let mut r = c.clone();
-    if md.uid() == me {
+    if md.uid() == me && md.gid() == gid {
         while let Some(p) = r.parent() {
             if p == Path::new("/") || excluded(p) {
                 break;
             }
             match fs::symlink_metadata(p) {
-                Ok(m) if m.is_dir() && m.uid() == me => r = p.to_path_buf(),
+                Ok(m) if m.is_dir() && m.uid() == me && m.gid() == gid => r = p.to_path_buf(),
                 _ => break,
             }
         }
     }
     Some(r)
+}
+
+/// Whether every directory below `root` down to `place` is the caller's,
+/// of its group.
+fn owned_down(root: &Path, place: &Path, me: u32, gid: u32) -> bool {
+    let mut p = place;
+    while p != root {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.uid() == me && m.gid() == gid => {}
+            _ => return false,
+        }
+        let Some(up) = p.parent() else { return false };
+        p = up;
+    }
+    true
 }
 
 /// Mount points of the supervisor's namespace (the host's).
@@ -429,21 +446,16 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
 
 fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Overlay>, Option<Stage>), String> {
     let top = dirs.last().expect("at least one layer");
+    let gid = sys::getgid();
+    // The places themselves, and the roots for them.
+    let mut places: Vec<PathBuf> = Vec::new();
     let mut wanted: Vec<PathBuf> = Vec::new();
-    if let Some(cwd) = &spec.cwd {
-        if let Some(r) = root_for(cwd, me) {
+    let home = std::env::var("HOME").ok().filter(|h| h.starts_with('/')).map(PathBuf::from);
+    for c in [spec.cwd.clone(), home, Some(PathBuf::from("/var/tmp"))].into_iter().flatten() {
+        if let Some(r) = root_for(&c, me, gid) {
             wanted.push(r);
+            places.extend(fs::canonicalize(&c).ok());
         }
-    }
-    if let Ok(home) = std::env::var("HOME") {
-        if home.starts_with('/') {
-            if let Some(r) = root_for(Path::new(&home), me) {
-                wanted.push(r);
-            }
-        }
-    }
-    if let Some(r) = root_for(Path::new("/var/tmp"), me) {
-        wanted.push(r);
     }
     for d in dirs {
         wanted.extend(recorded_roots(d).into_iter().filter(|r| r.is_dir() && !excluded(r)));
@@ -484,11 +496,12 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
     }
     // A place the program is expected to write that lies inside another
     // root: the directories from that root down to it may not be the
-    // caller's (a root-owned, world-writable /var/tmp/shared), and
+    // caller's (a root-owned, world-writable /var/tmp/shared, a working
+    // directory of another group), and
     // overlayfs cannot copy those up (EOVERFLOW): they are made in the
     // upper tree beforehand (owned by the caller, as every entry there).
-    for w in &wanted {
-        if roots.iter().any(|r| w.starts_with(r) && w != r) {
+    for w in wanted.iter().chain(&places) {
+        if roots.iter().any(|r| w.starts_with(r) && w != r && !owned_down(r, w, me, gid)) {
             let _ = mirror_dirs(&top.join("upper"), w);
         }
     }
