@@ -786,6 +786,23 @@ mod tests {
     }
 
     #[test]
+    fn layer_size_is_validated_naming_the_field() {
+        let s = from_toml("argv = [\"true\"]\nlayers = [\"/var/tmp/l\"]\nlayer_size = \"2M\"").unwrap();
+        assert_eq!(s.layer_size, Some(2 << 20));
+        s.validate().unwrap();
+        for (text, want) in [
+            ("layers = [\"/var/tmp/l\"]\nlayer_size = 100", "at least 4096"),
+            ("layer_size = \"1M\"", "give `layers`"),
+            ("root = true\nlayers = [\"/var/tmp/l\"]\nlayer_size = \"1M\"", "fuse-overlayfs"),
+        ] {
+            let e = from_toml(&format!("argv = [\"true\"]\n{text}")).unwrap().validate().unwrap_err();
+            assert_eq!(e.field, "layer_size", "{text}: {e}");
+            assert!(e.message.contains(want), "{text}: {e}");
+        }
+        assert!(from_toml("argv = [\"true\"]\nlayer_size = \"12Q\"").unwrap_err().to_string().contains("layer_size"));
+    }
+
+    #[test]
     fn profile_round_trip() {
         let text = r#"
             argv = ["sh", "-c", "echo hi"]
