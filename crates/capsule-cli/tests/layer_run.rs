@@ -759,12 +759,13 @@ fn layer_tree(root: &Path) -> BTreeMap<PathBuf, String> {
 
 /// A run that writes past `--layer-size` gets ENOSPC, capsule says the
 /// limit was reached, and the layer then holds at most the limit (what it
-/// held before included); the host is untouched.
+/// held before included); the host is untouched. The layers of these
+/// tests lie inside a root (`/var/tmp`), as `~/try` lies in the home.
 #[test]
 fn a_run_writing_past_layer_size_gets_enospc() {
     require!("a_run_writing_past_layer_size_gets_enospc", layers_available());
     let _serial = shared();
-    let fx = Fx::with_own_layer_dir("size-past");
+    let fx = Fx::new("size-past");
     fx.host_sh("echo host > host.txt");
     let host = snapshot(&fx.p.path);
     // What the layer holds counts: a first run without a limit.
@@ -804,7 +805,7 @@ fn join_upper(upper: &Path, host: &Path) -> PathBuf {
 fn a_run_within_layer_size_ends_as_without_it() {
     require!("a_run_within_layer_size_ends_as_without_it", layers_available());
     let _serial = shared();
-    let fx = Fx::with_own_layer_dir("size-same");
+    let fx = Fx::new("size-same");
     fx.host_sh(
         r#"echo host > host.txt; echo gone > host-gone.txt; echo early > gone-early.txt
 mkdir -p hostdir/sub; echo a > hostdir/a; echo b > hostdir/sub/b; mkdir keepdir; echo k > keepdir/k"#,
@@ -845,7 +846,7 @@ echo back > gone-early.txt"#;
 fn a_bad_layer_size_is_a_clear_error() {
     require!("a_bad_layer_size_is_a_clear_error", layers_available());
     let _serial = shared();
-    let fx = Fx::with_own_layer_dir("size-bad");
+    let fx = Fx::new("size-bad");
     for (layers, opts, want) in [
         (&["L"][..], &["--layer-size", "12Q"][..], "--layer-size"),
         (&["L"][..], &["--layer-size", "0"][..], "layer_size: must be at least 4096 bytes"),

@@ -87,8 +87,10 @@ pub(crate) enum Op {
     /// Attach `saved[slot]` at `dst`, with `attrs` set recursively.
     Reveal { dst: CString, slot: usize, attrs: u64, name: u32 },
     /// A kernel overlay of a layer (`crate::overlay`): made in step 1b
-    /// from the host view, attached at `dst` in step 3.
-    Overlay { dst: CString, lower: CString, upper: CString, work: CString, fs: Cell<RawFd>, name: u32 },
+    /// from the host view, attached at `dst` in step 3. `base`: a staged
+    /// one's lower layer, a read-only overlay (lower, upper, work, where)
+    /// made and attached first.
+    Overlay { dst: CString, lower: CString, upper: CString, work: CString, base: Option<[CString; 4]>, fs: Cell<RawFd>, name: u32 },
 }
 
 /// Everything PID 1 needs to build the sandbox's mount tree.
@@ -517,6 +519,7 @@ impl MountPlan {
                         lower: o.lower.clone(),
                         upper: o.upper.clone(),
                         work: o.work.clone(),
+                        base: o.base.clone(),
                         fs: Cell::new(-1),
                         name: name(format!("{} (layer {})", o.dst.display(), layers.map(|l| l.dirs.last().expect("one").display().to_string()).unwrap_or_default())),
                     });
@@ -898,8 +901,14 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         sys::move_mount_to_path(fd, STAGE_MOUNTPOINT).map_err(|e| Fail::new(Step::Overlay, e))?;
     }
     for op in &plan.ops {
-        if let Op::Overlay { lower, upper, work, fs, name, .. } = op {
-            fs.set(into_raw(overlay(lower, upper, work).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
+        if let Op::Overlay { lower, upper, work, base, fs, name, .. } = op {
+            if let Some([l, u, w, at]) = base {
+                // The layer as it is, read-only, where the staged
+                // overlay's lower layer is.
+                let b = overlay(l, u, w, true).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+                sys::move_mount_to_path(b.as_raw_fd(), at).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+            }
+            fs.set(into_raw(overlay(lower, upper, work, false).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
         }
     }
     for op in &plan.ops {
@@ -928,7 +937,7 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
 /// Makes a kernel overlay, detached. Its layers are looked up here, in
 /// PID 1's namespace with the host view as root: overlayfs clones each as
 /// a private mount of this namespace.
-fn overlay(lower: &CStr, upper: &CStr, work: &CStr) -> SysResult<OwnedFd> {
+fn overlay(lower: &CStr, upper: &CStr, work: &CStr, read_only: bool) -> SysResult<OwnedFd> {
     let fs = sys::fsopen(c"overlay")?;
     sys::fsconfig_string(fs.as_raw_fd(), c"lowerdir", lower)?;
     sys::fsconfig_string(fs.as_raw_fd(), c"upperdir", upper)?;
@@ -936,8 +945,13 @@ fn overlay(lower: &CStr, upper: &CStr, work: &CStr) -> SysResult<OwnedFd> {
     // Overlay's own metadata in user.* xattrs: an unprivileged mounter
     // cannot write trusted.*.
     sys::fsconfig_flag(fs.as_raw_fd(), c"userxattr")?;
+    if read_only {
+        // Nothing is written to its upper layer (the layer) at all.
+        sys::fsconfig_flag(fs.as_raw_fd(), c"ro")?;
+    }
     sys::fsconfig_create(fs.as_raw_fd())?;
-    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    let ro = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
+    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | ro)
 }
 
 /// Starts fuse-overlayfs (still with the supervisor's capabilities, in

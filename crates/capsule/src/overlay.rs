@@ -42,8 +42,8 @@
 //!   empty stand-in of its own in a lower layer (`stand_ins`).
 //!
 //! With `--layer-size` (kernel overlays only) the overlays' upper and work
-//! directories are on a tmpfs of what the limit leaves ([`Stage`]), the
-//! layer's `upper/` the topmost lower layer; the supervisor folds the
+//! directories are on a tmpfs of what the limit leaves ([`Stage`]), over a
+//! read-only overlay of the layer as it is; the supervisor folds the
 //! tmpfs into the layer when the run ends. No quota on the host
 //! filesystem is open to an unprivileged user; a tmpfs's size is.
 
@@ -78,10 +78,10 @@ pub(crate) const STAGE_MOUNTPOINT: &CStr = c"/tmp";
 
 /// A size-limited run's staging area (`--layer-size`): a tmpfs of what the
 /// limit leaves, holding every overlay's upper (`u/ROOT`) and work
-/// (`w/ROOT`) directories, with the writable layer's `upper/` as the
-/// topmost lower layer. When the run ends its content is folded into the
-/// layer ([`fold`]), which then holds what the run would have written
-/// there directly.
+/// (`w/ROOT`) directories and, at `l/ROOT`, its lower layer: a read-only
+/// overlay of the layer as it is (its `upper/` over the host). When the
+/// run ends the tmpfs is folded into the layer ([`Stage::fold`]), which
+/// then holds what the run would have written there directly.
 pub(crate) struct Stage {
     /// The tmpfs, made detached by the supervisor and attached by PID 1;
     /// held open so that its files outlive the run's mount namespace.
@@ -121,6 +121,10 @@ pub(crate) struct Overlay {
     pub lower: CString,
     pub upper: CString,
     pub work: CString,
+    /// Staged (`--layer-size`): the layer as it is, a read-only overlay
+    /// (lower, upper, work) that PID 1 mounts at the path last, in the
+    /// staging tmpfs, as this overlay's lower layer.
+    pub base: Option<[CString; 4]>,
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
@@ -235,7 +239,12 @@ fn split_roots(root: &Path, mps: &[PathBuf], below: &[PathBuf], layers: &[PathBu
         out.push(root.to_path_buf());
         return Ok(());
     }
-    let rd = fs::read_dir(root).map_err(|e| io_err("reading", root, e))?;
+    let rd = match fs::read_dir(root) {
+        Ok(rd) => rd,
+        // Removed since its parent was listed: no root.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("reading", root, e)),
+    };
     let mut kids: Vec<PathBuf> = rd
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
@@ -247,6 +256,11 @@ fn split_roots(root: &Path, mps: &[PathBuf], below: &[PathBuf], layers: &[PathBu
         split_roots(&k, mps, below, layers, out)?;
     }
     Ok(())
+}
+
+/// The directories of an overlay's `lowerdir` option (checked: no `:`).
+fn lower_dirs(lower: &CStr) -> Vec<PathBuf> {
+    lower.to_str().expect("UTF-8").split(':').map(PathBuf::from).collect()
 }
 
 /// Keeps the outermost of nested roots, in path order.
@@ -473,9 +487,9 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
     }
     let mps = mount_points();
     // The layers stacked below are lower layers of every overlay: none
-    // may lie inside a root (the writable layer's upper may, unless the
-    // run is staged: then it is the topmost lower layer).
-    let below = if spec.layer_size.is_some() { dirs } else { &dirs[..dirs.len() - 1] };
+    // may lie inside a root (the writable layer's upper may: overlayfs
+    // refuses only a lower layer inside another).
+    let below = &dirs[..dirs.len() - 1];
     let mut roots = Vec::new();
     for r in outermost(wanted.clone()) {
         split_roots(&r, &mps, below, dirs, &mut roots)?;
@@ -485,10 +499,8 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
     write_roots(top, &roots)?;
     for r in &roots {
         check_chars(r)?;
-        if spec.layer_size.is_none() {
-            let work = join_abs(&top.join("work"), r);
-            fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
-        }
+        let work = join_abs(&top.join("work"), r);
+        fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
         // The overlay's root shows the upper directory's attributes, and
         // the directories above it are compared with the host's: each
         // gets the host directory's mode (its owner is the caller).
@@ -505,8 +517,8 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
             let _ = mirror_dirs(&top.join("upper"), w);
         }
     }
-    // Staged: the limit less what the layer holds now, directories just
-    // made included.
+    // Staged: the limit less what the layer holds now, the directories
+    // just made included.
     let mut stage = match spec.layer_size {
         Some(limit) => Some(Stage::new(top, limit, &roots)?),
         None => None,
@@ -523,15 +535,19 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
             }
         }
         lower.push(r.display().to_string());
-        let (upper, work) = match &mut stage {
+        let lower = cstring(lower.join(":"));
+        out.push(match &mut stage {
+            // The layer cannot be a lower layer of its own (it may lie
+            // inside the root: overlayfs refuses a lower layer inside
+            // another), so it is the upper layer of a read-only overlay
+            // that is the lower layer of the staged one.
             Some(st) => {
-                st.roots.push((r.clone(), lower.iter().map(PathBuf::from).collect()));
-                lower.insert(0, upper.display().to_string());
-                st.dirs_for(&r, &upper)?
+                st.roots.push((r.clone(), lower_dirs(&lower)));
+                let [l, u, w] = st.dirs_for(&r, &upper)?;
+                Overlay { lower: l.clone(), upper: u, work: w, base: Some([lower, param(&upper), param(&work), l]), dst: r }
             }
-            None => (param(&upper), param(&work)),
-        };
-        out.push(Overlay { lower: cstring(lower.join(":")), upper, work, dst: r });
+            None => Overlay { lower, upper: param(&upper), work: param(&work), base: None, dst: r },
+        });
     }
     Ok((out, stage))
 }
@@ -552,13 +568,14 @@ pub(crate) fn after_run(plan: &LayerPlan) -> Result<Option<String>, String> {
 }
 
 /// Bytes the entries at and below `p` take on disk (`st_blocks`, as `du`
-/// counts them), no link followed.
+/// counts them), no link followed. Iterative: a run chose the depth.
 fn disk_usage(p: &Path) -> u64 {
-    let Ok(m) = fs::symlink_metadata(p) else { return 0 };
-    let mut n = m.blocks() * 512;
-    if m.is_dir() {
-        for e in fs::read_dir(p).into_iter().flatten().flatten() {
-            n += disk_usage(&e.path());
+    let (mut n, mut todo) = (0, vec![p.to_path_buf()]);
+    while let Some(p) = todo.pop() {
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        n += m.blocks() * 512;
+        if m.is_dir() {
+            todo.extend(fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
         }
     }
     n
@@ -719,16 +736,19 @@ impl Stage {
     /// Makes the upper and work directories of the overlay at root `r`
     /// (the upper one with the mode of the layer's `upper`, shown as the
     /// overlay's root); returns them as PID 1 sees them.
-    fn dirs_for(&self, r: &Path, upper: &Path) -> Result<(CString, CString), String> {
+    fn dirs_for(&self, r: &Path, upper: &Path) -> Result<[CString; 3], String> {
         let rel = r.strip_prefix("/").expect("absolute");
-        let (u, w) = (self.here().join("u").join(rel), self.here().join("w").join(rel));
-        for d in [&u, &w] {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| io_err("creating", d, e))?;
+        let at = Path::new(STAGE_MOUNTPOINT.to_str().expect("ASCII"));
+        let mut out = Vec::with_capacity(3);
+        for d in ["l", "u", "w"] {
+            let p = self.here().join(d).join(rel);
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(&p).map_err(|e| io_err("creating", &p, e))?;
+            out.push(param(&at.join(d).join(rel)));
         }
         let m = fs::metadata(upper).map_err(|e| io_err("reading", upper, e))?;
+        let u = self.here().join("u").join(rel);
         fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &u, e))?;
-        let at = Path::new(STAGE_MOUNTPOINT.to_str().expect("ASCII"));
-        Ok((param(&at.join("u").join(rel)), param(&at.join("w").join(rel))))
+        Ok(out.try_into().expect("three"))
     }
 
     /// Folds the staged writes into the layer's `upper`: each new or
@@ -763,75 +783,97 @@ fn spec_page() -> u64 {
     crate::spec::MIN_LAYER_SIZE
 }
 
+/// What [`fold_dir`] has left to do: a directory to fold, or one whose
+/// content is done (its attributes last, so that its times stay).
+enum FoldStep {
+    Dir { src: PathBuf, dst: PathBuf, lowers: Vec<PathBuf> },
+    Done { src: PathBuf, dst: PathBuf, m: fs::Metadata },
+}
+
 /// Folds the staged directory `src` into the layer's directory `dst`;
-/// `lowers`: what lies below the layer at `dst`.
+/// `lowers`: what lies below the layer at `dst`. Iterative: the run chose
+/// the depth.
 fn fold_dir(src: &Path, dst: &Path, lowers: &[PathBuf], links: &mut std::collections::HashMap<u64, PathBuf>) -> Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
-    let mut names: Vec<_> = fs::read_dir(src).map_err(|e| io_err("reading", src, e))?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>().map_err(|e| io_err("reading", src, e))?;
-    names.sort();
-    for name in names {
-        let (s, d) = (src.join(&name), dst.join(&name));
-        let m = fs::symlink_metadata(&s).map_err(|e| io_err("reading", &s, e))?;
-        let ft = m.file_type();
-        let (shows, below) = look_below(lowers, &name);
-        if is_whiteout(&m) {
-            remove_any(&d)?;
-            if shows {
-                use std::os::fd::AsRawFd;
-                let dir = fs::File::open(dst).map_err(|e| io_err("opening", dst, e))?;
-                sys::layer::mknod_whiteout_at(dir.as_raw_fd(), name.as_encoded_bytes())
-                    .map_err(|e| io_err("making a whiteout at", &d, std::io::Error::from_raw_os_error(e)))?;
-            }
-        } else if ft.is_dir() {
-            let mark = opaque(&s);
-            let had = fs::symlink_metadata(&d).ok();
-            let was_dir = had.as_ref().is_some_and(|h| h.is_dir());
-            // Opaque where something below would show through: a
-            // directory the run replaced, or made where the layer had
-            // something else (as a direct run marks them; elsewhere the
-            // mark would mean nothing).
-            let make_opaque = (mark || (had.is_some() && !was_dir)) && shows;
-            if mark || !was_dir {
-                remove_any(&d)?;
-                fs::DirBuilder::new().mode(0o700).create(&d).map_err(|e| io_err("creating", &d, e))?;
-            }
-            if make_opaque {
-                use std::os::fd::AsRawFd;
-                let dir = fs::File::open(dst).map_err(|e| io_err("opening", dst, e))?;
-                sys::layer::set_xattr_at(dir.as_raw_fd(), name.as_encoded_bytes(), OPAQUE, b"y")
-                    .map_err(|e| io_err("marking opaque", &d, std::io::Error::from_raw_os_error(e)))?;
-            }
-            let below = if make_opaque || (was_dir && opaque(&d)) { Vec::new() } else { below };
-            fold_dir(&s, &d, &below, links)?;
-            copy_xattrs(&s, &d)?;
-            fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
-            set_times(&d, &m)?;
-        } else if ft.is_file() {
-            remove_any(&d)?;
-            if let Some(first) = links.get(&m.ino()).filter(|_| m.nlink() > 1) {
-                fs::hard_link(first, &d).map_err(|e| io_err("linking", &d, e))?;
+    let mut todo = vec![FoldStep::Dir { src: src.to_path_buf(), dst: dst.to_path_buf(), lowers: lowers.to_vec() }];
+    while let Some(step) = todo.pop() {
+        let (src, dst, lowers) = match step {
+            FoldStep::Done { src, dst, m } => {
+                copy_xattrs(&src, &dst)?;
+                fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &dst, e))?;
+                set_times(&dst, &m)?;
                 continue;
             }
-            copy_sparse(&s, &d, &m)?;
-            copy_xattrs(&s, &d)?;
-            set_times(&d, &m)?;
-            if m.nlink() > 1 {
-                links.insert(m.ino(), d);
+            FoldStep::Dir { src, dst, lowers } => (src, dst, lowers),
+        };
+        let mut names: Vec<_> = fs::read_dir(&src)
+            .map_err(|e| io_err("reading", &src, e))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| io_err("reading", &src, e))?;
+        names.sort();
+        for name in names {
+            let (s, d) = (src.join(&name), dst.join(&name));
+            let m = fs::symlink_metadata(&s).map_err(|e| io_err("reading", &s, e))?;
+            let ft = m.file_type();
+            let (shows, below) = look_below(&lowers, &name);
+            if is_whiteout(&m) {
+                remove_any(&d)?;
+                if shows {
+                    use std::os::fd::AsRawFd;
+                    let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
+                    sys::layer::mknod_whiteout_at(dir.as_raw_fd(), name.as_encoded_bytes())
+                        .map_err(|e| io_err("making a whiteout at", &d, std::io::Error::from_raw_os_error(e)))?;
+                }
+            } else if ft.is_dir() {
+                let mark = opaque(&s);
+                let had = fs::symlink_metadata(&d).ok();
+                let was_dir = had.as_ref().is_some_and(|h| h.is_dir());
+                // Opaque where something below would show through: a
+                // directory the run replaced, or made where the layer had
+                // something else (as a direct run marks them; elsewhere the
+                // mark would mean nothing).
+                let make_opaque = (mark || (had.is_some() && !was_dir)) && shows;
+                if mark || !was_dir {
+                    remove_any(&d)?;
+                    fs::DirBuilder::new().mode(0o700).create(&d).map_err(|e| io_err("creating", &d, e))?;
+                }
+                if make_opaque {
+                    use std::os::fd::AsRawFd;
+                    let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
+                    sys::layer::set_xattr_at(dir.as_raw_fd(), name.as_encoded_bytes(), OPAQUE, b"y")
+                        .map_err(|e| io_err("marking opaque", &d, std::io::Error::from_raw_os_error(e)))?;
+                }
+                let below = if make_opaque || (was_dir && opaque(&d)) { Vec::new() } else { below };
+                todo.push(FoldStep::Done { src: s.clone(), dst: d.clone(), m });
+                todo.push(FoldStep::Dir { src: s, dst: d, lowers: below });
+            } else if ft.is_file() {
+                remove_any(&d)?;
+                if let Some(first) = links.get(&m.ino()).filter(|_| m.nlink() > 1) {
+                    fs::hard_link(first, &d).map_err(|e| io_err("linking", &d, e))?;
+                    continue;
+                }
+                copy_sparse(&s, &d, &m)?;
+                copy_xattrs(&s, &d)?;
+                set_times(&d, &m)?;
+                if m.nlink() > 1 {
+                    links.insert(m.ino(), d);
+                }
+            } else if ft.is_symlink() {
+                remove_any(&d)?;
+                let t = fs::read_link(&s).map_err(|e| io_err("reading", &s, e))?;
+                std::os::unix::fs::symlink(&t, &d).map_err(|e| io_err("creating", &d, e))?;
+            } else if ft.is_fifo() {
+                use std::os::fd::AsRawFd;
+                remove_any(&d)?;
+                let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
+                sys::layer::mkfifo_at(dir.as_raw_fd(), name.as_encoded_bytes(), m.mode() & 0o7777)
+                    .map_err(|e| io_err("creating", &d, std::io::Error::from_raw_os_error(e)))?;
+                fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
+            } else {
+                // A socket: nothing can use it after the run (and commit
+                // refuses it); the path stays as the layer had it.
             }
-        } else if ft.is_symlink() {
-            remove_any(&d)?;
-            let t = fs::read_link(&s).map_err(|e| io_err("reading", &s, e))?;
-            std::os::unix::fs::symlink(&t, &d).map_err(|e| io_err("creating", &d, e))?;
-        } else if ft.is_fifo() {
-            use std::os::fd::AsRawFd;
-            remove_any(&d)?;
-            let dir = fs::File::open(dst).map_err(|e| io_err("opening", dst, e))?;
-            sys::layer::mkfifo_at(dir.as_raw_fd(), name.as_encoded_bytes(), m.mode() & 0o7777)
-                .map_err(|e| io_err("creating", &d, std::io::Error::from_raw_os_error(e)))?;
-            fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
-        } else {
-            // A socket: nothing can use it after the run (and commit
-            // refuses it); the path stays as the layer had it.
         }
     }
     Ok(())
