@@ -714,7 +714,7 @@ impl Stage {
         let budget = limit - held;
         // Every entry the run makes is one inode: one per page of the
         // budget, plus the directories made here and overlayfs's own.
-        let scaffold: u64 = roots.iter().map(|r| 2 * r.components().count() as u64).sum::<u64>() + 64;
+        let scaffold: u64 = roots.iter().map(|r| 3 * r.components().count() as u64).sum::<u64>() + 64;
         let inodes = budget / spec_page() + scaffold;
         let err = |what: &str, e: i32| format!("layer: {what} the staging tmpfs for --layer-size: {}", std::io::Error::from_raw_os_error(e));
         let fsfd = sys::fsopen(c"tmpfs").map_err(|e| err("opening", e))?;
