@@ -89,6 +89,7 @@ fn run_command() -> Command {
         .arg(one("tmp-size", "SIZE", "Size of the host view's private /tmp (default 128M)", fs))
         .arg(flag("no-review", "After a --layer run on a terminal, do not offer the review menu (commit, diff, list, ...)", fs))
         .arg(one("layer", "DIR", "Run over a copy-on-write layer kept in DIR (created if missing): changes land there, the host is untouched; given twice, earlier layers stack read-only below (docs/layers.md)", fs))
+        .arg(one("layer-size", "SIZE", "Most the writable --layer may hold (e.g. 2G; default: no limit): the run writes to a tmpfs of what is left (memory charged to the run), folded into the layer when it ends; writes past it fail with ENOSPC", fs))
         .arg(pair("bind", "SRC", "DST", "Bind SRC read-write at DST"))
         .arg(pair("bind-try", "SRC", "DST", "Like --bind; skipped if SRC is missing"))
         .arg(pair("ro-bind", "SRC", "DST", "Bind SRC read-only at DST"))
@@ -318,6 +319,7 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     if let Some(v) = m.get_many::<String>("layer") {
         spec.layers.extend(v.map(|l| absolute(l, &caller_cwd)));
     }
+    set(m, "layer-size", &mut spec.layer_size, parse_size)?;
     spec.mounts.extend(mount_ops(m, &caller_cwd)?);
     spec.filesystem.override_with(rules(m, &caller_cwd));
     if spec.cwd.is_none() && !spec.empty_root {
@@ -489,8 +491,14 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let quiet = m.get_flag("quiet");
     let no_agent = m.get_flag("no-agent");
     let mut review: Option<Vec<PathBuf>> = None;
+    // A kernel-overlay layer run's working directory, for the note on
+    // entries the run cannot map.
+    let mut overlay_cwd: Option<PathBuf> = None;
     let cwd = std::env::current_dir().context("cannot read the current directory");
     let outcome = cwd.and_then(|cwd| spec_from(m, &cwd)).and_then(|mut spec| {
+        if capsule::overlay::kernel_backend(&spec) {
+            overlay_cwd = spec.cwd.clone();
+        }
         // MBOX's menu after a run in a layer, when there is a terminal to ask on.
         if !spec.layers.is_empty() && spec.stdin.is_none() && !m.get_flag("no-review") && capsule::sys::tty::isatty(0) {
             review = Some(spec.layers.clone());
@@ -514,6 +522,16 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     };
     if shell {
         shell::explain(&mut result, m.contains_id("argv"));
+    }
+    let failed = result.status != capsule::Status::Error && !(result.status == capsule::Status::Exited && result.exit_code == Some(0));
+    if let (true, Some(cwd)) = (failed, &overlay_cwd) {
+        // The run sees EOVERFLOW, naming nothing; say which entry and why.
+        if let Some(note) = capsule::overlay::unmappable_note(cwd, capsule::sys::getuid(), capsule::sys::getgid()) {
+            result.error = Some(match result.error.take() {
+                Some(e) => format!("{e}; {note}"),
+                None => note,
+            });
+        }
     }
     write_outputs(m, &result)?;
     eprint!("{}", result.report(quiet));

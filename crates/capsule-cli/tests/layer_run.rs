@@ -659,3 +659,204 @@ p=""; for c in $(echo "$P" | tr / ' '); do p="$p/$c"; chmod "$(stat -c %a "$p")"
     assert!(fx.list("L").is_empty());
     assert_eq!(std::fs::metadata(&lock).unwrap().uid(), 0);
 }
+
+/// A kernel overlay cannot copy up a file whose group (or owner) the run's
+/// user namespace does not map (only the caller's uid and gid are): every
+/// write to it fails with EOVERFLOW, "Value too large for defined data
+/// type", which names nothing. capsule must name the file, its group and
+/// what works instead.
+#[test]
+fn a_file_of_a_group_the_run_cannot_map_is_named() {
+    require!("a_file_of_a_group_the_run_cannot_map_is_named", layers_available());
+    require!("a_file_of_a_group_the_run_cannot_map_is_named", require_root());
+    let _serial = shared();
+    let fx = Fx::new("foreign");
+    fx.host_sh("echo one > shared.txt; echo mine > mine.txt");
+    // The test user's file, in group `adm` (gid 4), which it is not in.
+    let shared = fx.p.join("shared.txt");
+    std::os::unix::fs::chown(&shared, None, Some(4)).unwrap();
+    let group = std::fs::read_to_string("/etc/group")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == "4").then(|| f[0].to_string())
+        })
+        .unwrap_or_default();
+    let out = fx.run(&["L"], &[], "echo two >> mine.txt; echo two >> shared.txt");
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    assert!(out.stderr.contains("Value too large"), "{}", out.describe());
+    let want = format!("{:?}", shared.display().to_string());
+    assert!(out.stderr.contains(&want), "the file is not named ({want}): {}", out.describe());
+    assert!(out.stderr.contains("gid 4") && (group.is_empty() || out.stderr.contains(&format!("`{group}`"))), "the group is not named: {}", out.describe());
+    assert!(out.stderr.contains("--root"), "no way out is given: {}", out.describe());
+    // What the run could write is in the layer all the same.
+    assert_eq!(fx.list("L"), ["M  P/mine.txt"]);
+    // A working directory of that group: new files in it work (it is made
+    // in the layer beforehand, as the caller's), and so does deleting.
+    fx.host_sh("mkdir grp; echo old > grp/old.txt");
+    std::os::unix::fs::chown(fx.p.join("grp"), None, Some(4)).unwrap();
+    let mut c = fx.run_cmd(&["L"], &[], "echo new > new.txt && rm old.txt");
+    c.cwd(fx.p.join("grp"));
+    c.run().assert_code(0);
+    assert_eq!(fx.list("L"), ["A  P/grp/new.txt", "D  P/grp/old.txt", "M  P/mine.txt"]);
+}
+
+// ---------------------------------------------------------------- --layer-size
+
+/// Bytes the entries at and below `p` take on disk (`du`), no link followed.
+fn disk_usage(p: &Path) -> u64 {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    let mut n = m.blocks() * 512;
+    if m.is_dir() {
+        for e in std::fs::read_dir(p).unwrap() {
+            n += disk_usage(&e.unwrap().path());
+        }
+    }
+    n
+}
+
+/// The overlayfs opaque mark of `p`.
+fn opaque_mark(p: &Path) -> bool {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let mut buf = [0u8; 8];
+    // SAFETY: c is NUL-terminated; buf is writable for its length.
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    n == 1 && buf[0] == b'y'
+}
+
+/// Every entry below `root` (a layer's upper tree at some directory), by
+/// path relative to it: type, permission bits, size, blocks (holes kept),
+/// link count of files, content, link target, whiteout, opaque mark; not
+/// times (two runs make them).
+fn layer_tree(root: &Path) -> BTreeMap<PathBuf, String> {
+    fn walk(root: &Path, p: &Path, m: &mut BTreeMap<PathBuf, String>) {
+        use std::os::unix::fs::FileTypeExt;
+        let md = std::fs::symlink_metadata(p).unwrap();
+        let ft = md.file_type();
+        let s = if ft.is_char_device() {
+            format!("char {}", md.rdev())
+        } else if ft.is_dir() {
+            format!("dir {:o} opaque={}", md.mode() & 0o7777, opaque_mark(p))
+        } else if ft.is_file() {
+            let content = if md.len() < 4096 { format!("{:?}", std::fs::read(p).unwrap()) } else { "(large)".into() };
+            format!("file {:o} size={} sparse={} nlink={} {content}", md.mode() & 0o7777, md.len(), md.blocks() * 512 < md.len(), md.nlink())
+        } else if ft.is_symlink() {
+            format!("link {:?}", std::fs::read_link(p).unwrap())
+        } else {
+            format!("other {:o}", md.mode())
+        };
+        m.insert(p.strip_prefix(root).unwrap().to_path_buf(), s);
+        if ft.is_dir() {
+            for e in std::fs::read_dir(p).unwrap() {
+                walk(root, &e.unwrap().path(), m);
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    walk(root, root, &mut m);
+    m
+}
+
+/// A run that writes past `--layer-size` gets ENOSPC, capsule says the
+/// limit was reached, and the layer then holds at most the limit (what it
+/// held before included); the host is untouched. The layers of these
+/// tests lie inside a root (`/var/tmp`), as `~/try` lies in the home.
+#[test]
+fn a_run_writing_past_layer_size_gets_enospc() {
+    require!("a_run_writing_past_layer_size_gets_enospc", layers_available());
+    let _serial = shared();
+    let fx = Fx::new("size-past");
+    fx.host_sh("echo host > host.txt");
+    let host = snapshot(&fx.p.path);
+    // What the layer holds counts: a first run without a limit.
+    fx.run(&["L"], &[], "head -c 300000 /dev/zero > first.bin").assert_code(0);
+    let limit = 1u64 << 20;
+    let out = fx.run(
+        &["L"],
+        &["--layer-size", "1M"],
+        "echo more >> host.txt; head -c 3000000 /dev/urandom > big.bin; echo dd=$?; ls -l big.bin",
+    );
+    assert!(out.stdout.contains("dd=1"), "{}", out.describe());
+    assert!(out.stderr.contains("No space left on device"), "{}", out.describe());
+    assert!(out.stderr.contains("--layer-size") && out.stderr.contains("ENOSPC"), "capsule does not say the limit was reached: {}", out.describe());
+    let upper = fx.layer_dir("L").join("upper");
+    let used = disk_usage(&upper);
+    assert!(used <= limit, "the layer holds {used} bytes, over the limit of {limit}");
+    // What was written up to the limit is in the layer.
+    let big = std::fs::metadata(join_upper(&upper, &fx.p.join("big.bin"))).unwrap().len();
+    assert!(big > 300_000, "big.bin holds {big} bytes in the layer");
+    assert_eq!(std::fs::read_to_string(join_upper(&upper, &fx.p.join("host.txt"))).unwrap(), "host\nmore\n");
+    assert_same(&host, &snapshot(&fx.p.path), "after the runs");
+    // A layer already at its limit: the run is refused, naming both.
+    let out = fx.run(&["L"], &["--layer-size", "64k"], "true");
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    assert!(out.stderr.contains("already holds") && out.stderr.contains("65536"), "{}", out.describe());
+}
+
+fn join_upper(upper: &Path, host: &Path) -> PathBuf {
+    upper.join(host.strip_prefix("/").unwrap())
+}
+
+/// A run within `--layer-size` leaves the layer as the same run without
+/// the option does: new, changed and deleted files (whiteouts only where
+/// something below shows), a directory replaced wholesale (opaque), a
+/// layer-only directory replaced, links, FIFOs, hard links and holes.
+#[test]
+fn a_run_within_layer_size_ends_as_without_it() {
+    require!("a_run_within_layer_size_ends_as_without_it", layers_available());
+    let _serial = shared();
+    let fx = Fx::new("size-same");
+    fx.host_sh(
+        r#"echo host > host.txt; echo gone > host-gone.txt; echo early > gone-early.txt
+mkdir -p hostdir/sub; echo a > hostdir/a; echo b > hostdir/sub/b; mkdir keepdir; echo k > keepdir/k"#,
+    );
+    let first = r#"set -e
+echo keep > keep.txt; echo old > layer-only.txt; mkdir -p ldir/sub; echo x > ldir/sub/x; rm gone-early.txt
+echo k2 >> keepdir/k"#;
+    let second = r#"set -e
+echo changed >> keep.txt
+rm layer-only.txt host-gone.txt
+rm -rf hostdir; mkdir hostdir; echo n > hostdir/new
+rm -rf ldir; mkdir ldir; echo y > ldir/y
+echo new > new.txt; mkdir -p nd/a; echo z > nd/a/z
+echo h >> host.txt; chmod 600 host.txt; chmod 700 keepdir
+ln -s keep.txt lnk; mkfifo ff; ln new.txt hard.txt
+truncate -s 1G sparse
+echo back > gone-early.txt"#;
+    for (name, opts) in [("A", &[][..]), ("B", &["--layer-size", "8M"][..])] {
+        fx.run(&[name], &[], first).assert_code(0);
+        let out = fx.run(&[name], opts, second);
+        out.assert_code(0);
+        assert!(!out.stderr.contains("layer-size"), "{}", out.describe());
+    }
+    assert_eq!(fx.list("A"), fx.list("B"));
+    let tree = |l: &str| layer_tree(&join_upper(&fx.layer_dir(l).join("upper"), &fx.p.path));
+    let (a, b) = (tree("A"), tree("B"));
+    assert_eq!(a, b, "the staged layer differs from the direct one");
+    // The scenario covers what it says.
+    assert!(b[Path::new("hostdir")].contains("opaque=true"), "{b:?}");
+    assert!(b[Path::new("host-gone.txt")].starts_with("char 0"), "{b:?}");
+    assert!(!b.contains_key(Path::new("layer-only.txt")), "{b:?}");
+    assert!(b[Path::new("sparse")].contains("sparse=true"), "{b:?}");
+    assert!(b[Path::new("hard.txt")].contains("nlink=2"), "{b:?}");
+}
+
+/// A bad `--layer-size` is a clear error naming it, before anything runs.
+#[test]
+fn a_bad_layer_size_is_a_clear_error() {
+    require!("a_bad_layer_size_is_a_clear_error", layers_available());
+    let _serial = shared();
+    let fx = Fx::new("size-bad");
+    for (layers, opts, want) in [
+        (&["L"][..], &["--layer-size", "12Q"][..], "--layer-size"),
+        (&["L"][..], &["--layer-size", "0"][..], "layer_size: must be at least 4096 bytes"),
+        (&[][..], &["--layer-size", "1M"][..], "layer_size: limits the writable layer"),
+        (&["L"][..], &["--root", "--layer-size", "1M"][..], "layer_size: a `root` run's layer is served by fuse-overlayfs"),
+    ] {
+        let out = fx.run(layers, opts, "echo ran > ran.txt");
+        assert_ne!(out.code, Some(0), "{opts:?}: {}", out.describe());
+        assert!(out.stderr.contains(want), "{opts:?}: want {want:?}: {}", out.describe());
+        assert!(!fx.p.join("ran.txt").exists() && !fx.layer_dir("L").join("upper").join(fx.p.path.strip_prefix("/").unwrap()).join("ran.txt").exists());
+    }
+}

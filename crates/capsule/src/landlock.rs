@@ -482,7 +482,7 @@ mod tests {
 
     #[test]
     fn plan_merges_ports() {
-        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false, saved: Vec::new(), sources: Vec::new(), parents: Vec::new() };
+        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false, saved: Vec::new(), sources: Vec::new(), parents: Vec::new(), stage: None };
         let p = Plan::new(6, &mounts, true, Some(&[80, 443]), Some(&[80]));
         assert_eq!(p.ports, vec![(80, NET_CONNECT_TCP | NET_BIND_TCP), (443, NET_CONNECT_TCP)]);
         let p = Plan::new(2, &mounts, true, None, None);

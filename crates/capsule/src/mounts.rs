@@ -12,7 +12,9 @@
 //!    sources from their descriptors while PID 1 is still in the
 //!    supervisor's mount namespace (open_tree refuses a mount of another
 //!    namespace), then, in its own, the host root and device nodes while
-//!    the host view is still the current root. The clones are detached and
+//!    the host view is still the current root (a size-limited layer's
+//!    staging tmpfs is attached on the old root's /tmp before the
+//!    overlays on it are made). The clones are detached and
 //!    can be attached later.
 //! 2. Attach the new root on top of the current `/`; from here on every
 //!    sandbox path is resolved with `openat2(RESOLVE_IN_ROOT)` from the new
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
 use crate::fsrules::{self, Action};
-use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT};
+use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
@@ -85,8 +87,10 @@ pub(crate) enum Op {
     /// Attach `saved[slot]` at `dst`, with `attrs` set recursively.
     Reveal { dst: CString, slot: usize, attrs: u64, name: u32 },
     /// A kernel overlay of a layer (`crate::overlay`): made in step 1b
-    /// from the host view, attached at `dst` in step 3.
-    Overlay { dst: CString, lower: CString, upper: CString, work: CString, fs: Cell<RawFd>, name: u32 },
+    /// from the host view, attached at `dst` in step 3. `base`: a staged
+    /// one's lower layer, a read-only overlay (lower, upper, work, where)
+    /// made and attached first.
+    Overlay { dst: CString, lower: CString, upper: CString, work: CString, base: Option<[CString; 4]>, fs: Cell<RawFd>, name: u32 },
 }
 
 /// Everything PID 1 needs to build the sandbox's mount tree.
@@ -103,6 +107,9 @@ pub(crate) struct MountPlan {
     pub sources: Vec<Source>,
     /// The directories that vouch for the missing covered sources.
     pub parents: Vec<Parent>,
+    /// A size-limited layer's staging tmpfs (`crate::overlay::Stage`),
+    /// attached before the overlays whose upper directories it holds.
+    pub stage: Option<RawFd>,
 }
 
 /// A bind or `file` source as the supervisor resolved it.
@@ -364,6 +371,7 @@ impl MountPlan {
                 Op::File { src, .. } | Op::Bind { src: Some(src), .. } => Some(src.as_raw_fd()),
                 _ => None,
             })
+            .chain(self.stage)
             .collect()
     }
 }
@@ -511,6 +519,7 @@ impl MountPlan {
                         lower: o.lower.clone(),
                         upper: o.upper.clone(),
                         work: o.work.clone(),
+                        base: o.base.clone(),
                         fs: Cell::new(-1),
                         name: name(format!("{} (layer {})", o.dst.display(), layers.map(|l| l.dirs.last().expect("one").display().to_string()).unwrap_or_default())),
                     });
@@ -671,7 +680,8 @@ impl MountPlan {
             ops.push(Op::Hide { dst: cstr(d), holes: false, cover: Cell::new(-1), name: name(d.display().to_string()) });
         }
         let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
-        Ok(MountPlan { base, ops, needs_scratch, saved, sources, parents: parents.list })
+        let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
+        Ok(MountPlan { base, ops, needs_scratch, saved, sources, parents: parents.list, stage })
     }
 }
 
@@ -961,9 +971,20 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         Base::Fuse { argv, ptrs, name } => start_fuse(argv, ptrs, *name)?,
     };
     b.root = Some(root);
+    if let Some(fd) = plan.stage {
+        // Where the staged overlays' upper directories are (the old
+        // root's /tmp, gone with it at the pivot).
+        sys::move_mount_to_path(fd, STAGE_MOUNTPOINT).map_err(|e| Fail::new(Step::Overlay, e))?;
+    }
     for op in &plan.ops {
-        if let Op::Overlay { lower, upper, work, fs, name, .. } = op {
-            fs.set(into_raw(overlay(lower, upper, work).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
+        if let Op::Overlay { lower, upper, work, base, fs, name, .. } = op {
+            if let Some([l, u, w, at]) = base {
+                // The layer as it is, read-only, where the staged
+                // overlay's lower layer is.
+                let b = overlay(l, u, w, true).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+                sys::move_mount_to_path(b.as_raw_fd(), at).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+            }
+            fs.set(into_raw(overlay(lower, upper, work, false).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
         }
     }
     for op in &plan.ops {
@@ -992,7 +1013,7 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
 /// Makes a kernel overlay, detached. Its layers are looked up here, in
 /// PID 1's namespace with the host view as root: overlayfs clones each as
 /// a private mount of this namespace.
-fn overlay(lower: &CStr, upper: &CStr, work: &CStr) -> SysResult<OwnedFd> {
+fn overlay(lower: &CStr, upper: &CStr, work: &CStr, read_only: bool) -> SysResult<OwnedFd> {
     let fs = sys::fsopen(c"overlay")?;
     sys::fsconfig_string(fs.as_raw_fd(), c"lowerdir", lower)?;
     sys::fsconfig_string(fs.as_raw_fd(), c"upperdir", upper)?;
@@ -1000,8 +1021,13 @@ fn overlay(lower: &CStr, upper: &CStr, work: &CStr) -> SysResult<OwnedFd> {
     // Overlay's own metadata in user.* xattrs: an unprivileged mounter
     // cannot write trusted.*.
     sys::fsconfig_flag(fs.as_raw_fd(), c"userxattr")?;
+    if read_only {
+        // Nothing is written to its upper layer (the layer) at all.
+        sys::fsconfig_flag(fs.as_raw_fd(), c"ro")?;
+    }
     sys::fsconfig_create(fs.as_raw_fd())?;
-    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    let ro = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
+    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | ro)
 }
 
 /// Starts fuse-overlayfs (still with the supervisor's capabilities, in

@@ -40,6 +40,12 @@
 //!   cannot be copied up (fuse-overlayfs reads it as the caller); for the
 //!   empty ones, the package managers' lock files, each run gets an
 //!   empty stand-in of its own in a lower layer (`stand_ins`).
+//!
+//! With `--layer-size` (kernel overlays only) the overlays' upper and work
+//! directories are on a tmpfs of what the limit leaves ([`Stage`]), over a
+//! read-only overlay of the layer as it is; the supervisor folds the
+//! tmpfs into the layer when the run ends. No quota on the host
+//! filesystem is open to an unprivileged user; a tmpfs's size is.
 
 use std::ffi::{CStr, CString};
 use std::fs;
@@ -66,6 +72,27 @@ pub(crate) const FUSE_MOUNTPOINT: &CStr = c"/tmp/fuse";
 /// (see `mounts::start_fuse`).
 pub(crate) const FUSE_LOWER: &CStr = c"/tmp/lower";
 
+/// Where PID 1 attaches a size-limited run's staging tmpfs before it makes
+/// the overlays (its private namespace's /tmp, covered by the run's own).
+pub(crate) const STAGE_MOUNTPOINT: &CStr = c"/tmp";
+
+/// A size-limited run's staging area (`--layer-size`): a tmpfs of what the
+/// limit leaves, holding every overlay's upper (`u/ROOT`) and work
+/// (`w/ROOT`) directories and, at `l/ROOT`, its lower layer: a read-only
+/// overlay of the layer as it is (its `upper/` over the host). When the
+/// run ends the tmpfs is folded into the layer ([`Stage::fold`]), which
+/// then holds what the run would have written there directly.
+pub(crate) struct Stage {
+    /// The tmpfs, made detached by the supervisor and attached by PID 1;
+    /// held open so that its files outlive the run's mount namespace.
+    pub fs: std::os::fd::OwnedFd,
+    limit: u64,
+    held: u64,
+    /// Each overlay's root with the directories below the writable layer
+    /// at it (the stacked layers', top first, then the host's).
+    roots: Vec<(PathBuf, Vec<PathBuf>)>,
+}
+
 /// A run's layers, as the supervisor prepared them.
 pub(crate) struct LayerPlan {
     /// The layer directories, the writable one last.
@@ -76,6 +103,8 @@ pub(crate) struct LayerPlan {
     /// directory at once (overlayfs forbids changing a mounted layer).
     pub locks: Vec<(Layer, LayerLock)>,
     pub backend: Backend,
+    /// With `layer_size`: where the run's writes are staged.
+    pub stage: Option<Stage>,
 }
 
 pub(crate) enum Backend {
@@ -92,6 +121,10 @@ pub(crate) struct Overlay {
     pub lower: CString,
     pub upper: CString,
     pub work: CString,
+    /// Staged (`--layer-size`): the layer as it is, a read-only overlay
+    /// (lower, upper, work) that PID 1 mounts at the path last, in the
+    /// staging tmpfs, as this overlay's lower layer.
+    pub base: Option<[CString; 4]>,
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
@@ -141,27 +174,44 @@ fn excluded(p: &Path) -> bool {
 }
 
 /// The root for a place the program is expected to write: the highest
-/// directory above `c` whose chain down to `c` the caller owns (`c`
-/// itself when it is not the caller's).
-fn root_for(c: &Path, me: u32) -> Option<PathBuf> {
+/// directory above `c` whose chain down to `c` the caller owns, its group
+/// the caller's (`me`, `gid`: the only ids the run maps; overlayfs cannot
+/// copy up a directory of another owner or group), `c` itself when it is
+/// not the caller's.
+fn root_for(c: &Path, me: u32, gid: u32) -> Option<PathBuf> {
     let c = fs::canonicalize(c).ok()?;
     let md = fs::metadata(&c).ok()?;
     if !md.is_dir() || excluded(&c) {
         return None;
     }
     let mut r = c.clone();
-    if md.uid() == me {
+    if md.uid() == me && md.gid() == gid {
         while let Some(p) = r.parent() {
             if p == Path::new("/") || excluded(p) {
                 break;
             }
             match fs::symlink_metadata(p) {
-                Ok(m) if m.is_dir() && m.uid() == me => r = p.to_path_buf(),
+                Ok(m) if m.is_dir() && m.uid() == me && m.gid() == gid => r = p.to_path_buf(),
                 _ => break,
             }
         }
     }
     Some(r)
+}
+
+/// Whether every directory below `root` down to `place` is the caller's,
+/// of its group.
+fn owned_down(root: &Path, place: &Path, me: u32, gid: u32) -> bool {
+    let mut p = place;
+    while p != root {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.uid() == me && m.gid() == gid => {}
+            _ => return false,
+        }
+        let Some(up) = p.parent() else { return false };
+        p = up;
+    }
+    true
 }
 
 /// Mount points of the supervisor's namespace (the host's).
@@ -189,7 +239,12 @@ fn split_roots(root: &Path, mps: &[PathBuf], below: &[PathBuf], layers: &[PathBu
         out.push(root.to_path_buf());
         return Ok(());
     }
-    let rd = fs::read_dir(root).map_err(|e| io_err("reading", root, e))?;
+    let rd = match fs::read_dir(root) {
+        Ok(rd) => rd,
+        // Removed since its parent was listed: no root.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("reading", root, e)),
+    };
     let mut kids: Vec<PathBuf> = rd
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
@@ -201,6 +256,11 @@ fn split_roots(root: &Path, mps: &[PathBuf], below: &[PathBuf], layers: &[PathBu
         split_roots(&k, mps, below, layers, out)?;
     }
     Ok(())
+}
+
+/// The directories of an overlay's `lowerdir` option (checked: no `:`).
+fn lower_dirs(lower: &CStr) -> Vec<PathBuf> {
+    lower.to_str().expect("UTF-8").split(':').map(PathBuf::from).collect()
 }
 
 /// Keeps the outermost of nested roots, in path order.
@@ -367,6 +427,14 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
     }
     let top = dirs.last().expect("n > 0").clone();
     let fuse = spec.root || dirs.iter().any(|d| d.join(FUSE_MARK).exists());
+    if fuse && spec.layer_size.is_some() {
+        return Err(format!(
+            "layer: {} is served by fuse-overlayfs (a --root run used it), whose writes cannot be staged in a size-limited \
+             tmpfs: --layer-size works with kernel-overlay layers only",
+            top.display()
+        ));
+    }
+    let mut stage = None;
     let backend = if fuse {
         // Names a run without --root wrote as files would be whiteouts to fuse-overlayfs.
         for (layer, _) in &locks {
@@ -391,28 +459,25 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         let argv = vec![param(&bin), cstring("-o".into()), cstring(opts), FUSE_MOUNTPOINT.into()];
         Backend::Fuse { argv }
     } else {
-        Backend::Kernel(kernel_overlays(spec, &dirs, me)?)
+        let (overlays, s) = kernel_overlays(spec, &dirs, me)?;
+        stage = s;
+        Backend::Kernel(overlays)
     };
-    Ok(Some(LayerPlan { dirs, locks, backend }))
+    Ok(Some(LayerPlan { dirs, locks, backend, stage }))
 }
 
-fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Overlay>, String> {
+fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Overlay>, Option<Stage>), String> {
     let top = dirs.last().expect("at least one layer");
+    let gid = sys::getgid();
+    // The places themselves, and the roots for them.
+    let mut places: Vec<PathBuf> = Vec::new();
     let mut wanted: Vec<PathBuf> = Vec::new();
-    if let Some(cwd) = &spec.cwd {
-        if let Some(r) = root_for(cwd, me) {
+    let home = std::env::var("HOME").ok().filter(|h| h.starts_with('/')).map(PathBuf::from);
+    for c in [spec.cwd.clone(), home, Some(PathBuf::from("/var/tmp"))].into_iter().flatten() {
+        if let Some(r) = root_for(&c, me, gid) {
             wanted.push(r);
+            places.extend(fs::canonicalize(&c).ok());
         }
-    }
-    if let Ok(home) = std::env::var("HOME") {
-        if home.starts_with('/') {
-            if let Some(r) = root_for(Path::new(&home), me) {
-                wanted.push(r);
-            }
-        }
-    }
-    if let Some(r) = root_for(Path::new("/var/tmp"), me) {
-        wanted.push(r);
     }
     for d in dirs {
         wanted.extend(recorded_roots(d).into_iter().filter(|r| r.is_dir() && !excluded(r)));
@@ -430,7 +495,8 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
     }
     let mps = mount_points();
     // The layers stacked below are lower layers of every overlay: none
-    // may lie inside a root (the writable layer's upper may).
+    // may lie inside a root (the writable layer's upper may: overlayfs
+    // refuses only a lower layer inside another).
     let below = &dirs[..dirs.len() - 1];
     let mut roots = Vec::new();
     for r in outermost(wanted.clone()) {
@@ -439,16 +505,36 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
     // A directory removed since it was listed is no root.
     let roots: Vec<PathBuf> = outermost(roots).into_iter().filter(|r| fs::symlink_metadata(r).is_ok_and(|m| m.is_dir())).collect();
     write_roots(top, &roots)?;
-    let mut out = Vec::with_capacity(roots.len());
-    for r in roots {
-        check_chars(&r)?;
-        let upper = join_abs(&top.join("upper"), &r);
-        let work = join_abs(&top.join("work"), &r);
+    for r in &roots {
+        check_chars(r)?;
+        let work = join_abs(&top.join("work"), r);
         fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
         // The overlay's root shows the upper directory's attributes, and
         // the directories above it are compared with the host's: each
         // gets the host directory's mode (its owner is the caller).
-        mirror_dirs(&top.join("upper"), &r)?;
+        mirror_dirs(&top.join("upper"), r)?;
+    }
+    // A place the program is expected to write that lies inside another
+    // root: the directories from that root down to it may not be the
+    // caller's (a root-owned, world-writable /var/tmp/shared, a working
+    // directory of another group), and
+    // overlayfs cannot copy those up (EOVERFLOW): they are made in the
+    // upper tree beforehand (owned by the caller, as every entry there).
+    for w in wanted.iter().chain(&places) {
+        if roots.iter().any(|r| w.starts_with(r) && w != r && !owned_down(r, w, me, gid)) {
+            let _ = mirror_dirs(&top.join("upper"), w);
+        }
+    }
+    // Staged: the limit less what the layer holds now, the directories
+    // just made included.
+    let mut stage = match spec.layer_size {
+        Some(limit) => Some(Stage::new(top, limit, &roots)?),
+        None => None,
+    };
+    let mut out = Vec::with_capacity(roots.len());
+    for r in roots {
+        let upper = join_abs(&top.join("upper"), &r);
+        let work = join_abs(&top.join("work"), &r);
         let mut lower: Vec<String> = Vec::new();
         for d in dirs[..dirs.len() - 1].iter().rev() {
             let l = join_abs(&d.join("upper"), &r);
@@ -457,26 +543,420 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<Vec<Over
             }
         }
         lower.push(r.display().to_string());
-        out.push(Overlay { lower: cstring(lower.join(":")), upper: param(&upper), work: param(&work), dst: r });
+        let lower = cstring(lower.join(":"));
+        out.push(match &mut stage {
+            // The layer cannot be a lower layer of its own (it may lie
+            // inside the root: overlayfs refuses a lower layer inside
+            // another), so it is the upper layer of a read-only overlay
+            // that is the lower layer of the staged one.
+            Some(st) => {
+                st.roots.push((r.clone(), lower_dirs(&lower)));
+                let [l, u, w] = st.dirs_for(&r, &upper)?;
+                Overlay { lower: l.clone(), upper: u, work: w, base: Some([lower, param(&upper), param(&work), l]), dst: r }
+            }
+            None => Overlay { lower, upper: param(&upper), work: param(&work), base: None, dst: r },
+        });
     }
-    // A place the program is expected to write that lies inside another
-    // root: the directories from that root down to it may not be the
-    // caller's (a root-owned, world-writable /var/tmp/shared), and
-    // overlayfs cannot copy those up (EOVERFLOW): they are made in the
-    // upper tree beforehand (owned by the caller, as every entry there).
-    for w in &wanted {
-        if out.iter().any(|o| w.starts_with(&o.dst) && w != &o.dst) {
-            let _ = mirror_dirs(&top.join("upper"), w);
-        }
-    }
-    Ok(out)
+    Ok((out, stage))
 }
 
-/// After a run, its PID 1 gone: records, for each path the run changed,
-/// the host original it was based on (for commit's conflict check).
-pub(crate) fn after_run(plan: &LayerPlan) -> Result<(), String> {
+/// After a run, its PID 1 gone: folds a staged run's writes into the
+/// layer, then records, for each path the run changed, the host original
+/// it was based on (for commit's conflict check). `Ok(Some(note))` when a
+/// staged run ended with its staging area full.
+pub(crate) fn after_run(plan: &LayerPlan) -> Result<Option<String>, String> {
     let (layer, lock) = plan.locks.last().expect("at least one layer");
-    layer.record_originals(lock).map(drop).map_err(|e| format!("recording the layer's originals: {e}"))
+    let top = plan.dirs.last().expect("at least one layer");
+    let note = match &plan.stage {
+        Some(st) => st.fold(&top.join("upper"))?,
+        None => None,
+    };
+    layer.record_originals(lock).map_err(|e| format!("recording the layer's originals: {e}"))?;
+    Ok(note)
+}
+
+/// Bytes the entries at and below `p` take on disk (`st_blocks`, as `du`
+/// counts them), no link followed. Iterative: a run chose the depth.
+fn disk_usage(p: &Path) -> u64 {
+    let (mut n, mut todo) = (0, vec![p.to_path_buf()]);
+    while let Some(p) = todo.pop() {
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        n += m.blocks() * 512;
+        if m.is_dir() {
+            todo.extend(fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
+        }
+    }
+    n
+}
+
+const OPAQUE: &str = "user.overlay.opaque";
+
+fn is_whiteout(m: &fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// Whether the directory `p` carries overlayfs's opaque mark.
+fn opaque(p: &Path) -> bool {
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else { return false };
+    let Ok(d) = fs::File::open(parent) else { return false };
+    use std::os::fd::AsRawFd;
+    sys::layer::get_xattr_at(d.as_raw_fd(), name.as_encoded_bytes(), OPAQUE).ok().flatten().is_some_and(|v| v == b"y")
+}
+
+/// Removes whatever is at `p` (a directory with all it holds).
+fn remove_any(p: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("reading", p, e)),
+        Ok(m) if m.is_dir() => fs::remove_dir_all(p).map_err(|e| io_err("removing", p, e)),
+        Ok(_) => fs::remove_file(p).map_err(|e| io_err("removing", p, e)),
+    }
+}
+
+/// The user xattrs of `from` that are not overlayfs's own (its opaque mark
+/// is set where it belongs; origin, impure, uuid describe the staging
+/// area) onto `to`; neither is a link.
+fn copy_xattrs(from: &Path, to: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let open_parent = |p: &Path| fs::File::open(p.parent().expect("below a root")).map_err(|e| io_err("opening", p, e));
+    let (fd, td) = (open_parent(from)?, open_parent(to)?);
+    let (fname, tname) = (from.file_name().expect("named").as_encoded_bytes(), to.file_name().expect("named").as_encoded_bytes());
+    let names = sys::layer::list_xattrs_at(fd.as_raw_fd(), fname).map_err(|e| io_err("listing the attributes of", from, std::io::Error::from_raw_os_error(e)))?;
+    for n in names {
+        let Ok(n) = std::str::from_utf8(&n) else { continue };
+        if !n.starts_with("user.") || n.starts_with("user.overlay.") {
+            continue;
+        }
+        if let Ok(Some(v)) = sys::layer::get_xattr_at(fd.as_raw_fd(), fname, n) {
+            sys::layer::set_xattr_at(td.as_raw_fd(), tname, n, &v)
+                .map_err(|e| io_err(&format!("setting {n} on"), to, std::io::Error::from_raw_os_error(e)))?;
+        }
+    }
+    Ok(())
+}
+
+fn set_times(p: &Path, m: &fs::Metadata) -> Result<(), String> {
+    let f = fs::File::open(p).map_err(|e| io_err("opening", p, e))?;
+    let mut t = fs::FileTimes::new();
+    if let Ok(a) = m.accessed() {
+        t = t.set_accessed(a);
+    }
+    if let Ok(w) = m.modified() {
+        t = t.set_modified(w);
+    }
+    f.set_times(t).map_err(|e| io_err("setting the times of", p, e))
+}
+
+/// Copies the regular file `from` to the new file `to`, keeping holes (a
+/// sparse file takes no more in the layer than it did in the staging area).
+fn copy_sparse(from: &Path, to: &Path, m: &fs::Metadata) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let src = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(from).map_err(|e| io_err("opening", from, e))?;
+    let dst = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(to)
+        .map_err(|e| io_err("creating", to, e))?;
+    let err = |what: &str, p: &Path, e: i32| io_err(what, p, std::io::Error::from_raw_os_error(e));
+    let mut buf = vec![0u8; 1 << 16];
+    let mut pos = 0i64;
+    while let Some(start) = sys::seek_data(src.as_raw_fd(), pos, true).map_err(|e| err("reading", from, e))? {
+        let end = sys::seek_data(src.as_raw_fd(), start, false).map_err(|e| err("reading", from, e))?.unwrap_or(m.len() as i64);
+        let mut off = start;
+        while off < end {
+            let want = buf.len().min((end - off) as usize);
+            let n = sys::pread(src.as_raw_fd(), &mut buf[..want], off).map_err(|e| err("reading", from, e))?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all_at(&buf[..n], off as u64).map_err(|e| io_err("writing", to, e))?;
+            off += n as i64;
+        }
+        pos = end;
+    }
+    dst.set_len(m.len()).map_err(|e| io_err("writing", to, e))?;
+    dst.set_permissions(fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", to, e))
+}
+
+/// What the lower layers below the writable one (`lowers`, top first, at
+/// some directory) show at `name`: whether anything, and the directories
+/// that merge into it, as overlayfs looks them up (a whiteout or a
+/// non-directory ends the search, an opaque directory ends it below).
+fn look_below(lowers: &[PathBuf], name: &std::ffi::OsStr) -> (bool, Vec<PathBuf>) {
+    let (mut seen, mut dirs) = (false, Vec::new());
+    for (i, l) in lowers.iter().enumerate() {
+        let p = l.join(name);
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if is_whiteout(&m) {
+            break;
+        }
+        seen = true;
+        if !m.is_dir() {
+            break;
+        }
+        let host = i + 1 == lowers.len();
+        dirs.push(p.clone());
+        if !host && opaque(&p) {
+            break;
+        }
+    }
+    (seen, dirs)
+}
+
+impl Stage {
+    /// Makes the staging tmpfs for a layer `top` limited to `limit` bytes
+    /// (what it holds counts: the tmpfs gets the rest).
+    fn new(top: &Path, limit: u64, roots: &[PathBuf]) -> Result<Self, String> {
+        use std::os::fd::AsRawFd;
+        let held = disk_usage(&top.join("upper"));
+        if held + spec_page() > limit {
+            return Err(format!(
+                "layer: {} already holds {held} bytes, --layer-size is {limit}: commit or discard some of it, or give a larger size",
+                top.display()
+            ));
+        }
+        let budget = limit - held;
+        // Every entry the run makes is one inode: one per page of the
+        // budget, plus the directories made here and overlayfs's own.
+        let scaffold: u64 = roots.iter().map(|r| 3 * r.components().count() as u64).sum::<u64>() + 64;
+        let inodes = budget / spec_page() + scaffold;
+        let err = |what: &str, e: i32| format!("layer: {what} the staging tmpfs for --layer-size: {}", std::io::Error::from_raw_os_error(e));
+        let fsfd = sys::fsopen(c"tmpfs").map_err(|e| err("opening", e))?;
+        let set = |k: &CStr, v: String| sys::fsconfig_string(fsfd.as_raw_fd(), k, &cstring(v)).map_err(|e| err("configuring", e));
+        set(c"size", budget.to_string())?;
+        set(c"nr_inodes", inodes.to_string())?;
+        set(c"mode", "0700".into())?;
+        sys::fsconfig_create(fsfd.as_raw_fd()).map_err(|e| err("creating", e))?;
+        let fs = sys::fsmount(fsfd.as_raw_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV).map_err(|e| err("mounting", e))?;
+        Ok(Stage { fs, limit, held, roots: Vec::new() })
+    }
+
+    /// The staging area's own view of itself (the supervisor side).
+    fn here(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.fs.as_raw_fd()))
+    }
+
+    /// Makes the upper and work directories of the overlay at root `r`
+    /// (the upper one with the mode of the layer's `upper`, shown as the
+    /// overlay's root); returns them as PID 1 sees them.
+    fn dirs_for(&self, r: &Path, upper: &Path) -> Result<[CString; 3], String> {
+        let rel = r.strip_prefix("/").expect("absolute");
+        let at = Path::new(STAGE_MOUNTPOINT.to_str().expect("ASCII"));
+        let mut out = Vec::with_capacity(3);
+        for d in ["l", "u", "w"] {
+            let p = self.here().join(d).join(rel);
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(&p).map_err(|e| io_err("creating", &p, e))?;
+            out.push(param(&at.join(d).join(rel)));
+        }
+        let m = fs::metadata(upper).map_err(|e| io_err("reading", upper, e))?;
+        let u = self.here().join("u").join(rel);
+        fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &u, e))?;
+        Ok(out.try_into().expect("three"))
+    }
+
+    /// Folds the staged writes into the layer's `upper`: each new or
+    /// changed entry replaces what it shadows there, a whiteout deletes
+    /// (and stays where something below shows through), an opaque
+    /// directory replaces a directory wholesale; modes, times, user
+    /// attributes and hard links are kept, holes too.
+    fn fold(&self, upper: &Path) -> Result<Option<String>, String> {
+        let mut links = std::collections::HashMap::new();
+        for (r, lowers) in &self.roots {
+            let rel = r.strip_prefix("/").expect("absolute");
+            let (src, dst) = (self.here().join("u").join(rel), upper.join(rel));
+            fold_dir(&src, &dst, lowers, &mut links)?;
+            let m = fs::symlink_metadata(&src).map_err(|e| io_err("reading", &src, e))?;
+            fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &dst, e))?;
+        }
+        use std::os::fd::AsRawFd;
+        let (blocks, inodes) = sys::fs_free(self.fs.as_raw_fd()).map_err(|e| format!("layer: reading the staging tmpfs: {}", std::io::Error::from_raw_os_error(e)))?;
+        let what = match (blocks, inodes) {
+            (0, _) => "filled its --layer-size",
+            (_, 0) => "made as many entries as its --layer-size allows (one per 4 KiB)",
+            _ => return Ok(None),
+        };
+        Ok(Some(format!(
+            "layer: the run {what} of {} bytes (the layer held {} before it): its writes past that failed with ENOSPC (\"No space left on device\")",
+            self.limit, self.held
+        )))
+    }
+}
+
+fn spec_page() -> u64 {
+    crate::spec::MIN_LAYER_SIZE
+}
+
+/// What [`fold_dir`] has left to do: a directory to fold, or one whose
+/// content is done (its attributes last, so that its times stay).
+enum FoldStep {
+    Dir { src: PathBuf, dst: PathBuf, lowers: Vec<PathBuf> },
+    Done { src: PathBuf, dst: PathBuf, m: fs::Metadata },
+}
+
+/// Folds the staged directory `src` into the layer's directory `dst`;
+/// `lowers`: what lies below the layer at `dst`. Iterative: the run chose
+/// the depth.
+fn fold_dir(src: &Path, dst: &Path, lowers: &[PathBuf], links: &mut std::collections::HashMap<u64, PathBuf>) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut todo = vec![FoldStep::Dir { src: src.to_path_buf(), dst: dst.to_path_buf(), lowers: lowers.to_vec() }];
+    while let Some(step) = todo.pop() {
+        let (src, dst, lowers) = match step {
+            FoldStep::Done { src, dst, m } => {
+                copy_xattrs(&src, &dst)?;
+                fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &dst, e))?;
+                set_times(&dst, &m)?;
+                continue;
+            }
+            FoldStep::Dir { src, dst, lowers } => (src, dst, lowers),
+        };
+        let mut names: Vec<_> = fs::read_dir(&src)
+            .map_err(|e| io_err("reading", &src, e))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| io_err("reading", &src, e))?;
+        names.sort();
+        for name in names {
+            let (s, d) = (src.join(&name), dst.join(&name));
+            let m = fs::symlink_metadata(&s).map_err(|e| io_err("reading", &s, e))?;
+            let ft = m.file_type();
+            let (shows, below) = look_below(&lowers, &name);
+            if is_whiteout(&m) {
+                remove_any(&d)?;
+                if shows {
+                    use std::os::fd::AsRawFd;
+                    let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
+                    sys::layer::mknod_whiteout_at(dir.as_raw_fd(), name.as_encoded_bytes())
+                        .map_err(|e| io_err("making a whiteout at", &d, std::io::Error::from_raw_os_error(e)))?;
+                }
+            } else if ft.is_dir() {
+                let mark = opaque(&s);
+                let had = fs::symlink_metadata(&d).ok();
+                let was_dir = had.as_ref().is_some_and(|h| h.is_dir());
+                // Opaque where something below would show through: a
+                // directory the run replaced, or made where the layer had
+                // something else (as a direct run marks them; elsewhere the
+                // mark would mean nothing).
+                let make_opaque = (mark || (had.is_some() && !was_dir)) && shows;
+                if mark || !was_dir {
+                    remove_any(&d)?;
+                    fs::DirBuilder::new().mode(0o700).create(&d).map_err(|e| io_err("creating", &d, e))?;
+                }
+                if make_opaque {
+                    use std::os::fd::AsRawFd;
+                    let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
+                    sys::layer::set_xattr_at(dir.as_raw_fd(), name.as_encoded_bytes(), OPAQUE, b"y")
+                        .map_err(|e| io_err("marking opaque", &d, std::io::Error::from_raw_os_error(e)))?;
+                }
+                let below = if make_opaque || (was_dir && opaque(&d)) { Vec::new() } else { below };
+                todo.push(FoldStep::Done { src: s.clone(), dst: d.clone(), m });
+                todo.push(FoldStep::Dir { src: s, dst: d, lowers: below });
+            } else if ft.is_file() {
+                remove_any(&d)?;
+                if let Some(first) = links.get(&m.ino()).filter(|_| m.nlink() > 1) {
+                    fs::hard_link(first, &d).map_err(|e| io_err("linking", &d, e))?;
+                    continue;
+                }
+                copy_sparse(&s, &d, &m)?;
+                copy_xattrs(&s, &d)?;
+                set_times(&d, &m)?;
+                if m.nlink() > 1 {
+                    links.insert(m.ino(), d);
+                }
+            } else if ft.is_symlink() {
+                remove_any(&d)?;
+                let t = fs::read_link(&s).map_err(|e| io_err("reading", &s, e))?;
+                std::os::unix::fs::symlink(&t, &d).map_err(|e| io_err("creating", &d, e))?;
+            } else if ft.is_fifo() {
+                use std::os::fd::AsRawFd;
+                remove_any(&d)?;
+                let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
+                sys::layer::mkfifo_at(dir.as_raw_fd(), name.as_encoded_bytes(), m.mode() & 0o7777)
+                    .map_err(|e| io_err("creating", &d, std::io::Error::from_raw_os_error(e)))?;
+                fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
+            } else {
+                // A socket: nothing can use it after the run (and commit
+                // refuses it); the path stays as the layer had it.
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Most entries [`unmappable_note`] looks at below the working directory.
+const OWNER_SCAN_MAX: usize = 4096;
+
+/// Whether a run of `spec` uses kernel overlays (not fuse-overlayfs).
+pub fn kernel_backend(spec: &RunSpec) -> bool {
+    !spec.layers.is_empty() && !spec.root && !spec.layers.iter().any(|d| d.join(FUSE_MARK).exists())
+}
+
+/// The name of `id` in `/etc/passwd` or `/etc/group` (`file`), if any.
+fn id_name(file: &str, id: u32) -> Option<String> {
+    fs::read_to_string(file).ok()?.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2].parse::<u32>().ok() == Some(id)).then(|| f[0].to_string())
+    })
+}
+
+/// For a kernel-overlay run that failed, called by the front end on the
+/// host, as the caller (`uid`, `gid`: the only ids the run's user
+/// namespace maps): names the first entry at or below the working
+/// directory `cwd` (breadth first, at most [`OWNER_SCAN_MAX`] entries,
+/// this filesystem only) whose owner or group is another, which overlayfs
+/// cannot copy up (a write to it fails with EOVERFLOW, "Value too large
+/// for defined data type", naming nothing), with why and what works
+/// instead. The program sees the errno, capsule does not: the note says
+/// what would fail, not that it did.
+pub fn unmappable_note(cwd: &Path, uid: u32, gid: u32) -> Option<String> {
+    let top = fs::symlink_metadata(cwd).ok().filter(|m| m.is_dir())?;
+    if excluded(cwd) {
+        return None;
+    }
+    let mut queue = std::collections::VecDeque::from([cwd.to_path_buf()]);
+    let (mut seen, mut found) = (0usize, Vec::new());
+    while let Some(d) = queue.pop_front() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > OWNER_SCAN_MAX {
+                queue.clear();
+                break;
+            }
+            let Ok(m) = e.metadata() else { continue };
+            if m.uid() != uid || m.gid() != gid {
+                found.push((e.path(), m.uid(), m.gid()));
+            }
+            if m.is_dir() && m.dev() == top.dev() {
+                queue.push_back(e.path());
+            }
+        }
+    }
+    let (path, u, g) = found.first()?;
+    let name = |file: &str, id: u32| id_name(file, id).map(|n| format!("`{n}` ")).unwrap_or_default();
+    let mut whose = Vec::new();
+    if *u != uid {
+        whose.push(format!("owner {}(uid {u})", name("/etc/passwd", *u)));
+    }
+    if *g != gid {
+        whose.push(format!("group {}(gid {g})", name("/etc/group", *g)));
+    }
+    let more = match found.len() - 1 {
+        0 => String::new(),
+        n => format!(" ({n} more entr{} below {:?} too)", if n == 1 { "y" } else { "ies" }, cwd.display().to_string()),
+    };
+    Some(format!(
+        "layer: {:?} has {}, which the run cannot map (its user namespace maps only your uid and gid){more}: \
+         a kernel overlay cannot copy it up, so writing or changing it in the layer fails with EOVERFLOW \
+         (\"Value too large for defined data type\"). What works: `--root` (fuse-overlayfs copies up as you), \
+         `chown`/`chgrp` it to you on the host, or work in a directory whose entries are all yours",
+        path.display().to_string(),
+        whose.join(" and ")
+    ))
 }
 
 #[cfg(test)]
@@ -557,6 +1037,56 @@ mod tests {
         fs::write(join_abs(&upper, &gone), "").unwrap();
         let e = mirror_dirs(&upper, &gone.join("sub")).unwrap_err();
         assert!(e.contains("creating") && e.contains("gone"), "{e}");
+    }
+
+    #[test]
+    fn fold_replaces_what_it_shadows() {
+        use std::os::fd::AsRawFd;
+        let t = tmp("fold");
+        let (src, dst, host) = (t.0.join("src"), t.0.join("dst"), t.0.join("host"));
+        for d in [&src, &dst, &host] {
+            fs::create_dir(d).unwrap();
+        }
+        let whiteout = |dir: &Path, name: &str| {
+            let f = fs::File::open(dir).unwrap();
+            sys::layer::mknod_whiteout_at(f.as_raw_fd(), name.as_bytes()).unwrap();
+        };
+        let mark = |dir: &Path, name: &str| {
+            let f = fs::File::open(dir).unwrap();
+            sys::layer::set_xattr_at(f.as_raw_fd(), name.as_bytes(), OPAQUE, b"y").unwrap();
+        };
+        // The host: h (a file), hd/x; the layer: l (its own), gone (a
+        // whiteout of a host file), hd2 (a whiteout of a host directory).
+        fs::write(host.join("h"), "h").unwrap();
+        fs::write(host.join("gone"), "g").unwrap();
+        for d in ["hd", "hd2"] {
+            fs::create_dir(host.join(d)).unwrap();
+            fs::write(host.join(d).join("x"), "x").unwrap();
+        }
+        fs::write(dst.join("l"), "l").unwrap();
+        whiteout(&dst, "gone");
+        whiteout(&dst, "hd2");
+        // The run: deleted h and l, replaced hd, made hd2 a directory
+        // again, wrote a sparse file.
+        whiteout(&src, "h");
+        whiteout(&src, "l");
+        fs::create_dir(src.join("hd")).unwrap();
+        mark(&src, "hd");
+        fs::write(src.join("hd").join("new"), "n").unwrap();
+        fs::create_dir(src.join("hd2")).unwrap();
+        let f = fs::File::create(src.join("sparse")).unwrap();
+        f.set_len(64 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"e", (64 << 20) - 1).unwrap();
+        fold_dir(&src, &dst, std::slice::from_ref(&host), &mut Default::default()).unwrap();
+        let md = |n: &str| fs::symlink_metadata(dst.join(n));
+        assert!(is_whiteout(&md("h").unwrap()), "a host file deleted: a whiteout");
+        assert!(md("l").is_err(), "a layer-only file deleted: gone, no whiteout");
+        assert!(opaque(&dst.join("hd")) && md("hd/new").is_ok(), "a replaced host directory: opaque");
+        assert!(md("hd2").unwrap().is_dir() && opaque(&dst.join("hd2")), "a directory over a whiteout: opaque");
+        let sp = md("sparse").unwrap();
+        assert_eq!(sp.len(), 64 << 20);
+        assert!(sp.blocks() * 512 < 1 << 20, "holes kept: {} blocks", sp.blocks());
+        assert_eq!(fs::read(dst.join("sparse")).unwrap().last(), Some(&b'e'));
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub const DEFAULT_TMP_SIZE: u64 = 128 << 20;
 pub const DEV_SHM_SIZE: u64 = 64 << 20;
 /// Size of the tmpfs that is the root with `empty_root`.
 pub const EMPTY_ROOT_SIZE: u64 = 64 << 20;
+/// Least `layer_size`: one page of the staging tmpfs.
+pub const MIN_LAYER_SIZE: u64 = 4096;
 
 /// Everything that describes one sandboxed run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -59,6 +61,11 @@ pub struct RunSpec {
     /// the last one is writable (created if missing), earlier ones are
     /// stacked read-only below it.
     pub layers: Vec<PathBuf>,
+    /// Most the writable layer may hold (`--layer-size`, docs/layers.md):
+    /// the run writes to a tmpfs of what is left, folded into the layer
+    /// when it ends; past it, writes fail with ENOSPC. None: no limit.
+    #[serde(with = "units::opt_size")]
+    pub layer_size: Option<u64>,
     /// Mount operations, applied in order after the base view.
     pub mounts: Vec<MountOp>,
     /// Which host paths the run sees, may write or may not see
@@ -558,6 +565,20 @@ impl RunSpec {
         if self.layers.len() > crate::overlay::MAX_LAYERS {
             return Err(SpecError::new("layers", format!("at most {} layers", crate::overlay::MAX_LAYERS)));
         }
+        if let Some(n) = self.layer_size {
+            if self.layers.is_empty() {
+                return Err(SpecError::new("layer_size", "limits the writable layer; give `layers` too (--layer DIR)"));
+            }
+            if self.root {
+                return Err(SpecError::new(
+                    "layer_size",
+                    "a `root` run's layer is served by fuse-overlayfs, which cannot stage its writes in a size-limited tmpfs; drop `root` or the limit",
+                ));
+            }
+            if n < MIN_LAYER_SIZE {
+                return Err(SpecError::new("layer_size", format!("must be at least {MIN_LAYER_SIZE} bytes (one page), not {n}")));
+            }
+        }
         for (i, l) in self.layers.iter().enumerate() {
             host_path(&format!("layers[{i}]"), l)?;
             if !l.is_absolute() {
@@ -762,6 +783,23 @@ mod tests {
         let s: RunSpec = serde_json::from_str(r#"{"argv": ["/bin/true"]}"#).unwrap();
         s.validate().unwrap();
         assert_eq!(s.argv, vec!["/bin/true"]);
+    }
+
+    #[test]
+    fn layer_size_is_validated_naming_the_field() {
+        let s = from_toml("argv = [\"true\"]\nlayers = [\"/var/tmp/l\"]\nlayer_size = \"2M\"").unwrap();
+        assert_eq!(s.layer_size, Some(2 << 20));
+        s.validate().unwrap();
+        for (text, want) in [
+            ("layers = [\"/var/tmp/l\"]\nlayer_size = 100", "at least 4096"),
+            ("layer_size = \"1M\"", "give `layers`"),
+            ("root = true\nlayers = [\"/var/tmp/l\"]\nlayer_size = \"1M\"", "fuse-overlayfs"),
+        ] {
+            let e = from_toml(&format!("argv = [\"true\"]\n{text}")).unwrap().validate().unwrap_err();
+            assert_eq!(e.field, "layer_size", "{text}: {e}");
+            assert!(e.message.contains(want), "{text}: {e}");
+        }
+        assert!(from_toml("argv = [\"true\"]\nlayer_size = \"12Q\"").unwrap_err().to_string().contains("layer_size"));
     }
 
     #[test]

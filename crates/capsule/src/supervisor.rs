@@ -1916,8 +1916,11 @@ impl Loop {
                 if !wait_gone(&r.p) {
                     result.error.get_or_insert_with(|| "layer: the run's PID 1 did not exit".into());
                 }
-                if let Err(e) = crate::overlay::after_run(&layers) {
-                    result.error.get_or_insert(e);
+                match crate::overlay::after_run(&layers) {
+                    Ok(None) => {}
+                    Ok(Some(e)) | Err(e) => {
+                        result.error.get_or_insert(e);
+                    }
                 }
                 drop(layers);
             }

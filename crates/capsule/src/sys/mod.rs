@@ -283,6 +283,29 @@ pub fn fs_type(path: &CStr) -> SysResult<i64> {
     Ok(unsafe { st.assume_init() }.f_type)
 }
 
+/// Free blocks and free inodes (`f_bavail`, `f_ffree`, fstatfs(2)) of the
+/// filesystem holding `fd`.
+pub fn fs_free(fd: RawFd) -> SysResult<(u64, u64)> {
+    let mut st = MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: st is a writable statfs buffer.
+    cvt(unsafe { raw_syscall(libc::SYS_fstatfs, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) })?;
+    // SAFETY: fstatfs succeeded, so st is initialized.
+    let st = unsafe { st.assume_init() };
+    Ok((st.f_bavail, st.f_ffree))
+}
+
+/// lseek(2) with `SEEK_DATA` (`data`) or `SEEK_HOLE` from `off`: None when
+/// no data follows `off` (ENXIO).
+pub fn seek_data(fd: RawFd, off: i64, data: bool) -> SysResult<Option<i64>> {
+    let whence = if data { libc::SEEK_DATA } else { libc::SEEK_HOLE };
+    // SAFETY: plain syscall on integers.
+    match cvt(unsafe { raw_syscall(libc::SYS_lseek, [fd as u64, off as u64, whence as u64, 0, 0, 0]) }) {
+        Ok(n) => Ok(Some(n)),
+        Err(libc::ENXIO) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// File type bits (`S_IFMT`) of an fd.
 pub fn fd_mode(fd: RawFd) -> SysResult<u32> {
     fstat(fd).map(|st| st.st_mode & libc::S_IFMT)
