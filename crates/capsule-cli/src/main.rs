@@ -32,10 +32,11 @@ made it): name the link's target, or recreate the link inside with --symlink.
 
 Filesystem rules (--allow --read-only --writable --hide; profile: [filesystem]) act on
 host paths after the mount operations; the most specific path wins. PATH may start with
-~ (your home: $HOME, else /etc/passwd); a relative PATH is taken from the current
-directory. Your usual secrets are hidden unless allowed (--allow ~/.ssh) or
---no-hide-secrets: ~/.ssh ~/.gnupg ~/.aws ~/.kube ~/.docker/config.json ~/.netrc, cloud,
-registry and git credentials, browser profiles, keyrings (the list: docs/filesystem.md).
+~ (your home: $HOME, else your passwd entry's); a relative PATH is taken from the current
+directory. Your usual secrets are hidden (under $HOME and your passwd entry's home) unless
+allowed (--allow ~/.ssh) or --no-hide-secrets: ~/.ssh ~/.gnupg ~/.aws ~/.kube ~/.netrc
+~/.pgpass, cloud, database, registry and git credentials, shell histories, browser
+profiles, keyrings (the list: docs/filesystem.md).
 
 Exit status: the program's exit code; 128+N when it died of signal N; 124 when the
 wall-time or CPU-time limit killed it; 123 memory limit; 122 output limit; 121 forbidden

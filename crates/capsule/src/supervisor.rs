@@ -102,9 +102,9 @@ pub struct Supervisor {
     affinity: Option<libc::cpu_set_t>,
     /// The kernel's Landlock ABI version (0: none), probed once.
     landlock_abi: u32,
-    /// The caller's home (`~` of the filesystem rules, the default
-    /// secrets), found once; None when unknown.
-    home: Option<std::path::PathBuf>,
+    /// The caller's homes (`~` of the filesystem rules, where the default
+    /// secrets are), found once.
+    home: crate::fsrules::Homes,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -230,7 +230,7 @@ struct Prelude {
     config: Config,
     host_uid: u32,
     host_gid: u32,
-    home: Option<PathBuf>,
+    home: crate::fsrules::Homes,
     cgroups: Option<cgroups::InstanceState>,
     cgroup_note: String,
     self_pidfd: RawFd,
@@ -661,7 +661,7 @@ impl Supervisor {
         }
         let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
         // In the host's user namespace, where the euid is the caller's.
-        let home = crate::fsrules::caller_home(sys::geteuid());
+        let home = crate::fsrules::caller_homes(sys::geteuid());
         // cgroups first, as the plain user in the host's namespaces.
         let found = cgroups::discover(&config.cgroup);
         let (cgroups, cgroup_note) = match &found.base {
@@ -903,7 +903,7 @@ impl Supervisor {
         // view: PID 1 mounts and copies what the descriptors refer to.
         // Layers first: their directories are created and locked here.
         let layers = crate::overlay::prepare(spec)?;
-        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), self.home.as_deref(), &mut names, layers.as_ref())?;
+        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &self.home, &mut names, layers.as_ref())?;
         let sources = std::mem::take(&mut mounts.sources);
         let parents = std::mem::take(&mut mounts.parents);
         let cgroup = match &self.cgroups {
@@ -2541,7 +2541,7 @@ mod tests {
             config,
             host_uid: 1000,
             host_gid: 1001,
-            home: Some(PathBuf::from("/home/u")),
+            home: crate::fsrules::Homes { home: Some(PathBuf::from("/home/u")), passwd: Some(PathBuf::from("/home/p")) },
             cgroups: None,
             cgroup_note: "none here".into(),
             self_pidfd: 7,
@@ -2551,7 +2551,8 @@ mod tests {
         let h: Handoff = serde_json::from_slice(&data).unwrap();
         assert_eq!(h.prelude.config.parallel, 3);
         assert_eq!((h.prelude.host_uid, h.prelude.host_gid, h.prelude.self_pidfd), (1000, 1001, 7));
-        assert_eq!(h.prelude.home.as_deref(), Some(Path::new("/home/u")));
+        assert_eq!(h.prelude.home.home.as_deref(), Some(Path::new("/home/u")));
+        assert_eq!(h.prelude.home.passwd.as_deref(), Some(Path::new("/home/p")));
         assert_eq!(h.prelude.cgroup_note, "none here");
         assert_eq!(h.job.fds(), vec![9]);
         assert!(matches!(h.job, Job::Lines { listener: Some((9, ref p)) } if p == Path::new("/run/x.sock")));
