@@ -874,6 +874,8 @@ const BPF_JMP: u16 = 0x05;
 const BPF_JA: u16 = 0x05;
 const BPF_JEQ_K: u16 = 0x15;
 const BPF_JSET_K: u16 = 0x45;
+const BPF_JGE_K: u16 = 0x35;
+const BPF_JGT_K: u16 = 0x25;
 const BPF_RET_K: u16 = 0x06;
 const BPF_RET_A: u16 = 0x16;
 
@@ -1283,43 +1285,64 @@ pub fn with_guards(filter: &Filter, guards: Guards) -> Result<Filter, PolicyErro
     Ok(Filter { program, notify: filter.notify, net_log_from: filter.net_log_from })
 }
 
-/// The epilogue of [`with_guards`] for a policy's action `pass`. Only
-/// `socket`, `fallocate`, `ioctl` and i386 `socketcall` have their
-/// arguments read: every other call keeps the kernel's action cache.
+/// The epilogue of [`with_guards`] for a policy's action `pass`. Most
+/// calls pass it after a few comparisons of their number alone (every
+/// syscall goes through it when the kernel fills its action cache, at each
+/// install); only `socket`, `fallocate`, `ioctl` and i386 `socketcall`
+/// have their arguments read, so every other call stays cacheable.
 fn guards_epilogue(pass: u32, g: Guards) -> Result<Vec<libc::sock_filter>, PolicyError> {
     use Asm::*;
     const NEXT: &str = "";
     let args_lo = |i: u32| 16 + 8 * i;
     let errno = |e: i32| 0x0005_0000 | e as u32;
-    let sockets = g.ports || g.vsock;
-    let mut c = vec![Ld(4), Jeq(AUDIT_ARCH_X86_64, NEXT, "i386"), Ld(0)];
-    // Native and x32 (same argument layout, number with the x32 bit).
-    for x in [0, X32] {
-        for nr in NR_IO_URING {
-            c.push(Jeq(x | nr, "enosys", NEXT));
-        }
-        if sockets {
-            c.push(Jeq(x | NR_SOCKET, "socket", NEXT));
-        }
-        if g.keep_size {
-            c.push(Jeq(x | NR_FALLOCATE, "fallocate", NEXT));
-        }
-    }
-    if g.keep_size {
-        c.extend([Jeq(NR_IOCTL, "ioctl", NEXT), Jeq(NR_X32_IOCTL, "ioctl", NEXT)]);
-    }
-    c.extend([Ja("pass"), Label("i386"), Jeq(AUDIT_ARCH_I386, NEXT, "pass"), Ld(0)]);
-    for nr in NR_IO_URING {
-        c.push(Jeq(nr, "enosys", NEXT));
+    let (sockets, keep) = (g.ports || g.vsock, g.keep_size);
+    let mut c = Vec::new();
+    // The number first: the guarded ones of every ABI, split by ranges;
+    // each goes on to check its ABI.
+    c.extend([Ld(0), Jge(NR_FALLOCATE, "high", NEXT), Jge(NR_I386_IOCTL, "low2", NEXT)]);
+    if keep {
+        c.push(Jeq(NR_IOCTL, "native_ioctl", NEXT));
     }
     if sockets {
-        c.extend([Jeq(NR_I386_SOCKET, "socket", NEXT), Jeq(NR_I386_SOCKETCALL, "socketcall", NEXT)]);
+        c.push(Jeq(NR_SOCKET, "native_socket", NEXT));
     }
-    if g.keep_size {
-        c.extend([Jeq(NR_I386_FALLOCATE, "fallocate", NEXT), Jeq(NR_I386_IOCTL, "ioctl", NEXT)]);
+    c.extend([Ret(pass), Label("low2")]);
+    if keep {
+        c.push(Jeq(NR_I386_IOCTL, "i386_ioctl", NEXT));
     }
-    c.push(Ja("pass"));
     if sockets {
+        c.push(Jeq(NR_I386_SOCKETCALL, "i386_socketcall", NEXT));
+    }
+    c.extend([Ret(pass), Label("high"), Jge(NR_IO_URING[0], "higher", NEXT)]);
+    if keep {
+        c.extend([Jeq(NR_FALLOCATE, "native_fallocate", NEXT), Jeq(NR_I386_FALLOCATE, "i386_fallocate", NEXT)]);
+    }
+    if sockets {
+        c.push(Jeq(NR_I386_SOCKET, "i386_socket", NEXT));
+    }
+    // io_uring: the same numbers in every ABI.
+    c.extend([Ret(pass), Label("higher"), Jge(X32, "x32", NEXT), Jgt(NR_IO_URING[2], "pass", "enosys"), Label("x32")]);
+    if keep {
+        c.extend([Jeq(NR_X32_IOCTL, "native_ioctl", NEXT), Jeq(X32 | NR_FALLOCATE, "native_fallocate", NEXT)]);
+    }
+    if sockets {
+        c.push(Jeq(X32 | NR_SOCKET, "native_socket", NEXT));
+    }
+    c.extend([Jge(X32 | NR_IO_URING[0], NEXT, "pass"), Jgt(X32 | NR_IO_URING[2], "pass", "enosys")]);
+    // The ABI of a guarded number (x32 calls are AUDIT_ARCH_X86_64).
+    let mut abi = |label: &'static str, arch: u32, to: &'static str| {
+        c.extend([Label(label), Ld(4), Jeq(arch, to, "pass")]);
+    };
+    if keep {
+        abi("native_ioctl", AUDIT_ARCH_X86_64, "ioctl");
+        abi("i386_ioctl", AUDIT_ARCH_I386, "ioctl");
+        abi("native_fallocate", AUDIT_ARCH_X86_64, "fallocate");
+        abi("i386_fallocate", AUDIT_ARCH_I386, "fallocate");
+    }
+    if sockets {
+        abi("native_socket", AUDIT_ARCH_X86_64, "socket");
+        abi("i386_socket", AUDIT_ARCH_I386, "socket");
+        abi("i386_socketcall", AUDIT_ARCH_I386, "socketcall");
         // socket(family, type, protocol): `int`s, the low 32 bits count.
         c.extend([Label("socket"), Ld(args_lo(0))]);
         if g.vsock {
@@ -1329,23 +1352,18 @@ fn guards_epilogue(pass: u32, g: Guards) -> Result<Vec<libc::sock_filter>, Polic
             c.extend([
                 Jeq(AF_SMC, "eafnosupport", NEXT),
                 Jeq(AF_INET, "protocol", NEXT),
-                Jeq(AF_INET6, "protocol", NEXT),
-            ]);
-        }
-        c.push(Ja("pass"));
-        if g.ports {
-            c.extend([
+                Jeq(AF_INET6, "protocol", "pass"),
                 Label("protocol"),
                 Ld(args_lo(2)),
                 Jeq(IPPROTO_MPTCP, "eprotonosupport", NEXT),
-                Jeq(IPPROTO_SMC, "eprotonosupport", "pass"),
+                Jeq(IPPROTO_SMC, "eprotonosupport", NEXT),
             ]);
         }
         // socketcall(SYS_SOCKET, args): the family is in memory, out of
         // the filter's sight.
-        c.extend([Label("socketcall"), Ld(args_lo(0)), Jeq(SYS_SOCKET, "eafnosupport", "pass")]);
+        c.extend([Ret(pass), Label("socketcall"), Ld(args_lo(0)), Jeq(SYS_SOCKET, "eafnosupport", "pass")]);
     }
-    if g.keep_size {
+    if keep {
         // fallocate(fd, mode, ...): KEEP_SIZE allocates past the size,
         // except punching a hole, which frees; INSERT_RANGE grows the size
         // without the RLIMIT_FSIZE check.
@@ -1361,7 +1379,7 @@ fn guards_epilogue(pass: u32, g: Guards) -> Result<Vec<libc::sock_filter>, Polic
         for cmd in FS_IOC_RESVSP {
             c.push(Jeq(cmd, "eopnotsupp", NEXT));
         }
-        c.push(Ja("pass"));
+        c.push(Ret(pass));
     }
     c.extend([
         Label("enosys"),
@@ -1387,8 +1405,10 @@ enum Asm {
     Jeq(u32, &'static str, &'static str),
     /// if A & k != 0 goto t else goto f.
     Jset(u32, &'static str, &'static str),
-    /// goto.
-    Ja(&'static str),
+    /// if A >= k goto t else goto f.
+    Jge(u32, &'static str, &'static str),
+    /// if A > k goto t else goto f.
+    Jgt(u32, &'static str, &'static str),
     Ret(u32),
     Label(&'static str),
 }
@@ -1417,7 +1437,8 @@ fn assemble(code: &[Asm]) -> Result<Vec<libc::sock_filter>, String> {
             Asm::Ld(off) => out.push(libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: *off }),
             Asm::Jeq(k, t, f) => out.push(libc::sock_filter { code: BPF_JEQ_K, jt: target(t)?, jf: target(f)?, k: *k }),
             Asm::Jset(k, t, f) => out.push(libc::sock_filter { code: BPF_JSET_K, jt: target(t)?, jf: target(f)?, k: *k }),
-            Asm::Ja(l) => out.push(libc::sock_filter { code: BPF_JA, jt: 0, jf: 0, k: u32::from(target(l)?) }),
+            Asm::Jge(k, t, f) => out.push(libc::sock_filter { code: BPF_JGE_K, jt: target(t)?, jf: target(f)?, k: *k }),
+            Asm::Jgt(k, t, f) => out.push(libc::sock_filter { code: BPF_JGT_K, jt: target(t)?, jf: target(f)?, k: *k }),
             Asm::Ret(k) => out.push(libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: *k }),
         }
     }
