@@ -596,8 +596,15 @@ impl MountPlan {
                 _ => None,
             })
             .collect();
-        let listings: Vec<Listing> =
-            [&homes.home, &homes.passwd].into_iter().flatten().filter_map(|h| Listing::read(h, hidden.iter().copied())).collect();
+        // Each home listed once; a missing home through its parent (a
+        // passwd home that does not exist then costs no lookup per secret).
+        let listings: Vec<Listing> = [&homes.home, &homes.passwd]
+            .into_iter()
+            .flatten()
+            .filter_map(|h| {
+                Listing::read(h, hidden.iter().copied()).or_else(|| Listing::read(h.parent()?, hidden.iter().copied()))
+            })
+            .collect();
         let mut parents = Parents { list: Vec::new(), now };
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
@@ -1214,6 +1221,43 @@ mod tests {
         let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert!(plan.parents.iter().any(|p| !p.unchanged()));
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+    }
+
+    #[test]
+    fn a_second_home_is_listed_once() {
+        let base = PathBuf::from(format!("/var/tmp/capsule-mounts-homes-{}", std::process::id()));
+        let _rm = Rm(base.clone());
+        let (home, pw) = (base.join("ci"), base.join("user"));
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(pw.join(".config")).unwrap();
+        std::fs::write(pw.join(".pgpass"), "x").unwrap();
+        let me = u32::MAX;
+        let spec = RunSpec::new(["/bin/true"]);
+        let homes = Homes { home: Some(home.clone()), passwd: Some(pw.clone()) };
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        let h = |p: &Path| p.display().to_string();
+        assert_eq!(dsts(&plan, "hide"), [h(&home.join(".ssh")), h(&pw.join(".pgpass"))]);
+        assert_eq!(plan.sources.iter().filter(|s| s.covered).count(), 2 * fsrules::SECRETS.len());
+        // Missing ones are vouched for by the homes and the passwd home's ~/.config.
+        let dirs: Vec<&Path> = plan.parents.iter().map(|p| p.dir.as_path()).collect();
+        assert_eq!(dirs.len(), 3, "{dirs:?}");
+        assert!(dirs.contains(&home.as_path()) && dirs.contains(&pw.as_path()) && dirs.contains(&pw.join(".config").as_path()));
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+        std::fs::create_dir_all(pw.join(".aws")).unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a new ~/.aws in the passwd home goes unnoticed");
+        // A passwd home that does not exist: its parent vouches for all of
+        // its secrets, one directory.
+        let gone = base.join("gone");
+        let homes = Homes { home: Some(home.clone()), passwd: Some(gone.clone()) };
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), [h(&home.join(".ssh"))]);
+        let gone_parent = |s: &&Source| s.path.starts_with(&gone);
+        let vouching: Vec<Option<u32>> = plan.sources.iter().filter(gone_parent).map(|s| s.parent).collect();
+        assert_eq!(vouching.len(), fsrules::SECRETS.len());
+        assert!(vouching.iter().all(|p| p.is_some_and(|i| plan.parents[i as usize].dir == base)), "{vouching:?}");
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+        std::fs::create_dir_all(gone.join(".ssh")).unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "the passwd home's ~/.ssh appearing goes unnoticed");
     }
 
     #[test]
