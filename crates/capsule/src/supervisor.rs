@@ -84,7 +84,7 @@ pub struct Supervisor {
     net: Net,
     self_pidfd: OwnedFd,
     last_cap: u32,
-    /// Seccomp filters compiled so far, one per policy.
+    /// Seccomp filters compiled so far, one per policy, guards and network log.
     filters: Filters,
     /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
     fusectl: Option<OwnedFd>,
