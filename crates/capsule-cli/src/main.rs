@@ -32,10 +32,11 @@ made it): name the link's target, or recreate the link inside with --symlink.
 
 Filesystem rules (--allow --read-only --writable --hide; profile: [filesystem]) act on
 host paths after the mount operations; the most specific path wins. PATH may start with
-~ (your home: $HOME, else /etc/passwd); a relative PATH is taken from the current
-directory. Your usual secrets are hidden unless allowed (--allow ~/.ssh) or
---no-hide-secrets: ~/.ssh ~/.gnupg ~/.aws ~/.kube ~/.docker/config.json ~/.netrc, cloud,
-registry and git credentials, browser profiles, keyrings (the list: docs/filesystem.md).
+~ (your home: $HOME, else your passwd entry's); a relative PATH is taken from the current
+directory. Your usual secrets are hidden (under $HOME and your passwd entry's home) unless
+allowed (--allow ~/.ssh) or --no-hide-secrets: ~/.ssh ~/.gnupg ~/.aws ~/.kube ~/.netrc
+~/.pgpass, cloud, database, registry and git credentials, shell histories, browser
+profiles, keyrings (the list: docs/filesystem.md).
 
 Exit status: the program's exit code; 128+N when it died of signal N; 124 when the
 wall-time or CPU-time limit killed it; 123 memory limit; 122 output limit; 121 forbidden
@@ -110,14 +111,14 @@ fn run_command() -> Command {
         .arg(one("hide", "PATH", "Cover PATH with an empty read-only directory or file (rule)", fs))
         .arg(flag("no-hide-secrets", "Do not hide the usual secrets of your home (~/.ssh, ~/.gnupg, ... docs/filesystem.md)", fs))
         .arg(Arg::new("noexec").long("noexec").num_args(0).default_missing_value("true").action(ArgAction::Append).help("Make the mount operation just before noexec").help_heading(fs))
-        .arg(flag("share-net", "Share the host's network (default: loopback only)", "Network"))
-        .arg(one("tcp-connect", "PORTS", "Allow TCP connect only to these ports (80,443 or none; Landlock, Linux ≥ 6.7, else the run fails)", "Network"))
+        .arg(flag("share-net", "Share the host's network (default: loopback only, no vsock)", "Network"))
+        .arg(one("tcp-connect", "PORTS", "Allow TCP connect only to these ports (80,443 or none; Landlock, Linux ≥ 6.7, else the run fails; MPTCP and SMC sockets fail)", "Network"))
         .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
         .arg(flag("net-log", "Record each connect/sendto/sendmsg/sendmmsg destination (seccomp user notification) and print a summary at the end; --json/--meta have it as net_log (docs/network.md)", "Network"))
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
         .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), python, jvm, go, bash (judged programs of those runtimes), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
-        .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE); also the most a --stdout-file/--stderr-file receives", lim))
+        .arg(one("output-limit", "SIZE", "Largest file the program may write (RLIMIT_FSIZE; fallocate past the size fails); also the most a --stdout-file/--stderr-file receives", lim))
         .arg(one("open-files", "N", "Most open files per process (RLIMIT_NOFILE)", lim))
         .arg(one("stack", "SIZE", "Stack size (RLIMIT_STACK)", lim))
         .arg(one("address-space", "SIZE", "Address space (RLIMIT_AS); breaks JIT runtimes such as the JVM, V8 and Go", lim))

@@ -191,6 +191,110 @@ fn allow_and_no_hide_secrets_show_them_again() {
     want(&seen(Some(&home_d), &["--profile", &prof, "--allow", "~/.ssh"], &checks), "file:KEY", "missing", "file:");
 }
 
+/// Issue 20: the common credentials the default list lacked (database
+/// passwords, cloud and registry tokens, shell histories) are hidden, files
+/// and directories alike; what is next to them stays visible.
+#[test]
+fn common_credentials_are_hidden() {
+    require!("common_credentials_are_hidden", userns_available());
+    let dir = Scratch::new("fs-credentials");
+    let home_d = home(&dir);
+    let files = [
+        ".pgpass",
+        ".my.cnf",
+        ".s3cfg",
+        ".bash_history",
+        ".zsh_history",
+        ".local/share/fish/fish_history",
+        ".python_history",
+        ".psql_history",
+        ".mysql_history",
+        ".node_repl_history",
+        ".lesshst",
+        ".gradle/gradle.properties",
+        ".m2/settings.xml",
+        ".config/pip/pip.conf",
+        ".pip/pip.conf",
+        ".config/doctl/config.yaml",
+        ".oci/config",
+    ];
+    let others = [".gradle/init.gradle", ".m2/repository/x.pom", ".config/pip/other.conf", ".local/share/fish/other", "notes.txt"];
+    let mut checks = Vec::new();
+    for f in files {
+        checks.push(r(&put(&home_d, f, "TOKEN")));
+        checks.push(w(&home_d.join(f)));
+    }
+    for f in others {
+        checks.push(r(&put(&home_d, f, "plain")));
+    }
+    let out = look(Some(&home_d), &[], &checks);
+    out.assert_code(0);
+    let kv = out.kv();
+    for f in files {
+        let p = home_d.join(f);
+        let want = if f.starts_with(".config/doctl/") || f.starts_with(".oci/") { "missing" } else { "file:" };
+        assert_eq!(kv.get(&r(&p)), Some(want), "{f} not hidden; {}", out.describe());
+        assert_ne!(kv.get(&w(&p)), Some("ok"), "{f} writable; {}", out.describe());
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "TOKEN", "{f} changed on the host");
+    }
+    for f in others {
+        assert_eq!(kv.get(&r(&home_d.join(f))), Some("file:plain"), "{f} hidden too; {}", out.describe());
+    }
+}
+
+/// Issue 20: with `HOME` pointing elsewhere (CI, `sudo -H`), the secrets
+/// of the caller's passwd home are hidden too, not only `$HOME`'s; `~` (and
+/// so `--allow ~/.ssh`) stays `$HOME`'s.
+#[test]
+fn secrets_of_the_passwd_home_are_hidden_too() {
+    require!("secrets_of_the_passwd_home_are_hidden_too", userns_available());
+    let pw = passwd_home_of(h().uid).expect("the test user has a passwd entry");
+    if !pw.is_absolute() || pw.parent().is_none() || pw.components().any(|c| c == std::path::Component::ParentDir) {
+        skip("secrets_of_the_passwd_home_are_hidden_too", &format!("the test user's home {} is not usable", pw.display()));
+        return;
+    }
+    // The test user's home usually does not exist: made for the test
+    // (what it made is removed after), a key file of its own in ~/.ssh.
+    struct Undo(PathBuf, Option<PathBuf>);
+    impl Drop for Undo {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+            if let Some(made) = &self.1 {
+                let _ = std::fs::remove_dir_all(made);
+            }
+        }
+    }
+    let mut made = None;
+    let mut d = PathBuf::from("/");
+    for c in pw.join(".ssh").components().skip(1) {
+        d.push(c);
+        if !d.exists() {
+            std::fs::create_dir(&d).unwrap();
+            std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            chown_to_user(&d);
+            made.get_or_insert_with(|| d.clone());
+        }
+    }
+    let key = pw.join(".ssh").join(unique("capsule-test-key"));
+    let _undo = Undo(key.clone(), made);
+    std::fs::write(&key, "PASSWD-HOME-KEY").unwrap();
+    chown_to_user(&key);
+    let dir = Scratch::new("fs-passwd-home");
+    let home_d = home(&dir);
+    let ci_key = put(&home_d, ".ssh/id", "CI-KEY");
+    let checks = [r(&key), r(&ci_key)];
+    let got = |kv: &Kv| (kv.must(&checks[0]).to_string(), kv.must(&checks[1]).to_string());
+    let kv = seen(Some(&home_d), &[], &checks);
+    assert_eq!(got(&kv), ("missing".into(), "missing".into()), "HOME={}, passwd home {}", home_d.display(), pw.display());
+    let kv = seen(Some(&home_d), &["--allow", "~/.ssh"], &checks);
+    assert_eq!(got(&kv), ("missing".into(), "file:CI-KEY".into()), "--allow ~/.ssh is $HOME's");
+    let kv = seen(Some(&home_d), &["--no-hide-secrets"], &checks);
+    assert_eq!(got(&kv), ("file:PASSWD-HOME-KEY".into(), "file:CI-KEY".into()));
+    // HOME is the passwd home: hidden once, as before.
+    let kv = seen(Some(&pw), &[], &[r(&key)]);
+    assert_eq!(kv.must(&r(&key)), "missing");
+}
+
 // ---------------------------------------------------------------- ~ expansion
 
 /// `~` is `$HOME` as capsule's caller has it: the rules and the default

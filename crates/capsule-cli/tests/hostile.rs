@@ -43,6 +43,7 @@ use serde_json::{json, Value};
 const PROGRAMS: &[&str] = &[
     "ptrace", "signals", "remount", "shocker", "procsys", "mknod", "euid", "core", "keyring", "iouring", "perf",
     "bpf", "uffd", "tiocsti", "chroot", "fds", "args", "sigflood", "forkbomb", "membomb", "race", "fusehang",
+    "guards",
 ];
 
 fn src_dir() -> PathBuf {
@@ -1781,3 +1782,138 @@ fn layer_setuid_bits_shown_and_dropped() {
     commit.assert_code(0);
     assert_eq!(mode("keep"), 0o4711, "{}", commit.describe());
 }
+// ---------------------------------------------------------------- issue 20: seccomp and network
+
+/// Every attempt named `prefix*` is CONTAINED with one of `errnos`, none
+/// OPENED or ESCAPED, and there is one at least.
+#[track_caller]
+fn assert_contained(out: &Out, prefix: &str, errnos: &[&str]) {
+    let r = report(&out.stdout);
+    assert!(r.escaped.is_empty(), "ESCAPED: {:?}; {}", r.escaped, out.describe());
+    assert!(r.done, "the program did not get to its end; {}", out.describe());
+    let opened: Vec<_> = r.opened.iter().filter(|w| w.starts_with(prefix)).collect();
+    assert!(opened.is_empty(), "{opened:?} succeeded (expected {errnos:?}); {}", out.describe());
+    let hits: Vec<_> = r.contained.iter().filter(|(w, _)| w.starts_with(prefix)).collect();
+    assert!(!hits.is_empty(), "no attempt `{prefix}*` reported; {}", out.describe());
+    for (w, e) in hits {
+        assert!(errnos.contains(&e.as_str()), "`{w}` failed with {e}, expected one of {errnos:?}; {}", out.describe());
+    }
+}
+
+/// Skips when the kernel has no Landlock port rules (capsule refuses the
+/// run then: it never runs one unrestricted).
+fn port_rules_refused(test: &str, out: &Out) -> bool {
+    if out.code == Some(125) && out.stderr.contains("6.7") {
+        skip(test, "the kernel has no Landlock port rules (Linux < 6.7)");
+        return true;
+    }
+    false
+}
+
+/// Item 5: under `--tcp-connect 1`, MPTCP (`socket(AF_INET, SOCK_STREAM,
+/// IPPROTO_MPTCP)`) connected to a TCP listener on another port: Landlock's
+/// rules cover IPPROTO_TCP only. MPTCP and SMC sockets now fail with
+/// EPROTONOSUPPORT / EAFNOSUPPORT whenever a port rule is set, under
+/// `none` too; plain TCP still gets Landlock's EACCES.
+fn issue20_mptcp_port_rule(policy: &str) {
+    require_hostile!("issue20_mptcp_port_rule");
+    let _l = procs_shared();
+    let out = attack_cmd(policy, &["--tcp-connect", "1"], &bin("guards"), &["mptcp"]).run();
+    if port_rules_refused("issue20_mptcp_port_rule", &out) {
+        return;
+    }
+    const PROTOS: &[&str] = &["EPROTONOSUPPORT", "EAFNOSUPPORT"];
+    check(
+        &out,
+        policy,
+        &Expect {
+            strict_kill: Some(&["socket"]),
+            default_errnos: &[("mptcp", &["EPROTONOSUPPORT"]), ("smc", PROTOS)],
+            exit_code: 0,
+        },
+    );
+    if policy == "default" {
+        assert!(out.stdout.contains("RULE tcp-connect EACCES"), "{}", out.describe());
+        let out = attack_cmd("none", &["--tcp-connect", "1"], &bin("guards"), &["mptcp"]).run();
+        assert_eq!(out.status(), "exited", "{}", out.describe());
+        assert_contained(&out, "mptcp", &["EPROTONOSUPPORT"]);
+        assert_contained(&out, "smc", PROTOS);
+        // Without a port rule nothing changes for MPTCP.
+        let out = attack_cmd("default", &[], &bin("guards"), &["mptcp"]).run();
+        assert!(out.stdout.contains("RULE tcp-connect OK"), "{}", out.describe());
+        assert!(!out.stdout.contains("mptcp-socket EPROTONOSUPPORT") || !host_has_mptcp(), "{}", out.describe());
+    }
+}
+both_policies!(issue20_mptcp_port_rule);
+
+fn host_has_mptcp() -> bool {
+    // SAFETY: plain socket creation; the descriptor is closed at once.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 262) };
+    if s >= 0 {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(s) };
+    }
+    s >= 0
+}
+
+/// Item 6: AF_VSOCK is not namespaced: a loopback-only run bound a host
+/// vsock port (and on a VM could reach the hypervisor). Refused with
+/// EAFNOSUPPORT unless the run shares the host's network.
+fn issue20_vsock(policy: &str) {
+    require_hostile!("issue20_vsock");
+    let _l = procs_shared();
+    let out = attack_cmd(policy, &[], &bin("guards"), &["vsock"]).run();
+    check(
+        &out,
+        policy,
+        &Expect { strict_kill: Some(&["socket"]), default_errnos: &[("vsock", &["EAFNOSUPPORT"])], exit_code: 0 },
+    );
+    if policy == "default" {
+        // With the host's network the run has the host's vsock too.
+        // SAFETY: plain socket creation; the descriptor is closed at once.
+        let s = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0) };
+        if s >= 0 {
+            // SAFETY: our own descriptor.
+            unsafe { libc::close(s) };
+            let out = attack_cmd(policy, &["--share-net"], &bin("guards"), &["vsock"]).run();
+            assert!(!out.stdout.contains("vsock-socket EAFNOSUPPORT"), "{}", out.describe());
+        }
+    }
+}
+both_policies!(issue20_vsock);
+
+/// Item 12: RLIMIT_FSIZE does not cover blocks past the size: under
+/// `--output-limit 1M`, `fallocate(FALLOC_FL_KEEP_SIZE)` (and its ioctl
+/// `FS_IOC_RESVSP64`) reserved 16 MiB on a disk filesystem, and
+/// `FALLOC_FL_INSERT_RANGE` grew the size past the limit. Refused with
+/// EOPNOTSUPP under every policy, `none` included (and io_uring, whose
+/// operations a filter cannot see, with ENOSYS); punching a hole works.
+fn issue20_fallocate_keep_size(policy: &str) {
+    require_hostile!("issue20_fallocate_keep_size");
+    let _l = procs_shared();
+    let dir = Scratch::new("hostile-keepsize");
+    let file = dir.join("f").display().to_string();
+    let opts = ["--writable", &dir.s(), "--output-limit", "1M"];
+    let out = attack_cmd(policy, &opts, &bin("guards"), &["keepsize", &file]).run();
+    check(
+        &out,
+        policy,
+        &Expect {
+            strict_kill: Some(&["openat", "fallocate", "ioctl"]),
+            default_errnos: &[("keepsize-", &["EOPNOTSUPP"]), ("grow-insert-range", &["EOPNOTSUPP"])],
+            exit_code: 0,
+        },
+    );
+    if policy == "default" {
+        assert!(out.stdout.contains("PUNCH OK"), "{}", out.describe());
+        let out = attack_cmd("none", &opts, &bin("guards"), &["keepsize", &file]).run();
+        assert_eq!(out.status(), "exited", "{}", out.describe());
+        assert_contained(&out, "keepsize-", &["EOPNOTSUPP"]);
+        assert_contained(&out, "grow-insert-range", &["EOPNOTSUPP"]);
+        assert!(out.stdout.contains("PUNCH OK"), "{}", out.describe());
+        let out = attack_cmd("none", &["--output-limit", "1M"], &bin("iouring"), &[]).run();
+        assert_eq!(out.status(), "exited", "{}", out.describe());
+        assert_contained(&out, "io_uring_setup", &["ENOSYS"]);
+    }
+}
+both_policies!(issue20_fallocate_keep_size);

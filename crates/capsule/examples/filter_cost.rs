@@ -4,7 +4,7 @@
 //! the seccomp(2) call took; the median and the 10th percentile.
 //!
 //! `cargo run --release -p capsule --example filter_cost`
-use capsule::seccomp::{compile, PolicyName};
+use capsule::seccomp::{compile, with_guards, Guards, PolicyName};
 use std::time::Instant;
 
 /// Forks a child that installs `prog` and reports how long that took (ns;
@@ -37,16 +37,22 @@ fn install_once(prog: &[libc::sock_filter]) -> u64 {
 }
 
 fn main() {
-    for name in ["default", "strict", "compile", "python", "jvm", "go", "bash"] {
+    let vsock = Guards { vsock: true, ..Guards::default() };
+    let all = Guards { ports: true, vsock: true, keep_size: true };
+    let runs = ["default", "strict", "compile", "python", "jvm", "go", "bash"].map(|n| (n, n, Guards::default()));
+    let guarded = [("default", "default+vsock", vsock), ("default", "default+all", all), ("none", "none+all", all)];
+    for (name, label, guards) in runs.into_iter().chain(guarded) {
         let policy: PolicyName = serde_json::from_value(serde_json::json!(name)).expect("a built-in policy name");
         let t = Instant::now();
         let filter = compile(&policy).unwrap_or_else(|e| panic!("compiling {name}: {e}"));
+        // The run's guards (docs/seccomp.md): `default` without --share-net has the vsock one.
+        let filter = with_guards(&filter, guards).unwrap_or_else(|e| panic!("guarding {name}: {e}"));
         let compile_us = t.elapsed().as_secs_f64() * 1e6;
         let mut times: Vec<u64> = (0..200).map(|_| install_once(filter.program())).collect();
         assert!(times.iter().all(|&t| t != u64::MAX), "the kernel refused the {name} filter");
         times.sort_unstable();
         println!(
-            "{name:8} {:4} instructions, compiled in {compile_us:7.1} us, install median {:6.1} us, p10 {:6.1} us",
+            "{label:14} {:4} instructions, compiled in {compile_us:7.1} us, install median {:6.1} us, p10 {:6.1} us",
             filter.program().len(),
             times[100] as f64 / 1e3,
             times[20] as f64 / 1e3

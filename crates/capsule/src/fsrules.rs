@@ -29,6 +29,8 @@
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::SpecError;
 use crate::spec::Filesystem;
 
@@ -42,27 +44,81 @@ pub const SECRETS: &[&str] = &[
     "~/.aws",
     "~/.azure",
     "~/.config/gcloud",
+    "~/.boto",
     "~/.kube",
+    "~/.minikube",
     "~/.docker/config.json",
     "~/.netrc",
+    "~/.authinfo",
+    "~/.authinfo.gpg",
     "~/.pki",
     "~/.terraform.d/credentials.tfrc.json",
+    "~/.terraformrc",
     "~/.vault-token",
     "~/.config/rclone",
+    "~/.s3cfg",
+    "~/.passwd-s3fs",
+    "~/.config/doctl",
+    "~/.oci",
+    "~/.config/hcloud",
+    "~/.config/openstack",
+    "~/.databrickscfg",
+    "~/.config/sops",
+    "~/.config/ngrok",
+    "~/.ngrok2",
+    // Database passwords.
+    "~/.pgpass",
+    "~/.my.cnf",
+    "~/.mylogin.cnf",
+    "~/.dbt/profiles.yml",
+    // Mail passwords.
+    "~/.msmtprc",
+    "~/.fetchmailrc",
     // Tokens of developer tools and package registries.
     "~/.git-credentials",
     "~/.config/git/credentials",
     "~/.config/gh/hosts.yml",
     "~/.config/hub",
+    "~/.config/glab-cli",
     "~/.npmrc",
     "~/.yarnrc.yml",
     "~/.pypirc",
+    "~/.config/pip/pip.conf",
+    "~/.pip/pip.conf",
+    "~/.config/pypoetry/auth.toml",
     "~/.gem/credentials",
+    "~/.bundle/config",
     "~/.cargo/credentials.toml",
     "~/.cargo/credentials",
+    "~/.m2/settings.xml",
     "~/.m2/settings-security.xml",
+    "~/.gradle/gradle.properties",
+    "~/.ivy2/.credentials",
+    "~/.sbt/.credentials",
+    "~/.config/composer/auth.json",
+    "~/.composer/auth.json",
+    "~/.nuget/NuGet/NuGet.Config",
     "~/.config/containers/auth.json",
-    // Browser and mail profiles (cookies, saved passwords).
+    // Shell and REPL histories (typed passwords, tokens on command lines).
+    "~/.bash_history",
+    "~/.zsh_history",
+    "~/.zhistory",
+    "~/.histfile",
+    "~/.sh_history",
+    "~/.local/share/fish/fish_history",
+    "~/.local/share/atuin",
+    "~/.python_history",
+    "~/.psql_history",
+    "~/.mysql_history",
+    "~/.sqlite_history",
+    "~/.rediscli_history",
+    "~/.dbshell",
+    "~/.node_repl_history",
+    "~/.irb_history",
+    "~/.lesshst",
+    "~/.viminfo",
+    // Browser and mail profiles (cookies, saved passwords), and chat
+    // clients' sessions.
     "~/.mozilla",
     "~/.thunderbird",
     "~/.config/google-chrome",
@@ -76,6 +132,10 @@ pub const SECRETS: &[&str] = &[
     "~/.var/app/org.mozilla.firefox",
     "~/.var/app/com.google.Chrome",
     "~/.var/app/org.chromium.Chromium",
+    "~/.config/Slack",
+    "~/.config/discord",
+    "~/.config/Signal",
+    "~/.local/share/TelegramDesktop",
     // Keyrings and password managers.
     "~/.local/share/keyrings",
     "~/.local/share/kwalletd",
@@ -133,18 +193,70 @@ pub(crate) enum Action {
     HostReadOnly { path: PathBuf },
 }
 
-/// The caller's home: `$HOME` when it is an absolute path without `..`
-/// (as the client saw it: the supervisor inherits the client's
-/// environment), else the home of `uid` in /etc/passwd.
-pub fn caller_home(uid: u32) -> Option<PathBuf> {
-    if let Some(h) = std::env::var_os("HOME") {
-        let h = PathBuf::from(h);
-        if usable_home(&h) {
-            return Some(h);
-        }
+/// The caller's homes, found once by the supervisor (as the caller, where
+/// NSS works).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Homes {
+    /// What `~` means: `$HOME` when it is an absolute path without `..`
+    /// (as the client saw it: the supervisor inherits the client's
+    /// environment), else the home of the caller's user database entry.
+    pub home: Option<PathBuf>,
+    /// That entry's home when `$HOME` names another directory (CI, `sudo
+    /// -H`): the default secrets are hidden under both.
+    pub passwd: Option<PathBuf>,
+}
+
+impl Homes {
+    /// `home` alone.
+    pub fn at(home: &Path) -> Homes {
+        Homes { home: Some(home.to_path_buf()), passwd: None }
     }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd_home(&passwd, uid)
+
+    /// Where the default secrets are hidden.
+    fn secret_homes(&self) -> impl Iterator<Item = &Path> {
+        self.home.iter().chain(&self.passwd).map(PathBuf::as_path)
+    }
+}
+
+/// The homes of the caller, `uid`: `$HOME` and its user database entry's,
+/// the second only when it is another directory. The entry comes from
+/// /etc/passwd, else from `getent passwd` (NSS: LDAP, sssd): capsule is
+/// linked statically, and NSS modules loaded into a static program crash
+/// it.
+pub fn caller_homes(uid: u32) -> Homes {
+    let env = std::env::var_os("HOME").map(PathBuf::from).filter(|h| usable_home(h));
+    let passwd = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| passwd_home(&text, uid))
+        .or_else(|| getent_home(uid));
+    match (env, passwd) {
+        (Some(env), Some(pw)) if !same_dir(&env, &pw) => Homes { home: Some(env), passwd: Some(pw) },
+        (Some(env), _) => Homes::at(&env),
+        (None, pw) => Homes { home: pw, passwd: None },
+    }
+}
+
+/// The home of `uid` as `getent passwd` (a dynamically linked program, so
+/// NSS works there) tells it; None when it has no entry or cannot run.
+fn getent_home(uid: u32) -> Option<PathBuf> {
+    let getent = ["/usr/bin/getent", "/bin/getent"].into_iter().find(|p| Path::new(p).exists())?;
+    let out = std::process::Command::new(getent)
+        .args(["passwd", &uid.to_string()])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    passwd_home(std::str::from_utf8(&out.stdout).ok()?, uid)
+}
+
+/// Whether two paths are one directory (the same words, or the same
+/// object through a link).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a == b
+        || matches!((std::fs::metadata(a), std::fs::metadata(b)),
+            (Ok(x), Ok(y)) if (x.dev(), x.ino()) == (y.dev(), y.ino()))
 }
 
 fn usable_home(p: &Path) -> bool {
@@ -221,9 +333,11 @@ struct Rule {
 }
 
 /// Normalizes the rules (see the module's documentation) into the ordered
-/// actions; `home` expands `~` and places the default secrets (none are
-/// hidden when it is unknown). Errors name the field.
-pub(crate) fn plan(fs: &Filesystem, home: Option<&Path>, empty_root: bool) -> Result<Vec<Action>, SpecError> {
+/// actions; `homes.home` expands `~`, and the default secrets are hidden
+/// under each of `homes` (none when both are unknown). Errors name the
+/// field.
+pub(crate) fn plan(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Action>, SpecError> {
+    let home = homes.home.as_deref();
     // path -> (kind, where it was given, as written)
     let mut given: HashMap<String, (Kind, String, String)> = HashMap::new();
     for (list, paths) in fs.lists() {
@@ -251,10 +365,16 @@ pub(crate) fn plan(fs: &Filesystem, home: Option<&Path>, empty_root: bool) -> Re
     }
     let rule = |path: String, kind: Kind| Rule { depth: path.matches('/').count(), path, kind };
     let mut rules: Vec<Rule> = given.into_iter().map(|(path, (kind, _, _))| rule(path, kind)).collect();
+    let mut nested_homes = false;
     if fs.hide_secrets {
-        if let Some(home) = home {
+        let explicit = rules.len();
+        let mut done: Vec<String> = Vec::new();
+        for home in homes.secret_homes() {
             let home = expand("filesystem.hide_secrets", Path::new("~"), Some(home))?;
-            let explicit = rules.len();
+            if done.contains(&home) {
+                continue;
+            }
+            nested_homes |= done.iter().any(|d| beneath(&home, d) || beneath(d, &home));
             for s in SECRETS {
                 let path = format!("{home}/{}", &s[2..]);
                 if rules[..explicit].iter().any(|r| r.path == path) {
@@ -268,14 +388,16 @@ pub(crate) fn plan(fs: &Filesystem, home: Option<&Path>, empty_root: bool) -> Re
                 }
                 rules.push(rule(path, Kind::Hide));
             }
+            done.push(home);
         }
     }
     // Parents first; the most specific path is applied last.
     rules.sort_unstable_by(|a, b| a.depth.cmp(&b.depth).then_with(|| a.path.cmp(&b.path)));
     // The nearest rule on a strict parent of each rule (indices are
     // shallower, hence earlier).
-    // (Only the default secrets, the common case: none is beneath another.)
-    let alone = fs.lists().iter().all(|(_, l)| l.is_empty());
+    // (Only the default secrets, the common case: none is beneath another,
+    // unless one home is beneath the other.)
+    let alone = fs.lists().iter().all(|(_, l)| l.is_empty()) && !nested_homes;
     let index: HashMap<&str, usize> =
         if alone { HashMap::new() } else { rules.iter().enumerate().map(|(i, r)| (r.path.as_str(), i)).collect() };
     let parent: Vec<Option<usize>> = rules
@@ -355,13 +477,14 @@ mod tests {
         PathBuf::from(s)
     }
 
-    fn home() -> Option<&'static Path> {
-        Some(Path::new("/home/u"))
+    fn home() -> &'static Homes {
+        static H: std::sync::LazyLock<Homes> = std::sync::LazyLock::new(|| Homes::at(Path::new("/home/u")));
+        &H
     }
 
     #[test]
     fn expansion() {
-        let e = |s: &str| expand("f", Path::new(s), home());
+        let e = |s: &str| expand("f", Path::new(s), home().home.as_deref());
         assert_eq!(e("~").unwrap(), "/home/u");
         assert_eq!(e("~/").unwrap(), "/home/u");
         assert_eq!(e("~/.ssh/").unwrap(), "/home/u/.ssh");
@@ -387,6 +510,11 @@ mod tests {
         assert_eq!(passwd_home(text, 0), Some(p("/root")));
         assert_eq!(passwd_home(text, 7), None, "a relative home is not usable");
         assert_eq!(passwd_home(text, 42), None);
+        // getent agrees with the file for a user the file has.
+        if Path::new("/usr/bin/getent").exists() || Path::new("/bin/getent").exists() {
+            assert_eq!(getent_home(0), passwd_home(&std::fs::read_to_string("/etc/passwd").unwrap(), 0));
+        }
+        assert_eq!(getent_home(0x7fff_fff0), None);
     }
 
     #[test]
@@ -475,6 +603,47 @@ mod tests {
     }
 
     #[test]
+    fn secrets_under_both_homes() {
+        let mut f = fs(&[], &[], &[], &[]);
+        f.hide_secrets = true;
+        let hides = |f: &Filesystem, h: &Homes| -> Vec<PathBuf> {
+            plan(f, h, false)
+                .unwrap()
+                .into_iter()
+                .map(|a| match a {
+                    Hide { path, holes: false } => path,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let two = Homes { home: Some(p("/ci/home")), passwd: Some(p("/home/u")) };
+        let a = hides(&f, &two);
+        assert_eq!(a.len(), 2 * SECRETS.len());
+        for s in ["/ci/home/.ssh", "/home/u/.ssh", "/home/u/.pgpass", "/ci/home/.local/share/fish/fish_history"] {
+            assert!(a.contains(&p(s)), "{s}: {a:?}");
+        }
+        // `~` is $HOME's; a rule for a secret under it leaves the other
+        // home's.
+        f.allow.push(p("~/.ssh"));
+        let a = hides(&f, &two);
+        assert!(!a.contains(&p("/ci/home/.ssh")) && a.contains(&p("/home/u/.ssh")));
+        f.allow.clear();
+        // The same home twice (as written differently) counts once.
+        let same = Homes { home: Some(p("/home/u/")), passwd: Some(p("/home//u")) };
+        assert_eq!(hides(&f, &same).len(), SECRETS.len());
+        // Only the passwd entry's home is known: its secrets.
+        assert_eq!(hides(&f, &Homes { home: None, passwd: Some(p("/home/u")) }).len(), SECRETS.len());
+        // A home beneath a secret of the other: its secrets are already
+        // invisible, and none is covered twice.
+        let nested = Homes { home: Some(p("/home/u/.kube/ci")), passwd: Some(p("/home/u")) };
+        let a = plan(&f, &nested, false).unwrap();
+        assert!(a.contains(&Hide { path: p("/home/u/.kube"), holes: false }));
+        assert!(!a.iter().any(|x| matches!(x, Hide { path, .. } if path.starts_with("/home/u/.kube/ci"))), "{a:?}");
+        let nested = Homes { home: Some(p("/home/u/ci")), passwd: Some(p("/home/u")) };
+        assert_eq!(hides(&f, &nested).len(), 2 * SECRETS.len());
+    }
+
+    #[test]
     fn default_secrets() {
         let mut f = fs(&[], &[], &[], &[]);
         f.hide_secrets = true;
@@ -510,7 +679,7 @@ mod tests {
         f.hide_secrets = false;
         assert_eq!(plan(&f, home(), false).unwrap(), vec![]);
         f.hide_secrets = true;
-        assert_eq!(plan(&f, None, false).unwrap(), vec![]);
+        assert_eq!(plan(&f, &Homes::default(), false).unwrap(), vec![]);
     }
 
     #[test]

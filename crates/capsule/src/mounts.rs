@@ -35,7 +35,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
-use crate::fsrules::{self, Action};
+use crate::fsrules::{self, Action, Homes};
 use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
@@ -420,17 +420,17 @@ fn size_str(n: u64) -> CString {
 impl MountPlan {
     /// Prepares the plan; resolves the bind and `--file` sources in the
     /// supervisor's view, following only the links `me` (the supervisor's
-    /// euid) may follow (`crate::resolve`). `home` is the caller's, for
+    /// euid) may follow (`crate::resolve`). `homes` are the caller's, for
     /// the filesystem rules. `names` collects the paths errors may name.
     /// `layers`: the run's, prepared by `crate::overlay`.
     pub(crate) fn prepare(
         spec: &RunSpec,
         me: u32,
-        home: Option<&Path>,
+        homes: &Homes,
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
     ) -> Result<Self, String> {
-        Self::prepare_at(spec, me, home, names, layers, sys::realtime_coarse_s())
+        Self::prepare_at(spec, me, homes, names, layers, sys::realtime_coarse_s())
     }
 
     /// [`MountPlan::prepare`] at `now` (seconds of CLOCK_REALTIME_COARSE),
@@ -438,7 +438,7 @@ impl MountPlan {
     fn prepare_at(
         spec: &RunSpec,
         me: u32,
-        home: Option<&Path>,
+        homes: &Homes,
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
         now: i64,
@@ -597,12 +597,23 @@ impl MountPlan {
         // missing on the host costs this one lookup and no operation (the
         // default secrets of every run); a PID 1 prepared ahead is used
         // only while the same objects are there (`sources_unchanged`).
-        let actions = fsrules::plan(&spec.filesystem, home, spec.empty_root).map_err(|e| e.to_string())?;
-        let hidden = actions.iter().filter_map(|a| match a {
-            Action::Hide { path, .. } if !shadowed(spec, path) => Some(path.as_path()),
-            _ => None,
-        });
-        let listing = home.and_then(|h| Listing::read(h, hidden));
+        let actions = fsrules::plan(&spec.filesystem, homes, spec.empty_root).map_err(|e| e.to_string())?;
+        let hidden: Vec<&Path> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Hide { path, .. } if !shadowed(spec, path) => Some(path.as_path()),
+                _ => None,
+            })
+            .collect();
+        // Each home listed once; a missing home through its parent (a
+        // passwd home that does not exist then costs no lookup per secret).
+        let listings: Vec<Listing> = [&homes.home, &homes.passwd]
+            .into_iter()
+            .flatten()
+            .filter_map(|h| {
+                Listing::read(h, hidden.iter().copied()).or_else(|| Listing::read(h.parent()?, hidden.iter().copied()))
+            })
+            .collect();
         let mut parents = Parents { list: Vec::new(), now };
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
@@ -610,11 +621,11 @@ impl MountPlan {
             match action {
                 Action::Hide { path, holes } => {
                     if !shadowed(spec, &path) {
-                        let listed_absent = listing.as_ref().is_some_and(|l| l.absent(&path));
-                        let stamp = if listed_absent { None } else { Stamp::of_path(&path) };
+                        let listed = listings.iter().find(|l| l.absent(&path));
+                        let stamp = if listed.is_some() { None } else { Stamp::of_path(&path) };
                         let parent = match stamp {
                             Some(_) => None,
-                            None => parents.vouch(&path, home.filter(|_| listed_absent)),
+                            None => parents.vouch(&path, listed.map(|l| l.dir.as_path())),
                         };
                         sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true, parent });
                         if stamp.is_none() {
@@ -1265,7 +1276,7 @@ mod tests {
         let me = u32::MAX;
         let spec = RunSpec::new(["/bin/true"]);
         // As if prepared a minute from now: every directory has settled.
-        let plan = MountPlan::prepare_at(&spec, me, Some(&home), &mut Vec::new(), None, sys::realtime_coarse_s() + 60)
+        let plan = MountPlan::prepare_at(&spec, me, &Homes::at(&home), &mut Vec::new(), None, sys::realtime_coarse_s() + 60)
             .unwrap();
         let parent_of = |rel: &str| {
             let s = plan.sources.iter().find(|s| s.path == home.join(rel)).expect("a source");
@@ -1309,9 +1320,46 @@ mod tests {
         assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a replaced ~/.cargo goes unnoticed");
         // Prepared now, the directories made above have not settled and
         // vouch for nothing; the check still holds.
-        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert!(plan.parents.iter().any(|p| !p.unchanged()));
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+    }
+
+    #[test]
+    fn a_second_home_is_listed_once() {
+        let base = PathBuf::from(format!("/var/tmp/capsule-mounts-homes-{}", std::process::id()));
+        let _rm = Rm(base.clone());
+        let (home, pw) = (base.join("ci"), base.join("user"));
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(pw.join(".config")).unwrap();
+        std::fs::write(pw.join(".pgpass"), "x").unwrap();
+        let me = u32::MAX;
+        let spec = RunSpec::new(["/bin/true"]);
+        let homes = Homes { home: Some(home.clone()), passwd: Some(pw.clone()) };
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        let h = |p: &Path| p.display().to_string();
+        assert_eq!(dsts(&plan, "hide"), [h(&home.join(".ssh")), h(&pw.join(".pgpass"))]);
+        assert_eq!(plan.sources.iter().filter(|s| s.covered).count(), 2 * fsrules::SECRETS.len());
+        // Missing ones are vouched for by the homes and the passwd home's ~/.config.
+        let dirs: Vec<&Path> = plan.parents.iter().map(|p| p.dir.as_path()).collect();
+        assert_eq!(dirs.len(), 3, "{dirs:?}");
+        assert!(dirs.contains(&home.as_path()) && dirs.contains(&pw.as_path()) && dirs.contains(&pw.join(".config").as_path()));
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+        std::fs::create_dir_all(pw.join(".aws")).unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a new ~/.aws in the passwd home goes unnoticed");
+        // A passwd home that does not exist: its parent vouches for all of
+        // its secrets, one directory.
+        let gone = base.join("gone");
+        let homes = Homes { home: Some(home.clone()), passwd: Some(gone.clone()) };
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), [h(&home.join(".ssh"))]);
+        let gone_parent = |s: &&Source| s.path.starts_with(&gone);
+        let vouching: Vec<Option<u32>> = plan.sources.iter().filter(gone_parent).map(|s| s.parent).collect();
+        assert_eq!(vouching.len(), fsrules::SECRETS.len());
+        assert!(vouching.iter().all(|p| p.is_some_and(|i| plan.parents[i as usize].dir == base)), "{vouching:?}");
+        assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+        std::fs::create_dir_all(gone.join(".ssh")).unwrap();
+        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "the passwd home's ~/.ssh appearing goes unnoticed");
     }
 
     #[test]
@@ -1329,10 +1377,10 @@ mod tests {
         std::fs::create_dir_all(home.join("plain")).unwrap();
         let mut bare = spec.clone();
         bare.filesystem.hide.push(home.join(".ssh/nope"));
-        let plan = MountPlan::prepare(&bare, me, Some(&home.join("plain")), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&bare, me, &Homes::at(&home.join("plain")), &mut Vec::new(), None).unwrap();
         assert!(dsts(&plan, "hide").is_empty() && !plan.needs_scratch);
         // Only the secret that exists is covered, with the scratch's empty directory.
-        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert_eq!(dsts(&plan, "hide"), [h(".ssh")]);
         assert!(plan.needs_scratch);
         // Every secret was looked up once, and is recorded for a PID 1
@@ -1365,11 +1413,11 @@ mod tests {
         std::fs::create_dir_all(home.join(".ssh")).unwrap();
         assert!(!unchanged(true) && !unchanged(false), "a replaced ~/.ssh goes unnoticed");
         std::fs::write(home.join(".netrc"), "x").unwrap();
-        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert_eq!(dsts(&plan, "hide"), [h(".netrc"), h(".ssh")]);
         // Beneath a mount operation the host cannot tell: PID 1 looks.
         spec.mounts.push(MountOp::Tmpfs { dst: home.join(".aws"), size: None, noexec: false });
-        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert_eq!(dsts(&plan, "hide"), [h(".aws"), h(".netrc"), h(".ssh")]);
         // Shown again inside a hidden home: cloned before the cover, at
         // the path it resolved to; a missing one costs nothing.
@@ -1377,18 +1425,18 @@ mod tests {
         spec.filesystem.hide.push("~".into());
         spec.filesystem.allow.extend(["~/proj/src".into(), "~/gone".into()]);
         spec.filesystem.writable.push("~/proj".into());
-        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert_eq!(dsts(&plan, "hide"), [home.display().to_string()]);
         assert_eq!(dsts(&plan, "bind"), [h("proj")]);
         assert_eq!(dsts(&plan, "save"), Vec::<String>::new(), "an allow beneath a writable path is already visible");
         spec.filesystem.writable.clear();
-        let plan = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert_eq!(dsts(&plan, "save"), [h("proj/src")]);
         assert_eq!(dsts(&plan, "reveal"), [h("proj/src")]);
         assert_eq!(plan.saved.len(), 2);
         // A missing writable path is an error naming it.
         spec.filesystem.writable.push("~/nope".into());
-        let e = MountPlan::prepare(&spec, me, Some(&home), &mut Vec::new(), None).err().unwrap();
+        let e = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).err().unwrap();
         assert!(e.contains("filesystem.writable") && e.contains(&h("nope")), "{e}");
     }
 

@@ -873,6 +873,9 @@ const BPF_ALU: u16 = 0x04;
 const BPF_JMP: u16 = 0x05;
 const BPF_JA: u16 = 0x05;
 const BPF_JEQ_K: u16 = 0x15;
+const BPF_JSET_K: u16 = 0x45;
+const BPF_JGE_K: u16 = 0x35;
+const BPF_JGT_K: u16 = 0x25;
 const BPF_RET_K: u16 = 0x06;
 const BPF_RET_A: u16 = 0x16;
 
@@ -1108,15 +1111,27 @@ pub(crate) fn is_net_log(program: &[libc::sock_filter], from: u32, data: &[u8; 6
 /// errno, its `kill`) stays: the policy wins. A jump replaces a `ret` one
 /// for one, so the policy's own jumps keep their targets.
 pub fn with_net_log(filter: &Filter) -> Result<Filter, PolicyError> {
+    let (program, n) = extend_passes(filter, "the network log", net_log_epilogue)?;
+    Ok(Filter { program, notify: true, net_log_from: n as u32 })
+}
+
+/// `filter`'s program (empty: `allow` everything) with every `ret` of an
+/// `allow` or `log` action replaced by a jump to `epilogue(action)`,
+/// appended once per such action; and where the epilogues start.
+fn extend_passes(
+    filter: &Filter,
+    what: &str,
+    epilogue: impl Fn(u32) -> Result<Vec<libc::sock_filter>, PolicyError>,
+) -> Result<(Vec<libc::sock_filter>, usize), PolicyError> {
     let ret = |k: u32| libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k };
     let mut program = if filter.program.is_empty() { vec![ret(RET_ALLOW)] } else { filter.program.clone() };
     let n = program.len();
     let mut passes: Vec<u32> = Vec::new();
     for i in &program {
         if i.code == BPF_RET_A {
-            return Err(PolicyError::Invalid(
-                "the network log cannot extend a filter whose action is computed (BPF ret A)".into(),
-            ));
+            return Err(PolicyError::Invalid(format!(
+                "{what} cannot extend a filter whose action is computed (BPF ret A)"
+            )));
         }
         let action = i.k & RET_ACTION_FULL;
         if i.code == BPF_RET_K && (action == RET_ALLOW || action == RET_LOG) && !passes.contains(&i.k) {
@@ -1126,7 +1141,7 @@ pub fn with_net_log(filter: &Filter) -> Result<Filter, PolicyError> {
     let mut starts = Vec::new();
     for &k in &passes {
         starts.push((k, program.len()));
-        program.extend(net_log_epilogue(k)?);
+        program.extend(epilogue(k)?);
     }
     for (at, i) in program.iter_mut().enumerate().take(n) {
         if i.code != BPF_RET_K {
@@ -1139,11 +1154,11 @@ pub fn with_net_log(filter: &Filter) -> Result<Filter, PolicyError> {
     // BPF_MAXINSNS.
     if program.len() > 4096 {
         return Err(PolicyError::Invalid(format!(
-            "with the network log the filter has {} instructions; the kernel takes at most 4096",
+            "with {what} the filter has {} instructions; the kernel takes at most 4096",
             program.len()
         )));
     }
-    Ok(Filter { program, notify: true, net_log_from: n as u32 })
+    Ok((program, n))
 }
 
 /// The epilogue of [`with_net_log`] for a policy's action `pass` (`allow`
@@ -1196,13 +1211,204 @@ fn net_log_epilogue(pass: u32) -> Result<Vec<libc::sock_filter>, PolicyError> {
     assemble(&code).map_err(PolicyError::Invalid)
 }
 
-/// A tiny assembler for the epilogue: labels instead of jump offsets (""
+// ---------------------------------------------------------------- the run's guards
+
+/// What a run adds to its policy's filter for the limits it asked for
+/// (docs/seccomp.md, "The run's guards"): calls that would get around them
+/// fail, wherever the policy would let them run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Guards {
+    /// A TCP port rule is set: MPTCP and SMC sockets reach TCP services,
+    /// and Landlock's port rules cover IPPROTO_TCP only.
+    pub ports: bool,
+    /// The run has a network of its own and a policy: AF_VSOCK is not
+    /// namespaced (host and hypervisor ports).
+    pub vsock: bool,
+    /// An output limit is set: RLIMIT_FSIZE does not cover blocks
+    /// allocated beyond the size (`fallocate` keeping it).
+    pub keep_size: bool,
+}
+
+impl Guards {
+    /// The guards of a run: port rules and the output limit under every
+    /// policy (`none` too: the user asked for them), AF_VSOCK under every
+    /// policy but `none`, unless the run shares the host's network.
+    pub fn of(spec: &crate::spec::RunSpec) -> Guards {
+        Guards {
+            ports: spec.tcp_connect.is_some() || spec.tcp_bind.is_some(),
+            vsock: !spec.share_net && spec.seccomp != PolicyName::None,
+            keep_size: spec.limits.output_limit.is_some(),
+        }
+    }
+
+    pub fn any(self) -> bool {
+        self.ports || self.vsock || self.keep_size
+    }
+}
+
+const AF_INET: u32 = 2;
+const AF_INET6: u32 = 10;
+const AF_VSOCK: u32 = 40;
+const AF_SMC: u32 = 43;
+/// SMC over an AF_INET socket (Linux 6.11).
+const IPPROTO_SMC: u32 = 256;
+const IPPROTO_MPTCP: u32 = 262;
+const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
+/// `FS_IOC_RESVSP` and `FS_IOC_RESVSP64`: `fallocate(FALLOC_FL_KEEP_SIZE)`
+/// by ioctl on any filesystem, native and i386 (`_32`: a 44-byte struct).
+const FS_IOC_RESVSP: [u32; 4] = [0x4030_5828, 0x4030_582a, 0x402c_5828, 0x402c_582a];
+const NR_SOCKET: u32 = 41;
+const NR_IOCTL: u32 = 16;
+const NR_X32_IOCTL: u32 = X32 | 514;
+const NR_FALLOCATE: u32 = 285;
+/// io_uring_setup, io_uring_enter, io_uring_register: the same numbers in
+/// every ABI.
+const NR_IO_URING: [u32; 3] = [425, 426, 427];
+const NR_I386_IOCTL: u32 = 54;
+const NR_I386_SOCKET: u32 = 359;
+const NR_I386_FALLOCATE: u32 = 324;
+const SYS_SOCKET: u32 = 1;
+
+/// `filter` (a compiled policy; empty for `none`) with the run's guards:
+/// every `ret` of the policy's program whose action is `allow` or `log`
+/// becomes a jump to an epilogue that refuses what the guards name and
+/// returns the policy's action for the rest (as [`with_net_log`]: the
+/// policy's errno and `kill` stay). Apply before the network log. With no
+/// guard, `filter` itself.
+pub fn with_guards(filter: &Filter, guards: Guards) -> Result<Filter, PolicyError> {
+    if !guards.any() {
+        return Ok(filter.clone());
+    }
+    let (program, _) = extend_passes(filter, "the run's guards", |k| guards_epilogue(k, guards))?;
+    Ok(Filter { program, notify: filter.notify, net_log_from: filter.net_log_from })
+}
+
+/// The epilogue of [`with_guards`] for a policy's action `pass`. Most
+/// calls pass it after a few comparisons of their number alone (every
+/// syscall goes through it when the kernel fills its action cache, at each
+/// install); only `socket`, `fallocate`, `ioctl` and i386 `socketcall`
+/// have their arguments read, so every other call stays cacheable.
+fn guards_epilogue(pass: u32, g: Guards) -> Result<Vec<libc::sock_filter>, PolicyError> {
+    use Asm::*;
+    const NEXT: &str = "";
+    let args_lo = |i: u32| 16 + 8 * i;
+    let errno = |e: i32| 0x0005_0000 | e as u32;
+    let (sockets, keep) = (g.ports || g.vsock, g.keep_size);
+    let mut c = Vec::new();
+    // The number first: the guarded ones of every ABI, split by ranges;
+    // each goes on to check its ABI.
+    c.extend([Ld(0), Jge(NR_FALLOCATE, "high", NEXT), Jge(NR_I386_IOCTL, "low2", NEXT)]);
+    if keep {
+        c.push(Jeq(NR_IOCTL, "native_ioctl", NEXT));
+    }
+    if sockets {
+        c.push(Jeq(NR_SOCKET, "native_socket", NEXT));
+    }
+    c.extend([Ret(pass), Label("low2")]);
+    if keep {
+        c.push(Jeq(NR_I386_IOCTL, "i386_ioctl", NEXT));
+    }
+    if sockets {
+        c.push(Jeq(NR_I386_SOCKETCALL, "i386_socketcall", NEXT));
+    }
+    c.extend([Ret(pass), Label("high"), Jge(NR_IO_URING[0], "higher", NEXT)]);
+    if keep {
+        c.extend([Jeq(NR_FALLOCATE, "native_fallocate", NEXT), Jeq(NR_I386_FALLOCATE, "i386_fallocate", NEXT)]);
+    }
+    if sockets {
+        c.push(Jeq(NR_I386_SOCKET, "i386_socket", NEXT));
+    }
+    // io_uring: the same numbers in every ABI.
+    c.extend([Ret(pass), Label("higher"), Jge(X32, "x32", NEXT), Jgt(NR_IO_URING[2], "pass", "enosys"), Label("x32")]);
+    if keep {
+        c.extend([Jeq(NR_X32_IOCTL, "native_ioctl", NEXT), Jeq(X32 | NR_FALLOCATE, "native_fallocate", NEXT)]);
+    }
+    if sockets {
+        c.push(Jeq(X32 | NR_SOCKET, "native_socket", NEXT));
+    }
+    c.extend([Jge(X32 | NR_IO_URING[0], NEXT, "pass"), Jgt(X32 | NR_IO_URING[2], "pass", "enosys")]);
+    // The ABI of a guarded number (x32 calls are AUDIT_ARCH_X86_64).
+    let mut abi = |label: &'static str, arch: u32, to: &'static str| {
+        c.extend([Label(label), Ld(4), Jeq(arch, to, "pass")]);
+    };
+    if keep {
+        abi("native_ioctl", AUDIT_ARCH_X86_64, "ioctl");
+        abi("i386_ioctl", AUDIT_ARCH_I386, "ioctl");
+        abi("native_fallocate", AUDIT_ARCH_X86_64, "fallocate");
+        abi("i386_fallocate", AUDIT_ARCH_I386, "fallocate");
+    }
+    if sockets {
+        abi("native_socket", AUDIT_ARCH_X86_64, "socket");
+        abi("i386_socket", AUDIT_ARCH_I386, "socket");
+        abi("i386_socketcall", AUDIT_ARCH_I386, "socketcall");
+        // socket(family, type, protocol): `int`s, the low 32 bits count.
+        c.extend([Label("socket"), Ld(args_lo(0))]);
+        if g.vsock {
+            c.push(Jeq(AF_VSOCK, "eafnosupport", NEXT));
+        }
+        if g.ports {
+            c.extend([
+                Jeq(AF_SMC, "eafnosupport", NEXT),
+                Jeq(AF_INET, "protocol", NEXT),
+                Jeq(AF_INET6, "protocol", "pass"),
+                Label("protocol"),
+                Ld(args_lo(2)),
+                Jeq(IPPROTO_MPTCP, "eprotonosupport", NEXT),
+                Jeq(IPPROTO_SMC, "eprotonosupport", NEXT),
+            ]);
+        }
+        // socketcall(SYS_SOCKET, args): the family is in memory, out of
+        // the filter's sight.
+        c.extend([Ret(pass), Label("socketcall"), Ld(args_lo(0)), Jeq(SYS_SOCKET, "eafnosupport", "pass")]);
+    }
+    if keep {
+        // fallocate(fd, mode, ...): KEEP_SIZE allocates past the size,
+        // except punching a hole, which frees; INSERT_RANGE grows the size
+        // without the RLIMIT_FSIZE check.
+        c.extend([
+            Label("fallocate"),
+            Ld(args_lo(1)),
+            Jset(FALLOC_FL_INSERT_RANGE, "eopnotsupp", NEXT),
+            Jset(FALLOC_FL_KEEP_SIZE, NEXT, "pass"),
+            Jeq(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, "pass", "eopnotsupp"),
+            Label("ioctl"),
+            Ld(args_lo(1)),
+        ]);
+        for cmd in FS_IOC_RESVSP {
+            c.push(Jeq(cmd, "eopnotsupp", NEXT));
+        }
+        c.push(Ret(pass));
+    }
+    c.extend([
+        Label("enosys"),
+        Ret(errno(libc::ENOSYS)),
+        Label("eafnosupport"),
+        Ret(errno(libc::EAFNOSUPPORT)),
+        Label("eprotonosupport"),
+        Ret(errno(libc::EPROTONOSUPPORT)),
+        Label("eopnotsupp"),
+        Ret(errno(libc::EOPNOTSUPP)),
+        Label("pass"),
+        Ret(pass),
+    ]);
+    assemble(&c).map_err(PolicyError::Invalid)
+}
+
+/// A tiny assembler for the epilogues: labels instead of jump offsets (""
 /// is the next instruction).
 enum Asm {
     /// A = the 32-bit word at this offset of `struct seccomp_data`.
     Ld(u32),
     /// if A == k goto t else goto f.
     Jeq(u32, &'static str, &'static str),
+    /// if A & k != 0 goto t else goto f.
+    Jset(u32, &'static str, &'static str),
+    /// if A >= k goto t else goto f.
+    Jge(u32, &'static str, &'static str),
+    /// if A > k goto t else goto f.
+    Jgt(u32, &'static str, &'static str),
     Ret(u32),
     Label(&'static str),
 }
@@ -1230,6 +1436,9 @@ fn assemble(code: &[Asm]) -> Result<Vec<libc::sock_filter>, String> {
             Asm::Label(_) => {}
             Asm::Ld(off) => out.push(libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: *off }),
             Asm::Jeq(k, t, f) => out.push(libc::sock_filter { code: BPF_JEQ_K, jt: target(t)?, jf: target(f)?, k: *k }),
+            Asm::Jset(k, t, f) => out.push(libc::sock_filter { code: BPF_JSET_K, jt: target(t)?, jf: target(f)?, k: *k }),
+            Asm::Jge(k, t, f) => out.push(libc::sock_filter { code: BPF_JGE_K, jt: target(t)?, jf: target(f)?, k: *k }),
+            Asm::Jgt(k, t, f) => out.push(libc::sock_filter { code: BPF_JGT_K, jt: target(t)?, jf: target(f)?, k: *k }),
             Asm::Ret(k) => out.push(libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: *k }),
         }
     }
@@ -1734,6 +1943,86 @@ mod tests {
         assert_eq!(net(&f, x, nr("read"), [0; 6]), ALLOWED);
         // Two epilogues (allow and log), each jumped to from the policy.
         assert!(f.program.iter().filter(|i| i.code == BPF_RET_K && i.k == RET_USER_NOTIF).count() >= 2);
+    }
+
+    #[test]
+    fn guards_refuse_what_gets_around_the_limits() {
+        let all = Guards { ports: true, vsock: true, keep_size: true };
+        let (x, i386) = (AUDIT_ARCH_X86_64, AUDIT_ARCH_I386);
+        let (eaf, eproto, eop, enosys) = (
+            ret_errno(libc::EAFNOSUPPORT),
+            ret_errno(libc::EPROTONOSUPPORT),
+            ret_errno(libc::EOPNOTSUPP),
+            ret_errno(libc::ENOSYS),
+        );
+        // `none`: a filter of the guards alone, every ABI.
+        let f = with_guards(&compile(&PolicyName::None).unwrap(), all).unwrap();
+        assert!(!f.notify && f.program.len() < 128, "{f:?}");
+        for abi in [0, X32] {
+            let nr = |n: i32| abi as i32 | n;
+            let sock = |a: [u64; 6]| run(&f.program, x, nr(41), a);
+            assert_eq!(sock([2, 1, 262, 0, 0, 0]), eproto);
+            assert_eq!(sock([10, 0x80801, 0x1_0000_0106, 0, 0, 0]), eproto);
+            assert_eq!(sock([2, 1, 256, 0, 0, 0]), eproto);
+            assert_eq!(sock([43, 1, 0, 0, 0, 0]), eaf);
+            assert_eq!(sock([0xffff_0000_0000_0028, 1, 0, 0, 0, 0]), eaf);
+            assert_eq!(sock([2, 1, 0, 0, 0, 0]), RET_ALLOW);
+            assert_eq!(sock([2, 1, 6, 0, 0, 0]), RET_ALLOW);
+            assert_eq!(sock([1, 1, 0, 0, 0, 0]), RET_ALLOW);
+            let fall = |mode: u64| run(&f.program, x, nr(285), [3, mode, 0, 1 << 30, 0, 0]);
+            assert_eq!(fall(0), RET_ALLOW);
+            assert_eq!(fall(3), RET_ALLOW, "punching a hole frees blocks");
+            for mode in [1, 0x11, 0x81, 0x5, 0x20, 0x1_0000_0001] {
+                assert_eq!(fall(mode), eop, "{mode:#x}");
+            }
+            assert_eq!(run(&f.program, x, nr(425), [0; 6]), enosys);
+        }
+        assert_eq!(run(&f.program, x, 16, [3, 0x4030_582a, 0, 0, 0, 0]), eop);
+        assert_eq!(run(&f.program, x, X32 as i32 | 514, [3, 0x402c_5828, 0, 0, 0, 0]), eop);
+        assert_eq!(run(&f.program, x, 16, [3, 0x4030_5829, 0, 0, 0, 0]), RET_ALLOW, "FS_IOC_UNRESVSP frees");
+        assert_eq!(run(&f.program, x, 16, [0, 0x5401, 0, 0, 0, 0]), RET_ALLOW);
+        // i386: direct socket by its arguments, socketcall(SYS_SOCKET)
+        // whatever they are (in memory), fallocate, ioctl, io_uring.
+        assert_eq!(run(&f.program, i386, 359, [40, 1, 0, 0, 0, 0]), eaf);
+        assert_eq!(run(&f.program, i386, 359, [1, 1, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&f.program, i386, 102, [1, 0x8000, 0, 0, 0, 0]), eaf);
+        assert_eq!(run(&f.program, i386, 102, [3, 0x8000, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&f.program, i386, 324, [3, 1, 0, 0, 0, 0]), eop);
+        assert_eq!(run(&f.program, i386, 54, [3, 0x402c_582a, 0, 0, 0, 0]), eop);
+        assert_eq!(run(&f.program, i386, 425, [0; 6]), enosys);
+        assert_eq!(run(&f.program, 0xc000_00b7, 41, [40, 1, 0, 0, 0, 0]), RET_ALLOW);
+        // Each guard alone refuses only its own.
+        let only = |g: Guards| with_guards(&compile(&PolicyName::Default).unwrap(), g).unwrap();
+        let vsock = only(Guards { vsock: true, ..Guards::default() });
+        assert_eq!(native(&vsock, "socket", [40, 1, 0, 0, 0, 0]), eaf);
+        assert_eq!(native(&vsock, "socket", [2, 1, 262, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&vsock, "fallocate", [3, 1, 0, 0, 0, 0]), RET_ALLOW);
+        let ports = only(Guards { ports: true, ..Guards::default() });
+        assert_eq!(native(&ports, "socket", [40, 1, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&ports, "socket", [2, 1, 262, 0, 0, 0]), eproto);
+        let keep = only(Guards { keep_size: true, ..Guards::default() });
+        assert_eq!(native(&keep, "socket", [40, 1, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(native(&keep, "fallocate", [3, 1, 0, 0, 0, 0]), eop);
+        // The policy's own verdicts stay (default's errnos, strict's kill),
+        // other calls keep the action cache, the tracee's epilogue passes.
+        let d = only(all);
+        assert_eq!(native(&d, "keyctl", [0; 6]), ret_errno(libc::EPERM));
+        assert_eq!(native(&d, "ioctl", [0, 0x5412, 0, 0, 0, 0]), ret_errno(libc::EPERM));
+        assert_eq!(run(&d.program, i386, 359, [2, 1, 0, 0, 0, 0]), enosys);
+        assert_cacheable(&d, &["read", "write", "openat", "connect", "keyctl", "mmap"]);
+        assert!(allows_tracee_epilogue(&d.program));
+        let s = with_guards(&compile(&PolicyName::Strict).unwrap(), all).unwrap();
+        assert!(s.notify);
+        assert_eq!(native(&s, "socket", [40, 1, 0, 0, 0, 0]), RET_NOTIFY);
+        assert_eq!(native(&s, "read", [0; 6]), RET_ALLOW);
+        // No guard: the policy's filter as it is; with the network log on
+        // top, both hold.
+        let plain = compile(&PolicyName::Default).unwrap();
+        assert_eq!(only(Guards::default()).program.len(), plain.program.len());
+        let l = with_net_log(&d).unwrap();
+        assert_eq!(net(&l, x, nr("socket"), [40, 1, 0, 0, 0, 0]), (eaf, false));
+        assert_eq!(net(&l, x, nr("connect"), [3, 0, 16, 0, 0, 0]), LOGGED);
+        assert_eq!(net(&l, x, nr("socket"), [2, 1, 0, 0, 0, 0]), ALLOWED);
     }
 
     #[test]

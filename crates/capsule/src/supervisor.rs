@@ -48,7 +48,7 @@ use crate::relay::{Capture, Collect, Feed, Relay};
 use crate::result::{signal_name, Accounting, InteractResult, RunResult, Side, Status};
 use crate::rlimits::{self, Rlimit};
 use crate::sandbox::Config;
-use crate::seccomp::{Filter, PolicyName};
+use crate::seccomp::{Filter, Guards, PolicyName};
 use crate::serve::{self, Line, LineReader, LineRequest};
 use crate::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
 use crate::sys::{self, Arena};
@@ -86,7 +86,7 @@ pub struct Supervisor {
     net: Net,
     self_pidfd: OwnedFd,
     last_cap: u32,
-    /// Seccomp filters compiled so far, one per policy.
+    /// Seccomp filters compiled so far, one per policy, guards and network log.
     filters: Filters,
     /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
     fusectl: Option<OwnedFd>,
@@ -104,9 +104,9 @@ pub struct Supervisor {
     affinity: Option<libc::cpu_set_t>,
     /// The kernel's Landlock ABI version (0: none), probed once.
     landlock_abi: u32,
-    /// The caller's home (`~` of the filesystem rules, the default
-    /// secrets), found once; None when unknown.
-    home: Option<std::path::PathBuf>,
+    /// The caller's homes (`~` of the filesystem rules, where the default
+    /// secrets are), found once.
+    home: crate::fsrules::Homes,
 }
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -237,7 +237,7 @@ struct Prelude {
     config: Config,
     host_uid: u32,
     host_gid: u32,
-    home: Option<PathBuf>,
+    home: crate::fsrules::Homes,
     cgroups: Option<cgroups::InstanceState>,
     cgroup_note: String,
     self_pidfd: RawFd,
@@ -668,7 +668,7 @@ impl Supervisor {
         }
         let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
         // In the host's user namespace, where the euid is the caller's.
-        let home = crate::fsrules::caller_home(sys::geteuid());
+        let home = crate::fsrules::caller_homes(sys::geteuid());
         // cgroups first, as the plain user in the host's namespaces.
         let found = cgroups::discover(&config.cgroup);
         let (cgroups, cgroup_note) = match &found.base {
@@ -913,7 +913,7 @@ impl Supervisor {
         // view: PID 1 mounts and copies what the descriptors refer to.
         // Layers first: their directories are created and locked here.
         let layers = crate::overlay::prepare(spec)?;
-        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), self.home.as_deref(), &mut names, layers.as_ref())?;
+        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &self.home, &mut names, layers.as_ref())?;
         mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
         let sources = std::mem::take(&mut mounts.sources);
         let parents = std::mem::take(&mut mounts.parents);
@@ -1280,9 +1280,11 @@ impl Supervisor {
 /// request carries only the policy's name).
 #[derive(Default)]
 struct Filters {
-    /// Policy, with the network log, file version, filter.
-    compiled: Vec<(PolicyName, bool, Option<FileStamp>, Rc<SealedFilter>)>,
+    compiled: Vec<(FilterKey, Option<FileStamp>, Rc<SealedFilter>)>,
 }
+
+/// Policy, the run's guards, with the network log.
+type FilterKey = (PolicyName, Guards, bool);
 
 /// What identifies a version of a policy file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1295,24 +1297,29 @@ struct FileStamp {
 }
 
 impl Filters {
-    /// The filter of policy `name`, with the network log when `net_log`
-    /// (`seccomp::with_net_log`), compiled on first use.
-    fn get(&mut self, name: &PolicyName, net_log: bool) -> Result<Rc<SealedFilter>, String> {
+    /// The filter of `spec`'s policy with its guards (`seccomp::with_guards`)
+    /// and, when `net_log`, the network log (`seccomp::with_net_log`),
+    /// compiled on first use.
+    fn get(&mut self, spec: &RunSpec) -> Result<Rc<SealedFilter>, String> {
+        let (name, guards) = (&spec.seccomp, Guards::of(spec));
         let stamp = Self::stamp(name)?;
-        match self.find(name, net_log, stamp) {
+        match self.find(name, guards, spec.net_log, stamp) {
             Some(f) => Ok(f),
-            None => self.compile(name, net_log, stamp),
+            None => self.compile(name, guards, spec.net_log, stamp),
         }
     }
 
-    /// The filter of policy `name` if it is compiled already (and, for a
-    /// policy file, the file has not changed since).
-    fn compiled(&self, name: &PolicyName, net_log: bool) -> Result<Option<Rc<SealedFilter>>, String> {
-        Ok(self.find(name, net_log, Self::stamp(name)?))
+    /// The filter of `spec` if it is compiled already (and, for a policy
+    /// file, the file has not changed since).
+    fn compiled(&self, spec: &RunSpec) -> Result<Option<Rc<SealedFilter>>, String> {
+        Ok(self.find(&spec.seccomp, Guards::of(spec), spec.net_log, Self::stamp(&spec.seccomp)?))
     }
 
-    fn find(&self, name: &PolicyName, net_log: bool, stamp: Option<FileStamp>) -> Option<Rc<SealedFilter>> {
-        self.compiled.iter().find(|(n, l, s, _)| n == name && *l == net_log && *s == stamp).map(|c| c.3.clone())
+    fn find(&self, name: &PolicyName, guards: Guards, net_log: bool, stamp: Option<FileStamp>) -> Option<Rc<SealedFilter>> {
+        self.compiled
+            .iter()
+            .find(|((n, g, l), s, _)| n == name && *g == guards && *l == net_log && *s == stamp)
+            .map(|c| c.2.clone())
     }
 
     /// What identifies the version of a policy file (None: a built-in).
@@ -1335,8 +1342,15 @@ impl Filters {
     }
 
     /// Compiles policy `name` (replacing an older version of its file).
-    fn compile(&mut self, name: &PolicyName, net_log: bool, stamp: Option<FileStamp>) -> Result<Rc<SealedFilter>, String> {
+    fn compile(
+        &mut self,
+        name: &PolicyName,
+        guards: Guards,
+        net_log: bool,
+        stamp: Option<FileStamp>,
+    ) -> Result<Rc<SealedFilter>, String> {
         let mut filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
+        filter = crate::seccomp::with_guards(&filter, guards).map_err(|e| format!("seccomp policy {name}: {e}"))?;
         if net_log {
             filter = crate::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
         }
@@ -1344,10 +1358,10 @@ impl Filters {
             .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
         // A changed file replaces its old version (runs prepared with the
         // old one are no longer used: see `start`).
-        self.compiled.retain(|(n, l, _, _)| !(n == name && *l == net_log));
+        self.compiled.retain(|((n, g, l), _, _)| !(n == name && *g == guards && *l == net_log));
         let early = crate::seccomp::allows_tracee_epilogue(&filter.program);
         let sealed = Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early });
-        self.compiled.push((name.clone(), net_log, stamp, sealed.clone()));
+        self.compiled.push(((name.clone(), guards, net_log), stamp, sealed.clone()));
         Ok(sealed)
     }
 }
@@ -1626,7 +1640,7 @@ impl Loop {
         let shape = sup.shape(&req.spec);
         // The policy as it is now (a policy file may have changed since a
         // spare was prepared with it).
-        let filter = match sup.filters.compiled(&req.spec.seccomp, req.spec.net_log) {
+        let filter = match sup.filters.compiled(&req.spec) {
             Ok(f) => f,
             Err(msg) => return self.reply(req, RunResult::error(msg)),
         };
@@ -1664,7 +1678,7 @@ impl Loop {
         // policy) is compiled now, while the fresh PID 1 builds the sandbox
         // on another CPU; `go` copies it into the arena.
         if filter.is_none() {
-            if let Err(msg) = sup.filters.get(&req.spec.seccomp, req.spec.net_log).map(|f| p.late_filter = Some(f)) {
+            if let Err(msg) = sup.filters.get(&req.spec).map(|f| p.late_filter = Some(f)) {
                 kill_prepared(&p);
                 self.zombies.push(p);
                 return self.reply(req, RunResult::error(msg));
@@ -2002,7 +2016,7 @@ impl Loop {
         let most = if self.agent.is_some() { 2 } else { sup.config.parallel };
         while !held && self.queue.is_empty() && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
-            match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
+            match sup.filters.get(spec).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
                 Ok(p) => self.spares.push(p),
                 Err(_) => {
                     // The next request of this shape reports the error itself.
@@ -2560,7 +2574,7 @@ mod tests {
             config,
             host_uid: 1000,
             host_gid: 1001,
-            home: Some(PathBuf::from("/home/u")),
+            home: crate::fsrules::Homes { home: Some(PathBuf::from("/home/u")), passwd: Some(PathBuf::from("/home/p")) },
             cgroups: None,
             cgroup_note: "none here".into(),
             self_pidfd: 7,
@@ -2570,7 +2584,8 @@ mod tests {
         let h: Handoff = serde_json::from_slice(&data).unwrap();
         assert_eq!(h.prelude.config.parallel, 3);
         assert_eq!((h.prelude.host_uid, h.prelude.host_gid, h.prelude.self_pidfd), (1000, 1001, 7));
-        assert_eq!(h.prelude.home.as_deref(), Some(Path::new("/home/u")));
+        assert_eq!(h.prelude.home.home.as_deref(), Some(Path::new("/home/u")));
+        assert_eq!(h.prelude.home.passwd.as_deref(), Some(Path::new("/home/p")));
         assert_eq!(h.prelude.cgroup_note, "none here");
         assert_eq!(h.job.fds(), vec![9]);
         assert!(matches!(h.job, Job::Lines { listener: Some((9, ref p)), witness: 12 } if p == Path::new("/run/x.sock")));
