@@ -894,16 +894,21 @@ fn reap_next(r: &Reaper) -> Option<(i32, i32)> {
     }
 }
 
-/// Aborts the FUSE connections mounted in the namespaces of the run's
-/// remaining processes, through fusectl's `abort` files (the caller owns
-/// the connections of the mounts its sandboxes make). A process that exits
-/// with a file of a FUSE mount open sends FLUSH and waits for the answer
-/// without any signal able to end the wait; if the server is gone but the
-/// device is still open, e.g. later in that very process's descriptor
-/// table, nothing else ever ends it and the run would never finish.
-/// Aborting fails the pending requests (ENOTCONN) and the exit goes on.
-/// Only the run's own connections are touched: those its processes'
-/// mount tables show. No allocation: PID 1 runs this.
+/// Aborts the FUSE connections the program mounted, in the namespaces of
+/// the run's remaining processes, through fusectl's `abort` files (the
+/// caller owns the connections of the mounts its sandboxes make). A
+/// process that exits with a file of a FUSE mount open sends FLUSH and
+/// waits for the answer without any signal able to end the wait; if the
+/// server is gone but the device is still open, e.g. later in that very
+/// process's descriptor table, nothing else ever ends it and the run would
+/// never finish. Aborting fails the pending requests (ENOTCONN) and the
+/// exit goes on. A connection that PID 1's own mount table shows is left
+/// alone: that namespace is the run's, where the program cannot mount
+/// (it has no capability over its owner), so its FUSE mounts are the
+/// user's host mounts (sshfs, rclone: the same superblocks, copied in
+/// with the tree) and capsule's fuse-overlayfs; and they cannot be
+/// unmounted from it while PID 1 lives, so their numbers are not reused
+/// by a mount of the program. No allocation: PID 1 runs this.
 fn abort_fuse(r: &Reaper) {
     if r.fusectl < 0 {
         return;
@@ -924,20 +929,42 @@ fn abort_fuse(r: &Reaper) {
 
 /// `abort_fuse` for the mount table of one process (`pid`, digits).
 fn abort_fuse_of(r: &Reaper, pid: &[u8]) {
+    for_each_fuse_conn(r.proc, pid, &mut |conn| {
+        let mut own = false;
+        for_each_fuse_conn(r.proc, b"1", &mut |c| {
+            own = c == conn;
+            !own
+        });
+        if !own {
+            abort_conn(r, conn);
+        }
+        true
+    });
+}
+
+/// Calls `f` with the FUSE connection of each `fuse`, `fuse.*` or
+/// `fuseblk` mount in `pid`'s mount table (the run's procfs), until it
+/// returns false. A connection is fusectl's directory named after the
+/// superblock's device number (the kernel's encoding, major << 20 | minor).
+fn for_each_fuse_conn(proc: RawFd, pid: &[u8], f: &mut dyn FnMut(u64) -> bool) {
     let mut at = [0u8; 48];
     let Some(path) = join(&mut at, &[pid, b"/mountinfo"]) else { return };
-    let Ok(f) = sys::openat(r.proc, path, libc::O_RDONLY, 0) else { return };
+    let Ok(file) = sys::openat(proc, path, libc::O_RDONLY, 0) else { return };
     let mut buf = [0u8; 16384];
     let mut have = 0;
     loop {
-        let n = match sys::read(f.as_raw_fd(), &mut buf[have..]) {
+        let n = match sys::read(file.as_raw_fd(), &mut buf[have..]) {
             Ok(n) => n,
             Err(_) => return,
         };
         have += n;
         let mut start = 0;
         while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
-            abort_fuse_line(r, &buf[start..start + nl]);
+            if let Some(conn) = fuse_conn(&buf[start..start + nl]) {
+                if !f(conn) {
+                    return;
+                }
+            }
             start += nl + 1;
         }
         buf.copy_within(start..have, 0);
@@ -950,23 +977,24 @@ fn abort_fuse_of(r: &Reaper, pid: &[u8]) {
     }
 }
 
-/// One mountinfo line: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS ... -
-/// FSTYPE SOURCE SUPEROPTIONS`. A `fuse`, `fuse.*` or `fuseblk` mount's
-/// connection is fusectl's directory named after the superblock's device
-/// number (the kernel's encoding, major << 20 | minor).
-fn abort_fuse_line(r: &Reaper, line: &[u8]) {
-    let Some(sep) = line.windows(3).position(|w| w == b" - ") else { return };
+/// The FUSE connection of one mountinfo line, `ID PARENT MAJOR:MINOR ROOT
+/// POINT OPTIONS ... - FSTYPE SOURCE SUPEROPTIONS`; None for another type.
+fn fuse_conn(line: &[u8]) -> Option<u64> {
+    let sep = line.windows(3).position(|w| w == b" - ")?;
     let fstype = line[sep + 3..].split(|&b| b == b' ').next().unwrap_or_default();
     if !fstype.starts_with(b"fuse") {
-        return;
+        return None;
     }
-    let Some(dev) = line.split(|&b| b == b' ').nth(2) else { return };
+    let dev = line.split(|&b| b == b' ').nth(2)?;
     let mut parts = dev.split(|&b| b == b':');
-    let (Some(major), Some(minor)) = (parts.next().and_then(decimal), parts.next().and_then(decimal)) else {
-        return;
-    };
+    let (major, minor) = (parts.next().and_then(decimal)?, parts.next().and_then(decimal)?);
+    Some((major << 20) | minor)
+}
+
+/// Writes fusectl's `abort` of connection `conn`.
+fn abort_conn(r: &Reaper, conn: u64) {
     let mut digits = [0u8; 20];
-    let name = capsule_nolibc::decimal((major << 20) | minor, &mut digits);
+    let name = capsule_nolibc::decimal(conn, &mut digits);
     let mut at = [0u8; 48];
     let Some(path) = join(&mut at, &[name, b"/abort"]) else { return };
     if let Ok(f) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) {
