@@ -79,9 +79,10 @@ pub(crate) enum Step {
     Reveal,
     IpcNamespace,
     NewNetwork,
+    Ucounts,
 }
 
-const STEPS: [Step; 48] = [
+const STEPS: [Step; 49] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
@@ -90,7 +91,7 @@ const STEPS: [Step; 48] = [
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
     Step::LandlockRestrict, Step::Overlay, Step::Fuse, Step::ControllingTty, Step::Reveal,
-    Step::IpcNamespace, Step::NewNetwork,
+    Step::IpcNamespace, Step::NewNetwork, Step::Ucounts,
 ];
 
 impl Step {
@@ -149,6 +150,7 @@ impl Step {
             Step::ControllingTty => "making stdin the controlling terminal (controlling_tty: ioctl TIOCSCTTY)",
             Step::IpcNamespace => "creating the run's IPC and UTS namespaces (unshare CLONE_NEWIPC|CLONE_NEWUTS)",
             Step::NewNetwork => "creating the run's loopback-only network namespace (unshare CLONE_NEWNET, lo up)",
+            Step::Ucounts => "bounding the run's nested namespaces and inotify/fanotify instances (writing /proc/sys/user/max_* in its user namespace)",
         }
     }
 }
@@ -337,6 +339,8 @@ pub(crate) struct Plan {
     /// The supervisor's CPUs, when PID 1 was created on one of them: it
     /// widens to these before creating the tracee.
     pub widen: Option<libc::cpu_set_t>,
+    /// What PID 1 writes to `rlimits::UCOUNTS` in its user namespace.
+    pub ucounts: [u32; 12],
 }
 
 /// A compiled seccomp filter in a sealed memfd, mapped read-only.
@@ -506,6 +510,12 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
         .and_then(|_| write_proc(p, b"gid_map", b"0 0 1\n"))
         .and_then(|_| write_proc(p, b"uid_map", b"0 0 1\n"))
         .map_err(|e| Fail::new(Step::IdMap, e))?;
+    // Bound what the kernel counts per user in this user namespace, where
+    // PID 1 alone has CAP_SYS_RESOURCE and the program none: its nested
+    // namespaces and inotify/fanotify instances count here as well as
+    // against the user's limits on the host, so it can never use those up
+    // (every other sandbox and file watcher of the user would fail).
+    rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail { step: Step::Ucounts, errno: e, path: i as u32 })?;
     // Changing credentials cleared the parent-death signal: arm it again,
     // then check the supervisor did not die in between.
     sys::set_pdeathsig(libc::SIGKILL).map_err(|e| Fail::new(Step::ParentDeath, e))?;
