@@ -937,31 +937,41 @@ fn abort_fuse(r: &Reaper) {
     }
 }
 
-/// `abort_fuse` for the mount table of one process (`pid`, digits).
+/// `abort_fuse` for the mount table of one process (`pid`, digits). A
+/// FUSE connection is fusectl's directory named after the superblock's
+/// device number, which no other superblock has meanwhile: a mount whose
+/// number has no such directory is not FUSE (`fuse`, `fuse.*`, `fuseblk`).
 fn abort_fuse_of(r: &Reaper, pid: &[u8]) {
-    for_each_fuse_conn(r.proc, pid, &mut |conn| {
+    for_each_mount_dev(r.proc, pid, &mut |dev| {
+        let mut digits = [0u8; 20];
+        let name = capsule_nolibc::decimal(dev, &mut digits);
+        let mut at = [0u8; 48];
+        let Some(path) = join(&mut at, &[name, b"/abort"]) else { return true };
+        let Ok(abort) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) else { return true };
         let mut own = false;
-        for_each_fuse_conn(r.proc, b"1", &mut |c| {
-            own = c == conn;
+        for_each_mount_dev(r.proc, b"1", &mut |d| {
+            own = d == dev;
             !own
         });
         if !own {
-            abort_conn(r, conn);
+            let _ = sys::write(abort.as_raw_fd(), b"1");
         }
         true
     });
 }
 
-/// Calls `f` with the FUSE connection of each `fuse`, `fuse.*` or
-/// `fuseblk` mount in `pid`'s mount table (the run's procfs), until it
-/// returns false. A connection is fusectl's directory named after the
-/// superblock's device number (the kernel's encoding, major << 20 | minor).
-fn for_each_fuse_conn(proc: RawFd, pid: &[u8], f: &mut dyn FnMut(u64) -> bool) {
+/// Calls `f` with the device number (the kernel's encoding, major << 20 |
+/// minor) of each mount in `pid`'s mount table (the run's procfs), until it
+/// returns false. A line longer than the buffer (a program can mount at a
+/// path as long as it likes) still counts: the number is at its start.
+fn for_each_mount_dev(proc: RawFd, pid: &[u8], f: &mut dyn FnMut(u64) -> bool) {
     let mut at = [0u8; 48];
     let Some(path) = join(&mut at, &[pid, b"/mountinfo"]) else { return };
     let Ok(file) = sys::openat(proc, path, libc::O_RDONLY, 0) else { return };
     let mut buf = [0u8; 16384];
     let mut have = 0;
+    // In the rest of a line already counted.
+    let mut skipping = false;
     loop {
         let n = match sys::read(file.as_raw_fd(), &mut buf[have..]) {
             Ok(n) => n,
@@ -970,46 +980,35 @@ fn for_each_fuse_conn(proc: RawFd, pid: &[u8], f: &mut dyn FnMut(u64) -> bool) {
         have += n;
         let mut start = 0;
         while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
-            if let Some(conn) = fuse_conn(&buf[start..start + nl]) {
-                if !f(conn) {
-                    return;
-                }
+            let dev = if std::mem::take(&mut skipping) { None } else { mount_dev(&buf[start..start + nl]) };
+            if dev.is_some_and(|d| !f(d)) {
+                return;
             }
             start += nl + 1;
         }
-        buf.copy_within(start..have, 0);
-        have -= start;
-        // The end, or a line longer than the buffer (not a FUSE mount of
-        // a sandbox: its options are short).
-        if n == 0 || have == buf.len() {
+        if n == 0 {
             return;
         }
+        if start == 0 && have == buf.len() {
+            let dev = if std::mem::replace(&mut skipping, true) { None } else { mount_dev(&buf) };
+            if dev.is_some_and(|d| !f(d)) {
+                return;
+            }
+            have = 0;
+            continue;
+        }
+        buf.copy_within(start..have, 0);
+        have -= start;
     }
 }
 
-/// The FUSE connection of one mountinfo line, `ID PARENT MAJOR:MINOR ROOT
-/// POINT OPTIONS ... - FSTYPE SOURCE SUPEROPTIONS`; None for another type.
-fn fuse_conn(line: &[u8]) -> Option<u64> {
-    let sep = line.windows(3).position(|w| w == b" - ")?;
-    let fstype = line[sep + 3..].split(|&b| b == b' ').next().unwrap_or_default();
-    if !fstype.starts_with(b"fuse") {
-        return None;
-    }
+/// The device number of one mountinfo line, `ID PARENT MAJOR:MINOR ROOT
+/// POINT ...` (only its start is needed).
+fn mount_dev(line: &[u8]) -> Option<u64> {
     let dev = line.split(|&b| b == b' ').nth(2)?;
     let mut parts = dev.split(|&b| b == b':');
     let (major, minor) = (parts.next().and_then(decimal)?, parts.next().and_then(decimal)?);
     Some((major << 20) | minor)
-}
-
-/// Writes fusectl's `abort` of connection `conn`.
-fn abort_conn(r: &Reaper, conn: u64) {
-    let mut digits = [0u8; 20];
-    let name = capsule_nolibc::decimal(conn, &mut digits);
-    let mut at = [0u8; 48];
-    let Some(path) = join(&mut at, &[name, b"/abort"]) else { return };
-    if let Ok(f) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) {
-        let _ = sys::write(f.as_raw_fd(), b"1");
-    }
 }
 
 /// An unsigned decimal number (no sign, at most 9 digits).
@@ -1189,4 +1188,36 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
         err = libc::EACCES;
     }
     Err(Fail::at(Step::Exec, err, EXEC_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every mount's device number is seen, one after a line longer than
+    /// the buffer (a mount at a long path) and that line's own too.
+    #[test]
+    fn mount_devs_survive_long_lines() {
+        let dir = std::env::temp_dir().join(format!("capsule-mountdev-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("7")).unwrap();
+        let long = "x".repeat(40_000);
+        let table = format!(
+            "21 1 0:20 / / rw - tmpfs tmpfs rw\n22 21 0:51 / /{long} rw - fuse.evil evil rw\n23 21 0:52 / /mnt rw - fuse.sshfs host rw\n24 21 8:1 / /b rw - ext4 /dev/sda1 rw\n"
+        );
+        std::fs::write(dir.join("7/mountinfo"), table).unwrap();
+        let d = std::fs::File::open(&dir).unwrap();
+        let mut seen = Vec::new();
+        for_each_mount_dev(d.as_raw_fd(), b"7", &mut |dev| {
+            seen.push(dev);
+            true
+        });
+        let mut first = Vec::new();
+        for_each_mount_dev(d.as_raw_fd(), b"7", &mut |dev| {
+            first.push(dev);
+            dev != 51
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(seen, [20, 51, 52, (8 << 20) | 1]);
+        assert_eq!(first, [20, 51], "stops when told");
+    }
 }
