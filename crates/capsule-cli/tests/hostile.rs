@@ -1387,6 +1387,26 @@ fn fuse_abort_spares_host_mounts() {
     }
 }
 
+/// Issue 20, item 4 (found on the way): a mount table line longer than
+/// PID 1's buffer (fusehang.c's `long`: a tmpfs at a 17 KiB path, mounted
+/// before its FUSE mount) used to end PID 1's scan of that table, so the
+/// stuck connection behind it was never aborted and the run never ended.
+#[test]
+fn fuse_stuck_behind_long_mount_line() {
+    require_hostile!("fuse_stuck_behind_long_mount_line");
+    require!("fuse_stuck_behind_long_mount_line", fusectl_mounted());
+    let _l = procs_shared();
+    let marker = format!("capsule-fuselong-{}", std::process::id());
+    let _unstick = UnstickOnDrop("fusehang");
+    let opts = ["--dev-bind", "/dev/fuse", "/tmp/fuse", "--no-landlock", "--wall-time", "1s"];
+    let started = Instant::now();
+    let args = ["/tmp/fuse", marker.as_str(), "long"];
+    let out = attack_cmd("default", &opts, &bin("fusehang"), &args).timeout(Duration::from_secs(20)).run();
+    assert!(out.stdout.contains("INFO fuse=open"), "the program did not get its FUSE file open; {}", out.describe());
+    assert_eq!(out.json()["status"], "wall-time-limit", "{}", out.describe());
+    assert!(started.elapsed() < Duration::from_secs(10), "the run took {:?} to end; {}", started.elapsed(), out.describe());
+}
+
 /// Runs tests/hostile/nsbomb.c (`what`: `user` or `inotify`, at most `cap`)
 /// in a run with `opts`; returns the run, still holding what it took, and
 /// its `HELD n=N stop=ERRNO` as (N, ERRNO).
