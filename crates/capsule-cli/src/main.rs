@@ -127,6 +127,9 @@ fn run_command() -> Command {
         .arg(one("cpu-time", "DURATION", "CPU time over all processes and threads (without cgroups: RLIMIT_CPU per process, whole seconds)", lim))
         .arg(one("cpu-bandwidth", "CPUS", "CPU bandwidth in CPUs, e.g. 0.5 or 2 (cpu.max; needs cgroups)", lim))
         .arg(one("cpus", "LIST", "CPUs the run may use, e.g. 0,1 or 0-3 (cpuset; needs cgroups)", lim))
+        .arg(one("nested-namespaces", "N", "Most namespaces of each kind (user, PID, mount, network, IPC, UTS, cgroup, time) the program may hold at once; default 256, 0: none", lim))
+        .arg(one("inotify-instances", "N", "Most inotify instances (and fanotify groups) the program may hold at once; default 8", lim))
+        .arg(one("inotify-watches", "N", "Most inotify watches (and fanotify marks) the program may hold at once; default 8192", lim))
         .args(cgroup_args())
         .arg(one("stdin", "FILE", "Standard input (default: inherited)", io))
         .arg(one("stdout", "FILE", "Standard output (default: inherited)", io))
@@ -296,6 +299,9 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     set(m, "cpu-time", &mut l.cpu_time, parse_duration)?;
     set(m, "cpu-bandwidth", &mut l.cpu_bandwidth, num)?;
     set(m, "cpus", &mut l.cpus, |v| Ok(v.to_string()))?;
+    set(m, "nested-namespaces", &mut l.nested_namespaces, num)?;
+    set(m, "inotify-instances", &mut l.inotify_instances, num)?;
+    set(m, "inotify-watches", &mut l.inotify_watches, num)?;
     if let Some(v) = last(m, "cgroup") {
         spec.cgroup.path = Some(absolute(v, &caller_cwd));
     }

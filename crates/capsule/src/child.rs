@@ -79,9 +79,10 @@ pub(crate) enum Step {
     Reveal,
     IpcNamespace,
     NewNetwork,
+    Ucounts,
 }
 
-const STEPS: [Step; 48] = [
+const STEPS: [Step; 49] = [
     Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
     Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
     Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
@@ -90,7 +91,7 @@ const STEPS: [Step; 48] = [
     Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
     Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
     Step::LandlockRestrict, Step::Overlay, Step::Fuse, Step::ControllingTty, Step::Reveal,
-    Step::IpcNamespace, Step::NewNetwork,
+    Step::IpcNamespace, Step::NewNetwork, Step::Ucounts,
 ];
 
 impl Step {
@@ -149,6 +150,7 @@ impl Step {
             Step::ControllingTty => "making stdin the controlling terminal (controlling_tty: ioctl TIOCSCTTY)",
             Step::IpcNamespace => "creating the run's IPC and UTS namespaces (unshare CLONE_NEWIPC|CLONE_NEWUTS)",
             Step::NewNetwork => "creating the run's loopback-only network namespace (unshare CLONE_NEWNET, lo up)",
+            Step::Ucounts => "bounding the run's nested namespaces and inotify/fanotify instances (writing /proc/sys/user/max_* in its user namespace)",
         }
     }
 }
@@ -337,6 +339,8 @@ pub(crate) struct Plan {
     /// The supervisor's CPUs, when PID 1 was created on one of them: it
     /// widens to these before creating the tracee.
     pub widen: Option<libc::cpu_set_t>,
+    /// What PID 1 writes to `rlimits::UCOUNTS` in its user namespace.
+    pub ucounts: [u32; 12],
 }
 
 /// A compiled seccomp filter in a sealed memfd, mapped read-only.
@@ -506,6 +510,12 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
         .and_then(|_| write_proc(p, b"gid_map", b"0 0 1\n"))
         .and_then(|_| write_proc(p, b"uid_map", b"0 0 1\n"))
         .map_err(|e| Fail::new(Step::IdMap, e))?;
+    // Bound what the kernel counts per user in this user namespace, where
+    // PID 1 alone has CAP_SYS_RESOURCE and the program none: its nested
+    // namespaces and inotify/fanotify instances count here as well as
+    // against the user's limits on the host, so it can never use those up
+    // (every other sandbox and file watcher of the user would fail).
+    rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail { step: Step::Ucounts, errno: e, path: i as u32 })?;
     // Changing credentials cleared the parent-death signal: arm it again,
     // then check the supervisor did not die in between.
     sys::set_pdeathsig(libc::SIGKILL).map_err(|e| Fail::new(Step::ParentDeath, e))?;
@@ -894,16 +904,21 @@ fn reap_next(r: &Reaper) -> Option<(i32, i32)> {
     }
 }
 
-/// Aborts the FUSE connections mounted in the namespaces of the run's
-/// remaining processes, through fusectl's `abort` files (the caller owns
-/// the connections of the mounts its sandboxes make). A process that exits
-/// with a file of a FUSE mount open sends FLUSH and waits for the answer
-/// without any signal able to end the wait; if the server is gone but the
-/// device is still open, e.g. later in that very process's descriptor
-/// table, nothing else ever ends it and the run would never finish.
-/// Aborting fails the pending requests (ENOTCONN) and the exit goes on.
-/// Only the run's own connections are touched: those its processes'
-/// mount tables show. No allocation: PID 1 runs this.
+/// Aborts the FUSE connections the program mounted, in the namespaces of
+/// the run's remaining processes, through fusectl's `abort` files (the
+/// caller owns the connections of the mounts its sandboxes make). A
+/// process that exits with a file of a FUSE mount open sends FLUSH and
+/// waits for the answer without any signal able to end the wait; if the
+/// server is gone but the device is still open, e.g. later in that very
+/// process's descriptor table, nothing else ever ends it and the run would
+/// never finish. Aborting fails the pending requests (ENOTCONN) and the
+/// exit goes on. A connection that PID 1's own mount table shows is left
+/// alone: that namespace is the run's, where the program cannot mount
+/// (it has no capability over its owner), so its FUSE mounts are the
+/// user's host mounts (sshfs, rclone: the same superblocks, copied in
+/// with the tree) and capsule's fuse-overlayfs; and they cannot be
+/// unmounted from it while PID 1 lives, so their numbers are not reused
+/// by a mount of the program. No allocation: PID 1 runs this.
 fn abort_fuse(r: &Reaper) {
     if r.fusectl < 0 {
         return;
@@ -922,56 +937,78 @@ fn abort_fuse(r: &Reaper) {
     }
 }
 
-/// `abort_fuse` for the mount table of one process (`pid`, digits).
+/// `abort_fuse` for the mount table of one process (`pid`, digits). A
+/// FUSE connection is fusectl's directory named after the superblock's
+/// device number, which no other superblock has meanwhile: a mount whose
+/// number has no such directory is not FUSE (`fuse`, `fuse.*`, `fuseblk`).
 fn abort_fuse_of(r: &Reaper, pid: &[u8]) {
+    for_each_mount_dev(r.proc, pid, &mut |dev| {
+        let mut digits = [0u8; 20];
+        let name = capsule_nolibc::decimal(dev, &mut digits);
+        let mut at = [0u8; 48];
+        let Some(path) = join(&mut at, &[name, b"/abort"]) else { return true };
+        let Ok(abort) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) else { return true };
+        let mut own = false;
+        for_each_mount_dev(r.proc, b"1", &mut |d| {
+            own = d == dev;
+            !own
+        });
+        if !own {
+            let _ = sys::write(abort.as_raw_fd(), b"1");
+        }
+        true
+    });
+}
+
+/// Calls `f` with the device number (the kernel's encoding, major << 20 |
+/// minor) of each mount in `pid`'s mount table (the run's procfs), until it
+/// returns false. A line longer than the buffer (a program can mount at a
+/// path as long as it likes) still counts: the number is at its start.
+fn for_each_mount_dev(proc: RawFd, pid: &[u8], f: &mut dyn FnMut(u64) -> bool) {
     let mut at = [0u8; 48];
     let Some(path) = join(&mut at, &[pid, b"/mountinfo"]) else { return };
-    let Ok(f) = sys::openat(r.proc, path, libc::O_RDONLY, 0) else { return };
+    let Ok(file) = sys::openat(proc, path, libc::O_RDONLY, 0) else { return };
     let mut buf = [0u8; 16384];
     let mut have = 0;
+    // In the rest of a line already counted.
+    let mut skipping = false;
     loop {
-        let n = match sys::read(f.as_raw_fd(), &mut buf[have..]) {
+        let n = match sys::read(file.as_raw_fd(), &mut buf[have..]) {
             Ok(n) => n,
             Err(_) => return,
         };
         have += n;
         let mut start = 0;
         while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
-            abort_fuse_line(r, &buf[start..start + nl]);
+            let dev = if std::mem::take(&mut skipping) { None } else { mount_dev(&buf[start..start + nl]) };
+            if dev.is_some_and(|d| !f(d)) {
+                return;
+            }
             start += nl + 1;
+        }
+        if n == 0 {
+            return;
+        }
+        if start == 0 && have == buf.len() {
+            let dev = if std::mem::replace(&mut skipping, true) { None } else { mount_dev(&buf) };
+            if dev.is_some_and(|d| !f(d)) {
+                return;
+            }
+            have = 0;
+            continue;
         }
         buf.copy_within(start..have, 0);
         have -= start;
-        // The end, or a line longer than the buffer (not a FUSE mount of
-        // a sandbox: its options are short).
-        if n == 0 || have == buf.len() {
-            return;
-        }
     }
 }
 
-/// One mountinfo line: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS ... -
-/// FSTYPE SOURCE SUPEROPTIONS`. A `fuse`, `fuse.*` or `fuseblk` mount's
-/// connection is fusectl's directory named after the superblock's device
-/// number (the kernel's encoding, major << 20 | minor).
-fn abort_fuse_line(r: &Reaper, line: &[u8]) {
-    let Some(sep) = line.windows(3).position(|w| w == b" - ") else { return };
-    let fstype = line[sep + 3..].split(|&b| b == b' ').next().unwrap_or_default();
-    if !fstype.starts_with(b"fuse") {
-        return;
-    }
-    let Some(dev) = line.split(|&b| b == b' ').nth(2) else { return };
+/// The device number of one mountinfo line, `ID PARENT MAJOR:MINOR ROOT
+/// POINT ...` (only its start is needed).
+fn mount_dev(line: &[u8]) -> Option<u64> {
+    let dev = line.split(|&b| b == b' ').nth(2)?;
     let mut parts = dev.split(|&b| b == b':');
-    let (Some(major), Some(minor)) = (parts.next().and_then(decimal), parts.next().and_then(decimal)) else {
-        return;
-    };
-    let mut digits = [0u8; 20];
-    let name = capsule_nolibc::decimal((major << 20) | minor, &mut digits);
-    let mut at = [0u8; 48];
-    let Some(path) = join(&mut at, &[name, b"/abort"]) else { return };
-    if let Ok(f) = sys::openat(r.fusectl, path, libc::O_WRONLY, 0) {
-        let _ = sys::write(f.as_raw_fd(), b"1");
-    }
+    let (major, minor) = (parts.next().and_then(decimal)?, parts.next().and_then(decimal)?);
+    Some((major << 20) | minor)
 }
 
 /// An unsigned decimal number (no sign, at most 9 digits).
@@ -1151,4 +1188,36 @@ fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, proc: RawFd, ruleset: &landl
         err = libc::EACCES;
     }
     Err(Fail::at(Step::Exec, err, EXEC_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every mount's device number is seen, one after a line longer than
+    /// the buffer (a mount at a long path) and that line's own too.
+    #[test]
+    fn mount_devs_survive_long_lines() {
+        let dir = std::env::temp_dir().join(format!("capsule-mountdev-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("7")).unwrap();
+        let long = "x".repeat(40_000);
+        let table = format!(
+            "21 1 0:20 / / rw - tmpfs tmpfs rw\n22 21 0:51 / /{long} rw - fuse.evil evil rw\n23 21 0:52 / /mnt rw - fuse.sshfs host rw\n24 21 8:1 / /b rw - ext4 /dev/sda1 rw\n"
+        );
+        std::fs::write(dir.join("7/mountinfo"), table).unwrap();
+        let d = std::fs::File::open(&dir).unwrap();
+        let mut seen = Vec::new();
+        for_each_mount_dev(d.as_raw_fd(), b"7", &mut |dev| {
+            seen.push(dev);
+            true
+        });
+        let mut first = Vec::new();
+        for_each_mount_dev(d.as_raw_fd(), b"7", &mut |dev| {
+            first.push(dev);
+            dev != 51
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(seen, [20, 51, 52, (8 << 20) | 1]);
+        assert_eq!(first, [20, 51], "stops when told");
+    }
 }

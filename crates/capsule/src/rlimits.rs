@@ -1,8 +1,12 @@
 //! Resource limits that need no cgroup, prepared before clone and applied
-//! by the tracee.
+//! by the tracee; and the bounds on what the kernel counts per user (nested
+//! namespaces, inotify and fanotify), applied by PID 1.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::child::RawRlimit;
-use crate::spec::Limits;
+use crate::spec::{self, Limits};
 use crate::sys::{self, Errno};
 
 /// One limit: resource, soft value, hard value, and the spec field it came from.
@@ -54,4 +58,73 @@ pub(crate) fn apply(limits: &[RawRlimit]) -> Result<(), (usize, Errno)> {
         sys::setrlimit(l.resource as u32, l.soft, l.hard).map_err(|e| (i, e))?;
     }
     Ok(())
+}
+
+/// The kernel's per-user counts a run is bounded in (`/proc/sys/user/`),
+/// each with the spec field it comes from.
+pub(crate) const UCOUNTS: [(&CStr, &str); 12] = [
+    (c"sys/user/max_user_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_pid_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_mnt_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_net_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_ipc_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_uts_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_cgroup_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_time_namespaces", "limits.nested_namespaces"),
+    (c"sys/user/max_inotify_instances", "limits.inotify_instances"),
+    (c"sys/user/max_inotify_watches", "limits.inotify_watches"),
+    (c"sys/user/max_fanotify_groups", "limits.inotify_instances"),
+    (c"sys/user/max_fanotify_marks", "limits.inotify_watches"),
+];
+
+/// The values PID 1 writes to [`UCOUNTS`] in its user namespace. The
+/// kernel checks a count at every level of the user namespace chain, so
+/// these bound all the program and its nested namespaces create. The
+/// tracee's own user and cgroup namespaces are created there too, one
+/// each: counted on top, so that the program gets the whole bound.
+pub(crate) fn ucounts(l: &Limits) -> [u32; 12] {
+    let v = |n: Option<u64>, default| n.unwrap_or(default).min(spec::MAX_UCOUNT) as u32;
+    let ns = v(l.nested_namespaces, spec::NESTED_NAMESPACES);
+    let inotify = v(l.inotify_instances, spec::INOTIFY_INSTANCES);
+    let watches = v(l.inotify_watches, spec::INOTIFY_WATCHES);
+    [ns + 1, ns, ns, ns, ns, ns, ns + 1, ns, inotify, watches, inotify, watches]
+}
+
+/// Writes `values` to [`UCOUNTS`] through `proc`, the run's procfs (child
+/// side: the calling process's user namespace is the one bounded, and it
+/// needs CAP_SYS_RESOURCE there). A file the kernel does not have (time
+/// namespaces before 5.6, fanotify before 5.13) is skipped: nothing can
+/// create what it counts. Returns the index of the one that failed.
+pub(crate) fn apply_ucounts(proc: RawFd, values: &[u32; 12]) -> Result<(), (usize, Errno)> {
+    for (i, ((file, _), &value)) in UCOUNTS.iter().zip(values).enumerate() {
+        let f = match sys::openat(proc, file, libc::O_WRONLY, 0) {
+            Ok(f) => f,
+            Err(libc::ENOENT) => continue,
+            Err(e) => return Err((i, e)),
+        };
+        let mut digits = [0u8; 20];
+        sys::write_all(f.as_raw_fd(), capsule_nolibc::decimal(u64::from(value), &mut digits)).map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ucounts_count_the_tracees_own_namespaces() {
+        let v = ucounts(&Limits::default());
+        let ns = spec::NESTED_NAMESPACES as u32;
+        assert_eq!(v[0], ns + 1, "user: the tracee's own on top");
+        assert_eq!(v[6], ns + 1, "cgroup: the tracee's own on top");
+        assert_eq!(v[1], ns);
+        assert_eq!([v[8], v[10]], [spec::INOTIFY_INSTANCES as u32; 2]);
+        assert_eq!([v[9], v[11]], [spec::INOTIFY_WATCHES as u32; 2]);
+        let l = Limits { nested_namespaces: Some(0), inotify_instances: Some(u64::MAX), ..Default::default() };
+        let v = ucounts(&l);
+        assert_eq!((v[0], v[2]), (1, 0), "0: none for the program");
+        assert_eq!(v[8], spec::MAX_UCOUNT as u32);
+        assert!(v.iter().all(|&n| n <= i32::MAX as u32), "the kernel takes an int");
+    }
 }

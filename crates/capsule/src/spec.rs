@@ -316,7 +316,35 @@ pub struct Limits {
     pub cpu_bandwidth: Option<f64>,
     /// CPUs the run may use (`cpuset.cpus`), e.g. "0,1" or "0-3". Needs cgroups.
     pub cpus: Option<String>,
+    /// Most namespaces of each kind (user, PID, mount, network, IPC, UTS,
+    /// cgroup, time) the program may hold at once, 0 for none: the kernel
+    /// counts them in the run's own user namespace (`/proc/sys/user/max_*`
+    /// there), so they do not use up the user's limits on the host.
+    /// Default [`NESTED_NAMESPACES`].
+    pub nested_namespaces: Option<u64>,
+    /// Most inotify instances the program may hold at once, and as many
+    /// fanotify groups. Default [`INOTIFY_INSTANCES`].
+    pub inotify_instances: Option<u64>,
+    /// Most inotify watches the program may hold at once, and as many
+    /// fanotify marks. Default [`INOTIFY_WATCHES`].
+    pub inotify_watches: Option<u64>,
 }
+
+/// `limits.nested_namespaces` unless set: room for nested sandboxes
+/// (bwrap, Chromium, Firefox, rootless podman take a few to a few dozen),
+/// a small share of the user's (the kernel's default is tens of thousands
+/// of each kind per user; docs/limits.md has the arithmetic).
+pub const NESTED_NAMESPACES: u64 = 256;
+/// `limits.inotify_instances` unless set: four concurrent runs leave the
+/// user 96 of the kernel's default 128 per user (docs/limits.md).
+pub const INOTIFY_INSTANCES: u64 = 8;
+/// `limits.inotify_watches` unless set: the kernel's old fixed per-user
+/// default; newer kernels give a user 1% of memory's worth, about 65k
+/// per 8 GiB (docs/limits.md).
+pub const INOTIFY_WATCHES: u64 = 8192;
+/// The largest value the kernel takes for a `/proc/sys/user/max_*` (an
+/// int), less the namespaces capsule itself makes there.
+pub const MAX_UCOUNT: u64 = i32::MAX as u64 - 1;
 
 /// One mount operation, bubblewrap-style.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -716,6 +744,16 @@ impl Limits {
                 ));
             }
         }
+        let ucounts = [
+            ("limits.nested_namespaces", self.nested_namespaces),
+            ("limits.inotify_instances", self.inotify_instances),
+            ("limits.inotify_watches", self.inotify_watches),
+        ];
+        for (field, v) in ucounts {
+            if let Some(n) = v.filter(|&n| n > MAX_UCOUNT) {
+                return Err(SpecError::new(field, format!("{n} is too many (at most {MAX_UCOUNT})")));
+            }
+        }
         if let Some(c) = &self.cpus {
             let ok = !c.is_empty()
                 && c.split(',').all(|part| {
@@ -932,6 +970,9 @@ mod tests {
         let mut s = RunSpec::new(["/bin/true"]);
         s.limits.open_files = Some(1);
         assert_eq!(s.validate().unwrap_err().field, "limits.open_files");
+        s.limits.open_files = None;
+        s.limits.inotify_watches = Some(1 << 31);
+        assert_eq!(s.validate().unwrap_err().field, "limits.inotify_watches");
         let mut s = RunSpec::new(["/bin/true"]);
         s.root = true;
         s.uid = Some(5);

@@ -470,6 +470,8 @@ struct Shape {
     /// Layer runs are never prepared ahead: a layer is locked by one run
     /// at a time, and its roots depend on the request.
     layers: Vec<PathBuf>,
+    /// PID 1 bounds the nested namespaces and inotify instances as it is built.
+    ucounts: [u32; 12],
 }
 
 /// A PID 1 created for a run of one shape: building the sandbox, or ready
@@ -814,6 +816,7 @@ impl Supervisor {
             seccomp: spec.seccomp.clone(),
             landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
             layers: spec.layers.clone(),
+            ucounts: crate::rlimits::ucounts(&spec.limits),
         }
     }
 
@@ -992,6 +995,7 @@ impl Supervisor {
             net_log: net_log.clone(),
             fusectl,
             widen: pin.map(|(_, all)| all),
+            ucounts: shape.ucounts,
         };
         let fail_early = |cgroup: Option<RunCgroup>, e: String| {
             if let Some(cg) = cgroup {
@@ -2522,6 +2526,10 @@ fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32
     if step == Step::Rlimit {
         if let Some(l) = rlimits.get(path as usize) {
             msg = format!("setting {} (setrlimit) to {}", l.field, l.value);
+        }
+    } else if step == Step::Ucounts {
+        if let Some((file, field)) = crate::rlimits::UCOUNTS.get(path as usize) {
+            msg = format!("{msg}: `/proc/{}` for {field}", file.to_string_lossy());
         }
     } else if path > 0 {
         if let Some(n) = names.get(path as usize - 1) {

@@ -6,7 +6,10 @@
  * waiting process's exit closes the file first, which sends FLUSH and waits
  * for an answer no one will give (uninterruptibly), while the device stays
  * open in its own table: without capsule aborting the connection, the run
- * would never finish. argv[1]: where the device node is. */
+ * would never finish. argv[1]: where the device node is. With argv[3]
+ * `long`, a tmpfs is mounted first at a path longer than 16 KiB, so that
+ * its mount table line comes before the FUSE mount's and is longer than a
+ * reader's buffer. */
 #include "hostile.h"
 #include <linux/fuse.h>
 #include <sys/mount.h>
@@ -94,6 +97,21 @@ int main(int argc, char **argv) {
         return 3;
     }
     close(dev);
+    if (argc > 3 && strcmp(argv[3], "long") == 0) {
+        char name[256];
+        memset(name, 'a', 255);
+        name[255] = 0;
+        if (mkdir("/tmp/deep", 0755) < 0 || chdir("/tmp/deep") < 0) return 3;
+        for (int i = 0; i < 70; i++)
+            if (mkdir(name, 0755) < 0 || chdir(name) < 0) {
+                out("INFO deep directory: %s", en(errno));
+                return 3;
+            }
+        if (mount("deep", ".", "tmpfs", 0, NULL) < 0 || chdir("/") < 0) {
+            out("INFO mounting at the deep path: %s", en(errno));
+            return 3;
+        }
+    }
     char opts[128];
     snprintf(opts, sizeof opts, "fd=100,rootmode=40000,user_id=0,group_id=0");
     if (mkdir("/tmp/f", 0755) < 0 || mount("hostile", "/tmp/f", "fuse", 0, opts) < 0) {
