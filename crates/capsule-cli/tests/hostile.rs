@@ -1556,6 +1556,8 @@ fn serve_listen_refuses_sandboxed_peers() {
     // SAFETY: kill(2) on the server's pid (setpriv exec'd capsule), still our child.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
     let _ = server.wait();
+}
+
 // ---- issue 20: layers
 
 /// A project `p` (the run's working directory), a home `h` (its `$HOME`)
@@ -1792,6 +1794,7 @@ fn layer_setuid_bits_shown_and_dropped() {
     commit.assert_code(0);
     assert_eq!(mode("keep"), 0o4711, "{}", commit.describe());
 }
+
 // ---------------------------------------------------------------- issue 20: seccomp and network
 
 /// Every attempt named `prefix*` is CONTAINED with one of `errnos`, none
@@ -1927,6 +1930,7 @@ fn issue20_fallocate_keep_size(policy: &str) {
     }
 }
 both_policies!(issue20_fallocate_keep_size);
+
 // ---------------------------------------------------------------- issue 20: PID 1
 
 /// Whether fusectl is mounted (capsule aborts stuck FUSE connections there).

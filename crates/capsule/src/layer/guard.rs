@@ -63,8 +63,8 @@ fn push_path(out: &mut Vec<String>, p: &std::path::Path) {
 
 /// The rules of a run of `spec` (as the supervisor plans its filesystem).
 pub(crate) fn rules_of(spec: &RunSpec) -> Result<RunRules, String> {
-    let home = crate::fsrules::caller_home(crate::sys::geteuid());
-    let actions = crate::fsrules::plan(&spec.filesystem, home.as_deref(), spec.empty_root).map_err(|e| e.to_string())?;
+    let homes = crate::fsrules::caller_homes(crate::sys::geteuid());
+    let actions = crate::fsrules::plan(&spec.filesystem, &homes, spec.empty_root).map_err(|e| e.to_string())?;
     let mut r = RunRules::default();
     for a in &actions {
         match a {
