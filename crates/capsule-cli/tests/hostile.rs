@@ -1293,3 +1293,45 @@ fn cgroup_memory_bomb(policy: &str) {
     out.assert_probe_ok();
 }
 both_policies!(cgroup_memory_bomb);
+
+// ---- issue 20: serve
+
+/// Issue 20, item 9: a FIFO named by a request (its stdin, its stdout, a
+/// read-once input, a write-once output, a `file` mount's source, a
+/// seccomp policy file) never stops `capsule serve`: that request gets an
+/// error naming the path and saying it is a FIFO, and an ordinary request
+/// sent right after it is answered within seconds (the old server blocked
+/// its one event loop in open(2), so every client waited).
+#[test]
+fn serve_fifo_spec_paths_never_block() {
+    require!("serve_fifo_spec_paths_never_block", userns_available());
+    let dir = Scratch::new("fifo");
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    chown_to_user(&fifo);
+    let f = fifo.display().to_string();
+    let t = Duration::from_secs(10);
+    let mut s = Serve::start(&[]);
+    s.still_serves("warm-up");
+    let cases = [
+        ("stdin", json!({"argv": ["/bin/true"], "stdin": f})),
+        ("stdout", json!({"argv": ["/bin/true"], "stdout": f})),
+        ("stdin-pipe", json!({"argv": ["/bin/true"], "stdin": {"pipe": f}})),
+        ("stdout-pipe", json!({"argv": ["/bin/true"], "stdout": {"pipe": f}})),
+        ("file-mount", json!({"argv": ["/bin/true"], "mounts": [{"type": "file", "src": f, "dst": "/tmp/x"}]})),
+        ("seccomp-file", json!({"argv": ["/bin/true"], "seccomp": f})),
+    ];
+    for (id, spec) in cases {
+        let next = format!("{id}-next");
+        s.request(json!(id), spec);
+        s.request(json!(next), json!({"argv": ["/bin/true"]}));
+        let r = s.response(&json!(next), t);
+        assert_eq!(r["result"]["status"], "exited", "the request after the FIFO {id}: {r}");
+        let v = s.response(&json!(id), t);
+        let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as {id} was accepted: {v}"));
+        assert!(e.contains(&f) && e.contains("FIFO"), "the error for a FIFO as {id} does not name the path and the FIFO: {e}");
+    }
+    s.finish().assert_code(0);
+}
