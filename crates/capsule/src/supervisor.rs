@@ -1982,8 +1982,13 @@ impl Loop {
         // one is still being built (one spare: 2.13 ms per back-to-back
         // `capsule run -- /bin/true`, two: 1.72 ms). Its `parallel` only
         // bounds runs at once. A retired agent prepares nothing more.
+        // Other supervisors keep one more than `parallel`: a client that
+        // sends its next request as soon as it has a result then finds a
+        // spare ready while the next is built, which takes longer than a
+        // short run since each run has a network of its own
+        // (docs/benchmarks-server.md).
         let held = self.agent.is_some() && (self.listener.is_none() || !self.running.is_empty());
-        let most = if self.agent.is_some() { 2 } else { sup.config.parallel };
+        let most = if self.agent.is_some() { 2 } else { sup.config.parallel + 1 };
         while !held && self.queue.is_empty() && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
             match sup.filters.get(&spec.seccomp, spec.net_log).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
