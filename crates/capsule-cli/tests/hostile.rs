@@ -1333,5 +1333,29 @@ fn serve_fifo_spec_paths_never_block() {
         let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as {id} was accepted: {v}"));
         assert!(e.contains(&f) && e.contains("FIFO"), "the error for a FIFO as {id} does not name the path and the FIFO: {e}");
     }
+    // A layer whose lock file (or record of roots) is a FIFO.
+    let layer = dir.join("layer");
+    let l = layer.display().to_string();
+    s.request(json!("layer"), json!({"argv": ["/bin/true"], "layers": [l]}));
+    let r = s.response(&json!("layer"), t);
+    assert_eq!(r["result"]["status"], "exited", "a run with a new layer: {r}");
+    for name in ["roots", "layer.lock"] {
+        let p = layer.join(name);
+        std::fs::remove_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let c = std::ffi::CString::new(p.display().to_string()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        chown_to_user(&p);
+        let next = format!("{name}-next");
+        s.request(json!(name), json!({"argv": ["/bin/true"], "layers": [l]}));
+        s.request(json!(next), json!({"argv": ["/bin/true"]}));
+        let r = s.response(&json!(next), t);
+        assert_eq!(r["result"]["status"], "exited", "the request after the layer with a FIFO {name}: {r}");
+        let v = s.response(&json!(name), t);
+        if name == "layer.lock" {
+            let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as layer.lock was accepted: {v}"));
+            assert!(e.contains("layer.lock") && e.contains("FIFO"), "the error for a FIFO as layer.lock: {e}");
+        }
+    }
     s.finish().assert_code(0);
 }
