@@ -168,6 +168,7 @@ fn serve_command() -> Command {
         .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
         .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
         .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes while idle", "Supervisor"))
+        .arg(flag("shared-network", "One loopback network for all runs instead of one per run: concurrent runs can then reach each other over 127.0.0.1", "Supervisor"))
         .args(cgroup_args())
 }
 
@@ -599,6 +600,7 @@ fn cmd_serve(m: &ArgMatches) -> Result<ExitCode> {
         config.parallel = num(n).map_err(|e| anyhow!("--parallel: {e}"))?;
     }
     config.prepare_ahead = !m.get_flag("no-prepare");
+    config.own_network = !m.get_flag("shared-network");
     if let Some(v) = last(m, "cgroup") {
         config.cgroup.path = Some(absolute(v, &cwd));
     }

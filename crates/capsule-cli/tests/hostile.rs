@@ -2106,3 +2106,69 @@ fn inotify_instances_bounded() {
     let out = capsule(&["run", "-q", "--inotify-watches", "4294967296", "--", "/bin/true"]).run();
     assert!(out.code != Some(0) && out.stderr.contains("limits.inotify_watches"), "{}", out.describe());
 }
+
+// ---- issue 20: serve
+
+/// Issue 20, item 9: a FIFO named by a request (its stdin, its stdout, a
+/// read-once input, a write-once output, a `file` mount's source, a
+/// seccomp policy file) never stops `capsule serve`: that request gets an
+/// error naming the path and saying it is a FIFO, and an ordinary request
+/// sent right after it is answered within seconds (the old server blocked
+/// its one event loop in open(2), so every client waited).
+#[test]
+fn serve_fifo_spec_paths_never_block() {
+    require!("serve_fifo_spec_paths_never_block", userns_available());
+    let dir = Scratch::new("fifo");
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    chown_to_user(&fifo);
+    let f = fifo.display().to_string();
+    let t = Duration::from_secs(10);
+    let mut s = Serve::start(&[]);
+    s.still_serves("warm-up");
+    let cases = [
+        ("stdin", json!({"argv": ["/bin/true"], "stdin": f})),
+        ("stdout", json!({"argv": ["/bin/true"], "stdout": f})),
+        ("stdin-pipe", json!({"argv": ["/bin/true"], "stdin": {"pipe": f}})),
+        ("stdout-pipe", json!({"argv": ["/bin/true"], "stdout": {"pipe": f}})),
+        ("file-mount", json!({"argv": ["/bin/true"], "mounts": [{"type": "file", "src": f, "dst": "/tmp/x"}]})),
+        ("seccomp-file", json!({"argv": ["/bin/true"], "seccomp": f})),
+    ];
+    for (id, spec) in cases {
+        let next = format!("{id}-next");
+        s.request(json!(id), spec);
+        s.request(json!(next), json!({"argv": ["/bin/true"]}));
+        let r = s.response(&json!(next), t);
+        assert_eq!(r["result"]["status"], "exited", "the request after the FIFO {id}: {r}");
+        let v = s.response(&json!(id), t);
+        let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as {id} was accepted: {v}"));
+        assert!(e.contains(&f) && e.contains("FIFO"), "the error for a FIFO as {id} does not name the path and the FIFO: {e}");
+    }
+    // A layer whose lock file (or record of roots) is a FIFO.
+    let layer = dir.join("layer");
+    let l = layer.display().to_string();
+    s.request(json!("layer"), json!({"argv": ["/bin/true"], "layers": [l]}));
+    let r = s.response(&json!("layer"), t);
+    assert_eq!(r["result"]["status"], "exited", "a run with a new layer: {r}");
+    for name in ["roots", "layer.lock"] {
+        let p = layer.join(name);
+        std::fs::remove_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let c = std::ffi::CString::new(p.display().to_string()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        chown_to_user(&p);
+        let next = format!("{name}-next");
+        s.request(json!(name), json!({"argv": ["/bin/true"], "layers": [l]}));
+        s.request(json!(next), json!({"argv": ["/bin/true"]}));
+        let r = s.response(&json!(next), t);
+        assert_eq!(r["result"]["status"], "exited", "the request after the layer with a FIFO {name}: {r}");
+        let v = s.response(&json!(name), t);
+        if name == "layer.lock" {
+            let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as layer.lock was accepted: {v}"));
+            assert!(e.contains("layer.lock") && e.contains("FIFO"), "the error for a FIFO as layer.lock: {e}");
+        }
+    }
+    s.finish().assert_code(0);
+}

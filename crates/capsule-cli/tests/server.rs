@@ -478,6 +478,36 @@ fn serve_stdio_defaults_to_dev_null() {
     assert!(!out.stderr.contains(&marker), "program output on capsule's stderr; {}", out.describe());
 }
 
+/// Two runs of one server at once (issue 20): by default each has a
+/// loopback network of its own, so the second cannot connect to the port
+/// the first listens on; with `--shared-network` it can (the one network
+/// of the server, the control that the probe reaches a listener at all).
+#[test]
+fn serve_concurrent_runs_have_their_own_network() {
+    require!("serve_concurrent_runs_have_their_own_network", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("serve-net");
+    for (args, expect) in [(&["--parallel", "2"][..], "ECONNREFUSED"), (&["--parallel", "2", "--shared-network"][..], "ok")] {
+        let mut s = serve(args);
+        s.run(json!("warm-up"), true_spec());
+        let log = dir.join(&format!("listen-{expect}.out"));
+        s.request(json!("listen"), json!({"argv": [probe(), "listen-tcp", "47125", "4000"], "stdout": log}));
+        let deadline = Instant::now() + T;
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("listen=") {
+            assert!(Instant::now() < deadline, "serve {args:?}: the listener did not start; lines so far:\n{}", s.transcript());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let listened = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(listened.contains("listen=ok"), "serve {args:?}: the listener: {listened}");
+        let r = s.run(json!("connect"), json!({"argv": [probe(), "connect-tcp", "127.0.0.1:47125"], "stdout": {"capture": 4096}}));
+        assert_exited(&r, 0);
+        let text = r["stdout"]["text"].as_str().unwrap_or("");
+        assert!(text.contains(&format!("connect={expect}\n")), "serve {args:?}: a concurrent run's connect: {text:?} (expected {expect})");
+        assert_exited(&s.result(&json!("listen"), T), 0);
+        s.finish().assert_code(0);
+    }
+}
+
 /// A spec's stdin/stdout/stderr may name files (opened by the supervisor as
 /// the caller); a file that cannot be opened is an error response naming it.
 #[test]

@@ -70,7 +70,10 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Res
 fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<OnceRun, Error> {
     let (client, server) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;
     let parent = sys::getpid();
-    let config = Config { parallel: 1, cgroup: spec.cgroup.clone(), prepare_ahead: false, ..Config::default() };
+    // One run: the supervisor's network is the run's own, and a thread
+    // makes it while PID 1 builds the tree (docs/latency.md).
+    let config =
+        Config { parallel: 1, cgroup: spec.cgroup.clone(), prepare_ahead: false, own_network: false, ..Config::default() };
     let pid = match sys::fork().map_err(|e| SysError::new("clone3 (supervisor)", e))? {
         Forked::Child => {
             drop(client);

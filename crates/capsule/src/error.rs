@@ -57,6 +57,20 @@ pub fn errno_text(errno: i32) -> String {
     format!("{msg} ({name})")
 }
 
+/// What a file type (`st_mode & S_IFMT`) is, for errors: "a FIFO (named pipe)".
+pub fn file_kind(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "a regular file",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFIFO => "a FIFO (named pipe)",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFLNK => "a symbolic link",
+        _ => "of an unknown file type",
+    }
+}
+
 /// The symbolic name of an errno value.
 pub fn errno_name(errno: i32) -> &'static str {
     use libc::*;

@@ -569,8 +569,16 @@ impl MountPlan {
                     let what = "--file source";
                     let at = resolve::resolve(src, me).map_err(|e| e.describe(what, src))?;
                     let sys_err = |errno| ResolveError::Sys { errno, at: src.clone() }.describe(what, src);
-                    if sys::fd_mode(at.as_raw_fd()) == Ok(libc::S_IFDIR) {
-                        return Err(sys_err(libc::EISDIR));
+                    match sys::fd_mode(at.as_raw_fd()) {
+                        Ok(libc::S_IFREG) => {}
+                        Ok(libc::S_IFDIR) => return Err(sys_err(libc::EISDIR)),
+                        // A FIFO would block the supervisor's loop in the
+                        // open below, a device in PID 1's copy: files only.
+                        Ok(mode) => {
+                            let kind = crate::error::file_kind(mode);
+                            return Err(format!("{what} `{}` is {kind}: give a regular file to copy", src.display()));
+                        }
+                        Err(e) => return Err(sys_err(e)),
                     }
                     // What was resolved, opened for reading (an O_PATH
                     // descriptor cannot be read).

@@ -154,7 +154,7 @@ fn join_abs(base: &Path, abs: &Path) -> PathBuf {
 
 /// The roots an earlier run of the layer recorded.
 fn recorded_roots(dir: &Path) -> Vec<PathBuf> {
-    let Ok(text) = fs::read_to_string(dir.join("roots")) else { return Vec::new() };
+    let Ok(text) = crate::sys::read_regular_file(&dir.join("roots")) else { return Vec::new() };
     text.lines().map(PathBuf::from).filter(|p| is_normal(p)).collect()
 }
 

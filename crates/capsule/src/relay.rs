@@ -138,8 +138,8 @@ pub(crate) struct Feed {
     /// Our (write) end; None once the whole file went in or the program
     /// closed its stdin: the program then sees the end of its input.
     pipe: Option<OwnedFd>,
-    /// The file cannot be spliced (a FIFO, a terminal, some procfs file):
-    /// copied through this buffer instead.
+    /// The file cannot be spliced (some procfs files; the supervisor
+    /// opens only regular files here): copied through this buffer instead.
     copy: Option<Carry>,
     /// Why the feed stopped early (a read error of the file).
     pub(crate) error: Option<String>,

@@ -49,17 +49,17 @@ pub struct Config {
     /// `capsule` in `PATH`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capsule_bin: Option<PathBuf>,
-    /// Give each run a loopback-only network namespace of its own instead
-    /// of the one all runs of the supervisor share (default false): runs
-    /// cannot reach each other over 127.0.0.1 nor collide on a port. A
-    /// network namespace costs about 0.5 ms of CPU to create and more to
-    /// tear down; a PID 1 prepared ahead creates it while idle.
+    /// Give each run a loopback-only network namespace of its own (default
+    /// true): concurrent runs cannot reach each other over 127.0.0.1 nor
+    /// collide on a port. A PID 1 prepared ahead creates it while idle
+    /// (docs/benchmarks-server.md has the cost). False: all runs of the
+    /// supervisor share one (`capsule serve --shared-network`).
     pub own_network: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { parallel: 1, cgroup: CgroupConfig::default(), prepare_ahead: true, capsule_bin: None, own_network: false }
+        Config { parallel: 1, cgroup: CgroupConfig::default(), prepare_ahead: true, capsule_bin: None, own_network: true }
     }
 }
 

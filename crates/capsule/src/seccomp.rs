@@ -186,7 +186,7 @@ pub fn compile(name: &PolicyName) -> Result<Filter, PolicyError> {
         PolicyName::Bash => ("built-in seccomp policy `bash`".to_string(), parse_toml(BASH_POLICY)),
         PolicyName::File(path) => {
             let origin = format!("seccomp policy file {}", path.display());
-            let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))?;
+            let text = sys::read_regular_file(path).map_err(|e| PolicyError::Invalid(format!("{origin}: {e}")))?;
             let parsed = if is_json(path) { parse_json(&text) } else { parse_toml(&text) };
             (origin, parsed)
         }

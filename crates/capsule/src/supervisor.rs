@@ -1821,19 +1821,19 @@ impl Loop {
                 continue;
             }
             let fd = match specs[i] {
-                Some(Stdio::Path(path)) => open_stdio(path, i == 0)?,
+                Some(Stdio::Path(path)) => open_stdio(path, i == 0, false)?,
                 Some(Stdio::Capture(c)) => {
                     let (cap, w) = Capture::new(c.capture)?;
                     io.capture[i - 1] = Some(cap);
                     w
                 }
                 Some(Stdio::Pipe(PipeFile { pipe })) if i == 0 => {
-                    let (feed, r) = Feed::new(open_stdio(pipe, true)?)?;
+                    let (feed, r) = Feed::new(open_stdio(pipe, true, true)?)?;
                     io.feed = Some(feed);
                     r
                 }
                 Some(Stdio::Pipe(PipeFile { pipe })) => {
-                    let (c, w) = Collect::new(open_stdio(pipe, false)?, req.spec.limits.output_limit)?;
+                    let (c, w) = Collect::new(open_stdio(pipe, false, true)?, req.spec.limits.output_limit)?;
                     io.collect[i - 1] = Some(c);
                     w
                 }
@@ -2016,8 +2016,13 @@ impl Loop {
         // one is still being built (one spare: 2.13 ms per back-to-back
         // `capsule run -- /bin/true`, two: 1.72 ms). Its `parallel` only
         // bounds runs at once. A retired agent prepares nothing more.
+        // Other supervisors keep one more than `parallel`: a client that
+        // sends its next request as soon as it has a result then finds a
+        // spare ready while the next is built, which takes longer than a
+        // short run since each run has a network of its own
+        // (docs/benchmarks-server.md).
         let held = self.agent.is_some() && (self.listener.is_none() || !self.running.is_empty());
-        let most = if self.agent.is_some() { 2 } else { sup.config.parallel };
+        let most = if self.agent.is_some() { 2 } else { sup.config.parallel + 1 };
         while !held && self.queue.is_empty() && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
             match sup.filters.get(spec).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
@@ -2485,16 +2490,41 @@ fn open_null(i: usize) -> Result<OwnedFd, String> {
     sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0).map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
 }
 
-/// Opens a stdio file named in the spec, as the caller.
-fn open_stdio(path: &Path, input: bool) -> Result<OwnedFd, String> {
+/// Opens a stdio file named in the spec, as the caller, without ever
+/// blocking the event loop on it: with O_NONBLOCK a FIFO opens at once for
+/// reading (and fails with ENXIO for writing without a reader, as a socket
+/// does), and then the file's type decides. `relayed`: the supervisor
+/// itself reads or writes it (read-once input, write-once output), so only
+/// a regular file will do; a file handed to the program may also be a
+/// character device (`/dev/null`, a terminal): the program, not the loop,
+/// waits on it.
+fn open_stdio(path: &Path, input: bool, relayed: bool) -> Result<OwnedFd, String> {
+    let what = match (input, relayed) {
+        (true, false) => "the run's stdin file",
+        (false, false) => "the run's output file",
+        (true, true) => "the run's read-once input file",
+        (false, true) => "the run's write-once output file",
+    };
+    let shown = path.display().to_string();
     let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in path".to_string())?;
     let flags = if input { libc::O_RDONLY } else { libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC };
-    sys::open(&c, flags | libc::O_CLOEXEC | libc::O_NOCTTY, 0o666).map_err(|e| {
-        SysError::new("open", e)
-            .path(path.display().to_string())
-            .hint(if input { "the run's stdin file" } else { "the run's output file" })
-            .to_string()
-    })
+    let fd = sys::open(&c, flags | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK, 0o666).map_err(|e| {
+        let hint = match e {
+            libc::ENXIO => format!("{what} is a FIFO (named pipe) or a socket, not a file; give a regular file"),
+            _ => what.to_string(),
+        };
+        SysError::new("open", e).path(shown.clone()).hint(hint).to_string()
+    })?;
+    let mode = sys::fd_mode(fd.as_raw_fd()).map_err(|e| SysError::new("fstat", e).path(shown.clone()).to_string())?;
+    if mode != libc::S_IFREG && (relayed || mode != libc::S_IFCHR) {
+        let kind = crate::error::file_kind(mode);
+        let want = if relayed { "a regular file" } else { "a regular file or a character device such as /dev/null" };
+        return Err(format!("{what} `{shown}` is {kind}: it must be {want} (the server never waits on a stream's path)"));
+    }
+    // The program sees the file as an ordinary, blocking one.
+    sys::set_nonblocking(fd.as_raw_fd(), false)
+        .map_err(|e| SysError::new("fcntl(F_SETFL)", e).path(shown).to_string())?;
+    Ok(fd)
 }
 
 /// Most CPUs a run can keep busy at once, of the supervisor's `cpus`.

@@ -13,7 +13,8 @@
 //! capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
 //! capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
 //! common options: --capsule PATH (the binary to start `capsule supervise` from),
-//!                 --no-cgroups
+//!                 --no-cgroups, --shared-network (throughput, memory: one
+//!                 network for all runs instead of one per run)
 //! ```
 //!
 //! `latency`: for every round and every workload, each configuration in turn
@@ -23,7 +24,10 @@
 //! - `server`: `Sandbox::run` + `RunHandle::wait` on a sandbox with
 //!   `parallel` 1, one at a time (1 client);
 //! - `bare-2`, `server-2`: the same from 2 threads at once (2 concurrent
-//!   clients; the server one on a sandbox with `parallel` 2).
+//!   clients; the server one on a sandbox with `parallel` 2);
+//! - `server-shared`, `server-2-shared` (only when named): `server` and
+//!   `server-2` with one network for all runs instead of one per run
+//!   (`Config::own_network` false), for the A/B of that default.
 //!
 //! Every run gives one sample: the wall time seen by the client, the CPU
 //! time (user + system) of the program's processes (wait4's rusage for
@@ -66,12 +70,14 @@ use capsule::{RunSpec, Status};
 use serde_json::{json, Value};
 
 const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] [--first-round N] [--only NAME] \
-[--configs bare,server,bare-2,server-2] [--gap MS] [--raw FILE]
+[--configs bare,server,bare-2,server-2,server-shared,server-2-shared] [--gap MS] [--raw FILE]
        capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-common options: --capsule PATH, --no-cgroups, --profile FILE (a TOML profile the sandboxed runs start from)";
+common options: --capsule PATH, --no-cgroups, --shared-network, --profile FILE (a TOML profile the sandboxed runs start from)";
 
-const CONFIGS: [&str; 4] = ["bare", "server", "bare-2", "server-2"];
+const CONFIGS: [&str; 6] = ["bare", "server", "bare-2", "server-2", "server-shared", "server-2-shared"];
+/// The configurations measured when `--configs` is not given.
+const DEFAULT_CONFIGS: usize = 4;
 
 fn die(msg: impl std::fmt::Display) -> ! {
     eprintln!("capsule-bench: {msg}");
@@ -99,6 +105,8 @@ struct Opts {
     window: usize,
     capsule: Option<PathBuf>,
     no_cgroups: bool,
+    /// `throughput`, `memory`: one network for all runs (`Config::own_network` false).
+    shared_network: bool,
     gap: Duration,
     profile: Option<RunSpec>,
 }
@@ -129,13 +137,14 @@ fn parse_opts() -> Opts {
         rounds: 1,
         first_round: 1,
         only: None,
-        configs: CONFIGS.iter().map(|s| s.to_string()).collect(),
+        configs: CONFIGS[..DEFAULT_CONFIGS].iter().map(|s| s.to_string()).collect(),
         raw: None,
         every: 0,
         parallel: 2,
         window: 16,
         capsule: None,
         no_cgroups: false,
+        shared_network: false,
         gap: Duration::ZERO,
         profile: None,
     };
@@ -165,6 +174,7 @@ fn parse_opts() -> Opts {
             "--window" => o.window = num(&a, val(&a)),
             "--capsule" => o.capsule = Some(val(&a).into()),
             "--no-cgroups" => o.no_cgroups = true,
+            "--shared-network" => o.shared_network = true,
             "--profile" => {
                 let path = val(&a);
                 let text = std::fs::read_to_string(&path).unwrap_or_else(|e| die(format!("{path}: {e}")));
@@ -203,8 +213,8 @@ impl Raw {
     }
 }
 
-fn start_sandbox(o: &Opts, parallel: usize) -> Sandbox {
-    let mut cfg = Config { parallel, capsule_bin: o.capsule.clone(), ..Config::default() };
+fn start_sandbox(o: &Opts, parallel: usize, own_network: bool) -> Sandbox {
+    let mut cfg = Config { parallel, capsule_bin: o.capsule.clone(), own_network, ..Config::default() };
     cfg.cgroup.disable = o.no_cgroups;
     Sandbox::start(cfg).unwrap_or_else(|e| die(format!("Sandbox::start (parallel {parallel}): {e}")))
 }
@@ -444,8 +454,10 @@ fn latency(o: &Opts) {
         }
     }
     let need = |c: &str| o.configs.iter().any(|x| x == c);
-    let sb1 = need("server").then(|| start_sandbox(o, 1));
-    let sb2 = need("server-2").then(|| start_sandbox(o, 2));
+    let sb1 = need("server").then(|| start_sandbox(o, 1, true));
+    let sb2 = need("server-2").then(|| start_sandbox(o, 2, true));
+    let sb1s = need("server-shared").then(|| start_sandbox(o, 1, false));
+    let sb2s = need("server-2-shared").then(|| start_sandbox(o, 2, false));
     let mut raw = Raw::open(&o.raw);
     for (sb, parallel) in [(&sb1, 1), (&sb2, 2)] {
         if let Some(sb) = sb {
@@ -476,6 +488,10 @@ fn latency(o: &Opts) {
                     "server" => series(w.warmup, w.runs, 0, o.gap, || server_one(sb1.as_ref().unwrap(), 0)),
                     "bare-2" => two_clients(w.warmup, w.runs, o.gap, bare_one),
                     "server-2" => two_clients(w.warmup, w.runs, o.gap, |t| server_one(sb2.as_ref().unwrap(), t)),
+                    "server-shared" => series(w.warmup, w.runs, 0, o.gap, || server_one(sb1s.as_ref().unwrap(), 0)),
+                    "server-2-shared" => {
+                        two_clients(w.warmup, w.runs, o.gap, |t| server_one(sb2s.as_ref().unwrap(), t))
+                    }
                     _ => unreachable!(),
                 };
                 for s in &samples {
@@ -489,11 +505,11 @@ fn latency(o: &Opts) {
             }
         }
     }
-    drop((sb1, sb2));
+    drop((sb1, sb2, sb1s, sb2s));
     // Summary: per workload and configuration; × bare is the ratio of the
     // medians to `bare` (1 client) or `bare-2` (2 clients).
     println!(
-        "{:<10} {:<9} {:>6} {:>11} {:>11} {:>7} {:>11} {:>7}",
+        "{:<10} {:<15} {:>6} {:>11} {:>11} {:>7} {:>11} {:>7}",
         "workload", "config", "n", "median ms", "p99 ms", "× bare", "cpu med ms", "× bare"
     );
     for (wi, w) in workloads.iter().enumerate() {
@@ -501,14 +517,14 @@ fn latency(o: &Opts) {
             let s = &all[&(wi, c.to_string())];
             let wall: Vec<f64> = s.iter().map(|x| x.wall).collect();
             let cpu: Vec<f64> = s.iter().map(|x| x.cpu).collect();
-            let base = if c.ends_with("-2") { "bare-2" } else { "bare" };
+            let base = if c.contains("-2") { "bare-2" } else { "bare" };
             let ratio = |f: fn(&Sample) -> f64, mine: f64| {
                 all.get(&(wi, base.to_string()))
                     .map(|b| format!("{:.3}", mine / median(&b.iter().map(f).collect::<Vec<_>>())))
                     .unwrap_or_else(|| "-".into())
             };
             println!(
-                "{:<10} {:<9} {:>6} {:>11.3} {:>11.3} {:>7} {:>11.3} {:>7}",
+                "{:<10} {:<15} {:>6} {:>11.3} {:>11.3} {:>7} {:>11.3} {:>7}",
                 w.name,
                 c,
                 wall.len(),
@@ -573,7 +589,7 @@ fn pipelined(sb: &Sandbox, spec: &RunSpec, n: usize, window: usize) -> f64 {
 fn throughput(o: &Opts) {
     let mut raw = Raw::open(&o.raw);
     let spec = o.spec(vec!["/bin/true".to_string()]);
-    let sb = start_sandbox(o, o.parallel);
+    let sb = start_sandbox(o, o.parallel, !o.shared_network);
     pipelined(&sb, &spec, 50.min(o.runs), o.window); // warm-up
     let secs = pipelined(&sb, &spec, o.runs, o.window);
     drop(sb);
@@ -650,7 +666,7 @@ fn memory(o: &Opts) {
     let mut raw = Raw::open(&o.raw);
     let every = if o.every > 0 { o.every } else { (o.runs / 10).max(1) };
     let spec = o.spec(vec!["/bin/true".to_string()]);
-    let sb = start_sandbox(o, o.parallel);
+    let sb = start_sandbox(o, o.parallel, !o.shared_network);
     let pid = sb.supervisor_pid();
     let settle = || std::thread::sleep(Duration::from_millis(200));
     let mut marks: Vec<usize> = vec![0, 1000.min(o.runs)];

@@ -88,7 +88,7 @@ fn usage() -> ! {
         "usage: capsule-probe SUBCOMMAND [ARGS]\n\
          subcommands: exit N | signal SIG | sleep MS | hold TAG | write-bytes N [PATH] |\n\
          env | cwd | ids | rlimits | fds | stdio-kind | kill-all [EXIT] | tiocsti CHAR |\n\
-         open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT | bind-tcp PORT |\n\
+         open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT | bind-tcp PORT | listen-tcp PORT MS |\n\
          connect-abstract NAME | daemon MARKER | sleep-tree MARKER [N] |\n\
          hostname | sethostname NAME | ipc-check KEY | ipc-create KEY |\n\
          ns-inodes | timens | fork-many MAX | stat PATH... | cat PATH |\n\
@@ -184,6 +184,14 @@ fn main() {
         "bind-tcp" => {
             let port: u16 = parse(arg(rest, 0));
             out("bind", io_res(&std::net::TcpListener::bind(("127.0.0.1", port))));
+        }
+        "listen-tcp" => {
+            // Listening on 127.0.0.1:PORT for MS milliseconds (connections
+            // complete in the backlog, never accepted).
+            let port: u16 = parse(arg(rest, 0));
+            let l = std::net::TcpListener::bind(("127.0.0.1", port));
+            out("listen", io_res(&l));
+            std::thread::sleep(Duration::from_millis(parse(arg(rest, 1))));
         }
         "connect-abstract" => cmd_connect_abstract(arg(rest, 0)),
         "connect-unix" => cmd_connect_unix(arg(rest, 0)),

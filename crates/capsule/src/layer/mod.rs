@@ -298,13 +298,18 @@ impl Layer {
     /// Fails with "layer DIR is in use by a running capsule" when it
     /// would block.
     pub fn lock_run(&self, exclusive: bool) -> Result<LayerLock, LayerError> {
-        let lock = match sl::openat_name(self.dir_fd.as_raw_fd(), b"layer.lock", libc::O_RDONLY | libc::O_CREAT | libc::O_NOFOLLOW, 0o600) {
+        // O_NONBLOCK: a FIFO planted as the lock opens at once (never a hang).
+        let lock = match sl::openat_name(self.dir_fd.as_raw_fd(), b"layer.lock", libc::O_RDONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0o600) {
             Ok(f) => f,
             // A read-only layer directory of someone else's: lock the directory itself.
             Err(libc::EACCES) | Err(libc::EROFS) => sl::openat_name(self.dir_fd.as_raw_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
                 .map_err(|e| sys_err("open", &self.dir, e))?,
             Err(e) => return Err(sys_err("open", self.path_of("layer.lock"), e).into()),
         };
+        if let Ok(mode @ (libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK)) = crate::sys::fd_mode(lock.as_raw_fd()) {
+            let kind = crate::error::file_kind(mode);
+            return Err(LayerError::Invalid(format!("{} is {kind}, not the layer's lock file", self.path_of("layer.lock").display())));
+        }
         match sl::flock_nb(lock.as_raw_fd(), exclusive) {
             Ok(()) => Ok(LayerLock { _file: lock, exclusive, id: self.id }),
             Err(libc::EWOULDBLOCK) => Err(LayerError::InUse(self.dir.clone())),

@@ -334,6 +334,27 @@ pub fn readlink_fd(fd: RawFd) -> SysResult<Vec<u8>> {
     Ok(buf)
 }
 
+/// Reads a whole file a client named (a policy file, a layer's record)
+/// without ever waiting on it: opened with O_NONBLOCK, so a FIFO opens at
+/// once, and refused unless it is a regular file.
+pub fn read_regular_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        use std::os::unix::fs::MetadataExt;
+        let kind = crate::error::file_kind(m.mode());
+        return Err(std::io::Error::other(format!("it is {kind}, not a regular file")));
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Opens anew, with `flags`, the file an `O_PATH` descriptor refers to
 /// (through `/proc/self/fd`: no path lookup of the file itself).
 pub fn reopen(fd: RawFd, flags: i32) -> SysResult<OwnedFd> {
