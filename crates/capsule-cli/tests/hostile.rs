@@ -1017,7 +1017,7 @@ fn fd_exhaustion(policy: &str) {
         s.still_serves(&format!("warm-up-{i}"));
     }
     let pid = s.pid();
-    let base = settled_fds(pid, None);
+    let base = steady_fds(pid);
     let n = 16;
     // strict forbids processes, sockets and pipes: one process, /dev/null.
     let (kids, mode, procs) = if policy == "strict" { ("0", "simple", 1) } else { ("4", "full", 5) };
@@ -1043,6 +1043,21 @@ fn fd_exhaustion(policy: &str) {
     s.finish().assert_code(0);
 }
 both_policies!(fd_exhaustion);
+
+/// The process's fd count once it has not changed for 300 ms (at most 3 s):
+/// the idle server has prepared all its spares (each holds descriptors).
+fn steady_fds(pid: i32) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut last, mut since) = (proc_stats(pid).fds, Instant::now());
+    while Instant::now() < deadline && since.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(20));
+        let n = proc_stats(pid).fds;
+        if n != last {
+            (last, since) = (n, Instant::now());
+        }
+    }
+    last
+}
 
 /// The process's fd count once it is no larger than `not_above` (for up to
 /// 3 s), else the last count.
