@@ -651,8 +651,7 @@ fn set_times(p: &Path, m: &fs::Metadata) -> Result<(), String> {
 /// Copies the regular file `from` to the new file `to`, keeping holes (a
 /// sparse file takes no more in the layer than it did in the staging area).
 fn copy_sparse(from: &Path, to: &Path, m: &fs::Metadata) -> Result<(), String> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let src = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(from).map_err(|e| io_err("opening", from, e))?;
     let dst = fs::OpenOptions::new()
         .write(true)
@@ -661,24 +660,7 @@ fn copy_sparse(from: &Path, to: &Path, m: &fs::Metadata) -> Result<(), String> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(to)
         .map_err(|e| io_err("creating", to, e))?;
-    let err = |what: &str, p: &Path, e: i32| io_err(what, p, std::io::Error::from_raw_os_error(e));
-    let mut buf = vec![0u8; 1 << 16];
-    let mut pos = 0i64;
-    while let Some(start) = sys::seek_data(src.as_raw_fd(), pos, true).map_err(|e| err("reading", from, e))? {
-        let end = sys::seek_data(src.as_raw_fd(), start, false).map_err(|e| err("reading", from, e))?.unwrap_or(m.len() as i64);
-        let mut off = start;
-        while off < end {
-            let want = buf.len().min((end - off) as usize);
-            let n = sys::pread(src.as_raw_fd(), &mut buf[..want], off).map_err(|e| err("reading", from, e))?;
-            if n == 0 {
-                break;
-            }
-            dst.write_all_at(&buf[..n], off as u64).map_err(|e| io_err("writing", to, e))?;
-            off += n as i64;
-        }
-        pos = end;
-    }
-    dst.set_len(m.len()).map_err(|e| io_err("writing", to, e))?;
+    crate::layer::copy_sparse(&src, &dst).map_err(|e| io_err("copying", from, std::io::Error::from_raw_os_error(e)))?;
     dst.set_permissions(fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", to, e))
 }
 

@@ -39,6 +39,7 @@ use serde::Serialize;
 pub use commit::{CommitReport, Refusal};
 pub use meta::{OrigKind, Record};
 pub use quote::{quote, quote_path};
+pub(crate) use node::copy_sparse;
 
 use crate::error::SysError;
 use crate::sys::layer as sl;

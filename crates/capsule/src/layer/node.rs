@@ -138,8 +138,8 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Errno> {
 /// Where the next data at or after `pos` starts (`size` when none);
 /// `pos` itself where the filesystem cannot tell (all data).
 fn next_data(f: &File, pos: u64, size: u64) -> Result<u64, Errno> {
-    match sl::seek_data_or_hole(f.as_raw_fd(), pos, true) {
-        Ok(Some(o)) => Ok(o.min(size)),
+    match crate::sys::seek_data(f.as_raw_fd(), pos as i64, true) {
+        Ok(Some(o)) => Ok((o as u64).min(size)),
         Ok(None) => Ok(size),
         Err(libc::EINVAL) | Err(libc::EOPNOTSUPP) => Ok(pos),
         Err(e) => Err(e),
@@ -148,8 +148,8 @@ fn next_data(f: &File, pos: u64, size: u64) -> Result<u64, Errno> {
 
 /// Where the hole at or after `pos` starts (`size` at the latest).
 fn next_hole(f: &File, pos: u64, size: u64) -> Result<u64, Errno> {
-    match sl::seek_data_or_hole(f.as_raw_fd(), pos, false) {
-        Ok(Some(o)) => Ok(o.min(size)),
+    match crate::sys::seek_data(f.as_raw_fd(), pos as i64, false) {
+        Ok(Some(o)) => Ok((o as u64).min(size)),
         Ok(None) => Ok(size),
         Err(libc::EINVAL) | Err(libc::EOPNOTSUPP) => Ok(size),
         Err(e) => Err(e),

@@ -272,19 +272,6 @@ pub fn errno_of(e: &std::io::Error) -> Errno {
     e.raw_os_error().unwrap_or(libc::EIO)
 }
 
-/// Where `lseek(SEEK_DATA)` (`data`) or `lseek(SEEK_HOLE)` finds the next
-/// data or hole at or after `from`; `None` past the last data (`ENXIO`).
-/// Every file ends in a hole (its end, at least).
-pub fn seek_data_or_hole(fd: RawFd, from: u64, data: bool) -> SysResult<Option<u64>> {
-    let whence = if data { libc::SEEK_DATA } else { libc::SEEK_HOLE };
-    // SAFETY: plain syscall on integers.
-    match check(unsafe { libc::lseek(fd, from as libc::off_t, whence) } as libc::c_long) {
-        Ok(off) => Ok(Some(off as u64)),
-        Err(libc::ENXIO) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// ftruncate(2): sets the file's size (a hole where it grows).
 pub fn ftruncate(fd: RawFd, size: u64) -> SysResult<()> {
     // SAFETY: plain syscall on integers.
