@@ -1529,6 +1529,8 @@ os.execv(sys.argv[2], sys.argv[2:])
     let _ = run("nnp", &["agent", "stop"]);
     eprintln!("the confined caller's capsule run: {text}");
     assert!(!f.exists(), "a Landlock-confined caller wrote outside its confinement through an agent: {text}");
+    // Its own supervisor may not mount: the error says why.
+    assert!(text.contains("no_new_privs") && text.contains("Landlock"), "the refusal does not say why: {text}");
 }
 
 /// Item 2 (issue 20): `capsule serve --listen` refuses a peer that is a

@@ -87,8 +87,19 @@ pub(crate) fn enter_shared(shared_net: bool) -> Result<SupervisorNs, SysError> {
     // to move the program there.
     let shared = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
     sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)", e))?;
-    sys::mount_make_rprivate_root()
-        .map_err(|e| SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/"))?;
+    sys::mount_make_rprivate_root().map_err(|e| {
+        let err = SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/");
+        // Mounting in a namespace of one's own fails so only under a
+        // Landlock domain (which forbids every mount) or an LSM.
+        match e == libc::EPERM && capsule_nolibc::sys::prctl_get(libc::PR_GET_NO_NEW_PRIVS as usize) != 0 {
+            true => err.hint(
+                "this process has no_new_privs set and may not mount even in its own namespaces: a Landlock \
+                 ruleset forbids every mount (as does an LSM policy); run capsule from a process outside that \
+                 confinement",
+            ),
+            false => err,
+        }
+    })?;
     sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| SysError::new("sethostname", e))?;
     Ok(SupervisorNs { loopback_net: net })
 }
