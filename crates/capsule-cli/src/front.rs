@@ -270,7 +270,7 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
             .is_ok_and(|s| s.mode & sys::S_IFMT == sys::S_IFDIR && s.uid == uid && s.mode & 0o077 == 0)
     };
     path.clear();
-    match runtime.filter(|r| r.starts_with(b"/")) {
+    match runtime.filter(|r| r.starts_with(b"/") && identity::runtime_dir_fits(r.len())) {
         Some(r) if { path.push(r); path.c_str().is_some_and(private) } => path.push(b"/capsule"),
         _ => {
             path.clear();

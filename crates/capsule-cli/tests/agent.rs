@@ -355,6 +355,37 @@ fn the_agents_directory_is_covered_under_xdg_runtime_dir() {
     assert!(out.stdout.contains("stopped"), "{}", out.describe());
 }
 
+/// A `$XDG_RUNTIME_DIR` too long for a socket path beneath it (a
+/// `sockaddr_un` holds 107 bytes) sends the agents to
+/// `/tmp/capsule-agent-UID`: one agent serves both runs (before, its bind
+/// failed unseen and every run forked a supervisor of its own).
+#[test]
+fn a_long_xdg_runtime_dir_sends_the_agent_to_tmp() {
+    let _shared = shared();
+    require!("a_long_xdg_runtime_dir_sends_the_agent_to_tmp", userns_available());
+    let tag = unique("agent-long");
+    let scratch = Scratch::new("x");
+    let runtime = scratch.mkdir(&"r".repeat(60));
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let xdg = runtime.display().to_string();
+    assert!(xdg.len() > 55, "{xdg} is not long enough for the test");
+    let with_xdg = |args: &[&str]| {
+        let mut c = cmd(&tag, args);
+        c.env("XDG_RUNTIME_DIR", &xdg);
+        c
+    };
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        with_xdg(&["run", "-q", "--", "/bin/true"]).run().assert_code(0);
+        let (sock, pid) = own_agent_of(with_xdg(&["agent", "status"])).expect("no agent serves the caller");
+        assert!(sock.starts_with(format!("/tmp/capsule-agent-{}", h().uid)), "{}", sock.display());
+        pids.push(pid);
+    }
+    assert_eq!(pids[0], pids[1], "the second run was not served by the first run's agent");
+    let out = with_xdg(&["agent", "stop"]).run();
+    assert!(out.stdout.contains("stopped"), "{}", out.describe());
+}
+
 /// Settings of the agent that make no sense are errors naming them.
 #[test]
 fn bad_agent_settings_are_errors() {

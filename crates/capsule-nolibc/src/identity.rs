@@ -302,3 +302,11 @@ mod tests {
         assert!(text.contains("\nrlimit 7 "), "{text}");
     }
 }
+
+/// Whether `$XDG_RUNTIME_DIR` (`len` bytes) leaves room for an agent's
+/// socket path, `DIR/capsule/agent-KEY.sock`, in a `sockaddr_un` (107
+/// bytes and a NUL); a longer one makes the agents use
+/// `/tmp/capsule-agent-UID`, as a missing one does.
+pub const fn runtime_dir_fits(len: usize) -> bool {
+    len + "/capsule/agent-".len() + 32 + ".sock".len() <= 107
+}

@@ -153,7 +153,8 @@ pub fn idle_time() -> Result<Duration, String> {
 }
 
 /// The directory of the user's agent sockets: `$XDG_RUNTIME_DIR/capsule`
-/// when that is the user's own private directory, else
+/// when that is the user's own private directory, short enough for a
+/// socket path beneath it, else
 /// `/tmp/capsule-agent-UID`; created mode 0700. None when neither is
 /// (another user's directory, a link, open to others): no agent then.
 pub fn socket_dir() -> Option<PathBuf> {
@@ -166,7 +167,7 @@ pub fn socket_dir() -> Option<PathBuf> {
     };
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && private(p, true));
+        .filter(|p| p.is_absolute() && capsule_nolibc::identity::runtime_dir_fits(p.as_os_str().len()) && private(p, true));
     let dir = match runtime {
         Some(r) => r.join("capsule"),
         None => PathBuf::from(format!("/tmp/capsule-agent-{uid}")),
