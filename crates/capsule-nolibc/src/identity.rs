@@ -235,6 +235,14 @@ pub fn write<'e, S: Sink>(sink: &mut S, exe: &CStr, env: impl Iterator<Item = (&
     let _ = writeln!(t, "config {config}");
 }
 
+/// Whether `$XDG_RUNTIME_DIR` (`len` bytes) leaves room for an agent's
+/// socket path, `DIR/capsule/agent-KEY.sock`, in a `sockaddr_un` (107
+/// bytes and a NUL); a longer one makes the agents use
+/// `/tmp/capsule-agent-UID`, as a missing one does.
+pub const fn runtime_dir_fits(len: usize) -> bool {
+    len + "/capsule/agent-".len() + 32 + ".sock".len() <= 107
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,10 +311,3 @@ mod tests {
     }
 }
 
-/// Whether `$XDG_RUNTIME_DIR` (`len` bytes) leaves room for an agent's
-/// socket path, `DIR/capsule/agent-KEY.sock`, in a `sockaddr_un` (107
-/// bytes and a NUL); a longer one makes the agents use
-/// `/tmp/capsule-agent-UID`, as a missing one does.
-pub const fn runtime_dir_fits(len: usize) -> bool {
-    len + "/capsule/agent-".len() + 32 + ".sock".len() <= 107
-}
