@@ -450,10 +450,11 @@ fn uts_ipc_time_do_not_leak() {
 
     // SysV IPC: host object invisible inside; sandbox object invisible on
     // the host.
-    // SAFETY: SysV IPC calls take only integers and IPC_RMID a null buffer.
     let key: i32 = 0x0ca0_0000 | (std::process::id() as i32 & 0xffff);
+    // SAFETY: SysV IPC calls take only integers and IPC_RMID a null buffer.
     let host_q = unsafe { libc::msgget(key, libc::IPC_CREAT | 0o666) };
     assert!(host_q >= 0, "host msgget");
+    // SAFETY: as above.
     let host_shm = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | 0o666) };
     assert!(host_shm >= 0, "host shmget");
     let out = run_probe(&[], &["ipc-check", &key.to_string()]).run();

@@ -233,16 +233,16 @@ pub fn getcwd(buf: &mut [u8]) -> Result<&[u8]> {
 
 pub fn getresuid() -> [u32; 3] {
     let mut ids = [0u32; 3];
-    // SAFETY: three u32 slots for the kernel to write.
     let p = ids.as_mut_ptr() as usize;
+    // SAFETY: three u32 slots for the kernel to write.
     let _ = check(unsafe { syscall6(nr::GETRESUID, [p, p + 4, p + 8, 0, 0, 0]) });
     ids
 }
 
 pub fn getresgid() -> [u32; 3] {
     let mut ids = [0u32; 3];
-    // SAFETY: three u32 slots for the kernel to write.
     let p = ids.as_mut_ptr() as usize;
+    // SAFETY: three u32 slots for the kernel to write.
     let _ = check(unsafe { syscall6(nr::GETRESGID, [p, p + 4, p + 8, 0, 0, 0]) });
     ids
 }

@@ -327,6 +327,7 @@ impl Drop for BareCmd {
 // SAFETY: the raw pointers point into the CStrings and the mapping owned by
 // the same BareCmd; nothing mutates them after construction.
 unsafe impl Send for BareCmd {}
+// SAFETY: as for Send: shared references only read what never changes.
 unsafe impl Sync for BareCmd {}
 
 // --- the server path ------------------------------------------------------------

@@ -367,9 +367,11 @@ fn cmd_ids() {
     out("ppid", ppid);
     // SAFETY: getsid(0)/getpgid(0) query the calling process.
     out("sid", unsafe { libc::getsid(0) });
+    // SAFETY: as above.
     out("pgid", unsafe { libc::getpgid(0) });
     // SAFETY: PR_GET_DUMPABLE / PR_GET_NO_NEW_PRIVS take no pointers.
     out("dumpable", unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) });
+    // SAFETY: as above.
     out("no_new_privs", unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) });
     for (k, v) in status_fields() {
         match k.as_str() {

@@ -196,9 +196,9 @@ pub fn open(path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
 }
 
 pub fn openat(dir: RawFd, path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
-    // SAFETY: path is NUL-terminated. `dir` may be AT_FDCWD (negative),
-    // sign-extended by `as u64`.
     let fd = retry(|| {
+        // SAFETY: path is NUL-terminated. `dir` may be AT_FDCWD (negative),
+        // sign-extended by `as u64`.
         cvt(unsafe {
             raw_syscall(
                 libc::SYS_openat,
@@ -222,8 +222,8 @@ pub fn open_in_root_nofollow(root: RawFd, path: &CStr, flags: i32) -> SysResult<
 
 fn openat2(root: RawFd, path: &CStr, flags: i32, mode: u32, resolve: u64) -> SysResult<OwnedFd> {
     let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
-    // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
     let fd = retry(|| {
+        // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
         cvt(unsafe {
             raw_syscall(
                 libc::SYS_openat2,
@@ -394,8 +394,8 @@ pub fn flock_nb(fd: RawFd, exclusive: bool) -> SysResult<()> {
 }
 
 pub fn pread(fd: RawFd, buf: &mut [u8], offset: i64) -> SysResult<usize> {
-    // SAFETY: buf is a valid writable region of buf.len() bytes.
     retry(|| {
+        // SAFETY: buf is a valid writable region of buf.len() bytes.
         cvt(unsafe {
             raw_syscall(
                 libc::SYS_pread64,
@@ -953,9 +953,9 @@ pub fn pidfd_open(pid: i32) -> SysResult<OwnedFd> {
 pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
     let mut status: libc::c_int = 0;
     let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
-    // SAFETY: status is a writable int; no rusage (NULL). A negative pid
-    // is sign-extended.
     let r = retry(|| {
+        // SAFETY: status is a writable int; no rusage (NULL). A negative pid
+        // is sign-extended.
         cvt(unsafe {
             raw_syscall(libc::SYS_wait4, [pid as u64, &mut status as *mut libc::c_int as u64, flags as u64, 0, 0, 0])
         })
@@ -1221,8 +1221,8 @@ pub fn signalfd_for(signals: &[i32]) -> SysResult<OwnedFd> {
 /// Reads directory entries (`struct linux_dirent64` records) into `buf`;
 /// 0 at the end of the directory. Walk them with [`dirent_names`].
 pub fn getdents64(dir: RawFd, buf: &mut [u8]) -> SysResult<usize> {
-    // SAFETY: the kernel writes at most buf.len() bytes into buf.
     retry(|| {
+        // SAFETY: the kernel writes at most buf.len() bytes into buf.
         cvt(unsafe { raw_syscall(libc::SYS_getdents64, [dir as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) })
     })
     .map(|n| n as usize)
@@ -1671,9 +1671,9 @@ pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
 /// pipe) at their file positions, never blocking on a pipe
 /// (SPLICE_F_NONBLOCK); Ok(0) at the end of `from`.
 pub fn splice(from: RawFd, to: RawFd, len: usize) -> SysResult<usize> {
-    // SAFETY: null offsets (the descriptors' own positions); no memory is
-    // passed to the kernel.
     retry(|| {
+        // SAFETY: null offsets (the descriptors' own positions); no memory is
+        // passed to the kernel.
         cvt(unsafe {
             raw_syscall(
                 libc::SYS_splice,
@@ -1735,9 +1735,9 @@ pub fn pidfd_try_wait(pidfd: RawFd) -> SysResult<Option<i32>> {
 fn pidfd_waitid(pidfd: RawFd, flags: i32) -> SysResult<Option<i32>> {
     const P_PIDFD: libc::idtype_t = 3;
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
-    // SAFETY: info is a zeroed siginfo_t the kernel fills in; no rusage
-    // (NULL).
     retry(|| {
+        // SAFETY: info is a zeroed siginfo_t the kernel fills in; no rusage
+        // (NULL).
         cvt(unsafe {
             raw_syscall(
                 libc::SYS_waitid,
