@@ -31,12 +31,16 @@ pub fn command() -> Command {
         .about("List or stop your agents: the warm supervisors that `capsule run` reuses")
         .after_help(AGENT_AFTER)
         .subcommand_required(true)
-        .subcommand(Command::new("status").about("List the agents running for you").arg(
-            Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the list as JSON"),
-        ))
-        .subcommand(Command::new("stop").about("Stop the agent that serves this caller (runs in flight are killed)").arg(
-            Arg::new("all").long("all").action(ArgAction::SetTrue).help("Stop every agent of yours"),
-        ))
+        .subcommand(
+            Command::new("status")
+                .about("List the agents running for you")
+                .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the list as JSON")),
+        )
+        .subcommand(
+            Command::new("stop")
+                .about("Stop the agent that serves this caller (runs in flight are killed)")
+                .arg(Arg::new("all").long("all").action(ArgAction::SetTrue).help("Stop every agent of yours")),
+        )
         .subcommand(Command::new("key").about("Print the key of the agent that would serve this caller").arg(
             Arg::new("identity").long("identity").action(ArgAction::SetTrue).help("Also print what the key covers"),
         ))
@@ -51,8 +55,12 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
             } else {
                 match (agent::enabled(), agent::socket_dir()) {
                     (Err(why), _) => println!("agents are off here: {why}"),
-                    (_, None) => println!("agents are off here: no private directory for their sockets (XDG_RUNTIME_DIR, /tmp)"),
-                    (Ok(()), Some(dir)) if list.is_empty() => println!("no agent running (sockets in {})", dir.display()),
+                    (_, None) => {
+                        println!("agents are off here: no private directory for their sockets (XDG_RUNTIME_DIR, /tmp)")
+                    }
+                    (Ok(()), Some(dir)) if list.is_empty() => {
+                        println!("no agent running (sockets in {})", dir.display())
+                    }
                     _ => {}
                 }
                 let own = agent::own_socket();

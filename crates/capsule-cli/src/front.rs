@@ -161,7 +161,8 @@ unsafe extern "C" fn front_main(sp: *const usize) -> ! {
     };
     let mut exe = [0u8; 4096];
     let Some(cli) = cli_path(&mut exe) else {
-        let _ = sys::write_all(2, b"capsule: error: cannot read /proc/self/exe to find capsule-cli (is /proc mounted?)\n");
+        let _ =
+            sys::write_all(2, b"capsule: error: cannot read /proc/self/exe to find capsule-cli (is /proc mounted?)\n");
         sys::exit(EXIT_CAPSULE_ERROR)
     };
     if let Some(code) = through_agent(&start, cli) {
@@ -206,8 +207,18 @@ fn errno_text(e: i32) -> &'static [u8] {
 /// caller's own process; `capsule-cli`'s `OWN_PROCESS`): seen here, the
 /// front end skips the round trip. The agent decides in any case.
 const OWN_PROCESS: [&[u8]; 12] = [
-    b"--profile", b"--stdin", b"--stdout", b"--stderr", b"--json", b"--meta", b"--pty", b"--layer", b"--no-agent",
-    b"--cgroup", b"--require-cgroups", b"--no-cgroups",
+    b"--profile",
+    b"--stdin",
+    b"--stdout",
+    b"--stderr",
+    b"--json",
+    b"--meta",
+    b"--pty",
+    b"--layer",
+    b"--no-agent",
+    b"--cgroup",
+    b"--require-cgroups",
+    b"--no-cgroups",
 ];
 
 /// Runs a `capsule run` command line through the caller's agent: the exit
@@ -271,7 +282,14 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
     };
     path.clear();
     match runtime.filter(|r| r.starts_with(b"/") && identity::runtime_dir_fits(r.len())) {
-        Some(r) if { path.push(r); path.c_str().is_some_and(private) } => path.push(b"/capsule"),
+        Some(r)
+            if {
+                path.push(r);
+                path.c_str().is_some_and(private)
+            } =>
+        {
+            path.push(b"/capsule")
+        }
         _ => {
             path.clear();
             path.push(b"/tmp/capsule-agent-");

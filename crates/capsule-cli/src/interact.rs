@@ -33,11 +33,23 @@ pub fn command() -> Command {
     Command::new("interact")
         .about(ABOUT)
         .after_help(AFTER)
-        .arg(one("spec", "FILE", "An interactive spec (TOML, or JSON if FILE ends in .json) with [solution] and [interactor] run specs"))
-        .arg(one("solution", "CMD", "The solution's command line (split like a shell: quotes and backslashes; no expansion)"))
+        .arg(one(
+            "spec",
+            "FILE",
+            "An interactive spec (TOML, or JSON if FILE ends in .json) with [solution] and [interactor] run specs",
+        ))
+        .arg(one(
+            "solution",
+            "CMD",
+            "The solution's command line (split like a shell: quotes and backslashes; no expansion)",
+        ))
         .arg(one("interactor", "CMD", "The interactor's command line"))
         .arg(one("solution-profile", "FILE", "The solution's run spec (a TOML profile); --solution overrides its argv"))
-        .arg(one("interactor-profile", "FILE", "The interactor's run spec (a TOML profile); --interactor overrides its argv"))
+        .arg(one(
+            "interactor-profile",
+            "FILE",
+            "The interactor's run spec (a TOML profile); --interactor overrides its argv",
+        ))
         .arg(one("wall-time", "DURATION", "Wall-time limit of each program (overrides the profiles')"))
         .arg(one("json", "PATH", "Write the result (first_to_exit, solution, interactor) as JSON to PATH"))
         .arg(Arg::new("quiet").short('q').long("quiet").action(ArgAction::SetTrue).help("No summary lines on stderr"))

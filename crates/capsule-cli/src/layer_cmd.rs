@@ -149,7 +149,10 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
             let upper = dir.join("upper");
             review_menu(&dir, || {
                 let shell = std::env::var_os("SHELL").filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into());
-                eprintln!("capsule: a shell in {} (the layer's files); exit it to come back to the menu", quote_path(&upper));
+                eprintln!(
+                    "capsule: a shell in {} (the layer's files); exit it to come back to the menu",
+                    quote_path(&upper)
+                );
                 let st = std::process::Command::new(&shell)
                     .current_dir(&upper)
                     .status()
@@ -239,10 +242,20 @@ fn list_changes(out: &mut dyn Write, changes: &[capsule::layer::Change], limit: 
     Ok(())
 }
 
-pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn Write, shell: &dyn Fn() -> Result<()>) -> Result<()> {
+pub fn review_menu_io(
+    layer_dir: &Path,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    shell: &dyn Fn() -> Result<()>,
+) -> Result<()> {
     let layer = Layer::open(layer_dir)?;
     let kept = |out: &mut dyn Write| -> Result<()> {
-        writeln!(out, "capsule: the layer is kept in {}; `capsule layer review {}` comes back to it", quote_path(layer_dir), quote_path(layer_dir))?;
+        writeln!(
+            out,
+            "capsule: the layer is kept in {}; `capsule layer review {}` comes back to it",
+            quote_path(layer_dir),
+            quote_path(layer_dir)
+        )?;
         Ok(())
     };
     'outer: loop {
@@ -276,7 +289,13 @@ pub fn review_menu_io(layer_dir: &Path, input: &mut dyn BufRead, out: &mut dyn W
                     for c in &changes {
                         let details = c.details();
                         let sep = if details.is_empty() { "" } else { "; " };
-                        write!(out, "commit {}  {} ({}{sep}{details})? [y/n] ", c.kind.letter(), quote_path(&c.path), c.what)?;
+                        write!(
+                            out,
+                            "commit {}  {} ({}{sep}{details})? [y/n] ",
+                            c.kind.letter(),
+                            quote_path(&c.path),
+                            c.what
+                        )?;
                         out.flush()?;
                         match read_answer(input)?.as_deref() {
                             Some("y") | Some("yes") => chosen.push(c.path.clone()),

@@ -12,9 +12,9 @@ use capsule::units::{parse_duration, parse_size};
 use capsule::RunResult;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+mod agent_cmd;
 #[cfg(debug_assertions)]
 mod alloc_guard;
-mod agent_cmd;
 mod interact;
 mod judge;
 mod layer_cmd;
@@ -187,7 +187,11 @@ const SUBCOMMANDS: [(&str, Build); 10] = [
     ("presets", presets_cmd::command),
     ("judge", judge::command),
     ("agent", agent_cmd::command),
-    ("supervise", || Command::new("supervise").hide(true).about("The supervisor of the library's Sandbox (started by the library, fd 3)")),
+    ("supervise", || {
+        Command::new("supervise")
+            .hide(true)
+            .about("The supervisor of the library's Sandbox (started by the library, fd 3)")
+    }),
     ("check", || {
         Command::new("check")
             .about("Report the kernel features capsule relies on and how to fix what is missing")
@@ -245,8 +249,7 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     let caller_cwd = caller_cwd.to_path_buf();
     let mut spec = match m.get_one::<String>("profile") {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--profile: cannot read `{path}`"))?;
+            let text = std::fs::read_to_string(path).with_context(|| format!("--profile: cannot read `{path}`"))?;
             spec::from_toml(&text).map_err(|e| anyhow!("--profile `{path}`: {e}"))?
         }
         None => RunSpec::default(),
@@ -284,7 +287,9 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     if let Some(v) = last(m, "seccomp") {
         spec.seccomp = match v.parse().map_err(|e| anyhow!("--seccomp: {e}"))? {
             // The supervisor may not share the caller's directory.
-            capsule::seccomp::PolicyName::File(p) => capsule::seccomp::PolicyName::File(absolute(&p.to_string_lossy(), &caller_cwd)),
+            capsule::seccomp::PolicyName::File(p) => {
+                capsule::seccomp::PolicyName::File(absolute(&p.to_string_lossy(), &caller_cwd))
+            }
             name => name,
         };
     }
@@ -343,7 +348,8 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
 /// applied to the operation just before them.
 fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
     let mut ops: Vec<(usize, MountOp)> = Vec::new();
-    let pairs = ["bind", "bind-try", "ro-bind", "ro-bind-try", "dev-bind", "dev-bind-try", "file", "file-data", "symlink"];
+    let pairs =
+        ["bind", "bind-try", "ro-bind", "ro-bind-try", "dev-bind", "dev-bind-try", "file", "file-data", "symlink"];
     for id in pairs {
         let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) else { continue };
         let idx: Vec<usize> = idx.collect();
@@ -352,9 +358,15 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
             let (a, b) = (kv[0].as_str(), kv[1].as_str());
             let src = || absolute(a, cwd);
             let op = match id {
-                "bind" | "bind-try" => MountOp::Bind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false },
-                "ro-bind" | "ro-bind-try" => MountOp::RoBind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false },
-                "dev-bind" | "dev-bind-try" => MountOp::DevBind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false },
+                "bind" | "bind-try" => {
+                    MountOp::Bind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false }
+                }
+                "ro-bind" | "ro-bind-try" => {
+                    MountOp::RoBind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false }
+                }
+                "dev-bind" | "dev-bind-try" => {
+                    MountOp::DevBind { src: src(), dst: b.into(), try_: id.ends_with("-try"), noexec: false }
+                }
                 "file" => MountOp::File { src: src(), dst: b.into() },
                 "file-data" => MountOp::FileData { dst: a.into(), content: b.into() },
                 "symlink" => MountOp::Symlink { target: a.into(), dst: b.into() },
@@ -367,13 +379,16 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
         let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) else { continue };
         for (i, v) in idx.zip(vals) {
             let p: PathBuf = v.into();
-            ops.push((i, match id {
-                "tmpfs" => MountOp::Tmpfs { dst: p, size: None, noexec: false },
-                "proc" => MountOp::Proc { dst: p },
-                "dev" => MountOp::Dev { dst: p },
-                "dir" => MountOp::Dir { dst: p },
-                _ => unreachable!(),
-            }));
+            ops.push((
+                i,
+                match id {
+                    "tmpfs" => MountOp::Tmpfs { dst: p, size: None, noexec: false },
+                    "proc" => MountOp::Proc { dst: p },
+                    "dev" => MountOp::Dev { dst: p },
+                    "dir" => MountOp::Dir { dst: p },
+                    _ => unreachable!(),
+                },
+            ));
         }
     }
     ops.sort_by_key(|(i, _)| *i);
@@ -400,7 +415,10 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
             match preceding(&mut ops, at) {
                 Some(k) => {
                     if !ops[k].1.set_noexec() {
-                        bail!("--noexec: --{} is not a mount (it must follow --bind, --ro-bind, --dev-bind or --tmpfs)", ops[k].1.flag());
+                        bail!(
+                            "--noexec: --{} is not a mount (it must follow --bind, --ro-bind, --dev-bind or --tmpfs)",
+                            ops[k].1.flag()
+                        );
                     }
                 }
                 None => bail!("--noexec: must follow the mount operation it applies to"),
@@ -411,7 +429,8 @@ fn mount_ops(m: &ArgMatches, cwd: &Path) -> Result<Vec<MountOp>> {
 }
 
 /// The filesystem rule flags and the lists they fill.
-const RULES: [(&str, &str); 4] = [("allow", "allow"), ("read-only", "read_only"), ("writable", "writable"), ("hide", "hide")];
+const RULES: [(&str, &str); 4] =
+    [("allow", "allow"), ("read-only", "read_only"), ("writable", "writable"), ("hide", "hide")];
 
 /// The filesystem rule flags (relative paths from `cwd`, `~` kept for
 /// the supervisor to expand).
@@ -531,7 +550,8 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     if shell {
         shell::explain(&mut result, m.contains_id("argv"));
     }
-    let failed = result.status != capsule::Status::Error && !(result.status == capsule::Status::Exited && result.exit_code == Some(0));
+    let failed = result.status != capsule::Status::Error
+        && !(result.status == capsule::Status::Exited && result.exit_code == Some(0));
     if let (true, Some(cwd)) = (failed, &overlay_cwd) {
         // The run sees EOVERFLOW, naming nothing; say which entry and why.
         if let Some(note) = capsule::overlay::unmappable_note(cwd, capsule::sys::getuid(), capsule::sys::getgid()) {
@@ -567,8 +587,20 @@ fn cmd_run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
 /// The options of `capsule run` only the caller's own process can serve:
 /// files it opens or writes (relative to itself), a terminal, a layer's
 /// review menu, cgroup settings (another agent's), no agent at all.
-const OWN_PROCESS: [&str; 12] =
-    ["profile", "stdin", "stdout", "stderr", "json", "meta", "pty", "layer", "no-agent", "cgroup", "require-cgroups", "no-cgroups"];
+const OWN_PROCESS: [&str; 12] = [
+    "profile",
+    "stdin",
+    "stdout",
+    "stderr",
+    "json",
+    "meta",
+    "pty",
+    "layer",
+    "no-agent",
+    "cgroup",
+    "require-cgroups",
+    "no-cgroups",
+];
 
 /// How an agent plans a command line from the front end (`capsule`,
 /// which parses no options): this command's own parsing, for the caller's
@@ -672,5 +704,3 @@ fn main() -> ExitCode {
         }
     }
 }
-
-

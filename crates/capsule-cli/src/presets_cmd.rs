@@ -94,7 +94,13 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
         for (p, tc) in &found {
             match tc {
                 Ok(tc) => {
-                    println!("{:<8} {:<13} ok       {} ({})", p.name(), p.source_name(), tc.version, tc.program.display());
+                    println!(
+                        "{:<8} {:<13} ok       {} ({})",
+                        p.name(),
+                        p.source_name(),
+                        tc.version,
+                        tc.program.display()
+                    );
                     for s in &tc.skipped {
                         println!("{:<23} passed over {s}", "");
                     }

@@ -92,7 +92,8 @@ impl Drop for Terminal {
 /// of the caller's terminal among `stdio` (the streams `open_stdio` chose:
 /// the caller's own where they are `Some(0)`, `Some(1)`, `Some(2)`).
 pub fn run(spec: &RunSpec, mut stdio: [Option<RawFd>; 3], agent: bool) -> Result<RunResult> {
-    let saved = tty::tcgetattr(0).map_err(errno).context("--pty: cannot read the terminal's modes (tcgetattr on stdin)")?;
+    let saved =
+        tty::tcgetattr(0).map_err(errno).context("--pty: cannot read the terminal's modes (tcgetattr on stdin)")?;
     let (master, peer) = tty::open_pty()
         .map_err(errno)
         .context("--pty: cannot allocate a pseudo-terminal (/dev/ptmx, TIOCGPTPEER): is devpts mounted on /dev/pts?")?;
@@ -159,7 +160,13 @@ fn emit(out: &mut Option<RawFd>, data: &[u8]) {
 }
 
 /// The poll loop: caller's terminal ⇄ master, signals, and the result.
-fn relay(term: &mut Terminal, master: &OwnedFd, mut out: Option<RawFd>, sig: &OwnedFd, once: OnceRun) -> Result<RunResult> {
+fn relay(
+    term: &mut Terminal,
+    master: &OwnedFd,
+    mut out: Option<RawFd>,
+    sig: &OwnedFd,
+    once: OnceRun,
+) -> Result<RunResult> {
     let m = master.as_raw_fd();
     let mut buf = vec![0u8; CHUNK];
     // Typed bytes the pty has not taken yet (its input queue is full while
@@ -175,7 +182,11 @@ fn relay(term: &mut Terminal, master: &OwnedFd, mut out: Option<RawFd>, sig: &Ow
                 events: libc::POLLIN | if pending.is_empty() { 0 } else { libc::POLLOUT },
                 revents: 0,
             },
-            libc::pollfd { fd: if stdin_open && pending.is_empty() { 0 } else { -1 }, events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: if stdin_open && pending.is_empty() { 0 } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         sys::poll(&mut fds, -1).map_err(errno).context("--pty: poll")?;
         if fds[0].revents != 0 {

@@ -143,9 +143,10 @@ fn agent_runs_keep_the_callers_environment() {
     run_sh(&tag, "true");
     let (_, pid) = own_agent(&tag).expect("an agent");
     for v in ["first", "second"] {
-        let out = cmd(&tag, &["run", "-q", "--keep-env", "CAPSULE_T_VALUE", "--", "/bin/sh", "-c", "echo $CAPSULE_T_VALUE"])
-            .env("CAPSULE_T_VALUE", v)
-            .run();
+        let out =
+            cmd(&tag, &["run", "-q", "--keep-env", "CAPSULE_T_VALUE", "--", "/bin/sh", "-c", "echo $CAPSULE_T_VALUE"])
+                .env("CAPSULE_T_VALUE", v)
+                .run();
         assert_eq!(out.code, Some(0), "{}", out.describe());
         assert_eq!(out.stdout.trim(), v, "{}", out.describe());
     }
@@ -156,7 +157,11 @@ fn agent_runs_keep_the_callers_environment() {
     assert_eq!(out.stdout.trim(), "mine", "{}", out.describe());
     let mut again = None;
     served_by(pid, || {
-        again = Some(cmd(&tag, &["run", "-q", "--keep-env", "T_OTHER", "--", "/bin/sh", "-c", "echo $T_OTHER"]).env("T_OTHER", "yours").run())
+        again = Some(
+            cmd(&tag, &["run", "-q", "--keep-env", "T_OTHER", "--", "/bin/sh", "-c", "echo $T_OTHER"])
+                .env("T_OTHER", "yours")
+                .run(),
+        )
     });
     let again = again.unwrap();
     assert_eq!(again.stdout.trim(), "yours", "{}", again.describe());
@@ -264,7 +269,10 @@ fn agent_retires_when_the_host_mount_table_changes() {
     let dir = Scratch::new("agent-mnt");
     let target = dir.join("m");
     std::fs::create_dir(&target).unwrap();
-    let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "capsule-test"]).arg(&target).status();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "capsule-test"])
+        .arg(&target)
+        .status();
     assert!(st.is_ok_and(|s| s.success()), "mount tmpfs");
     // Unmounted however the test ends (before the scratch directory goes).
     struct Unmount(PathBuf);
@@ -305,7 +313,9 @@ fn a_sandboxed_program_is_refused_by_the_agent() {
     }
     // The socket itself, bound somewhere else: covered there.
     let sock_s = sock.display().to_string();
-    let out = cmd(&tag, &["run", "-q", "--bind", &sock_s, "/tmp/s", "--", "/bin/sh", "-c", "test -S /tmp/s || echo covered"]).run();
+    let out =
+        cmd(&tag, &["run", "-q", "--bind", &sock_s, "/tmp/s", "--", "/bin/sh", "-c", "test -S /tmp/s || echo covered"])
+            .run();
     assert_eq!((out.code, out.stdout.as_str()), (Some(0), "covered\n"), "{}", out.describe());
     let scratch = Scratch::new("agent-sbx");
     let link = scratch.join("agent.sock");
@@ -314,7 +324,9 @@ fn a_sandboxed_program_is_refused_by_the_agent() {
         "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.settimeout(10)\nprint('got', len(s.recv(100)))",
         link.display().to_string()
     );
-    let out = cmd(&tag, &["run", "-q", "--no-agent", "--bind", &scratch.s(), &scratch.s(), "--", "python3", "-c", &script]).run();
+    let out =
+        cmd(&tag, &["run", "-q", "--no-agent", "--bind", &scratch.s(), &scratch.s(), "--", "python3", "-c", &script])
+            .run();
     assert_eq!(out.code, Some(0), "{}", out.describe());
     assert_eq!(out.stdout.trim(), "got 0", "{}", out.describe());
     // The agent itself is unharmed, and serves its own callers.
@@ -349,7 +361,11 @@ fn the_agents_directory_is_covered_under_xdg_runtime_dir() {
         let out = list(extra);
         assert_eq!((out.code, out.stdout.as_str()), (Some(0), ""), "{extra:?}: {}", out.describe());
     }
-    let socks = std::fs::read_dir(&agents).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".sock")).count();
+    let socks = std::fs::read_dir(&agents)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".sock"))
+        .count();
     assert_eq!(socks, 1, "no agent socket in {}", agents.display());
     let out = cmd(&tag, &["agent", "stop"]).env("XDG_RUNTIME_DIR", &runtime.display().to_string()).run();
     assert!(out.stdout.contains("stopped"), "{}", out.describe());
@@ -440,8 +456,21 @@ fn the_front_end_serves_runs_without_capsule_cli() {
     served_by(pid, || {
         let script = "printf '%s|%s|%s' \"$V\" \"$FRONT_VAR\" \"$(pwd)\"; exit 7";
         served = Some(
-            front(&["run", "--wall-time", "20s", "--setenv", "V", value, "--keep-env", "FRONT_VAR", "--", "/bin/sh", "-c", script])
-                .run(),
+            front(&[
+                "run",
+                "--wall-time",
+                "20s",
+                "--setenv",
+                "V",
+                value,
+                "--keep-env",
+                "FRONT_VAR",
+                "--",
+                "/bin/sh",
+                "-c",
+                script,
+            ])
+            .run(),
         );
     });
     let out = served.unwrap();
@@ -457,7 +486,11 @@ fn the_front_end_serves_runs_without_capsule_cli() {
     for args in [&["run", "--json", "r.json", "--", "/bin/true"][..], &["agent", "status"][..]] {
         let out = front(args).run();
         assert_eq!(out.code, Some(125), "{args:?}: {}", out.describe());
-        assert!(out.stderr.contains("cannot execute") && out.stderr.contains("capsule-cli"), "{args:?}: {}", out.describe());
+        assert!(
+            out.stderr.contains("cannot execute") && out.stderr.contains("capsule-cli"),
+            "{args:?}: {}",
+            out.describe()
+        );
     }
     std::fs::set_permissions(dir.join("capsule-cli"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = front(&["agent", "stop"]).run();

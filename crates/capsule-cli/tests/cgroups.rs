@@ -104,8 +104,17 @@ fn memory_bomb_hits_memory_limit() {
     assert_accounting(&out, "cgroup");
     assert!(out.kv().get("survived_mib").is_none(), "the bomb survived; {}", out.describe());
     let peak = num(&out, "peak_memory_bytes");
-    eprintln!("memory bomb under --memory 64M: peak {:.2} MiB, last report {:?}", peak / MIB, out.kv().get("allocated_mib"));
-    assert!((32.0 * MIB..=64.0 * MIB).contains(&peak), "peak {:.1} MiB under --memory 64M; {}", peak / MIB, out.describe());
+    eprintln!(
+        "memory bomb under --memory 64M: peak {:.2} MiB, last report {:?}",
+        peak / MIB,
+        out.kv().get("allocated_mib")
+    );
+    assert!(
+        (32.0 * MIB..=64.0 * MIB).contains(&peak),
+        "peak {:.1} MiB under --memory 64M; {}",
+        peak / MIB,
+        out.describe()
+    );
     out.assert_cgroups_clean();
     // The next run (no limit) is unaffected.
     let out = run_probe(&[], &["touch-mib", "32"]).run();
@@ -177,7 +186,9 @@ wall_time = "60s"
     let spec = dir.write("pair.toml", spec.as_bytes());
     let json = dir.join("r.json");
     let scope = CgScope::new("interact");
-    let out = capsule(&["interact", "--spec", spec.to_str().unwrap(), "--json", json.to_str().unwrap()]).in_scope(&scope).run();
+    let out = capsule(&["interact", "--spec", spec.to_str().unwrap(), "--json", json.to_str().unwrap()])
+        .in_scope(&scope)
+        .run();
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
         .unwrap_or_else(|e| panic!("no --json result ({e}); {}", out.describe()));
     assert_eq!(r["first_to_exit"], "solution", "{r}; {}", out.describe());
@@ -293,8 +304,9 @@ fn proc_self_cgroup_is_namespace_root() {
 fn limits_cannot_be_lifted_from_inside() {
     require_cgroups!("limits_cannot_be_lifted_from_inside");
     let _g = heavy();
-    let out = run_probe(&["--memory", "64M", "--wall-time", "60s"], &["write-max-limits", "then", "memory-bomb", "1024"])
-        .run();
+    let out =
+        run_probe(&["--memory", "64M", "--wall-time", "60s"], &["write-max-limits", "then", "memory-bomb", "1024"])
+            .run();
     eprintln!("write-max-limits then memory-bomb:\n{}", out.stdout);
     let kv = out.kv();
     assert_eq!(kv.get("host.written"), Some("0"), "a write through the host view succeeded; {}", out.describe());
@@ -305,7 +317,8 @@ fn limits_cannot_be_lifted_from_inside() {
     assert_killed_by_limit(&out, true);
     out.assert_cgroups_clean();
 
-    let out = run_probe(&["--pids", "40", "--wall-time", "60s"], &["write-max-limits", "then", "fork-bomb", "500"]).run();
+    let out =
+        run_probe(&["--pids", "40", "--wall-time", "60s"], &["write-max-limits", "then", "fork-bomb", "500"]).run();
     let kv = out.assert_probe_ok();
     assert_eq!(kv.get("host.written"), Some("0"), "{}", out.describe());
     let forked: u64 = kv.must("forked").parse().unwrap();
@@ -463,7 +476,12 @@ fn own_delegated_cgroup_is_used() {
     let own = running.scope_path().unwrap().to_path_buf();
     let progs = prog_cgroups(&own);
     let out = running.wait();
-    assert!(!progs.is_empty(), "no populated capsule.<pid>.<start>.<n>/prog under {}; {}", own.display(), out.describe());
+    assert!(
+        !progs.is_empty(),
+        "no populated capsule.<pid>.<start>.<n>/prog under {}; {}",
+        own.display(),
+        out.describe()
+    );
     assert_cgroup_ok(&out);
 }
 
@@ -728,7 +746,8 @@ fn server_many_runs_leave_no_cgroups() {
             serve_send(&mut s, &serde_json::json!({"id": i, "spec": {"argv": ["/bin/true"]}}));
         }
         for _ in 0..batch {
-            let v = serve_recv(&mut s, Duration::from_secs(60)).unwrap_or_else(|| panic!("no response after {done} runs"));
+            let v =
+                serve_recv(&mut s, Duration::from_secs(60)).unwrap_or_else(|| panic!("no response after {done} runs"));
             let r = v.get("result").unwrap_or_else(|| panic!("run failed: {v}"));
             assert_eq!(r["status"], "exited", "{v}");
             assert_eq!(r["accounting"], "cgroup", "{v}");
@@ -768,11 +787,13 @@ fn judge_mle_with_cgroups() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/aplusb/solutions/mle.cpp");
     s.write("mle.cpp", &std::fs::read(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display())));
     let json = s.join("result.json");
-    let out = capsule(&["judge", "--lang", "cpp", "mle.cpp", "--tests", "tests", "--memory", "64M", "--time", "10s", "--json"])
-        .arg(&json)
-        .cwd(&s.path)
-        .timeout(Duration::from_secs(600))
-        .run();
+    let out = capsule(&[
+        "judge", "--lang", "cpp", "mle.cpp", "--tests", "tests", "--memory", "64M", "--time", "10s", "--json",
+    ])
+    .arg(&json)
+    .cwd(&s.path)
+    .timeout(Duration::from_secs(600))
+    .run();
     out.assert_code(1);
     out.assert_cgroups_clean();
     let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("no --json ({e}); {}", out.describe()));

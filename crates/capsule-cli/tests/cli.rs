@@ -64,7 +64,8 @@ fn output_limit() {
 #[test]
 fn json_and_meta_agree() {
     require!("json_and_meta_agree", userns_available());
-    for (probe_args, status, code) in [(&["exit", "3"][..], "exited", 3), (&["signal", "SIGABRT"][..], "signaled", 134)] {
+    for (probe_args, status, code) in [(&["exit", "3"][..], "exited", 3), (&["signal", "SIGABRT"][..], "signaled", 134)]
+    {
         let out = run_probe(&[], probe_args).meta().run();
         out.assert_code(code);
         assert_eq!(out.status(), status, "{}", out.describe());
@@ -193,7 +194,17 @@ fn user_owned_link_as_source_is_refused() {
         }
     }
     // The target named directly is fine.
-    let out = capsule(&["run", "-q", "--ro-bind", &dir.join("secret").display().to_string(), "/mnt", "--", "/bin/cat", "/mnt/marker"]).run();
+    let out = capsule(&[
+        "run",
+        "-q",
+        "--ro-bind",
+        &dir.join("secret").display().to_string(),
+        "/mnt",
+        "--",
+        "/bin/cat",
+        "/mnt/marker",
+    ])
+    .run();
     out.assert_code(0);
     assert_eq!(out.stdout, "SECRET\n", "{}", out.describe());
 }
@@ -215,7 +226,9 @@ fn root_owned_link_as_source_is_followed() {
     std::os::unix::fs::symlink("../target", &link).unwrap();
     let l = link.display().to_string();
     let marker = format!("{l}/marker");
-    for (opts, at) in [(&["--ro-bind", &l, "/mnt"][..], "/mnt/marker"), (&["--file", &marker, "/tmp/marker"][..], "/tmp/marker")] {
+    for (opts, at) in
+        [(&["--ro-bind", &l, "/mnt"][..], "/mnt/marker"), (&["--file", &marker, "/tmp/marker"][..], "/tmp/marker")]
+    {
         let mut argv = vec!["run", "-q"];
         argv.extend_from_slice(opts);
         argv.extend(["--", "/bin/cat", at]);
@@ -343,8 +356,22 @@ fn default_filesystem_view() {
     let ht = host_tmp.display().to_string();
     let out = run_probe(
         &[],
-        &["stat", "/", "/usr", "/tmp", "/proc", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
-          "/dev/shm", "/dev/tty", "/dev/pts", &ht],
+        &[
+            "stat",
+            "/",
+            "/usr",
+            "/tmp",
+            "/proc",
+            "/dev/null",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/random",
+            "/dev/urandom",
+            "/dev/shm",
+            "/dev/tty",
+            "/dev/pts",
+            &ht,
+        ],
     )
     .run();
     let _ = std::fs::remove_file(&host_tmp);
@@ -412,8 +439,23 @@ fn hide_makes_paths_empty_and_read_only() {
 fn tmpfs_and_mount_ops() {
     require!("tmpfs_and_mount_ops", userns_available());
     let out = run_probe(
-        &["--tmpfs", "/mnt", "--size", "1M", "--dir", "/mnt/d", "--file-data", "/mnt/f", "hello",
-          "--symlink", "/mnt/f", "/mnt/l", "--tmpfs", "/srv", "--noexec"],
+        &[
+            "--tmpfs",
+            "/mnt",
+            "--size",
+            "1M",
+            "--dir",
+            "/mnt/d",
+            "--file-data",
+            "/mnt/f",
+            "hello",
+            "--symlink",
+            "/mnt/f",
+            "/mnt/l",
+            "--tmpfs",
+            "/srv",
+            "--noexec",
+        ],
         &["stat", "/mnt", "/mnt/d", "/mnt/f", "/mnt/l", "/srv"],
     )
     .run();
@@ -491,7 +533,8 @@ fn stdio_redirection() {
     .run();
     out.assert_code(0);
     assert!(out.stdout.is_empty(), "stdout not redirected: {}", out.describe());
-    let text = std::fs::read_to_string(&stdout).unwrap_or_else(|e| panic!("{}: {e}; {}", stdout.display(), out.describe()));
+    let text =
+        std::fs::read_to_string(&stdout).unwrap_or_else(|e| panic!("{}: {e}; {}", stdout.display(), out.describe()));
     let kv = Kv::parse(&text);
     assert_eq!(kv.must("content"), "from stdin\\n", "{text}");
 }

@@ -134,7 +134,8 @@ fn default_secrets_are_hidden() {
     // Secrets that are files, beside files that are not.
     let dir = Scratch::new("fs-secret-files");
     let home_d = home(&dir);
-    let files = [".netrc", ".docker/config.json", ".git-credentials", ".cargo/credentials.toml", ".config/gh/hosts.yml"];
+    let files =
+        [".netrc", ".docker/config.json", ".git-credentials", ".cargo/credentials.toml", ".config/gh/hosts.yml"];
     let others = ["notes.txt", ".docker/daemon.json", ".cargo/config.toml", ".config/gh/config.yml"];
     let mut checks = Vec::new();
     for f in files {
@@ -170,11 +171,7 @@ fn allow_and_no_hide_secrets_show_them_again() {
     let netrc = put(&home_d, ".netrc", "NETRC");
     let checks = [r(&key), r(&aws), r(&netrc)];
     let want = |kv: &Kv, k: &str, a: &str, n: &str| {
-        assert_eq!(
-            (kv.must(&checks[0]), kv.must(&checks[1]), kv.must(&checks[2])),
-            (k, a, n),
-            "{kv:?}"
-        );
+        assert_eq!((kv.must(&checks[0]), kv.must(&checks[1]), kv.must(&checks[2])), (k, a, n), "{kv:?}");
     };
     want(&seen(Some(&home_d), &[], &checks), "missing", "missing", "file:");
     want(&seen(Some(&home_d), &["--allow", "~/.ssh"], &checks), "file:KEY", "missing", "file:");
@@ -218,7 +215,13 @@ fn common_credentials_are_hidden() {
         ".config/doctl/config.yaml",
         ".oci/config",
     ];
-    let others = [".gradle/init.gradle", ".m2/repository/x.pom", ".config/pip/other.conf", ".local/share/fish/other", "notes.txt"];
+    let others = [
+        ".gradle/init.gradle",
+        ".m2/repository/x.pom",
+        ".config/pip/other.conf",
+        ".local/share/fish/other",
+        "notes.txt",
+    ];
     let mut checks = Vec::new();
     for f in files {
         checks.push(r(&put(&home_d, f, "TOKEN")));
@@ -250,7 +253,10 @@ fn secrets_of_the_passwd_home_are_hidden_too() {
     require!("secrets_of_the_passwd_home_are_hidden_too", userns_available());
     let pw = passwd_home_of(h().uid).expect("the test user has a passwd entry");
     if !pw.is_absolute() || pw.parent().is_none() || pw.components().any(|c| c == std::path::Component::ParentDir) {
-        skip("secrets_of_the_passwd_home_are_hidden_too", &format!("the test user's home {} is not usable", pw.display()));
+        skip(
+            "secrets_of_the_passwd_home_are_hidden_too",
+            &format!("the test user's home {} is not usable", pw.display()),
+        );
         return;
     }
     // The test user's home usually does not exist: made for the test
@@ -285,7 +291,13 @@ fn secrets_of_the_passwd_home_are_hidden_too() {
     let checks = [r(&key), r(&ci_key)];
     let got = |kv: &Kv| (kv.must(&checks[0]).to_string(), kv.must(&checks[1]).to_string());
     let kv = seen(Some(&home_d), &[], &checks);
-    assert_eq!(got(&kv), ("missing".into(), "missing".into()), "HOME={}, passwd home {}", home_d.display(), pw.display());
+    assert_eq!(
+        got(&kv),
+        ("missing".into(), "missing".into()),
+        "HOME={}, passwd home {}",
+        home_d.display(),
+        pw.display()
+    );
     let kv = seen(Some(&home_d), &["--allow", "~/.ssh"], &checks);
     assert_eq!(got(&kv), ("missing".into(), "file:CI-KEY".into()), "--allow ~/.ssh is $HOME's");
     let kv = seen(Some(&home_d), &["--no-hide-secrets"], &checks);
@@ -403,21 +415,21 @@ read_only = ["~/proj/data/ro"]
     let kv = seen(Some(&home_d), &["--profile", &prof], &checks);
     let got: Vec<(&str, &str)> = checks.iter().map(|c| (c.as_str(), kv.must(c))).collect();
     let want = [
-        "dir:proj,",       // the hidden home shows only the allowed project
-        "missing",         // the rest of it is gone
-        "file:int main;",  // allowed
+        "dir:proj,",      // the hidden home shows only the allowed project
+        "missing",        // the rest of it is gone
+        "file:int main;", // allowed
         "file:NOTES",
-        "denied",          // allowed means visible as the host view: read-only
+        "denied", // allowed means visible as the host view: read-only
         "denied",
-        "ok",              // writable
-        "dir:",            // hidden beneath a writable path
+        "ok",   // writable
+        "dir:", // hidden beneath a writable path
         "missing",
         "denied",
         "ok",
-        "file:KEEP",       // read-only beneath a writable path
+        "file:KEEP", // read-only beneath a writable path
         "denied",
         "denied",
-        "denied",          // the cover of the hidden home
+        "denied", // the cover of the hidden home
     ];
     for ((c, g), w) in got.iter().zip(want) {
         assert_eq!(*g, w, "{c}: all: {got:#?}");
@@ -480,10 +492,15 @@ fn hidden_paths_are_unreadable() {
     let kv = seen(
         None,
         &[
-            "--bind", &ds, &ds,
-            "--hide", &f.display().to_string(),
-            "--hide", &sub.display().to_string(),
-            "--hide", &d.join("nope").display().to_string(),
+            "--bind",
+            &ds,
+            &ds,
+            "--hide",
+            &f.display().to_string(),
+            "--hide",
+            &sub.display().to_string(),
+            "--hide",
+            &d.join("nope").display().to_string(),
         ],
         &checks,
     );
@@ -527,8 +544,24 @@ fn empty_root_rules() {
     let notes = put(&home_d, "notes", "NOTES");
     let out_d = dir.mkdir("home/out");
     let opts = [
-        "--empty-root", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
-        "--symlink", "usr/lib64", "/lib64", "--dev", "/dev", "--allow", "/usr", "--read-only", "~", "--writable", "~/out",
+        "--empty-root",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--dev",
+        "/dev",
+        "--allow",
+        "/usr",
+        "--read-only",
+        "~",
+        "--writable",
+        "~/out",
     ];
     let checks = [r(&key), r(&notes), w(&notes), w(&out_d), r(Path::new("/etc/passwd")), r(Path::new("/usr"))];
     let kv = seen(Some(&home_d), &opts, &checks);
@@ -557,7 +590,10 @@ fn bad_rules_are_refused() {
     };
     let profile = |name: &str, text: &str| dir.write(name, text.as_bytes()).display().to_string();
     let cases: Vec<(Vec<String>, Vec<String>)> = vec![
-        (vec!["--writable".into(), "~/missing".into()], vec!["filesystem.writable".into(), home_d.join("missing").display().to_string()]),
+        (
+            vec!["--writable".into(), "~/missing".into()],
+            vec!["filesystem.writable".into(), home_d.join("missing").display().to_string()],
+        ),
         (vec!["--hide".into(), "~root/x".into()], vec!["filesystem.hide[0]".into(), "~root".into()]),
         (vec!["--hide".into(), "/a/../b".into()], vec!["filesystem.hide[0]".into(), "..".into()]),
         (vec!["--read-only".into(), "/".into()], vec!["filesystem.read_only[0]".into(), "root".into()]),
@@ -571,7 +607,10 @@ fn bad_rules_are_refused() {
             vec!["filesystem.allow[0]".into(), "`src` must be an absolute path".into()],
         ),
         (
-            vec!["--profile".into(), profile("both.toml", "[filesystem]\nwritable = [\"/tmp\"]\nread_only = [\"/tmp/\"]\n")],
+            vec![
+                "--profile".into(),
+                profile("both.toml", "[filesystem]\nwritable = [\"/tmp\"]\nread_only = [\"/tmp/\"]\n"),
+            ],
             vec!["filesystem.writable[0]".into(), "also in `read_only`".into()],
         ),
         (
@@ -586,7 +625,10 @@ fn bad_rules_are_refused() {
             vec!["--profile".into(), profile("type.toml", "[filesystem]\nhide_secrets = \"no\"\n")],
             vec!["filesystem.hide_secrets".into()],
         ),
-        (vec!["--tmpfs".into(), "/mnt".into(), "--hide".into(), "/x".into(), "--noexec".into()], vec!["--noexec".into()]),
+        (
+            vec!["--tmpfs".into(), "/mnt".into(), "--hide".into(), "/x".into(), "--noexec".into()],
+            vec!["--noexec".into()],
+        ),
     ];
     for (opts, needles) in cases {
         let o: Vec<&str> = opts.iter().map(String::as_str).collect();

@@ -41,9 +41,8 @@ use serde_json::{json, Value};
 // ---------------------------------------------------------------- building the programs
 
 const PROGRAMS: &[&str] = &[
-    "ptrace", "signals", "remount", "shocker", "procsys", "mknod", "euid", "core", "keyring", "iouring", "perf",
-    "bpf", "uffd", "tiocsti", "chroot", "fds", "args", "sigflood", "forkbomb", "membomb", "race", "fusehang",
-    "guards",
+    "ptrace", "signals", "remount", "shocker", "procsys", "mknod", "euid", "core", "keyring", "iouring", "perf", "bpf",
+    "uffd", "tiocsti", "chroot", "fds", "args", "sigflood", "forkbomb", "membomb", "race", "fusehang", "guards",
     "fusehost", "nsbomb",
 ];
 
@@ -241,7 +240,10 @@ fn check_result(j: &Value, stdout: &str, policy: &str, e: &Expect, describe: &st
             assert!(!hits.is_empty(), "no attempt `{prefix}*` reported; {describe}");
             if !errnos.is_empty() {
                 for (w, en) in hits {
-                    assert!(errnos.contains(&en.as_str()), "`{w}` failed with {en}, expected one of {errnos:?}; {describe}");
+                    assert!(
+                        errnos.contains(&en.as_str()),
+                        "`{w}` failed with {en}, expected one of {errnos:?}; {describe}"
+                    );
                 }
             }
         }
@@ -369,11 +371,7 @@ fn ptrace_pid1(policy: &str) {
     let r = check(
         &out,
         policy,
-        &Expect {
-            strict_kill: Some(&["ptrace"]),
-            default_errnos: &[("ptrace-", &["EPERM", "ESRCH"])],
-            exit_code: 0,
-        },
+        &Expect { strict_kill: Some(&["ptrace"]), default_errnos: &[("ptrace-", &["EPERM", "ESRCH"])], exit_code: 0 },
     );
     if policy == "default" {
         assert_eq!(errno_of(&r, "ptrace-attach-pid1"), Some("EPERM"), "{}", out.describe());
@@ -563,8 +561,9 @@ fn shocker_open_by_handle(policy: &str) {
     let ino = std::fs::metadata(&secret).unwrap().ino().to_string();
     let gen = inode_generation(&secret).to_string();
     let inner = dir.join("inner").display().to_string();
-    let out = attack_cmd(policy, &["--ro-bind", &inner, "/mnt"], &bin("shocker"), &["/mnt/file", &ino, &gen, &secret_text])
-        .run();
+    let out =
+        attack_cmd(policy, &["--ro-bind", &inner, "/mnt"], &bin("shocker"), &["/mnt/file", &ino, &gen, &secret_text])
+            .run();
     check(
         &out,
         policy,
@@ -625,7 +624,11 @@ fn mknod_devices(policy: &str) {
         check(
             &out,
             policy,
-            &Expect { strict_kill: Some(&["mknod", "mknodat"]), default_errnos: &[("mknod-", &["EPERM"])], exit_code: 0 },
+            &Expect {
+                strict_kill: Some(&["mknod", "mknodat"]),
+                default_errnos: &[("mknod-", &["EPERM"])],
+                exit_code: 0,
+            },
         );
         let left: Vec<_> = std::fs::read_dir(&w).unwrap().flatten().map(|e| e.file_name()).collect();
         assert!(left.is_empty(), "device nodes created on the host: {left:?}");
@@ -661,14 +664,21 @@ fn setuid_binary(policy: &str) {
     let host = as_user(&[&suid_s]).stdin(Stdio::null()).output().unwrap();
     let host_out = String::from_utf8_lossy(&host.stdout).into_owned();
     if !host_out.contains("euid=0 ") {
-        skip("setuid_binary", &format!("the setuid copy does not become root on the host (nosuid /var/tmp?): {host_out}"));
+        skip(
+            "setuid_binary",
+            &format!("the setuid copy does not become root on the host (nosuid /var/tmp?): {host_out}"),
+        );
         return;
     }
     let out = attack_cmd(policy, &[], &suid_s, &[]).run();
     assert_policy_available(&out, policy);
     let want = format!("IDS uid={} euid={} ", h().uid, h().uid);
     assert!(out.stdout.contains(&want), "setuid bit honoured inside (expected `{want}`); {}", out.describe());
-    check(&out, policy, &Expect { strict_kill: None, default_errnos: &[("setuid-0", &["EPERM", "EINVAL"])], exit_code: 0 });
+    check(
+        &out,
+        policy,
+        &Expect { strict_kill: None, default_errnos: &[("setuid-0", &["EPERM", "EINVAL"])], exit_code: 0 },
+    );
 }
 both_policies!(setuid_binary);
 
@@ -686,7 +696,9 @@ fn core_dump(policy: &str) {
     // Where a file pattern would put a core on the host.
     let pattern_dir = if pattern.starts_with('/') { Path::new(&pattern).parent().map(Path::to_path_buf) } else { None };
     let list = |d: &Path| -> Vec<String> {
-        std::fs::read_dir(d).map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
+        std::fs::read_dir(d)
+            .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
     };
     let before_pattern = pattern_dir.as_deref().map(list).unwrap_or_default();
     let before_root = list(Path::new("/"));
@@ -703,7 +715,12 @@ fn core_dump(policy: &str) {
         out.assert_code(128 + 11);
         assert!(out.stdout.contains("CRASHING"), "{}", out.describe());
         if policy == "default" {
-            assert_eq!(errno_of(&r, "setrlimit-core-unlimited"), Some("EPERM"), "RLIMIT_CORE could be lifted; {}", out.describe());
+            assert_eq!(
+                errno_of(&r, "setrlimit-core-unlimited"),
+                Some("EPERM"),
+                "RLIMIT_CORE could be lifted; {}",
+                out.describe()
+            );
         }
     }
     let cores: Vec<String> = list(&w);
@@ -891,7 +908,8 @@ fn fuse_stuck_at_exit(policy: &str) {
     let _unstick = UnstickOnDrop("fusehang");
     let opts = ["--dev-bind", "/dev/fuse", "/tmp/fuse", "--no-landlock", "--wall-time", "1s"];
     let started = Instant::now();
-    let out = attack_cmd(policy, &opts, &bin("fusehang"), &["/tmp/fuse", &marker]).timeout(Duration::from_secs(30)).run();
+    let out =
+        attack_cmd(policy, &opts, &bin("fusehang"), &["/tmp/fuse", &marker]).timeout(Duration::from_secs(30)).run();
     if policy == "strict" {
         check(&out, policy, &Expect { strict_kill: Some(&["unshare"]), default_errnos: &[], exit_code: 0 });
         return;
@@ -899,7 +917,12 @@ fn fuse_stuck_at_exit(policy: &str) {
     let j = out.json();
     assert!(out.stdout.contains("INFO fuse=open"), "the program did not get its FUSE file open; {}", out.describe());
     assert_eq!(j["status"], "wall-time-limit", "{}", out.describe());
-    assert!(started.elapsed() < Duration::from_secs(10), "the run took {:?} to end; {}", started.elapsed(), out.describe());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the run took {:?} to end; {}",
+        started.elapsed(),
+        out.describe()
+    );
     // Nothing of the run is left, stuck or not.
     let deadline = Instant::now() + Duration::from_secs(5);
     while !procs_with_marker(&marker).is_empty() {
@@ -964,7 +987,11 @@ fn tiocsti_tioclinux(policy: &str) {
         policy,
         &Expect {
             strict_kill: Some(&["ioctl"]),
-            default_errnos: &[("ioctl-TIOCSTI-", &["EPERM"]), ("ioctl-TIOCLINUX-", &["EPERM"]), ("ioctl-TIOCSCTTY", &[])],
+            default_errnos: &[
+                ("ioctl-TIOCSTI-", &["EPERM"]),
+                ("ioctl-TIOCLINUX-", &["EPERM"]),
+                ("ioctl-TIOCSCTTY", &[]),
+            ],
             exit_code: 0,
         },
     );
@@ -988,8 +1015,28 @@ fn chroot_escape(policy: &str) {
     let marker_s = marker.display().to_string();
     let b = bins().unwrap().display().to_string();
     let opts = [
-        "--empty-root", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-        "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", &b, "/h",
+        "--empty-root",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        &b,
+        "/h",
     ];
     let out = attack_cmd(policy, &opts, "/h/chroot", &[&marker_s]).run();
     check(
@@ -1029,7 +1076,13 @@ fn fd_exhaustion(policy: &str) {
         assert_serve_policy_available(&v, policy);
         let r = v["result"].clone();
         let stdout = captured(&r, "stdout");
-        let rep = check_result(&r, &stdout, policy, &Expect { strict_kill: None, default_errnos: &[], exit_code: 0 }, &r.to_string());
+        let rep = check_result(
+            &r,
+            &stdout,
+            policy,
+            &Expect { strict_kill: None, default_errnos: &[], exit_code: 0 },
+            &r.to_string(),
+        );
         if r["status"] == "exited" {
             let lines = stdout.lines().filter(|l| l.starts_with("FDS ") && l.contains("stop=EMFILE")).count();
             assert_eq!(lines, procs, "not every process ran out of fds: {stdout}");
@@ -1107,7 +1160,8 @@ fn huge_argv_env(policy: &str) {
     let p = profile("env.toml", vec![bin("args")], env);
     let out = attack_cmd(policy, &["--profile", &p], &bin("args"), &[]).run();
     check(&out, policy, &e);
-    let envc: usize = out.stdout.split("envc=").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let envc: usize =
+        out.stdout.split("envc=").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!((256..260).contains(&envc), "the environment did not arrive; {}", out.describe());
     // One argument of 200 KiB.
     let p = profile("long.toml", vec![bin("args"), "x".repeat(200 * 1024)], vec![]);
@@ -1134,7 +1188,11 @@ fn huge_argv_env(policy: &str) {
     let long = "y".repeat(200 * 1024);
     s.request(json!("long"), spec(policy, &[&bin("args"), &long]));
     let v = s.response(&json!("long"), Duration::from_secs(60));
-    let text = v.get("error").and_then(Value::as_str).map(str::to_string).or_else(|| v["result"]["error"].as_str().map(str::to_string));
+    let text = v
+        .get("error")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| v["result"]["error"].as_str().map(str::to_string));
     let text = text.unwrap_or_else(|| panic!("a 200 KiB argument ran: {v}"));
     assert!(text.contains("E2BIG"), "the error does not name E2BIG: {v}");
     s.still_serves("after-long");
@@ -1195,7 +1253,14 @@ fn symlink_swap_race(policy: &str) {
             while !stop.load(Ordering::Relaxed) {
                 // SAFETY: two valid C strings.
                 let r = unsafe {
-                    libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), libc::RENAME_EXCHANGE)
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
                 };
                 assert_eq!(r, 0, "renameat2: {}", std::io::Error::last_os_error());
                 flips.fetch_add(1, Ordering::Relaxed);
@@ -1340,7 +1405,10 @@ fn agent_cmd(tag: &str, args: &[&str]) -> Cmd {
 /// The socket of the agent serving `tag` (`capsule agent status`'s `*`).
 fn agent_socket(tag: &str) -> Option<PathBuf> {
     let out = agent_cmd(tag, &["agent", "status"]).run();
-    out.stdout.lines().find_map(|l| l.strip_prefix("* ")).map(|l| PathBuf::from(l.rsplit_once("\tpid ").map_or(l, |(s, _)| s)))
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("* "))
+        .map(|l| PathBuf::from(l.rsplit_once("\tpid ").map_or(l, |(s, _)| s)))
 }
 
 /// A fake agent: listens on TMP and renames it over TARGET (when given),
@@ -1447,7 +1515,10 @@ fn agent_impersonation_by_a_sandboxed_listener() {
     let _ = std::fs::remove_file(&tmp);
     assert_eq!(fake_received(&rec), Vec::<String>::new(), "the fake agent ({said:?}) received a request");
     assert_eq!((out.code, out.stdout.as_str()), (Some(0), "ran\n"), "{}", out.describe());
-    assert!(said.starts_with("not planted"), "the agents' directory is not covered in a run with --bind /tmp /tmp: {said:?}");
+    assert!(
+        said.starts_with("not planted"),
+        "the agents' directory is not covered in a run with --bind /tmp /tmp: {said:?}"
+    );
 
     // (b) Its socket put there from outside.
     let rec = dir.join("b.rec");
@@ -1459,7 +1530,11 @@ fn agent_impersonation_by_a_sandboxed_listener() {
         let out = victim(json);
         assert_eq!(fake_received(&rec), Vec::<String>::new(), "the fake agent received a request (json {json})");
         assert_eq!((out.code, out.stdout.as_str()), (Some(0), "ran\n"), "{}", out.describe());
-        assert!(out.stderr.contains("not your agent") && out.stderr.contains("running without an agent"), "{}", out.describe());
+        assert!(
+            out.stderr.contains("not your agent") && out.stderr.contains("running without an agent"),
+            "{}",
+            out.describe()
+        );
     }
     std::fs::write(rec.with_extension("rec.stop"), "").unwrap();
     let _ = fake.wait();
@@ -1525,7 +1600,10 @@ os.execv(sys.argv[2], sys.argv[2:])
     assert_eq!(code, Some(0), "{text}");
     // The confined one.
     let f = x.join("f");
-    let (_, text) = run("landlock", &["run", "-q", "--writable", &x.display().to_string(), "--", "/usr/bin/touch", &f.display().to_string()]);
+    let (_, text) = run(
+        "landlock",
+        &["run", "-q", "--writable", &x.display().to_string(), "--", "/usr/bin/touch", &f.display().to_string()],
+    );
     let _ = run("nnp", &["agent", "stop"]);
     eprintln!("the confined caller's capsule run: {text}");
     assert!(!f.exists(), "a Landlock-confined caller wrote outside its confinement through an agent: {text}");
@@ -1587,7 +1665,11 @@ struct LayerFx {
 
 impl LayerFx {
     fn new(tag: &str) -> LayerFx {
-        LayerFx { p: Scratch::new(&format!("{tag}-proj")), h: Scratch::new(&format!("{tag}-home")), l: Scratch::new(&format!("{tag}-layers")) }
+        LayerFx {
+            p: Scratch::new(&format!("{tag}-proj")),
+            h: Scratch::new(&format!("{tag}-home")),
+            l: Scratch::new(&format!("{tag}-layers")),
+        }
     }
 
     fn layer_dir(&self) -> PathBuf {
@@ -1609,7 +1691,13 @@ impl LayerFx {
     /// `capsule run -q --layer L OPTS -- sh -c SCRIPT` in $P, `HOME=$H`.
     fn run(&self, opts: &[&str], script: &str) -> Out {
         let mut c = capsule(&["run", "-q", "--no-review"]);
-        c.arg("--layer").arg(self.layer_dir()).args(opts).arg("--").arg("sh").arg("-c").arg(format!("{}{script}", self.vars()));
+        c.arg("--layer")
+            .arg(self.layer_dir())
+            .args(opts)
+            .arg("--")
+            .arg("sh")
+            .arg("-c")
+            .arg(format!("{}{script}", self.vars()));
         c.cwd(self.p.path.clone()).env("HOME", &self.h.s());
         c.run()
     }
@@ -1652,7 +1740,9 @@ fn layers_usable() -> Result<(), String> {
 fn layer_fuse_markers_in_a_kernel_layer_are_files() {
     require!("layer_fuse_markers_in_a_kernel_layer_are_files", layers_usable());
     let fx = LayerFx::new("wh");
-    fx.host_sh("mkdir -m 700 \"$H/.ssh\"; echo KEY > \"$H/.ssh/id\"; mkdir ro d e; echo r > ro/f; echo k > d/k; echo k > e/k");
+    fx.host_sh(
+        "mkdir -m 700 \"$H/.ssh\"; echo KEY > \"$H/.ssh/id\"; mkdir ro d e; echo r > ro/f; echo k > d/k; echo k > e/k",
+    );
     let out = fx.run(
         &["--read-only", "ro"],
         r#"touch "$H/.wh..ssh" .wh.ro e/.wh..wh..opq
@@ -1661,24 +1751,47 @@ python3 -c 'import os; os.setxattr("d", "user.fuseoverlayfs.opaque", b"y"); prin
     out.assert_code(0);
     assert_eq!(out.stdout, "xattr-set\n", "{}", out.describe());
     let list = fx.list();
-    assert!(!list.iter().any(|l| l.starts_with('D')), "a marker written in a kernel layer was taken for a deletion: {list:#?}");
+    assert!(
+        !list.iter().any(|l| l.starts_with('D')),
+        "a marker written in a kernel layer was taken for a deletion: {list:#?}"
+    );
     for want in ["A  H/.wh..ssh", "A  P/.wh.ro", "A  P/e/.wh..wh..opq"] {
         assert!(list.iter().any(|l| l == want || l.starts_with(&format!("{want}  ("))), "{want} not listed: {list:#?}");
     }
     let out = fx.layer("commit", &[]);
     out.assert_code(0);
-    assert_eq!(std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(), Some("KEY\n"), "~/.ssh deleted; {}", out.describe());
-    assert_eq!(std::fs::read_to_string(fx.p.join("ro/f")).ok().as_deref(), Some("r\n"), "the --read-only dir deleted; {}", out.describe());
+    assert_eq!(
+        std::fs::read_to_string(fx.h.join(".ssh/id")).ok().as_deref(),
+        Some("KEY\n"),
+        "~/.ssh deleted; {}",
+        out.describe()
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.p.join("ro/f")).ok().as_deref(),
+        Some("r\n"),
+        "the --read-only dir deleted; {}",
+        out.describe()
+    );
     assert_eq!(std::fs::read_to_string(fx.p.join("d/k")).ok().as_deref(), Some("k\n"), "{}", out.describe());
     assert_eq!(std::fs::read_to_string(fx.p.join("e/k")).ok().as_deref(), Some("k\n"), "{}", out.describe());
     for f in [fx.h.join(".wh..ssh"), fx.p.join(".wh.ro"), fx.p.join("e/.wh..wh..opq")] {
-        assert!(std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file()), "{} not committed as a file; {}", f.display(), out.describe());
+        assert!(
+            std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file()),
+            "{} not committed as a file; {}",
+            f.display(),
+            out.describe()
+        );
     }
     // The same names again, then a --root run over the layer.
     fx.run(&[], r#"touch "$H/.wh..ssh""#).assert_code(0);
     if Path::new("/usr/bin/fuse-overlayfs").exists() && Path::new("/dev/fuse").exists() {
         let out = fx.run(&["--root"], "true");
-        assert_ne!(out.code, Some(0), "a --root run used a kernel layer holding fuse-overlayfs marker names; {}", out.describe());
+        assert_ne!(
+            out.code,
+            Some(0),
+            "a --root run used a kernel layer holding fuse-overlayfs marker names; {}",
+            out.describe()
+        );
         assert!(out.stderr.contains(".wh..ssh"), "the refusal does not name the marker; {}", out.describe());
         assert!(!fx.list().iter().any(|l| l.starts_with('D')), "{:#?}", fx.list());
     }
@@ -1737,7 +1850,11 @@ ln -s "$(printf 't\033]0;title\a')" lnk"#,
     assert!(review.stderr.contains(r#"\nA  forged""#), "{}", review.stderr);
     let commit = fx.layer("commit", &[]);
     commit.assert_code(0);
-    assert!(!has_control(&commit.stdout) && !has_control(&commit.stderr), "raw control characters in commit: {}", commit.describe());
+    assert!(
+        !has_control(&commit.stdout) && !has_control(&commit.stderr),
+        "raw control characters in commit: {}",
+        commit.describe()
+    );
     assert_eq!(commit.stdout.lines().count(), 3, "{}", commit.describe());
     assert!(fx.p.join("x\x1b[2K\rM  evil\nA  forged").exists());
 }
@@ -1962,7 +2079,8 @@ fn fusectl_mounted() -> Result<(), String> {
     if mounted {
         Ok(())
     } else {
-        Err("fusectl is not mounted at /sys/fs/fuse/connections (mount -t fusectl fusectl /sys/fs/fuse/connections)".into())
+        Err("fusectl is not mounted at /sys/fs/fuse/connections (mount -t fusectl fusectl /sys/fs/fuse/connections)"
+            .into())
     }
 }
 
@@ -1974,12 +2092,8 @@ struct HostFuse {
 
 impl HostFuse {
     fn mount(dir: PathBuf) -> HostFuse {
-        let out = Command::new(bin("fusehost"))
-            .arg(&dir)
-            .arg(h().uid.to_string())
-            .arg(h().gid.to_string())
-            .output()
-            .unwrap();
+        let out =
+            Command::new(bin("fusehost")).arg(&dir).arg(h().uid.to_string()).arg(h().gid.to_string()).output().unwrap();
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(said.contains("MOUNTED"), "fusehost did not mount {}: {said}", dir.display());
         HostFuse { dir }
@@ -2022,10 +2136,16 @@ fn fuse_abort_spares_host_mounts() {
     let mnt = host.dir.display().to_string();
     let opts = ["--dev-bind", "/dev/fuse", "/tmp/fuse", "--ro-bind", &mnt, &mnt, "--no-landlock", "--wall-time", "1s"];
     let started = Instant::now();
-    let out = attack_cmd("default", &opts, &bin("fusehang"), &["/tmp/fuse", &marker]).timeout(Duration::from_secs(30)).run();
+    let out =
+        attack_cmd("default", &opts, &bin("fusehang"), &["/tmp/fuse", &marker]).timeout(Duration::from_secs(30)).run();
     assert!(out.stdout.contains("INFO fuse=open"), "the program did not get its FUSE file open; {}", out.describe());
     assert_eq!(out.json()["status"], "wall-time-limit", "{}", out.describe());
-    assert!(started.elapsed() < Duration::from_secs(10), "the run took {:?} to end; {}", started.elapsed(), out.describe());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the run took {:?} to end; {}",
+        started.elapsed(),
+        out.describe()
+    );
     if let Err(e) = host.stat_as_user() {
         panic!("the user's FUSE mount on the host was aborted by the run: stat says {e:?}");
     }
@@ -2048,7 +2168,12 @@ fn fuse_stuck_behind_long_mount_line() {
     let out = attack_cmd("default", &opts, &bin("fusehang"), &args).timeout(Duration::from_secs(20)).run();
     assert!(out.stdout.contains("INFO fuse=open"), "the program did not get its FUSE file open; {}", out.describe());
     assert_eq!(out.json()["status"], "wall-time-limit", "{}", out.describe());
-    assert!(started.elapsed() < Duration::from_secs(10), "the run took {:?} to end; {}", started.elapsed(), out.describe());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the run took {:?} to end; {}",
+        started.elapsed(),
+        out.describe()
+    );
 }
 
 /// Runs tests/hostile/nsbomb.c (`what`: `user` or `inotify`, at most `cap`)
@@ -2112,7 +2237,10 @@ fn inotify_instances_bounded() {
     );
     let o = as_user(&[bin("nsbomb").as_str(), "inotify", "1"]).stdin(Stdio::null()).output().unwrap();
     let said = String::from_utf8_lossy(&o.stdout);
-    assert!(said.contains("HELD n=1 stop=CAP"), "the user cannot create an inotify instance while the run holds its: {said}");
+    assert!(
+        said.contains("HELD n=1 stop=CAP"),
+        "the user cannot create an inotify instance while the run holds its: {said}"
+    );
     drop(stdin);
     let out = run.wait();
     assert!(out.stdout.contains("DONE"), "{}", out.describe());
@@ -2161,7 +2289,10 @@ fn serve_fifo_spec_paths_never_block() {
         assert_eq!(r["result"]["status"], "exited", "the request after the FIFO {id}: {r}");
         let v = s.response(&json!(id), t);
         let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as {id} was accepted: {v}"));
-        assert!(e.contains(&f) && e.contains("FIFO"), "the error for a FIFO as {id} does not name the path and the FIFO: {e}");
+        assert!(
+            e.contains(&f) && e.contains("FIFO"),
+            "the error for a FIFO as {id} does not name the path and the FIFO: {e}"
+        );
     }
     // A layer whose lock file (or record of roots) is a FIFO.
     let layer = dir.join("layer");
@@ -2183,7 +2314,10 @@ fn serve_fifo_spec_paths_never_block() {
         assert_eq!(r["result"]["status"], "exited", "the request after the layer with a FIFO {name}: {r}");
         let v = s.response(&json!(name), t);
         if name == "layer.lock" {
-            let e = v.get("error").and_then(Value::as_str).unwrap_or_else(|| panic!("a FIFO as layer.lock was accepted: {v}"));
+            let e = v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or_else(|| panic!("a FIFO as layer.lock was accepted: {v}"));
             assert!(e.contains("layer.lock") && e.contains("FIFO"), "the error for a FIFO as layer.lock: {e}");
         }
     }

@@ -29,10 +29,7 @@ fn kill_all_reaches_no_host_process() {
     assert_eq!(kv.must("kill_minus1_sig0"), "ESRCH", "kill(-1, 0) found a target; {}", out.describe());
     std::thread::sleep(Duration::from_millis(100));
     assert!(victim.alive(), "host process owned by the same user was killed from inside the sandbox");
-    assert!(
-        procs_with_marker(&tag).iter().any(|(p, _)| *p == victim.child.id() as i32),
-        "host process vanished"
-    );
+    assert!(procs_with_marker(&tag).iter().any(|(p, _)| *p == victim.child.id() as i32), "host process vanished");
 }
 
 // 2 -------------------------------------------------------------------------

@@ -153,7 +153,9 @@ fn all(j: &Judged, verdict: &str) {
 
 #[test]
 fn aplusb_ok_is_accepted_and_the_json_has_every_test() {
-    let Some((_s, j)) = aplusb("aplusb_ok_is_accepted_and_the_json_has_every_test", "cpp", "ok.cpp", &[]) else { return };
+    let Some((_s, j)) = aplusb("aplusb_ok_is_accepted_and_the_json_has_every_test", "cpp", "ok.cpp", &[]) else {
+        return;
+    };
     all(&j, "OK");
     assert_eq!(j.out.stdout.lines().last(), Some("OK: all 10 tests passed"), "{}", j.describe());
     let v = j.json();
@@ -194,7 +196,8 @@ fn aplusb_wa_fails_the_big_tests_only() {
     let Some((_s, j)) = aplusb("aplusb_wa_fails_the_big_tests_only", "cpp", "wa.cpp", &[]) else { return };
     j.out.assert_code(1);
     assert_eq!(j.verdict(), "WA", "{}", j.describe());
-    let wrong: Vec<String> = j.verdicts().into_iter().filter(|(_, v)| v != "OK").map(|(n, v)| format!("{n}:{v}")).collect();
+    let wrong: Vec<String> =
+        j.verdicts().into_iter().filter(|(_, v)| v != "OK").map(|(n, v)| format!("{n}:{v}")).collect();
     assert_eq!(wrong, ["5:WA", "6:WA", "7:WA", "8:WA", "9:WA"], "{}", j.describe());
     assert_eq!(j.tests()[4]["detail"], "line 1: expected `2147483648`, got `-2147483648`", "{}", j.describe());
     assert_eq!(
@@ -444,7 +447,8 @@ fn guess(test: &str, lang: &str, file: &str) -> Option<(Scratch, Judged)> {
     }
     let s = stage("guess");
     let src = format!("solutions/{file}");
-    let j = judge(&s, &["--lang", lang, &src, "--tests", "tests", "--interactor", "./interactor.py", "--parallel", "2"]);
+    let j =
+        judge(&s, &["--lang", lang, &src, "--tests", "tests", "--interactor", "./interactor.py", "--parallel", "2"]);
     Some((s, j))
 }
 
@@ -519,7 +523,9 @@ fn broken_interactor_is_a_judge_error() {
     let j = judge(&s, &["--lang", "cpp", "solutions/ok.cpp", "--tests", "tests", "--interactor", "./bad.sh"]);
     j.out.assert_code(125);
     assert!(
-        j.out.stderr.contains("error: test 1: the interactor exited with 5 (expected exit code 0, 1 or 2): cannot read the test"),
+        j.out.stderr.contains(
+            "error: test 1: the interactor exited with 5 (expected exit code 0, 1 or 2): cannot read the test"
+        ),
         "{}",
         j.describe()
     );
@@ -561,7 +567,10 @@ fn bad_input_is_a_clear_error() {
     s.write("half/2.in", b"1 2\n");
     let ok = "solutions/ok.cpp";
     let cases: [(&[&str], &str); 11] = [
-        (&["--lang", "cpp", "solutions/missing.cpp", "--tests", "tests"], "SOURCE `solutions/missing.cpp`: No such file or directory (ENOENT)"),
+        (
+            &["--lang", "cpp", "solutions/missing.cpp", "--tests", "tests"],
+            "SOURCE `solutions/missing.cpp`: No such file or directory (ENOENT)",
+        ),
         (&["--lang", "cpp", "solutions", "--tests", "tests"], "SOURCE `solutions` is not a file"),
         (&["--lang", "cobol", ok, "--tests", "tests"], "--lang cobol: unknown language `cobol`"),
         (&["--lang", "cpp", ok, "--tests", "nowhere"], "--tests `nowhere`: No such file or directory (ENOENT)"),
@@ -569,9 +578,18 @@ fn bad_input_is_a_clear_error() {
         (&["--lang", "cpp", ok, "--tests", "half"], "test `2`: "),
         (&["--lang", "cpp", ok, "--tests", "tests", "--time", "soon"], "--time soon: "),
         (&["--lang", "cpp", ok, "--tests", "tests", "--time", "0s"], "--time 0s: must be more than 0"),
-        (&["--lang", "cpp", ok, "--tests", "tests", "--checker", "float:abc"], "--checker: `float:abc`: `abc` is not a tolerance"),
-        (&["--lang", "cpp", ok, "--tests", "tests", "--checker", "./nosuch"], "--checker: `./nosuch` is neither exact, tokens nor float:EPS"),
-        (&["--lang", "cpp", ok, "--tests", "tests", "--parallel", "0"], "--parallel 0: not a number of tests between 1 and"),
+        (
+            &["--lang", "cpp", ok, "--tests", "tests", "--checker", "float:abc"],
+            "--checker: `float:abc`: `abc` is not a tolerance",
+        ),
+        (
+            &["--lang", "cpp", ok, "--tests", "tests", "--checker", "./nosuch"],
+            "--checker: `./nosuch` is neither exact, tokens nor float:EPS",
+        ),
+        (
+            &["--lang", "cpp", ok, "--tests", "tests", "--parallel", "0"],
+            "--parallel 0: not a number of tests between 1 and",
+        ),
     ];
     for (args, says) in cases {
         let j = judge(&s, args);
@@ -587,12 +605,14 @@ fn bad_input_is_a_clear_error() {
     let j = judge(&s, &["--lang", "cpp", ok, "--tests", "tests", "--memory", "1K"]);
     refused(&j, "--memory 1K: too little");
     // Flags clap checks: missing ones, and --checker with --interactor.
-    for args in [&["--tests", "tests", ok][..], &["--lang", "cpp", ok][..], &["--lang", "cpp", "--tests", "tests"][..]] {
+    for args in [&["--tests", "tests", ok][..], &["--lang", "cpp", ok][..], &["--lang", "cpp", "--tests", "tests"][..]]
+    {
         let j = judge(&s, args);
         j.out.assert_code(125);
         assert!(j.out.stderr.contains("required"), "{}", j.describe());
     }
-    let j = judge(&s, &["--lang", "cpp", ok, "--tests", "tests", "--checker", "tokens", "--interactor", "./checker.py"]);
+    let j =
+        judge(&s, &["--lang", "cpp", ok, "--tests", "tests", "--checker", "tokens", "--interactor", "./checker.py"]);
     j.out.assert_code(125);
     assert!(j.out.stderr.contains("cannot be used with"), "{}", j.describe());
     // Nothing of the user's was touched.

@@ -68,10 +68,7 @@ fn stdout_file_collects_through_a_pipe() {
     let data = pattern(5 << 20 | 12345);
     let input = dir.write("in", &data);
     let output = dir.join("out");
-    let out = run(
-        &["--stdin-file", input.to_str().unwrap(), "--stdout-file", output.to_str().unwrap()],
-        &["/bin/cat"],
-    );
+    let out = run(&["--stdin-file", input.to_str().unwrap(), "--stdout-file", output.to_str().unwrap()], &["/bin/cat"]);
     out.assert_code(0);
     assert_eq!(out.status(), "exited");
     let got = std::fs::read(&output).unwrap();
@@ -80,7 +77,11 @@ fn stdout_file_collects_through_a_pipe() {
     let out = run(&["--stdout-file", output.to_str().unwrap()], &[&probe(), "stdio-kind"]);
     out.assert_code(0);
     assert_eq!(stderr_kv(&out).must("stdout_kind"), "fifo", "{}", out.describe());
-    assert_eq!(std::fs::read_to_string(&output).unwrap(), "done=1\n", "stdout-file is truncated, then holds the probe's stdout");
+    assert_eq!(
+        std::fs::read_to_string(&output).unwrap(),
+        "done=1\n",
+        "stdout-file is truncated, then holds the probe's stdout"
+    );
 }
 
 /// `--output-limit N` with `--stdout-file`: N bytes pass; N + 1 bytes
@@ -139,7 +140,16 @@ fn stream_file_errors() {
     assert!(out.stderr.contains("no/such/dir/out"), "{}", out.describe());
 
     let input = dir.write("in", b"x");
-    let out = capsule(&["run", "--stdin", input.to_str().unwrap(), "--stdin-file", input.to_str().unwrap(), "--", "/bin/true"]).run();
+    let out = capsule(&[
+        "run",
+        "--stdin",
+        input.to_str().unwrap(),
+        "--stdin-file",
+        input.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ])
+    .run();
     out.assert_code(125);
     assert!(out.stderr.contains("--stdin-file") && out.stderr.contains("--stdin"), "{}", out.describe());
 }
@@ -298,10 +308,24 @@ fn interact_errors() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["--solution".into(), "sh".into()], "no interactor command"),
         (vec!["--solution".into(), "sh 'x".into(), "--interactor".into(), "sh".into()], "unterminated single quote"),
-        (vec!["--spec".into(), dir.write("a.toml", b"[solution]\nargv=[\"sh\"]\nstdin=\"/etc/passwd\"\n[interactor]\nargv=[\"sh\"]\n").display().to_string()], "solution.stdin"),
-        (vec!["--spec".into(), dir.write("b.toml", b"[solution]\nargv=[\"sh\"]\nbogus=1\n").display().to_string()], "bogus"),
+        (
+            vec![
+                "--spec".into(),
+                dir.write("a.toml", b"[solution]\nargv=[\"sh\"]\nstdin=\"/etc/passwd\"\n[interactor]\nargv=[\"sh\"]\n")
+                    .display()
+                    .to_string(),
+            ],
+            "solution.stdin",
+        ),
+        (
+            vec!["--spec".into(), dir.write("b.toml", b"[solution]\nargv=[\"sh\"]\nbogus=1\n").display().to_string()],
+            "bogus",
+        ),
         (vec!["--spec".into(), dir.join("missing.toml").display().to_string()], "missing.toml"),
-        (vec!["--solution".into(), "/no/such/program".into(), "--interactor".into(), "sh -c 'read x'".into()], "solution: "),
+        (
+            vec!["--solution".into(), "/no/such/program".into(), "--interactor".into(), "sh -c 'read x'".into()],
+            "solution: ",
+        ),
     ];
     for (args, needle) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -375,7 +399,8 @@ fn serve_interact() {
     }
     drop(stdin);
     let out = r.wait();
-    let res = &seen.iter().find(|v| v["id"] == 1).unwrap_or_else(|| panic!("no result: {seen:?}; {}", out.describe()))["result"];
+    let res = &seen.iter().find(|v| v["id"] == 1).unwrap_or_else(|| panic!("no result: {seen:?}; {}", out.describe()))
+        ["result"];
     assert_eq!(res["solution"]["status"], "killed", "{res}");
     assert_eq!(res["interactor"]["status"], "killed", "{res}");
     assert!(seen.iter().any(|v| v["id"] == 2 && v["ok"] == true), "{seen:?}");

@@ -80,7 +80,15 @@ fn stdio_files_can_be_reopened() {
     let (err, out_file) = (dir.join("err.txt"), dir.join("out.txt"));
     let script = "echo x > /dev/stderr && echo y > /dev/stdout && echo z >> /dev/stdout";
     let out = capsule(&[
-        "run", "-q", "--stderr", err.to_str().unwrap(), "--stdout", out_file.to_str().unwrap(), "--", "sh", "-c",
+        "run",
+        "-q",
+        "--stderr",
+        err.to_str().unwrap(),
+        "--stdout",
+        out_file.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
         script,
     ])
     .json()

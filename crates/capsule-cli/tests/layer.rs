@@ -74,7 +74,8 @@ fn read(p: &Path) -> String {
 }
 
 /// The python one-liner that sets an overlayfs xattr as the test user.
-const SETX: &str = "python3 -c 'import os,sys; os.setxattr(sys.argv[1], sys.argv[2], sys.argv[3].encode(), follow_symlinks=False)'";
+const SETX: &str =
+    "python3 -c 'import os,sys; os.setxattr(sys.argv[1], sys.argv[2], sys.argv[3].encode(), follow_symlinks=False)'";
 
 #[test]
 fn each_kind_of_change_listed_diffed_committed() {
@@ -168,7 +169,11 @@ cp -p $H/same.txt $U/same.txt"#
     // Nothing left: no change, no temporary beside the destinations, an
     // empty upper tree, no record.
     assert!(fx.list().is_empty());
-    let tmp: Vec<_> = std::fs::read_dir(fx.h.path.clone()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".capsule-commit")).collect();
+    let tmp: Vec<_> = std::fs::read_dir(fx.h.path.clone())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".capsule-commit"))
+        .collect();
     assert!(tmp.is_empty(), "{tmp:?}");
     assert_eq!(std::fs::read_dir(fx.dir.join("upper")).unwrap().count(), 0);
     let meta: serde_json::Value = serde_json::from_str(&read(&fx.dir.join("layer.json"))).unwrap();
@@ -193,8 +198,17 @@ fn conflicts_are_refused_and_named_while_the_rest_commits() {
     out.assert_code(1);
     let h = fx.h.s();
     assert!(out.stdout.contains(&format!("committed  M  {h}/b")), "{}", out.describe());
-    assert!(out.stderr.contains(&format!("conflict, not committed: M  {h}/a: changed on the host since the layer recorded it")), "{}", out.describe());
-    assert!(out.stderr.contains(&format!("conflict, not committed: M  {h}/new: changed on the host")), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains(&format!("conflict, not committed: M  {h}/a: changed on the host since the layer recorded it")),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains(&format!("conflict, not committed: M  {h}/new: changed on the host")),
+        "{}",
+        out.describe()
+    );
     assert!(out.stderr.contains("--force"), "{}", out.describe());
     assert_eq!(read(&fx.hp("a")), "a-host\n");
     assert_eq!(read(&fx.hp("b")), "b1\n");
@@ -205,7 +219,11 @@ fn conflicts_are_refused_and_named_while_the_rest_commits() {
     fx.sh("echo c > $U/unrecorded");
     let out = fx.layer(&["commit", &fx.hp("unrecorded").display().to_string()]);
     out.assert_code(1);
-    assert!(out.stderr.contains("no record of the original; the run that made it did not finish"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("no record of the original; the run that made it did not finish"),
+        "{}",
+        out.describe()
+    );
     // --force overrides.
     let out = fx.layer(&["commit", "--force"]);
     out.assert_code(0);
@@ -241,15 +259,26 @@ echo ok > $U/good"#
     // A record whose path is not normalized, pointing outside.
     let meta_path = fx.dir.join("layer.json");
     let mut meta: serde_json::Value = serde_json::from_str(&read(&meta_path)).unwrap();
-    meta["originals"][format!("{}/../{}/victim", fx.h.s(), outside.path.file_name().unwrap().to_string_lossy())] = serde_json::json!({"kind": "absent"});
+    meta["originals"][format!("{}/../{}/victim", fx.h.s(), outside.path.file_name().unwrap().to_string_lossy())] =
+        serde_json::json!({"kind": "absent"});
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     // Everything crafted is refused even with --force; the rest commits.
     let out = fx.layer(&["commit", "--force"]);
     out.assert_code(1);
     let e = &out.stderr;
-    assert!(e.contains("via-link: the host's") && e.contains("is a symbolic link") && e.contains("never commits through a link"), "{}", out.describe());
+    assert!(
+        e.contains("via-link: the host's")
+            && e.contains("is a symbolic link")
+            && e.contains("never commits through a link"),
+        "{}",
+        out.describe()
+    );
     assert!(e.contains("/.wh...: whiteout `.wh...` names no valid entry"), "{}", out.describe());
-    assert!(e.contains("/meta: it has the user.overlay.metacopy attribute: the layer was not made by capsule"), "{}", out.describe());
+    assert!(
+        e.contains("/meta: it has the user.overlay.metacopy attribute: the layer was not made by capsule"),
+        "{}",
+        out.describe()
+    );
     assert!(e.contains("/../") && e.contains("not a normalized absolute path"), "{}", out.describe());
     assert_eq!(read(&fx.hp("good")), "ok\n");
     assert_eq!(read(&fx.hp("meta")), "m\n");
@@ -262,7 +291,13 @@ echo ok > $U/good"#
     assert_eq!(std::fs::read_dir(outside.join("secret-dir")).unwrap().count(), 1);
     // An upper tree that is a link is not a layer.
     let l2 = Scratch::new("crafted-l2");
-    as_user(&["sh", "-c", &format!("mkdir {0}/real && ln -s {0}/real {0}/upper && echo '{{\"version\":1}}' > {0}/layer.json", l2.s())]).status().unwrap();
+    as_user(&[
+        "sh",
+        "-c",
+        &format!("mkdir {0}/real && ln -s {0}/real {0}/upper && echo '{{\"version\":1}}' > {0}/layer.json", l2.s()),
+    ])
+    .status()
+    .unwrap();
     let out = capsule(&["layer", "commit", &l2.s()]).run();
     out.assert_code(1);
     assert!(out.stderr.contains("is not a layer: its upper is a symlink, not a directory"), "{}", out.describe());
@@ -280,7 +315,8 @@ fn commit_killed_midway_leaves_every_file_old_or_new() {
     fx.layer(&["record"]).assert_code(0);
     let old = vec![b'o'; 65536];
     let new = vec![b'n'; 65536];
-    let count_new = || (0..N).filter(|i| std::fs::read(fx.hp(&format!("f{i}"))).map(|b| b == new).unwrap_or(false)).count();
+    let count_new =
+        || (0..N).filter(|i| std::fs::read(fx.hp(&format!("f{i}"))).map(|b| b == new).unwrap_or(false)).count();
     let mut killed_at = None;
     for attempt in 0..3 {
         let mut c = capsule(&["layer", "commit", &fx.d()]);
@@ -319,7 +355,12 @@ fn commit_killed_midway_leaves_every_file_old_or_new() {
     }
     // Leftovers beside the destinations are whole files (named only once
     // written and fsynced), at most the one in flight.
-    let tmp: Vec<PathBuf> = std::fs::read_dir(&fx.h.path).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".capsule-commit")).collect();
+    let tmp: Vec<PathBuf> = std::fs::read_dir(&fx.h.path)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".capsule-commit"))
+        .collect();
     assert!(tmp.len() <= 1, "{tmp:?}");
     for t in &tmp {
         assert_eq!(std::fs::read(t).unwrap(), new, "{} is not a whole file", t.display());
@@ -354,7 +395,11 @@ fn a_layer_in_use_is_refused() {
     for args in [&["commit"][..], &["list"], &["diff"], &["discard"], &["record"]] {
         let out = fx.layer(args);
         out.assert_code(1);
-        assert!(out.stderr.contains(&format!("layer {} is in use by a running capsule", fx.d())), "{args:?}: {}", out.describe());
+        assert!(
+            out.stderr.contains(&format!("layer {} is in use by a running capsule", fx.d())),
+            "{args:?}: {}",
+            out.describe()
+        );
     }
     drop(ex);
     // A layer stacked read-only below a run (shared lock) can be listed,

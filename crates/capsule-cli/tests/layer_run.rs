@@ -31,7 +31,11 @@ struct Fx {
 
 impl Fx {
     fn new(tag: &str) -> Fx {
-        Fx { p: Scratch::new(&format!("{tag}-proj")), h: Scratch::new(&format!("{tag}-home")), l: Scratch::new(&format!("{tag}-layers")) }
+        Fx {
+            p: Scratch::new(&format!("{tag}-proj")),
+            h: Scratch::new(&format!("{tag}-home")),
+            l: Scratch::new(&format!("{tag}-layers")),
+        }
     }
 
     /// With the layers in a directory of its own directly under /var/tmp,
@@ -60,11 +64,7 @@ impl Fx {
     fn host_sh(&self, script: &str) -> String {
         let full = format!("set -e\n{}cd \"$P\"\n{script}", self.vars());
         let out = as_user(&["sh", "-c", &full]).output().expect("run sh");
-        assert!(
-            out.status.success(),
-            "host script failed: {}\n{script}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "host script failed: {}\n{script}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -206,7 +206,8 @@ fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
 /// Unprivileged kernel overlayfs: Linux ≥ 5.11, and user namespaces.
 fn layers_available() -> Result<(), String> {
     userns_available()?;
-    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map_err(|e| format!("/proc/sys/kernel/osrelease: {e}"))?;
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_err(|e| format!("/proc/sys/kernel/osrelease: {e}"))?;
     let mut it = rel.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|x| x.parse::<u32>().ok());
     let v = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     if v < (5, 11) {
@@ -329,7 +330,8 @@ printf '{MARK}'
     assert!(fx.list("L").is_empty());
     let files = fx.host_sh("find \"$L/L/upper\" ! -type d");
     assert_eq!(files, "", "files left in the upper tree");
-    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.layer_dir("L").join("layer.json")).unwrap()).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.layer_dir("L").join("layer.json")).unwrap()).unwrap();
     assert_eq!(meta["originals"].as_object().map(|o| o.len()), Some(0), "{meta}");
     let out = fx.layer("commit", "L", &[]);
     out.assert_code(0);
@@ -406,7 +408,11 @@ fn persistence_and_stacking() {
     assert_eq!(a_list, ["A  P/d", "M  P/f", "D  P/gone"]);
     let a_before = snapshot(&fx.layer_dir("A"));
     // Stacked: B sees A's changes; its writes land in B.
-    let out = fx.run(&["A", "B"], &[], "cat f; test ! -e gone && echo gone-is-gone; cat d/x; echo v2 > f; echo new > g; rm kept");
+    let out = fx.run(
+        &["A", "B"],
+        &[],
+        "cat f; test ! -e gone && echo gone-is-gone; cat d/x; echo v2 > f; echo new > g; rm kept",
+    );
     out.assert_code(0);
     assert_eq!(out.stdout, "v1\ngone-is-gone\nx\n", "{}", out.describe());
     assert_eq!(fx.list("B"), ["M  P/f", "A  P/g", "D  P/kept"]);
@@ -449,8 +455,18 @@ fn conflicts_through_a_real_run() {
     let out = fx.layer("commit", "L", &[]);
     out.assert_code(1);
     let p = fx.p.s();
-    assert!(out.stderr.contains(&format!("conflict, not committed: M  {p}/a: changed on the host since the layer recorded it")), "{}", out.describe());
-    assert!(out.stdout.contains(&format!("committed  M  {p}/b\n")) && out.stdout.contains(&format!("committed  A  {p}/n\n")), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains(&format!("conflict, not committed: M  {p}/a: changed on the host since the layer recorded it")),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stdout.contains(&format!("committed  M  {p}/b\n"))
+            && out.stdout.contains(&format!("committed  A  {p}/n\n")),
+        "{}",
+        out.describe()
+    );
     assert_eq!(std::fs::read_to_string(fx.p.join("a")).unwrap(), "a-host\n");
     assert_eq!(std::fs::read_to_string(fx.p.join("b")).unwrap(), "b1\n");
     assert_eq!(std::fs::read_to_string(fx.p.join("n")).unwrap(), "n\n");
@@ -477,14 +493,19 @@ fn the_layer_is_hidden_and_locked_while_in_use() {
     // the layer.
     let out = fx.run(&["L"], &[], "ls -A \"$L/L\" | wc -l; cat \"$L/L/layer.json\" 2>&1 || echo unreadable; touch \"$L/L/x\" 2>&1 || echo unwritable");
     out.assert_code(0);
-    assert!(out.stdout.starts_with("0\n") && out.stdout.contains("unreadable\n") && out.stdout.contains("unwritable\n"), "{}", out.describe());
+    assert!(
+        out.stdout.starts_with("0\n") && out.stdout.contains("unreadable\n") && out.stdout.contains("unwritable\n"),
+        "{}",
+        out.describe()
+    );
     // A working directory inside the layer: refused, clearly.
     for cwd in [l.clone(), l.join("upper")] {
         let mut c = fx.run_cmd(&["L"], &[], "pwd");
         let out = c.cwd(cwd.clone()).run();
         out.assert_code(125);
         assert!(
-            out.stderr.contains(&format!("is inside the layer {}", l.display())) && out.stderr.contains("run from outside the layer directory"),
+            out.stderr.contains(&format!("is inside the layer {}", l.display()))
+                && out.stderr.contains("run from outside the layer directory"),
             "cwd {}: {}",
             cwd.display(),
             out.describe()
@@ -534,7 +555,12 @@ cat "$H/.ssh/id_ed25519" 2>/dev/null || echo secret-unreadable
 echo w > "$H/notes"; echo w > rw"#,
     );
     out.assert_code(0);
-    assert_eq!(out.stdout, "0\nsecret-unreadable\nssh-unwritable\nro-f-unwritable\nro-unwritable\n", "{}", out.describe());
+    assert_eq!(
+        out.stdout,
+        "0\nsecret-unreadable\nssh-unwritable\nro-f-unwritable\nro-unwritable\n",
+        "{}",
+        out.describe()
+    );
     assert!(!out.stdout.contains("SECRET-KEY"));
     assert_eq!(fx.list("L"), ["A  H/notes", "A  P/rw"]);
     assert_same(&home, &snapshot(&fx.h.path), "the home");
@@ -557,7 +583,11 @@ fn a_root_layer_changes_system_files_in_the_layer_only() {
     let host = host_bytes("/etc/hostname");
     let out = fx.run(&["L"], &[], "echo capsule-x > /etc/hostname");
     assert_eq!(out.code, Some(2), "{}", out.describe());
-    assert!(out.stderr.contains("Permission denied") || out.stderr.contains("Read-only file system"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("Permission denied") || out.stderr.contains("Read-only file system"),
+        "{}",
+        out.describe()
+    );
     assert!(fx.list("L").is_empty());
     fx.layer("discard", "L", &[]).assert_code(0);
     let out = fx.run(&["L"], &["--root"], "echo capsule-x > /etc/hostname; cat /etc/hostname; id -u");
@@ -584,7 +614,11 @@ fn dpkg_installs_a_package_into_a_root_layer() {
     require!("dpkg_installs_a_package_into_a_root_layer", fuse_available());
     require!(
         "dpkg_installs_a_package_into_a_root_layer",
-        if in_path("dpkg-deb") && in_path("dpkg") { Ok(()) } else { Err("dpkg is not installed (apt-get install dpkg)".to_string()) }
+        if in_path("dpkg-deb") && in_path("dpkg") {
+            Ok(())
+        } else {
+            Err("dpkg is not installed (apt-get install dpkg)".to_string())
+        }
     );
     let _serial = alone();
     let fx = Fx::new("dpkg");
@@ -614,7 +648,8 @@ dpkg-deb --root-owner-group --build pkg pkg.deb >/dev/null"#
     assert!(list.iter().any(|l| l.starts_with(&format!("A  /var/lib/dpkg/info/{PKG}."))), "{list:#?}");
     assert_eq!(host_bytes("/var/lib/dpkg/status"), status, "the host's dpkg status changed");
     assert!(!Path::new(&bin).exists(), "{bin} appeared on the host");
-    let out = fx.run(&["L"], &["--root"], &format!("{PKG}; dpkg -s {PKG} | grep '^Status:'; cat /usr/share/{PKG}/data.txt"));
+    let out =
+        fx.run(&["L"], &["--root"], &format!("{PKG}; dpkg -s {PKG} | grep '^Status:'; cat /usr/share/{PKG}/data.txt"));
     out.assert_code(0);
     assert_eq!(out.stdout, format!("{PKG} runs\nStatus: install ok installed\ndata\n"), "{}", out.describe());
     fx.layer("discard", "L", &[]).assert_code(0);
@@ -652,7 +687,10 @@ p=""; for c in $(echo "$P" | tr / ' '); do p="$p/$c"; chmod "$(stat -c %a "$p")"
     assert_same(&host, &snapshot(&fx.p.path), "after the run");
     assert_eq!(fx.list("L"), ["A  P/new"]);
     let meta = std::fs::read_to_string(fx.layer_dir("L").join("layer.json")).unwrap();
-    assert!(meta.contains(&format!("\"{}/lock\"", fx.p.s())) && meta.contains(&format!("\"{}/new\"", fx.p.s())), "{meta}");
+    assert!(
+        meta.contains(&format!("\"{}/lock\"", fx.p.s())) && meta.contains(&format!("\"{}/new\"", fx.p.s())),
+        "{meta}"
+    );
     let out = fx.layer("commit", "L", &[]);
     out.assert_code(0);
     assert_eq!(std::fs::read_to_string(fx.p.join("new")).unwrap(), "written\n");
@@ -688,7 +726,11 @@ fn a_file_of_a_group_the_run_cannot_map_is_named() {
     assert!(out.stderr.contains("Value too large"), "{}", out.describe());
     let want = format!("{:?}", shared.display().to_string());
     assert!(out.stderr.contains(&want), "the file is not named ({want}): {}", out.describe());
-    assert!(out.stderr.contains("gid 4") && (group.is_empty() || out.stderr.contains(&format!("`{group}`"))), "the group is not named: {}", out.describe());
+    assert!(
+        out.stderr.contains("gid 4") && (group.is_empty() || out.stderr.contains(&format!("`{group}`"))),
+        "the group is not named: {}",
+        out.describe()
+    );
     assert!(out.stderr.contains("--root"), "no way out is given: {}", out.describe());
     // What the run could write is in the layer all the same.
     assert_eq!(fx.list("L"), ["M  P/mine.txt"]);
@@ -740,7 +782,13 @@ fn layer_tree(root: &Path) -> BTreeMap<PathBuf, String> {
             format!("dir {:o} opaque={}", md.mode() & 0o7777, opaque_mark(p))
         } else if ft.is_file() {
             let content = if md.len() < 4096 { format!("{:?}", std::fs::read(p).unwrap()) } else { "(large)".into() };
-            format!("file {:o} size={} sparse={} nlink={} {content}", md.mode() & 0o7777, md.len(), md.blocks() * 512 < md.len(), md.nlink())
+            format!(
+                "file {:o} size={} sparse={} nlink={} {content}",
+                md.mode() & 0o7777,
+                md.len(),
+                md.blocks() * 512 < md.len(),
+                md.nlink()
+            )
         } else if ft.is_symlink() {
             format!("link {:?}", std::fs::read_link(p).unwrap())
         } else {
@@ -779,7 +827,11 @@ fn a_run_writing_past_layer_size_gets_enospc() {
     );
     assert!(out.stdout.contains("dd=1"), "{}", out.describe());
     assert!(out.stderr.contains("No space left on device"), "{}", out.describe());
-    assert!(out.stderr.contains("--layer-size") && out.stderr.contains("ENOSPC"), "capsule does not say the limit was reached: {}", out.describe());
+    assert!(
+        out.stderr.contains("--layer-size") && out.stderr.contains("ENOSPC"),
+        "capsule does not say the limit was reached: {}",
+        out.describe()
+    );
     let upper = fx.layer_dir("L").join("upper");
     let used = disk_usage(&upper);
     assert!(used <= limit, "the layer holds {used} bytes, over the limit of {limit}");
@@ -852,11 +904,18 @@ fn a_bad_layer_size_is_a_clear_error() {
         (&["L"][..], &["--layer-size", "12Q"][..], "--layer-size"),
         (&["L"][..], &["--layer-size", "0"][..], "layer_size: must be at least 4096 bytes"),
         (&[][..], &["--layer-size", "1M"][..], "layer_size: limits the writable layer"),
-        (&["L"][..], &["--root", "--layer-size", "1M"][..], "layer_size: a `root` run's layer is served by fuse-overlayfs"),
+        (
+            &["L"][..],
+            &["--root", "--layer-size", "1M"][..],
+            "layer_size: a `root` run's layer is served by fuse-overlayfs",
+        ),
     ] {
         let out = fx.run(layers, opts, "echo ran > ran.txt");
         assert_ne!(out.code, Some(0), "{opts:?}: {}", out.describe());
         assert!(out.stderr.contains(want), "{opts:?}: want {want:?}: {}", out.describe());
-        assert!(!fx.p.join("ran.txt").exists() && !fx.layer_dir("L").join("upper").join(fx.p.path.strip_prefix("/").unwrap()).join("ran.txt").exists());
+        assert!(
+            !fx.p.join("ran.txt").exists()
+                && !fx.layer_dir("L").join("upper").join(fx.p.path.strip_prefix("/").unwrap()).join("ran.txt").exists()
+        );
     }
 }

@@ -225,9 +225,9 @@ fn library_client_killed() {
     let _ = running.child.wait();
     match wait_no_user_procs(&baseline, t0, Duration::from_secs(1)) {
         Ok(t) => eprintln!("supervisor and run gone {t:?} after SIGKILL of the client"),
-        Err(left) => panic!(
-            "1 s after SIGKILL of the client (supervisor {sup}, run marker {marker}) these are left: {left:#?}"
-        ),
+        Err(left) => {
+            panic!("1 s after SIGKILL of the client (supervisor {sup}, run marker {marker}) these are left: {left:#?}")
+        }
     }
 }
 
@@ -248,7 +248,10 @@ fn interact() {
     assert_eq!(kv.must("kill"), "true");
     assert!(kv.must("killed").ends_with("|killed:-:-|killed:-:-"), "{}", out.describe());
     let ns = kv.must("no_solution");
-    assert!(ns.starts_with("err:setup:") && ns.contains("solution: executing") && ns.contains("nonexistent-capsule-prog"), "{ns}");
+    assert!(
+        ns.starts_with("err:setup:") && ns.contains("solution: executing") && ns.contains("nonexistent-capsule-prog"),
+        "{ns}"
+    );
     let inv = kv.must("invalid");
     assert!(inv.starts_with("err:spec:") && inv.contains("solution.stdin"), "{inv}");
     assert_eq!(kv.must("after"), "ok:exited:0:-", "{}", out.describe());

@@ -414,7 +414,10 @@ fn tcp_and_udp_destinations_are_counted_and_the_traffic_flows() {
     let out = run(&[], &[&h, "udp6", "7003"]);
     assert_ok(&out);
     match out.kv().get("udp6") {
-        Some(why) => skip("tcp_and_udp_destinations_are_counted_and_the_traffic_flows (IPv6)", &format!("no IPv6 loopback: {why}")),
+        Some(why) => skip(
+            "tcp_and_udp_destinations_are_counted_and_the_traffic_flows (IPv6)",
+            &format!("no IPv6 loopback: {why}"),
+        ),
         None => {
             assert_eq!(out.kv().get("udp6_received"), Some("2"), "{}", out.describe());
             assert_log(&out, &[inet("sendto", "::1", 7003, 2)]);

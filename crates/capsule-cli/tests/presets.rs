@@ -93,7 +93,9 @@ impl Sub {
             None => self.spec("run", &[]),
         };
         let inp = self.aux.write("input.txt", input.as_bytes());
-        capsule(&["run", "-q", "--profile", &spec.display().to_string(), "--stdin", &inp.display().to_string()]).json().run()
+        capsule(&["run", "-q", "--profile", &spec.display().to_string(), "--stdin", &inp.display().to_string()])
+            .json()
+            .run()
     }
 
     /// What the compile leaves in the box when it succeeds.
@@ -481,7 +483,11 @@ fn presets_list() {
     out.assert_code(if all_ok { 0 } else { 1 });
     for e in list {
         let name = e["name"].as_str().unwrap();
-        let line = out.stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("{name}; {}", out.describe()));
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name}; {}", out.describe()));
         if e["ok"] == true {
             assert!(line.contains(" ok ") && line.contains(e["version"].as_str().unwrap()), "{line}");
         } else {
@@ -530,7 +536,8 @@ fn presets_unreadable_rust_sysroot_is_reported() {
     let bin = Scratch::new("fake-rustc");
     let fake = bin.write(
         "rustc",
-        format!("#!/bin/sh\n[ \"$1\" = --print ] && echo {}/toolchain && exit 0\nexit 1\n", hidden.display()).as_bytes(),
+        format!("#!/bin/sh\n[ \"$1\" = --print ] && echo {}/toolchain && exit 0\nexit 1\n", hidden.display())
+            .as_bytes(),
     );
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = capsule(&["presets", "rust", "--json"]).env("PATH", &format!("{}:{DEFAULT_PATH}", bin.s())).run();

@@ -467,8 +467,12 @@ fn serve_stdio_defaults_to_dev_null() {
     let stat = |fds: &str| format!("for fd in {fds}; do stat -L -c '%F %t:%T' /proc/$$/fd/$fd; done");
     let r = s.run(json!("links"), with(sh(&stat("0 2")), "stdout", json!({"capture": 4096})));
     assert_exited(&r, 0);
-    assert_eq!(r["stdout"]["text"], "character special file 1:3\ncharacter special file 1:3\n", "stdin and stderr: {r}");
-    let r = s.run(json!("links-out"), with(sh(&format!("{} | cat >&2", stat("1"))), "stderr", json!({"capture": 4096})));
+    assert_eq!(
+        r["stdout"]["text"], "character special file 1:3\ncharacter special file 1:3\n",
+        "stdin and stderr: {r}"
+    );
+    let r =
+        s.run(json!("links-out"), with(sh(&format!("{} | cat >&2", stat("1"))), "stderr", json!({"capture": 4096})));
     assert_exited(&r, 0);
     assert_eq!(r["stderr"]["text"], "character special file 1:3\n", "stdout: {r}");
     let out = s.finish();
@@ -487,22 +491,34 @@ fn serve_concurrent_runs_have_their_own_network() {
     require!("serve_concurrent_runs_have_their_own_network", userns_available());
     let _l = procs_shared();
     let dir = Scratch::new("serve-net");
-    for (args, expect) in [(&["--parallel", "2"][..], "ECONNREFUSED"), (&["--parallel", "2", "--shared-network"][..], "ok")] {
+    for (args, expect) in
+        [(&["--parallel", "2"][..], "ECONNREFUSED"), (&["--parallel", "2", "--shared-network"][..], "ok")]
+    {
         let mut s = serve(args);
         s.run(json!("warm-up"), true_spec());
         let log = dir.join(&format!("listen-{expect}.out"));
         s.request(json!("listen"), json!({"argv": [probe(), "listen-tcp", "47125", "4000"], "stdout": log}));
         let deadline = Instant::now() + T;
         while !std::fs::read_to_string(&log).unwrap_or_default().contains("listen=") {
-            assert!(Instant::now() < deadline, "serve {args:?}: the listener did not start; lines so far:\n{}", s.transcript());
+            assert!(
+                Instant::now() < deadline,
+                "serve {args:?}: the listener did not start; lines so far:\n{}",
+                s.transcript()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let listened = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(listened.contains("listen=ok"), "serve {args:?}: the listener: {listened}");
-        let r = s.run(json!("connect"), json!({"argv": [probe(), "connect-tcp", "127.0.0.1:47125"], "stdout": {"capture": 4096}}));
+        let r = s.run(
+            json!("connect"),
+            json!({"argv": [probe(), "connect-tcp", "127.0.0.1:47125"], "stdout": {"capture": 4096}}),
+        );
         assert_exited(&r, 0);
         let text = r["stdout"]["text"].as_str().unwrap_or("");
-        assert!(text.contains(&format!("connect={expect}\n")), "serve {args:?}: a concurrent run's connect: {text:?} (expected {expect})");
+        assert!(
+            text.contains(&format!("connect={expect}\n")),
+            "serve {args:?}: a concurrent run's connect: {text:?} (expected {expect})"
+        );
         assert_exited(&s.result(&json!("listen"), T), 0);
         s.finish().assert_code(0);
     }
@@ -566,10 +582,7 @@ fn serve_capture() {
     let r = s.run(json!("exact"), with(sh("printf 0123456789"), "stdout", json!({"capture": 10})));
     assert_eq!(r["stdout"], json!({"text": "0123456789", "bytes": 10, "truncated": false}), "{r}");
     // 1 MiB into a 1 KiB capture: drained, not blocked, not SIGPIPE'd.
-    let r = s.run(
-        json!("big"),
-        with(sh("yes | head -c 1048576; echo done >&2"), "stdout", json!({"capture": "1K"})),
-    );
+    let r = s.run(json!("big"), with(sh("yes | head -c 1048576; echo done >&2"), "stdout", json!({"capture": "1K"})));
     assert_exited(&r, 0);
     assert_eq!(r["stdout"]["bytes"], 1048576, "{r}");
     assert_eq!(r["stdout"]["truncated"], true, "{r}");

@@ -117,7 +117,11 @@ impl Term {
                 self.cursor += upto;
                 return seen[..upto].to_string();
             }
-            assert!(Instant::now() < deadline, "`{pat}` not on the screen within {t:?}; screen so far:\n{}", self.text());
+            assert!(
+                Instant::now() < deadline,
+                "`{pat}` not on the screen within {t:?}; screen so far:\n{}",
+                self.text()
+            );
             self.pump(50);
         }
     }
@@ -153,7 +157,11 @@ fn tty_nr(pid: i32) -> String {
 
 fn assert_raw(m: &Modes, screen: &str) {
     let cooked = libc::ICANON | libc::ECHO | libc::ISIG;
-    assert_eq!(m.lflag & cooked, 0, "the caller's terminal is not in raw mode while the shell runs: {m:?}; screen:\n{screen}");
+    assert_eq!(
+        m.lflag & cooked,
+        0,
+        "the caller's terminal is not in raw mode while the shell runs: {m:?}; screen:\n{screen}"
+    );
     assert_eq!(m.oflag & libc::OPOST, 0, "output processing still on: {m:?}");
 }
 
@@ -225,7 +233,8 @@ fn shell_session() {
     // Written after the restore: the terminal's own output processing made
     // its newline "\r\n" (in raw mode it would be a bare "\n").
     let rest = String::from_utf8_lossy(&t.out[t.cursor..]).into_owned();
-    let at = rest.find("capsule: exited with 3 after").unwrap_or_else(|| panic!("no summary line; screen:\n{}", t.text()));
+    let at =
+        rest.find("capsule: exited with 3 after").unwrap_or_else(|| panic!("no summary line; screen:\n{}", t.text()));
     let line_end = rest[at..].find('\n').map(|i| at + i).expect("summary line ends");
     assert_eq!(&rest[line_end - 1..=line_end], "\r\n", "summary written before the modes were restored: {rest:?}");
 }
@@ -256,18 +265,32 @@ fn run_pty_and_tiocsti() {
         assert_eq!(kv.get("done"), Some("1"), "probe output:\n{screen}");
         assert_eq!(kv.must("isatty0"), "1", "{screen}");
         assert_ne!(kv.must("tty_nr"), "0", "the program has no controlling terminal: {screen}");
-        assert_eq!(kv.must("tcgetsid"), kv.must("sid"), "the pty is not the terminal of the program's session: {screen}");
+        assert_eq!(
+            kv.must("tcgetsid"),
+            kv.must("sid"),
+            "the pty is not the terminal of the program's session: {screen}"
+        );
         assert_eq!(t.modes(), before, "modes not restored");
-        assert_eq!(input_queue(t.slave.as_raw_fd()), 0, "{policy}: bytes injected into the caller's terminal; {screen}");
+        assert_eq!(
+            input_queue(t.slave.as_raw_fd()),
+            0,
+            "{policy}: bytes injected into the caller's terminal; {screen}"
+        );
         if policy == "default" {
             for fd in 0..3 {
                 assert_eq!(kv.must(&format!("tiocsti_fd{fd}")), "EPERM", "TIOCSTI on fd {fd}: {screen}");
             }
             assert_eq!(kv.must("tiocsti_after_sctty"), "EPERM", "{screen}");
         } else if legacy == "1" {
-            assert_eq!(kv.must("tiocsti_fd0"), "ok", "control: TIOCSTI on the run's own terminal without a filter: {screen}");
+            assert_eq!(
+                kv.must("tiocsti_fd0"),
+                "ok",
+                "control: TIOCSTI on the run's own terminal without a filter: {screen}"
+            );
         } else {
-            eprintln!("run_pty_and_tiocsti: dev.tty.legacy_tiocsti = {legacy}: the kernel refuses TIOCSTI anyway, no control");
+            eprintln!(
+                "run_pty_and_tiocsti: dev.tty.legacy_tiocsti = {legacy}: the kernel refuses TIOCSTI anyway, no control"
+            );
         }
     }
 }
@@ -298,7 +321,11 @@ fn shell_program_and_no_pty() {
     let out = t.finish(r);
     out.assert_code(5);
     assert_eq!(t.value("tty"), "yes");
-    assert_eq!(t.value("ttynr"), "0", "--no-pty: the inherited terminal must not be the program's controlling terminal");
+    assert_eq!(
+        t.value("ttynr"),
+        "0",
+        "--no-pty: the inherited terminal must not be the program's controlling terminal"
+    );
 }
 
 /// `capsule shell` with stdin a pipe: no pty, the shell reads its commands
@@ -323,7 +350,11 @@ fn shell_without_terminal() {
         let out = r.wait();
         out.assert_code(0);
         assert!(out.stdout.starts_with("hi\n"), "{}", out.describe());
-        assert!(out.stdout.contains(&format!("zero={expect} shell={expect}\n")), "SHELL={shell} {opts:?}: {}", out.describe());
+        assert!(
+            out.stdout.contains(&format!("zero={expect} shell={expect}\n")),
+            "SHELL={shell} {opts:?}: {}",
+            out.describe()
+        );
         assert!(out.stdout.contains("no-tty\n"), "{}", out.describe());
     }
     // Without /bin/sh no shell can be picked: the error says how to name one.
@@ -375,7 +406,8 @@ fn controlling_tty_needs_a_terminal() {
     let out = r.wait();
     out.assert_code(0);
     let lines: Vec<serde_json::Value> = out.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let by_id = |id: i64| lines.iter().find(|v| v["id"] == id).unwrap_or_else(|| panic!("no answer {id}; {}", out.describe()));
+    let by_id =
+        |id: i64| lines.iter().find(|v| v["id"] == id).unwrap_or_else(|| panic!("no answer {id}; {}", out.describe()));
     // A run that could not start is answered with its error.
     let err = by_id(1)["error"].as_str().unwrap_or_else(|| panic!("run 1 started; {}", out.describe()));
     assert!(err.contains("TIOCSCTTY") && err.contains("ENOTTY") && err.contains("not a terminal"), "{err}");

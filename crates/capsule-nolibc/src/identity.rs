@@ -201,10 +201,7 @@ pub fn write<'e, S: Sink>(sink: &mut S, exe: &CStr, env: impl Iterator<Item = (&
         t.0.put(end);
     }
     t.0.put(b"\n");
-    for (name, path) in [
-        ("oom_score_adj", c"/proc/self/oom_score_adj"),
-        ("lsm", c"/proc/self/attr/current"),
-    ] {
+    for (name, path) in [("oom_score_adj", c"/proc/self/oom_score_adj"), ("lsm", c"/proc/self/attr/current")] {
         let _ = write!(t, "{name} ");
         t.0.put(sys::read_file(path, &mut big).unwrap_or(b"?"));
         t.0.put(b"\n");
@@ -310,4 +307,3 @@ mod tests {
         assert!(text.contains("\nrlimit 7 "), "{text}");
     }
 }
-

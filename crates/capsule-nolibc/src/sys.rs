@@ -163,7 +163,8 @@ impl Drop for Fd {
 
 pub fn open(path: &CStr, flags: usize) -> Result<Fd> {
     // SAFETY: path is NUL-terminated and outlives the call.
-    let r = check(unsafe { syscall6(nr::OPENAT, [AT_FDCWD as usize, path.as_ptr() as usize, flags | O_CLOEXEC, 0, 0, 0]) });
+    let r =
+        check(unsafe { syscall6(nr::OPENAT, [AT_FDCWD as usize, path.as_ptr() as usize, flags | O_CLOEXEC, 0, 0, 0]) });
     r.map(|fd| Fd(fd as i32))
 }
 
@@ -219,7 +220,10 @@ pub fn stat(path: &CStr, flags: usize) -> Result<Stat> {
 pub fn readlink<'a>(path: &CStr, buf: &'a mut [u8]) -> Result<&'a [u8]> {
     // SAFETY: path is NUL-terminated; the kernel writes at most buf.len() bytes.
     let n = check(unsafe {
-        syscall6(nr::READLINKAT, [AT_FDCWD as usize, path.as_ptr() as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0])
+        syscall6(
+            nr::READLINKAT,
+            [AT_FDCWD as usize, path.as_ptr() as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0],
+        )
     })?;
     Ok(&buf[..n])
 }
@@ -425,7 +429,9 @@ pub fn recv(sock: &Fd, buf: &mut [u8]) -> Result<usize> {
     let n = loop {
         // SAFETY: msg points at one iovec over `buf` and an 80-byte control
         // buffer, all alive for the call.
-        match check(unsafe { syscall6(nr::RECVMSG, [sock.0 as usize, msg.as_mut_ptr() as usize, MSG_CMSG_CLOEXEC, 0, 0, 0]) }) {
+        match check(unsafe {
+            syscall6(nr::RECVMSG, [sock.0 as usize, msg.as_mut_ptr() as usize, MSG_CMSG_CLOEXEC, 0, 0, 0])
+        }) {
             Err(EINTR) => {}
             r => break r?,
         }

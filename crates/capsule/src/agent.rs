@@ -161,13 +161,13 @@ pub fn socket_dir() -> Option<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let uid = sys::geteuid();
     let private = |p: &Path, strict: bool| {
-        std::fs::symlink_metadata(p).ok().is_some_and(|m| {
-            m.is_dir() && m.uid() == uid && (!strict || m.mode() & 0o077 == 0)
-        })
+        std::fs::symlink_metadata(p)
+            .ok()
+            .is_some_and(|m| m.is_dir() && m.uid() == uid && (!strict || m.mode() & 0o077 == 0))
     };
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && capsule_nolibc::identity::runtime_dir_fits(p.as_os_str().len()) && private(p, true));
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| {
+        p.is_absolute() && capsule_nolibc::identity::runtime_dir_fits(p.as_os_str().len()) && private(p, true)
+    });
     let dir = match runtime {
         Some(r) => r.join("capsule"),
         None => PathBuf::from(format!("/tmp/capsule-agent-{uid}")),
@@ -563,7 +563,9 @@ pub fn stop(only: Option<&Path>) -> Result<Vec<Running>, SysError> {
         }
         let mut pfd = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         if sys::poll(&mut pfd, 5000).unwrap_or(0) == 0 {
-            return Err(SysError::new("waiting for the agent to stop", libc::ETIMEDOUT).path(a.socket.display().to_string()));
+            return Err(
+                SysError::new("waiting for the agent to stop", libc::ETIMEDOUT).path(a.socket.display().to_string())
+            );
         }
         stopped.push(a);
     }

@@ -171,7 +171,11 @@ pub fn discover(cfg: &CgroupConfig) -> Discovery {
     }
     if let Some(p) = &cfg.path {
         return match unusable(p) {
-            None => Discovery { source: Source::Explicit, base: Some(p.clone()), detail: format!("--cgroup {}", p.display()) },
+            None => Discovery {
+                source: Source::Explicit,
+                base: Some(p.clone()),
+                detail: format!("--cgroup {}", p.display()),
+            },
             Some(why) => none(format!("--cgroup {}: {why}", p.display())),
         };
     }
@@ -184,7 +188,11 @@ pub fn discover(cfg: &CgroupConfig) -> Discovery {
     let why = match &own_dir {
         Some(dir) => {
             // Our own leaf, from an earlier set-up: the base is its parent.
-            let dir = if dir.file_name().is_some_and(|n| n == LEAF) { dir.parent().unwrap_or(dir).to_path_buf() } else { dir.clone() };
+            let dir = if dir.file_name().is_some_and(|n| n == LEAF) {
+                dir.parent().unwrap_or(dir).to_path_buf()
+            } else {
+                dir.clone()
+            };
             match unusable(&dir) {
                 None => {
                     return Discovery {
@@ -214,11 +222,10 @@ pub const IN_SCOPE_ENV: &str = "CAPSULE_IN_SYSTEMD_SCOPE";
 
 /// The command that re-starts `argv` in a transient delegated scope.
 pub fn systemd_scope_command(argv: &[String]) -> Vec<String> {
-    let mut v: Vec<String> =
-        ["systemd-run", "--user", "--scope", "-p", "Delegate=yes", "--collect", "--quiet", "--"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let mut v: Vec<String> = ["systemd-run", "--user", "--scope", "-p", "Delegate=yes", "--collect", "--quiet", "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     v.extend(argv.iter().cloned());
     v
 }
@@ -232,11 +239,7 @@ fn write(path: &Path, value: &str) -> Result<(), SysError> {
 }
 
 fn pids_of(dir: &Path) -> Vec<String> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines().map(str::to_string).collect()
 }
 
 /// Moves every process of `from` into `to`, until `from` stays empty.
@@ -329,7 +332,8 @@ impl Instance {
                 let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else { continue };
                 // `<pid>.<starttime>.<n>`
                 let mut it = rest.split('.');
-                let (Some(pid), Some(start)) = (it.next().and_then(|p| p.parse().ok()), it.next().and_then(|s| s.parse().ok()))
+                let (Some(pid), Some(start)) =
+                    (it.next().and_then(|p| p.parse().ok()), it.next().and_then(|s| s.parse().ok()))
                 else {
                     continue;
                 };
@@ -381,7 +385,12 @@ impl Instance {
     pub(crate) fn from_state(s: InstanceState) -> Instance {
         let known = CONTROLLERS.iter().chain(["cpu", "cpuset"].iter());
         let controllers = known.filter(|k| s.controllers.iter().any(|c| c == *k)).copied().collect();
-        Instance { base: s.base, prefix: s.prefix, controllers: std::cell::RefCell::new(controllers), next_run: Cell::new(0) }
+        Instance {
+            base: s.base,
+            prefix: s.prefix,
+            controllers: std::cell::RefCell::new(controllers),
+            next_run: Cell::new(0),
+        }
     }
 
     fn own_runs(&self) -> Vec<PathBuf> {
@@ -440,7 +449,8 @@ impl Instance {
         }
         // Last one out: give B back as it was (controllers off, processes
         // back in B, the leaf gone).
-        let off: Vec<String> = controllers_of(&self.base, "cgroup.subtree_control").iter().map(|c| format!("-{c}")).collect();
+        let off: Vec<String> =
+            controllers_of(&self.base, "cgroup.subtree_control").iter().map(|c| format!("-{c}")).collect();
         if !off.is_empty() && write(&self.base.join("cgroup.subtree_control"), &off.join(" ")).is_err() {
             return;
         }
@@ -668,15 +678,9 @@ mod tests {
         assert_eq!(cgroup2_mount(mi), Some((PathBuf::from("/sys/fs/cgroup"), "/".to_string())));
         assert_eq!(own_cgroup("0::/user.slice/x.scope\n").as_deref(), Some("/user.slice/x.scope"));
         assert_eq!(own_cgroup("1:name=systemd:/x\n"), None);
-        assert_eq!(
-            cgroup_dir(Path::new("/sys/fs/cgroup"), "/", "/a/b"),
-            Some(PathBuf::from("/sys/fs/cgroup/a/b"))
-        );
+        assert_eq!(cgroup_dir(Path::new("/sys/fs/cgroup"), "/", "/a/b"), Some(PathBuf::from("/sys/fs/cgroup/a/b")));
         assert_eq!(cgroup_dir(Path::new("/sys/fs/cgroup"), "/", "/"), Some(PathBuf::from("/sys/fs/cgroup")));
-        assert_eq!(
-            cgroup_dir(Path::new("/sys/fs/cgroup"), "/a", "/a/b"),
-            Some(PathBuf::from("/sys/fs/cgroup/b"))
-        );
+        assert_eq!(cgroup_dir(Path::new("/sys/fs/cgroup"), "/a", "/a/b"), Some(PathBuf::from("/sys/fs/cgroup/b")));
     }
 
     #[test]

@@ -83,15 +83,55 @@ pub(crate) enum Step {
 }
 
 const STEPS: [Step; 49] = [
-    Step::None, Step::JoinNetwork, Step::Hostname, Step::ProcMount, Step::UserNamespace,
-    Step::IdMap, Step::ParentDeath, Step::NonDumpable, Step::RootClone, Step::RootTmpfs, Step::BindSource,
-    Step::Scratch, Step::AttachRoot, Step::MountPoint, Step::Bind, Step::Tmpfs, Step::Proc,
-    Step::Dev, Step::Dir, Step::File, Step::Symlink, Step::Hide, Step::RootReadonly,
-    Step::PivotRoot, Step::DetachOldRoot, Step::CloneTracee, Step::TraceeIdMap, Step::CgroupNamespace, Step::Setsid,
-    Step::Stdio, Step::NoNewPrivs, Step::DropCaps, Step::Chdir, Step::Rlimit, Step::CloseFds,
-    Step::Seccomp, Step::Exec, Step::Wait, Step::Go, Step::LandlockRuleset, Step::LandlockPort,
-    Step::LandlockRestrict, Step::Overlay, Step::Fuse, Step::ControllingTty, Step::Reveal,
-    Step::IpcNamespace, Step::NewNetwork, Step::Ucounts,
+    Step::None,
+    Step::JoinNetwork,
+    Step::Hostname,
+    Step::ProcMount,
+    Step::UserNamespace,
+    Step::IdMap,
+    Step::ParentDeath,
+    Step::NonDumpable,
+    Step::RootClone,
+    Step::RootTmpfs,
+    Step::BindSource,
+    Step::Scratch,
+    Step::AttachRoot,
+    Step::MountPoint,
+    Step::Bind,
+    Step::Tmpfs,
+    Step::Proc,
+    Step::Dev,
+    Step::Dir,
+    Step::File,
+    Step::Symlink,
+    Step::Hide,
+    Step::RootReadonly,
+    Step::PivotRoot,
+    Step::DetachOldRoot,
+    Step::CloneTracee,
+    Step::TraceeIdMap,
+    Step::CgroupNamespace,
+    Step::Setsid,
+    Step::Stdio,
+    Step::NoNewPrivs,
+    Step::DropCaps,
+    Step::Chdir,
+    Step::Rlimit,
+    Step::CloseFds,
+    Step::Seccomp,
+    Step::Exec,
+    Step::Wait,
+    Step::Go,
+    Step::LandlockRuleset,
+    Step::LandlockPort,
+    Step::LandlockRestrict,
+    Step::Overlay,
+    Step::Fuse,
+    Step::ControllingTty,
+    Step::Reveal,
+    Step::IpcNamespace,
+    Step::NewNetwork,
+    Step::Ucounts,
 ];
 
 impl Step {
@@ -490,9 +530,7 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // tree above, and sends it over `net_socket` when it is ready.
     match plan.net {
         NetJoin::Host => {}
-        NetJoin::Fd(net) => {
-            sys::setns(net, libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?
-        }
+        NetJoin::Fd(net) => sys::setns(net, libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?,
         NetJoin::Receive(sock) => {
             let net = sys::recv_one_fd(sock).map_err(|e| Fail::new(Step::JoinNetwork, e))?;
             sys::setns(net.as_raw_fd(), libc::CLONE_NEWNET).map_err(|e| Fail::new(Step::JoinNetwork, e))?;
@@ -515,7 +553,11 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // namespaces and inotify/fanotify instances count here as well as
     // against the user's limits on the host, so it can never use those up
     // (every other sandbox and file watcher of the user would fail).
-    rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail { step: Step::Ucounts, errno: e, path: i as u32 })?;
+    rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail {
+        step: Step::Ucounts,
+        errno: e,
+        path: i as u32,
+    })?;
     // Changing credentials cleared the parent-death signal: arm it again,
     // then check the supervisor did not die in between.
     sys::set_pdeathsig(libc::SIGKILL).map_err(|e| Fail::new(Step::ParentDeath, e))?;
@@ -570,8 +612,7 @@ fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack) -> Result<
     // creates last, close-on-exec, thereby stays with PID 1 alone, which is
     // how PID 1 learns of the policy's forbidden calls.
     let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
-    let tracee =
-        sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    let tracee = sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // (The run's procfs stays open: a run stuck at its end is looked at
     // through it, see `abort_fuse`.)
     // The program has its own descriptor table now (or the tracee died):
@@ -773,38 +814,40 @@ fn net_log_call(
     // SAFETY: the reader runs on the tracee's stack, free since the tracee
     // exec'd (a notification comes from the program), and PID 1 waits
     // here until the reader is reaped, so nothing else runs on it.
-    let waited = unsafe { sys::with_vm_child(stack, &job, read_destination, |reader| -> Result<u32, Fail> {
-        loop {
-            let mut fds = [
-                libc::pollfd { fd: reader, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: limits.wall, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: limits.cpu, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: plan.control, events: libc::POLLIN, revents: 0 },
-            ];
-            sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
-            if fds[0].revents != 0 {
-                return Ok(0);
+    let waited = unsafe {
+        sys::with_vm_child(stack, &job, read_destination, |reader| -> Result<u32, Fail> {
+            loop {
+                let mut fds = [
+                    libc::pollfd { fd: reader, events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: plan.supervisor_pidfd, events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: limits.wall, events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: limits.cpu, events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: plan.control, events: libc::POLLIN, revents: 0 },
+                ];
+                sys::poll(&mut fds, -1).map_err(|e| Fail::new(Step::Wait, e))?;
+                if fds[0].revents != 0 {
+                    return Ok(0);
+                }
+                if fds[1].revents != 0 {
+                    sys::exit(1);
+                }
+                let mut flags = 0;
+                if fds[2].revents != 0 {
+                    flags |= FLAG_WALL_TIME;
+                }
+                if fds[3].revents != 0 {
+                    flags |= cpu_timer(plan, shared, limits)?;
+                }
+                if fds[4].revents != 0 {
+                    flags |= FLAG_KILLED;
+                }
+                if flags != 0 {
+                    kill_run(plan);
+                    return Ok(flags);
+                }
             }
-            if fds[1].revents != 0 {
-                sys::exit(1);
-            }
-            let mut flags = 0;
-            if fds[2].revents != 0 {
-                flags |= FLAG_WALL_TIME;
-            }
-            if fds[3].revents != 0 {
-                flags |= cpu_timer(plan, shared, limits)?;
-            }
-            if fds[4].revents != 0 {
-                flags |= FLAG_KILLED;
-            }
-            if flags != 0 {
-                kill_run(plan);
-                return Ok(flags);
-            }
-        }
-    }) };
+        })
+    };
     let done = match waited {
         Ok((Ok(0), status)) => libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         Ok((flags, _)) => return flags,

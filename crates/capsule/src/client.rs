@@ -72,8 +72,13 @@ fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Onc
     let parent = sys::getpid();
     // One run: the supervisor's network is the run's own, and a thread
     // makes it while PID 1 builds the tree (docs/latency.md).
-    let config =
-        Config { parallel: 1, cgroup: spec.cgroup.clone(), prepare_ahead: false, own_network: false, ..Config::default() };
+    let config = Config {
+        parallel: 1,
+        cgroup: spec.cgroup.clone(),
+        prepare_ahead: false,
+        own_network: false,
+        ..Config::default()
+    };
     let pid = match sys::fork().map_err(|e| SysError::new("clone3 (supervisor)", e))? {
         Forked::Child => {
             drop(client);
@@ -120,9 +125,14 @@ impl OnceRun {
             Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
             Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
             Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
-            Some((ServerMsg::Started { .. } | ServerMsg::Interacted { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. }, _)) => {
-                Err(Error::Supervisor("unexpected message".into()))
-            }
+            Some((
+                ServerMsg::Started { .. }
+                | ServerMsg::Interacted { .. }
+                | ServerMsg::Accepted
+                | ServerMsg::Declined
+                | ServerMsg::Exit { .. },
+                _,
+            )) => Err(Error::Supervisor("unexpected message".into())),
             None => Err(Error::Supervisor("the supervisor exited without answering".into())),
         }
     }
@@ -210,7 +220,9 @@ pub fn supervise_main() -> ! {
         Ok(_) | Err(_) => {
             let _ = proto::send(
                 sock.as_raw_fd(),
-                &ServerMsg::Fatal("`capsule supervise` expects a Start message on fd 3 (it is started by the library)".into()),
+                &ServerMsg::Fatal(
+                    "`capsule supervise` expects a Start message on fd 3 (it is started by the library)".into(),
+                ),
                 &[],
             );
             sys::exit(2)

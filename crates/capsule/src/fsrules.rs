@@ -470,7 +470,13 @@ mod tests {
 
     fn fs(allow: &[&str], read_only: &[&str], writable: &[&str], hide: &[&str]) -> Filesystem {
         let v = |l: &[&str]| l.iter().map(PathBuf::from).collect();
-        Filesystem { allow: v(allow), read_only: v(read_only), writable: v(writable), hide: v(hide), hide_secrets: false }
+        Filesystem {
+            allow: v(allow),
+            read_only: v(read_only),
+            writable: v(writable),
+            hide: v(hide),
+            hide_secrets: false,
+        }
     }
 
     fn p(s: &str) -> PathBuf {
@@ -505,7 +511,8 @@ mod tests {
 
     #[test]
     fn passwd_lookup() {
-        let text = "root:x:0:0:root:/root:/bin/bash\nbad line\nme:x:1000:1000::/home/me:/bin/sh\nrel:x:7:7::home:/bin/sh\n";
+        let text =
+            "root:x:0:0:root:/root:/bin/bash\nbad line\nme:x:1000:1000::/home/me:/bin/sh\nrel:x:7:7::home:/bin/sh\n";
         assert_eq!(passwd_home(text, 1000), Some(p("/home/me")));
         assert_eq!(passwd_home(text, 0), Some(p("/root")));
         assert_eq!(passwd_home(text, 7), None, "a relative home is not usable");
@@ -530,7 +537,8 @@ mod tests {
 
     #[test]
     fn most_specific_wins_parents_first() {
-        let a = plan(&fs(&["~/proj"], &["~/proj/.git"], &["~/proj/out"], &["~", "~/proj/out/x"]), home(), false).unwrap();
+        let a =
+            plan(&fs(&["~/proj"], &["~/proj/.git"], &["~/proj/out"], &["~", "~/proj/out/x"]), home(), false).unwrap();
         assert_eq!(
             a,
             vec![
@@ -589,7 +597,10 @@ mod tests {
         for a in SECRETS {
             assert!(a.starts_with("~/") && !a.ends_with('/') && !a.contains("//") && !a.contains("/./"), "{a}");
             for b in SECRETS {
-                assert!(a == b || !beneath(a, b), "{a} is beneath {b}: the plan's shortcut for the defaults alone relies on it");
+                assert!(
+                    a == b || !beneath(a, b),
+                    "{a} is beneath {b}: the plan's shortcut for the defaults alone relies on it"
+                );
             }
         }
     }
@@ -652,7 +663,13 @@ mod tests {
         assert!(a.contains(&Hide { path: p("/home/u/.ssh"), holes: false }));
         assert!(a.contains(&Hide { path: p("/home/u/.docker/config.json"), holes: false }));
         // Parents first.
-        let depths: Vec<usize> = a.iter().map(|x| match x { Hide { path, .. } => path.components().count(), _ => 0 }).collect();
+        let depths: Vec<usize> = a
+            .iter()
+            .map(|x| match x {
+                Hide { path, .. } => path.components().count(),
+                _ => 0,
+            })
+            .collect();
         assert!(depths.windows(2).all(|w| w[0] <= w[1]), "{a:?}");
         // An explicit rule replaces the default one: `allow` shows it again.
         f.allow.push(p("~/.ssh"));

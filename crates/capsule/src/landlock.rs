@@ -173,7 +173,11 @@ impl Masks {
 /// Full when every requested right is handled, none when none is,
 /// partial otherwise. No allocation: the tracee calls it.
 pub fn enforcement(requested: Masks, handled: Masks) -> Enforcement {
-    let h = Masks { fs: handled.fs & requested.fs, net: handled.net & requested.net, scoped: handled.scoped & requested.scoped };
+    let h = Masks {
+        fs: handled.fs & requested.fs,
+        net: handled.net & requested.net,
+        scoped: handled.scoped & requested.scoped,
+    };
     if h.is_empty() {
         Enforcement::None
     } else if h == requested {
@@ -482,7 +486,15 @@ mod tests {
 
     #[test]
     fn plan_merges_ports() {
-        let mounts = MountPlan { base: crate::mounts::Base::HostView, ops: Vec::new(), needs_scratch: false, saved: Vec::new(), sources: Vec::new(), parents: Vec::new(), stage: None };
+        let mounts = MountPlan {
+            base: crate::mounts::Base::HostView,
+            ops: Vec::new(),
+            needs_scratch: false,
+            saved: Vec::new(),
+            sources: Vec::new(),
+            parents: Vec::new(),
+            stage: None,
+        };
         let p = Plan::new(6, &mounts, true, Some(&[80, 443]), Some(&[80]));
         assert_eq!(p.ports, vec![(80, NET_CONNECT_TCP | NET_BIND_TCP), (443, NET_CONNECT_TCP)]);
         let p = Plan::new(2, &mounts, true, None, None);
@@ -499,7 +511,8 @@ mod tests {
             ],
             ..crate::RunSpec::new(["/bin/true"])
         };
-        let plan = MountPlan::prepare(&spec, u32::MAX, &crate::fsrules::Homes::default(), &mut Vec::new(), None).unwrap();
+        let plan =
+            MountPlan::prepare(&spec, u32::MAX, &crate::fsrules::Homes::default(), &mut Vec::new(), None).unwrap();
         let paths: Vec<(String, Grant)> =
             writable_paths(&plan).into_iter().map(|(p, g)| (p.into_string().unwrap(), g)).collect();
         let has = |p: &str, g: Grant| paths.iter().any(|(q, h)| q == p && *h == g);
@@ -517,7 +530,8 @@ mod tests {
         spec.filesystem.read_only.push("/usr/share/doc".into());
         spec.filesystem.hide.push("/usr/share/man".into());
         spec.filesystem.allow.push("/usr/share/man/man1".into());
-        let plan = MountPlan::prepare(&spec, u32::MAX, &crate::fsrules::Homes::default(), &mut Vec::new(), None).unwrap();
+        let plan =
+            MountPlan::prepare(&spec, u32::MAX, &crate::fsrules::Homes::default(), &mut Vec::new(), None).unwrap();
         let paths: Vec<String> = writable_paths(&plan).into_iter().map(|(p, _)| p.into_string().unwrap()).collect();
         assert!(paths.iter().any(|p| p == "/usr/share"), "{paths:?}");
         assert!(!paths.iter().any(|p| p.starts_with("/usr/share/")), "{paths:?}");

@@ -39,13 +39,14 @@ use crate::fsrules::{self, Action, Homes};
 use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::resolve::{self, ResolveError};
 use crate::spec::{self, MountOp, RunSpec};
-use crate::sys::{self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
-    MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, OPEN_TREE_CLONE};
+use crate::sys::{
+    self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    OPEN_TREE_CLONE,
+};
 
 /// Host device nodes bound into every `/dev` capsule builds.
 const DEVICES: [&CStr; 5] = [c"null", c"zero", c"full", c"random", c"urandom"];
-const HOST_DEVICES: [&CStr; 5] =
-    [c"/dev/null", c"/dev/zero", c"/dev/full", c"/dev/random", c"/dev/urandom"];
+const HOST_DEVICES: [&CStr; 5] = [c"/dev/null", c"/dev/zero", c"/dev/full", c"/dev/random", c"/dev/urandom"];
 
 /// Size of the host view's private /run.
 const RUN_SIZE: u64 = 16 << 20;
@@ -66,31 +67,88 @@ pub(crate) enum Base {
 /// error can name the path without the child allocating.
 pub(crate) enum Op {
     /// `src`: the resolved source (`O_PATH`), None for a missing `-try` one.
-    Bind { src: Option<OwnedFd>, dst: CString, attrs: u64, clone: Cell<RawFd>, name: u32 },
+    Bind {
+        src: Option<OwnedFd>,
+        dst: CString,
+        attrs: u64,
+        clone: Cell<RawFd>,
+        name: u32,
+    },
     /// `optional`: skipped when the mount point does not exist (a default
     /// of the host view for a directory the host may lack).
-    Tmpfs { dst: CString, size: CString, mode: &'static CStr, attrs: u64, optional: bool, name: u32 },
-    Proc { dst: CString, name: u32 },
-    Dev { dst: CString, nodes: [Cell<RawFd>; 5], name: u32 },
-    Dir { dst: CString, name: u32 },
+    Tmpfs {
+        dst: CString,
+        size: CString,
+        mode: &'static CStr,
+        attrs: u64,
+        optional: bool,
+        name: u32,
+    },
+    Proc {
+        dst: CString,
+        name: u32,
+    },
+    Dev {
+        dst: CString,
+        nodes: [Cell<RawFd>; 5],
+        name: u32,
+    },
+    Dir {
+        dst: CString,
+        name: u32,
+    },
     /// `src`: the resolved source, open for reading.
-    File { src: OwnedFd, dst: CString, name: u32 },
-    FileData { dst: CString, content: Vec<u8>, name: u32 },
-    Symlink { target: CString, dst: CString, name: u32 },
+    File {
+        src: OwnedFd,
+        dst: CString,
+        name: u32,
+    },
+    FileData {
+        dst: CString,
+        content: Vec<u8>,
+        name: u32,
+    },
+    Symlink {
+        target: CString,
+        dst: CString,
+        name: u32,
+    },
     /// `holes`: the cover of a directory stays writable (for the mount
     /// points of the rules beneath it) until every operation is applied;
     /// `cover` keeps it until then.
-    Hide { dst: CString, holes: bool, cover: Cell<RawFd>, name: u32 },
+    Hide {
+        dst: CString,
+        holes: bool,
+        cover: Cell<RawFd>,
+        name: u32,
+    },
     /// Clone `dst` (no link followed on the way) into `saved[slot]`,
     /// recursively; nothing when it is missing.
-    Save { dst: CString, slot: usize, name: u32 },
+    Save {
+        dst: CString,
+        slot: usize,
+        name: u32,
+    },
     /// Attach `saved[slot]` at `dst`, with `attrs` set recursively.
-    Reveal { dst: CString, slot: usize, attrs: u64, name: u32 },
+    Reveal {
+        dst: CString,
+        slot: usize,
+        attrs: u64,
+        name: u32,
+    },
     /// A kernel overlay of a layer (`crate::overlay`): made in step 1b
     /// from the host view, attached at `dst` in step 3. `base`: a staged
     /// one's lower layer, a read-only overlay (lower, upper, work, where)
     /// made and attached first.
-    Overlay { dst: CString, lower: CString, upper: CString, work: CString, base: Option<[CString; 4]>, fs: Cell<RawFd>, name: u32 },
+    Overlay {
+        dst: CString,
+        lower: CString,
+        upper: CString,
+        work: CString,
+        base: Option<[CString; 4]>,
+        fs: Cell<RawFd>,
+        name: u32,
+    },
 }
 
 /// Everything PID 1 needs to build the sandbox's mount tree.
@@ -382,7 +440,13 @@ fn bind_source(src: &Path, try_: bool, me: u32, sources: &mut Vec<Source>) -> Re
 }
 
 /// [`bind_source`], errors calling the source `what`.
-fn bind_source_as(what: &str, src: &Path, try_: bool, me: u32, sources: &mut Vec<Source>) -> Result<Option<OwnedFd>, String> {
+fn bind_source_as(
+    what: &str,
+    src: &Path,
+    try_: bool,
+    me: u32,
+    sources: &mut Vec<Source>,
+) -> Result<Option<OwnedFd>, String> {
     let fd = match resolve::resolve(src, me) {
         Ok(fd) => Some(fd),
         Err(e) if try_ && e.missing() => None,
@@ -474,11 +538,7 @@ impl MountPlan {
             // The host view's defaults come first, so later operations can
             // bind over or inside them.
             ops.push(Op::Proc { dst: c"/proc".into(), name: name("/proc".into()) });
-            ops.push(Op::Dev {
-                dst: c"/dev".into(),
-                nodes: Default::default(),
-                name: name("/dev".into()),
-            });
+            ops.push(Op::Dev { dst: c"/dev".into(), nodes: Default::default(), name: name("/dev".into()) });
             ops.push(Op::Tmpfs {
                 dst: c"/tmp".into(),
                 size: size_str(spec.tmp_size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
@@ -521,7 +581,11 @@ impl MountPlan {
                         work: o.work.clone(),
                         base: o.base.clone(),
                         fs: Cell::new(-1),
-                        name: name(format!("{} (layer {})", o.dst.display(), layers.map(|l| l.dirs.last().expect("one").display().to_string()).unwrap_or_default())),
+                        name: name(format!(
+                            "{} (layer {})",
+                            o.dst.display(),
+                            layers.map(|l| l.dirs.last().expect("one").display().to_string()).unwrap_or_default()
+                        )),
                     });
                 }
             }
@@ -584,17 +648,20 @@ impl MountPlan {
                     // descriptor cannot be read).
                     let fd = sys::reopen(at.as_raw_fd(), libc::O_RDONLY).map_err(sys_err)?;
                     let stamp = Stamp::of(fd.as_raw_fd(), true);
-                    sources.push(Source { path: src.clone(), file: true, try_: false, stamp, covered: false, parent: None });
+                    sources.push(Source {
+                        path: src.clone(),
+                        file: true,
+                        try_: false,
+                        stamp,
+                        covered: false,
+                        parent: None,
+                    });
                     Op::File { src: fd, dst, name: name(dst_name) }
                 }
-                MountOp::FileData { content, .. } => Op::FileData {
-                    dst,
-                    content: content.as_bytes().to_vec(),
-                    name: name(dst_name),
-                },
-                MountOp::Symlink { target, .. } => {
-                    Op::Symlink { target: cstr(target), dst, name: name(dst_name) }
+                MountOp::FileData { content, .. } => {
+                    Op::FileData { dst, content: content.as_bytes().to_vec(), name: name(dst_name) }
                 }
+                MountOp::Symlink { target, .. } => Op::Symlink { target: cstr(target), dst, name: name(dst_name) },
                 MountOp::Hide { .. } => {
                     needs_scratch = true;
                     Op::Hide { dst, holes: false, cover: Cell::new(-1), name: name(dst_name) }
@@ -635,7 +702,14 @@ impl MountPlan {
                             Some(_) => None,
                             None => parents.vouch(&path, listed.map(|l| l.dir.as_path())),
                         };
-                        sources.push(Source { path: path.clone(), file: false, try_: true, stamp, covered: true, parent });
+                        sources.push(Source {
+                            path: path.clone(),
+                            file: false,
+                            try_: true,
+                            stamp,
+                            covered: true,
+                            parent,
+                        });
                         if stamp.is_none() {
                             continue; // nothing to hide
                         }
@@ -656,11 +730,25 @@ impl MountPlan {
                         match resolve::resolve_at(&path, me) {
                             Ok((fd, real)) => {
                                 let stamp = Stamp::of(fd.as_raw_fd(), false);
-                                sources.push(Source { path, file: false, try_: true, stamp, covered: false, parent: None });
+                                sources.push(Source {
+                                    path,
+                                    file: false,
+                                    try_: true,
+                                    stamp,
+                                    covered: false,
+                                    parent: None,
+                                });
                                 real
                             }
                             Err(e) if e.missing() => {
-                                sources.push(Source { path, file: false, try_: true, stamp: None, covered: false, parent: None });
+                                sources.push(Source {
+                                    path,
+                                    file: false,
+                                    try_: true,
+                                    stamp: None,
+                                    covered: false,
+                                    parent: None,
+                                });
                                 continue;
                             }
                             Err(e) => return Err(e.describe("filesystem rule path", &path)),
@@ -696,7 +784,12 @@ impl MountPlan {
         // (and overlayfs refuses lookups into a mounted upper directory).
         for d in layers.map(|l| l.dirs.as_slice()).unwrap_or(&[]) {
             needs_scratch = true;
-            ops.push(Op::Hide { dst: cstr(d), holes: false, cover: Cell::new(-1), name: name(d.display().to_string()) });
+            ops.push(Op::Hide {
+                dst: cstr(d),
+                holes: false,
+                cover: Cell::new(-1),
+                name: name(d.display().to_string()),
+            });
         }
         let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
         let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
@@ -976,17 +1069,13 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         Base::HostView => {
             let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
                 .map_err(|e| Fail::new(Step::RootClone, e))?;
-            sys::mount_setattr(
-                fd.as_raw_fd(),
-                true,
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                0,
-            )
-            .map_err(|e| Fail::new(Step::RootClone, e))?;
+            sys::mount_setattr(fd.as_raw_fd(), true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)
+                .map_err(|e| Fail::new(Step::RootClone, e))?;
             fd
         }
-        Base::EmptyRoot { size } => tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-            .map_err(|e| Fail::new(Step::RootTmpfs, e))?,
+        Base::EmptyRoot { size } => {
+            tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).map_err(|e| Fail::new(Step::RootTmpfs, e))?
+        }
         Base::Fuse { argv, ptrs, name } => start_fuse(argv, ptrs, *name)?,
     };
     b.root = Some(root);
@@ -1114,8 +1203,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 let Some(src) = take(clone) else { continue }; // a -try source that was missing
                 let is_file = sys::fd_mode(src.as_raw_fd()).is_ok_and(|m| m != libc::S_IFDIR);
                 let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
-                sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd())
-                    .map_err(|e| Fail::at(Step::Bind, e, *name))?;
+                sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Bind, e, *name))?;
             }
             Op::Tmpfs { dst, size, mode, attrs, optional, name } => {
                 if *optional && sys::open_in_root(root, dst, libc::O_PATH | libc::O_DIRECTORY, 0).is_err() {
@@ -1123,8 +1211,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 }
                 let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
                 let fs = tmpfs(size, mode, *attrs).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
-                sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd())
-                    .map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
+                sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
             }
             Op::Proc { dst, name } => {
                 let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
@@ -1135,7 +1222,9 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                     Some(first) => {
                         let Op::Proc { dst: first_dst, .. } = &plan.ops[first] else { unreachable!() };
                         sys::open_in_root(root, first_dst, libc::O_PATH | libc::O_DIRECTORY, 0)
-                            .and_then(|f| sys::open_tree(f.as_raw_fd(), c"", OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32))
+                            .and_then(|f| {
+                                sys::open_tree(f.as_raw_fd(), c"", OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32)
+                            })
                             .and_then(|c| sys::move_mount_fd(c.as_raw_fd(), at.as_raw_fd()))
                     }
                 };
@@ -1187,7 +1276,12 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                     let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
                     let empty = if is_dir { c"dir" } else { c"empty" };
                     sys::open_tree(scratch, empty, OPEN_TREE_CLONE).and_then(|fd| {
-                        sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0)?;
+                        sys::mount_setattr(
+                            fd.as_raw_fd(),
+                            false,
+                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                            0,
+                        )?;
                         Ok(fd)
                     })
                 }
@@ -1210,7 +1304,8 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
             Op::Reveal { dst, slot, attrs, name } => {
                 let Some(src) = take(&plan.saved[*slot]) else { continue }; // it was missing
                 if *attrs != 0 {
-                    sys::mount_setattr(src.as_raw_fd(), true, *attrs, 0).map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+                    sys::mount_setattr(src.as_raw_fd(), true, *attrs, 0)
+                        .map_err(|e| Fail::at(Step::Reveal, e, *name))?;
                 }
                 let is_file = sys::fd_mode(src.as_raw_fd()).is_ok_and(|m| m != libc::S_IFDIR);
                 let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
@@ -1222,7 +1317,8 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
     for op in &plan.ops {
         if let Op::Hide { cover, name, .. } = op {
             if let Some(fd) = take(cover) {
-                sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0).map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0)
+                    .map_err(|e| Fail::at(Step::Hide, e, *name))?;
             }
         }
     }
@@ -1259,7 +1355,9 @@ mod tests {
         plan.ops
             .iter()
             .filter_map(|op| match (op, kind) {
-                (Op::Hide { dst, .. }, "hide") | (Op::Save { dst, .. }, "save") | (Op::Reveal { dst, .. }, "reveal") => Some(dst),
+                (Op::Hide { dst, .. }, "hide")
+                | (Op::Save { dst, .. }, "save")
+                | (Op::Reveal { dst, .. }, "reveal") => Some(dst),
                 (Op::Bind { dst, .. }, "bind") => Some(dst),
                 _ => None,
             })
@@ -1284,8 +1382,9 @@ mod tests {
         let me = u32::MAX;
         let spec = RunSpec::new(["/bin/true"]);
         // As if prepared a minute from now: every directory has settled.
-        let plan = MountPlan::prepare_at(&spec, me, &Homes::at(&home), &mut Vec::new(), None, sys::realtime_coarse_s() + 60)
-            .unwrap();
+        let plan =
+            MountPlan::prepare_at(&spec, me, &Homes::at(&home), &mut Vec::new(), None, sys::realtime_coarse_s() + 60)
+                .unwrap();
         let parent_of = |rel: &str| {
             let s = plan.sources.iter().find(|s| s.path == home.join(rel)).expect("a source");
             s.parent.map(|i| plan.parents[i as usize].dir.clone())
@@ -1351,7 +1450,11 @@ mod tests {
         // Missing ones are vouched for by the homes and the passwd home's ~/.config.
         let dirs: Vec<&Path> = plan.parents.iter().map(|p| p.dir.as_path()).collect();
         assert_eq!(dirs.len(), 3, "{dirs:?}");
-        assert!(dirs.contains(&home.as_path()) && dirs.contains(&pw.as_path()) && dirs.contains(&pw.join(".config").as_path()));
+        assert!(
+            dirs.contains(&home.as_path())
+                && dirs.contains(&pw.as_path())
+                && dirs.contains(&pw.join(".config").as_path())
+        );
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
         std::fs::create_dir_all(pw.join(".aws")).unwrap();
         assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "a new ~/.aws in the passwd home goes unnoticed");
@@ -1367,7 +1470,10 @@ mod tests {
         assert!(vouching.iter().all(|p| p.is_some_and(|i| plan.parents[i as usize].dir == base)), "{vouching:?}");
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
         std::fs::create_dir_all(gone.join(".ssh")).unwrap();
-        assert!(!sources_unchanged(&plan.sources, &plan.parents, me), "the passwd home's ~/.ssh appearing goes unnoticed");
+        assert!(
+            !sources_unchanged(&plan.sources, &plan.parents, me),
+            "the passwd home's ~/.ssh appearing goes unnoticed"
+        );
     }
 
     #[test]

@@ -45,9 +45,7 @@ pub fn userns_hint(errno: i32) -> String {
 /// Enters the supervisor's user namespace, mapping the caller (`uid`,
 /// `gid` on the host) to root inside.
 pub(crate) fn enter_user(uid: u32, gid: u32) -> Result<(), SysError> {
-    sys::unshare(libc::CLONE_NEWUSER).map_err(|e| {
-        SysError::new("unshare(CLONE_NEWUSER)", e).hint(userns_hint(e))
-    })?;
+    sys::unshare(libc::CLONE_NEWUSER).map_err(|e| SysError::new("unshare(CLONE_NEWUSER)", e).hint(userns_hint(e)))?;
     let write = |file: &str, data: String| {
         std::fs::write(format!("/proc/self/{file}"), data).map_err(|e| {
             SysError::new("write", e.raw_os_error().unwrap_or(libc::EIO)).path(format!("/proc/self/{file}"))

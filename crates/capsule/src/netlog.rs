@@ -171,7 +171,11 @@ pub(crate) struct NetLog {
 
 impl Default for NetLog {
     fn default() -> Self {
-        NetLog { len: AtomicU32::new(0), dropped: AtomicU64::new(0), entries: std::array::from_fn(|_| Entry::default()) }
+        NetLog {
+            len: AtomicU32::new(0),
+            dropped: AtomicU64::new(0),
+            entries: std::array::from_fn(|_| Entry::default()),
+        }
     }
 }
 
@@ -364,7 +368,10 @@ pub(crate) fn observe(log: &NetLog, arch: u32, nr: i32, args: &[u64; 6], mem: &i
             return None;
         }
         Some(if compat {
-            (u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])), u64::from(u32::from_ne_bytes([b[4], b[5], b[6], b[7]])))
+            (
+                u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+                u64::from(u32::from_ne_bytes([b[4], b[5], b[6], b[7]])),
+            )
         } else {
             (
                 u64::from_ne_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),

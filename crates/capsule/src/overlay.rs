@@ -225,7 +225,13 @@ fn mount_points() -> Vec<PathBuf> {
 /// ELOOP), into roots that do not: its subdirectories, recursively (the
 /// files directly in it stay read-only). A root at or inside one of the
 /// run's layer directories (`layers`, hidden in the sandbox) is dropped.
-fn split_roots(root: &Path, mps: &[PathBuf], below: &[PathBuf], layers: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn split_roots(
+    root: &Path,
+    mps: &[PathBuf],
+    below: &[PathBuf],
+    layers: &[PathBuf],
+    out: &mut Vec<PathBuf>,
+) -> Result<(), String> {
     if out.len() > MAX_ROOTS {
         return Err(format!(
             "layer: more than {MAX_ROOTS} overlays would be needed around the mount points and stacked layers below {}",
@@ -288,9 +294,12 @@ fn mirror_dirs(upper: &Path, host: &Path) -> Result<(), String> {
         match fs::DirBuilder::new().mode(0o755).create(&u) {
             Ok(()) => {
                 let m = fs::symlink_metadata(&h).map_err(|e| io_err("reading", &h, e))?;
-                fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &u, e))?;
+                fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777))
+                    .map_err(|e| io_err("setting the mode of", &u, e))?;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && fs::symlink_metadata(&u).is_ok_and(|m| m.is_dir()) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AlreadyExists
+                    && fs::symlink_metadata(&u).is_ok_and(|m| m.is_dir()) => {}
             Err(e) => return Err(io_err("creating", &u, e)),
         }
     }
@@ -445,7 +454,8 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         fs::DirBuilder::new().recursive(true).mode(0o755).create(&work).map_err(|e| io_err("creating", &work, e))?;
         fs::write(top.join(FUSE_MARK), "this layer is served by fuse-overlayfs (a --root run used it)\n")
             .map_err(|e| io_err("writing", &top.join(FUSE_MARK), e))?;
-        let mut lower: Vec<String> = dirs[..n - 1].iter().rev().map(|d| d.join("upper").display().to_string()).collect();
+        let mut lower: Vec<String> =
+            dirs[..n - 1].iter().rev().map(|d| d.join("upper").display().to_string()).collect();
         if let Some(s) = stand_ins(&top.join("work").join("stand-ins"))? {
             lower.push(s.display().to_string());
         }
@@ -503,7 +513,8 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
         split_roots(&r, &mps, below, dirs, &mut roots)?;
     }
     // A directory removed since it was listed is no root.
-    let roots: Vec<PathBuf> = outermost(roots).into_iter().filter(|r| fs::symlink_metadata(r).is_ok_and(|m| m.is_dir())).collect();
+    let roots: Vec<PathBuf> =
+        outermost(roots).into_iter().filter(|r| fs::symlink_metadata(r).is_ok_and(|m| m.is_dir())).collect();
     write_roots(top, &roots)?;
     for r in &roots {
         check_chars(r)?;
@@ -552,7 +563,13 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
             Some(st) => {
                 st.roots.push((r.clone(), lower_dirs(&lower)));
                 let [l, u, w] = st.dirs_for(&r, &upper)?;
-                Overlay { lower: l.clone(), upper: u, work: w, base: Some([lower, param(&upper), param(&work), l]), dst: r }
+                Overlay {
+                    lower: l.clone(),
+                    upper: u,
+                    work: w,
+                    base: Some([lower, param(&upper), param(&work), l]),
+                    dst: r,
+                }
             }
             None => Overlay { lower, upper: param(&upper), work: param(&work), base: None, dst: r },
         });
@@ -621,8 +638,10 @@ fn copy_xattrs(from: &Path, to: &Path) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     let open_parent = |p: &Path| fs::File::open(p.parent().expect("below a root")).map_err(|e| io_err("opening", p, e));
     let (fd, td) = (open_parent(from)?, open_parent(to)?);
-    let (fname, tname) = (from.file_name().expect("named").as_encoded_bytes(), to.file_name().expect("named").as_encoded_bytes());
-    let names = sys::layer::list_xattrs_at(fd.as_raw_fd(), fname).map_err(|e| io_err("listing the attributes of", from, std::io::Error::from_raw_os_error(e)))?;
+    let (fname, tname) =
+        (from.file_name().expect("named").as_encoded_bytes(), to.file_name().expect("named").as_encoded_bytes());
+    let names = sys::layer::list_xattrs_at(fd.as_raw_fd(), fname)
+        .map_err(|e| io_err("listing the attributes of", from, std::io::Error::from_raw_os_error(e)))?;
     for n in names {
         let Ok(n) = std::str::from_utf8(&n) else { continue };
         if !n.starts_with("user.") || n.starts_with("user.overlay.") {
@@ -652,7 +671,11 @@ fn set_times(p: &Path, m: &fs::Metadata) -> Result<(), String> {
 /// sparse file takes no more in the layer than it did in the staging area).
 fn copy_sparse(from: &Path, to: &Path, m: &fs::Metadata) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
-    let src = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(from).map_err(|e| io_err("opening", from, e))?;
+    let src = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(from)
+        .map_err(|e| io_err("opening", from, e))?;
     let dst = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -706,14 +729,19 @@ impl Stage {
         // budget, plus the directories made here and overlayfs's own.
         let scaffold: u64 = roots.iter().map(|r| 3 * r.components().count() as u64).sum::<u64>() + 64;
         let inodes = budget / spec_page() + scaffold;
-        let err = |what: &str, e: i32| format!("layer: {what} the staging tmpfs for --layer-size: {}", std::io::Error::from_raw_os_error(e));
+        let err = |what: &str, e: i32| {
+            format!("layer: {what} the staging tmpfs for --layer-size: {}", std::io::Error::from_raw_os_error(e))
+        };
         let fsfd = sys::fsopen(c"tmpfs").map_err(|e| err("opening", e))?;
-        let set = |k: &CStr, v: String| sys::fsconfig_string(fsfd.as_raw_fd(), k, &cstring(v)).map_err(|e| err("configuring", e));
+        let set = |k: &CStr, v: String| {
+            sys::fsconfig_string(fsfd.as_raw_fd(), k, &cstring(v)).map_err(|e| err("configuring", e))
+        };
         set(c"size", budget.to_string())?;
         set(c"nr_inodes", inodes.to_string())?;
         set(c"mode", "0700".into())?;
         sys::fsconfig_create(fsfd.as_raw_fd()).map_err(|e| err("creating", e))?;
-        let fs = sys::fsmount(fsfd.as_raw_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV).map_err(|e| err("mounting", e))?;
+        let fs = sys::fsmount(fsfd.as_raw_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)
+            .map_err(|e| err("mounting", e))?;
         Ok(Stage { fs, limit, held, roots: Vec::new() })
     }
 
@@ -737,7 +765,8 @@ impl Stage {
         }
         let m = fs::metadata(upper).map_err(|e| io_err("reading", upper, e))?;
         let u = self.here().join("u").join(rel);
-        fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &u, e))?;
+        fs::set_permissions(&u, fs::Permissions::from_mode(m.mode() & 0o7777))
+            .map_err(|e| io_err("setting the mode of", &u, e))?;
         Ok(out.try_into().expect("three"))
     }
 
@@ -753,10 +782,12 @@ impl Stage {
             let (src, dst) = (self.here().join("u").join(rel), upper.join(rel));
             fold_dir(&src, &dst, lowers, &mut links)?;
             let m = fs::symlink_metadata(&src).map_err(|e| io_err("reading", &src, e))?;
-            fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &dst, e))?;
+            fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777))
+                .map_err(|e| io_err("setting the mode of", &dst, e))?;
         }
         use std::os::fd::AsRawFd;
-        let (blocks, inodes) = sys::fs_free(self.fs.as_raw_fd()).map_err(|e| format!("layer: reading the staging tmpfs: {}", std::io::Error::from_raw_os_error(e)))?;
+        let (blocks, inodes) = sys::fs_free(self.fs.as_raw_fd())
+            .map_err(|e| format!("layer: reading the staging tmpfs: {}", std::io::Error::from_raw_os_error(e)))?;
         let what = match (blocks, inodes) {
             (0, _) => "filled its --layer-size",
             (_, 0) => "made as many entries as its --layer-size allows (one per 4 KiB)",
@@ -783,14 +814,20 @@ enum FoldStep {
 /// Folds the staged directory `src` into the layer's directory `dst`;
 /// `lowers`: what lies below the layer at `dst`. Iterative: the run chose
 /// the depth.
-fn fold_dir(src: &Path, dst: &Path, lowers: &[PathBuf], links: &mut std::collections::HashMap<u64, PathBuf>) -> Result<(), String> {
+fn fold_dir(
+    src: &Path,
+    dst: &Path,
+    lowers: &[PathBuf],
+    links: &mut std::collections::HashMap<u64, PathBuf>,
+) -> Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
     let mut todo = vec![FoldStep::Dir { src: src.to_path_buf(), dst: dst.to_path_buf(), lowers: lowers.to_vec() }];
     while let Some(step) = todo.pop() {
         let (src, dst, lowers) = match step {
             FoldStep::Done { src, dst, m } => {
                 copy_xattrs(&src, &dst)?;
-                fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &dst, e))?;
+                fs::set_permissions(&dst, fs::Permissions::from_mode(m.mode() & 0o7777))
+                    .map_err(|e| io_err("setting the mode of", &dst, e))?;
                 set_times(&dst, &m)?;
                 continue;
             }
@@ -859,7 +896,8 @@ fn fold_dir(src: &Path, dst: &Path, lowers: &[PathBuf], links: &mut std::collect
                 let dir = fs::File::open(&dst).map_err(|e| io_err("opening", &dst, e))?;
                 sys::layer::mkfifo_at(dir.as_raw_fd(), name.as_encoded_bytes(), m.mode() & 0o7777)
                     .map_err(|e| io_err("creating", &d, std::io::Error::from_raw_os_error(e)))?;
-                fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777)).map_err(|e| io_err("setting the mode of", &d, e))?;
+                fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777))
+                    .map_err(|e| io_err("setting the mode of", &d, e))?;
             } else {
                 // A socket: nothing can use it after the run (and commit
                 // refuses it); the path stays as the layer had it.
@@ -948,7 +986,10 @@ mod tests {
     #[test]
     fn outermost_keeps_outer_roots() {
         let v = |s: &[&str]| s.iter().map(PathBuf::from).collect::<Vec<_>>();
-        assert_eq!(outermost(v(&["/home/u/a", "/home/u", "/var/tmp", "/home/u2", "/home/u"])), v(&["/home/u", "/home/u2", "/var/tmp"]));
+        assert_eq!(
+            outermost(v(&["/home/u/a", "/home/u", "/var/tmp", "/home/u2", "/home/u"])),
+            v(&["/home/u", "/home/u2", "/var/tmp"])
+        );
     }
 
     #[test]

@@ -364,7 +364,14 @@ fn add_toolchain(spec: &mut RunSpec, tc: &Toolchain) {
         let old = spec.env.get("PATH").cloned().unwrap_or_else(|| spec::DEFAULT_PATH.to_string());
         parts.extend(old.split(':').filter(|p| !p.is_empty()).map(String::from));
         let mut seen = Vec::new();
-        parts.retain(|p| if seen.contains(p) { false } else { seen.push(p.clone()); true });
+        parts.retain(|p| {
+            if seen.contains(p) {
+                false
+            } else {
+                seen.push(p.clone());
+                true
+            }
+        });
         spec.env.insert("PATH".into(), parts.join(":"));
     }
     for (k, v) in &tc.env {
@@ -443,7 +450,11 @@ impl Preset {
             match std::fs::metadata(&cand) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    blocked.push(format!("{}: {} (a directory on the way is not accessible to this user)", cand.display(), io_text(&e)));
+                    blocked.push(format!(
+                        "{}: {} (a directory on the way is not accessible to this user)",
+                        cand.display(),
+                        io_text(&e)
+                    ));
                     continue;
                 }
                 Err(e) => {
@@ -471,10 +482,21 @@ impl Preset {
         let fix = self.def.install.to_string();
         skipped.extend(blocked);
         if skipped.is_empty() {
-            let searched: Vec<String> = seen.iter().filter_map(|c| c.parent()).map(|d| d.display().to_string()).collect();
-            Err(PresetError::NotFound { preset: self.def.name, program: program.into(), searched: searched.join(", "), fix })
+            let searched: Vec<String> =
+                seen.iter().filter_map(|c| c.parent()).map(|d| d.display().to_string()).collect();
+            Err(PresetError::NotFound {
+                preset: self.def.name,
+                program: program.into(),
+                searched: searched.join(", "),
+                fix,
+            })
         } else {
-            Err(PresetError::Unusable { preset: self.def.name, program: program.into(), reasons: skipped.join("; "), fix })
+            Err(PresetError::Unusable {
+                preset: self.def.name,
+                program: program.into(),
+                reasons: skipped.join("; "),
+                fix,
+            })
         }
     }
 
@@ -586,11 +608,13 @@ impl Preset {
     fn detect_java(&self, s: &Search) -> Result<Toolchain, PresetError> {
         let extra = [PathBuf::from("/usr/lib/jvm/default-java/bin")];
         self.find(s, "javac", &extra, |c| {
-            let home = home_of(c.real).ok_or_else(|| format!("{} is not in a JDK's bin directory", c.real.display()))?;
+            let home =
+                home_of(c.real).ok_or_else(|| format!("{} is not in a JDK's bin directory", c.real.display()))?;
             let java = home.join("bin/java");
             // javac is a JVM too: `java -version` tells whether the JDK
             // runs for this user, faster than `javac -version`.
-            let out = probe(&java, &["-Xshare:auto", "-version"], &[]).map_err(|why| format!("its JDK's java: {why}"))?;
+            let out =
+                probe(&java, &["-Xshare:auto", "-version"], &[]).map_err(|why| format!("its JDK's java: {why}"))?;
             // `openjdk version "17.0.15" 2025-04-15`
             let line = first_line(&out);
             let version = match (line.split_whitespace().next(), line.split('"').nth(1)) {
@@ -615,9 +639,9 @@ impl Preset {
             let out = probe(c.path, &["version"], &[("GOTOOLCHAIN", "local"), ("GOENV", "off")])?;
             // `go version go1.19.8 linux/amd64`
             let version = out.split_whitespace().nth(2).unwrap_or("go").to_string();
-            let goroot = home_of(c.real)
-                .filter(|r| r.join("src/runtime").is_dir())
-                .ok_or_else(|| format!("{} is not in a Go root (no src/runtime beside its bin directory)", c.real.display()))?;
+            let goroot = home_of(c.real).filter(|r| r.join("src/runtime").is_dir()).ok_or_else(|| {
+                format!("{} is not in a Go root (no src/runtime beside its bin directory)", c.real.display())
+            })?;
             let mut tc = toolchain(c.real, version);
             tc.env.insert("GOROOT".into(), goroot.display().to_string());
             tc.path.push(goroot.join("bin"));
@@ -662,8 +686,22 @@ fn io_text(e: &std::io::Error) -> String {
 /// through its first directory below one of these, never through one of
 /// these themselves.
 const BROAD: [&str; 16] = [
-    "/", "/etc", "/etc/ssl", "/etc/ssl/certs", "/usr", "/usr/share", "/usr/share/doc", "/usr/lib", "/usr/lib64",
-    "/usr/local", "/usr/local/share", "/usr/local/lib", "/opt", "/var", "/var/lib", "/home",
+    "/",
+    "/etc",
+    "/etc/ssl",
+    "/etc/ssl/certs",
+    "/usr",
+    "/usr/share",
+    "/usr/share/doc",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local",
+    "/usr/local/share",
+    "/usr/local/lib",
+    "/opt",
+    "/var",
+    "/var/lib",
+    "/home",
 ];
 
 /// What the symbolic links under `dir` (at most `depth` levels down, not
@@ -732,20 +770,23 @@ fn probe_within(program: &Path, args: &[&str], env: &[(&str, &str)], timeout: Du
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().map_err(|e| io_text(&e))?;
-    let readers: Vec<_> = [child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>), child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>)]
-        .into_iter()
-        .flatten()
-        .map(|mut r| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let mut b = Vec::new();
-                let _ = r.by_ref().take(1 << 20).read_to_end(&mut b);
-                let _ = std::io::copy(&mut r, &mut std::io::sink());
-                let _ = tx.send(b);
-            });
-            rx
-        })
-        .collect();
+    let readers: Vec<_> = [
+        child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>),
+        child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut r| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = r.by_ref().take(1 << 20).read_to_end(&mut b);
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+            let _ = tx.send(b);
+        });
+        rx
+    })
+    .collect();
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -770,7 +811,12 @@ fn probe_within(program: &Path, args: &[&str], env: &[(&str, &str)], timeout: Du
         Ok(out)
     } else {
         let why = first_line(&out);
-        Err(format!("`{} {}` failed ({status}){}", program.display(), args.join(" "), if why.is_empty() { String::new() } else { format!(": {why}") }))
+        Err(format!(
+            "`{} {}` failed ({status}){}",
+            program.display(),
+            args.join(" "),
+            if why.is_empty() { String::new() } else { format!(": {why}") }
+        ))
     }
 }
 
@@ -813,7 +859,16 @@ mod tests {
         let sources: Vec<&str> = names().iter().map(|n| get(n).unwrap().source_name()).collect();
         assert_eq!(
             sources,
-            ["solution.c", "solution.cpp", "solution.rs", "solution.pas", "solution.py", "solution.sh", "Main.java", "solution.go"]
+            [
+                "solution.c",
+                "solution.cpp",
+                "solution.rs",
+                "solution.pas",
+                "solution.py",
+                "solution.sh",
+                "Main.java",
+                "solution.go"
+            ]
         );
     }
 
@@ -839,15 +894,31 @@ mod tests {
             let p = get(n).unwrap();
             for (step, text) in [("compile", p.compile_profile()), ("run", p.run_profile())] {
                 let mut s = spec::from_toml(text).unwrap_or_else(|e| panic!("{n}-{step}: {e}"));
-                s.mounts.push(MountOp::Bind { src: "/var/tmp/box".into(), dst: BOX.into(), try_: false, noexec: false });
+                s.mounts.push(MountOp::Bind {
+                    src: "/var/tmp/box".into(),
+                    dst: BOX.into(),
+                    try_: false,
+                    noexec: false,
+                });
                 s.validate().unwrap_or_else(|e| panic!("{n}-{step}: {e}"));
                 assert!(s.empty_root, "{n}-{step}");
                 assert_eq!(s.cwd.as_deref(), Some(Path::new(BOX)), "{n}-{step}");
                 assert!(s.limits.pids.is_some(), "{n}-{step}: a process limit");
                 assert!(s.limits.address_space.is_none(), "{n}-{step}");
-                assert!(s.limits.wall_time.is_none() || step == "compile", "{n}-{step}: the caller sets the run's time");
-                assert!(s.mounts.iter().any(|m| matches!(m, MountOp::Tmpfs { dst, size: Some(_), .. } if dst == Path::new("/tmp"))), "{n}-{step}");
-                assert!(s.mounts.iter().any(|m| matches!(m, MountOp::Dev { dst } if dst == Path::new("/dev"))), "{n}-{step}");
+                assert!(
+                    s.limits.wall_time.is_none() || step == "compile",
+                    "{n}-{step}: the caller sets the run's time"
+                );
+                assert!(
+                    s.mounts
+                        .iter()
+                        .any(|m| matches!(m, MountOp::Tmpfs { dst, size: Some(_), .. } if dst == Path::new("/tmp"))),
+                    "{n}-{step}"
+                );
+                assert!(
+                    s.mounts.iter().any(|m| matches!(m, MountOp::Dev { dst } if dst == Path::new("/dev"))),
+                    "{n}-{step}"
+                );
                 assert!(s.stdin.is_none() && s.stdout.is_none() && s.stderr.is_none(), "{n}-{step}");
                 let policy = s.seccomp.to_string();
                 if step == "compile" {
@@ -866,7 +937,8 @@ mod tests {
                     assert!(s.limits.memory.is_none() && s.limits.cpu_bandwidth.is_none(), "{n}: the caller sets them");
                 }
                 // The file on disk is the embedded one.
-                let disk = std::fs::read_to_string(format!("{}/presets/{n}-{step}.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+                let disk =
+                    std::fs::read_to_string(format!("{}/presets/{n}-{step}.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
                 assert_eq!(disk, text);
             }
         }
@@ -887,7 +959,12 @@ mod tests {
                 Some(&MountOp::Bind { src: dir.into(), dst: BOX.into(), try_: false, noexec: false }),
                 "{n}"
             );
-            assert!(s.mounts.contains(&MountOp::RoBind { src: "/opt/tc".into(), dst: "/opt/tc".into(), try_: false, noexec: false }));
+            assert!(s.mounts.contains(&MountOp::RoBind {
+                src: "/opt/tc".into(),
+                dst: "/opt/tc".into(),
+                try_: false,
+                noexec: false
+            }));
             // /usr/lib/x is under the profile's /usr/lib: not bound twice.
             assert!(!s.mounts.iter().any(|m| m.dst() == Path::new("/usr/lib/x")), "{n}");
             assert!(s.env["PATH"].starts_with("/opt/tc/bin:"), "{n}: {}", s.env["PATH"]);
@@ -960,7 +1037,10 @@ mod tests {
         let p = get("c").unwrap();
         let s = p.run_spec(&fake(), Path::new("sub"), None);
         let want = std::env::current_dir().unwrap().join("sub");
-        assert_eq!(s.mounts.last().unwrap(), &MountOp::RoBind { src: want, dst: BOX.into(), try_: false, noexec: false });
+        assert_eq!(
+            s.mounts.last().unwrap(),
+            &MountOp::RoBind { src: want, dst: BOX.into(), try_: false, noexec: false }
+        );
     }
 
     fn scratch(tag: &str) -> PathBuf {
@@ -1005,20 +1085,33 @@ mod tests {
         assert_eq!(tc.program, c.join("zz-cc"));
         assert_eq!(tc.version, "1.2.3");
         assert_eq!(tc.skipped.len(), 2, "{:?}", tc.skipped);
-        assert!(tc.skipped[0].starts_with(&a.join("zz-cc").display().to_string()) && tc.skipped[0].contains("EACCES"), "{:?}", tc.skipped);
+        assert!(
+            tc.skipped[0].starts_with(&a.join("zz-cc").display().to_string()) && tc.skipped[0].contains("EACCES"),
+            "{:?}",
+            tc.skipped
+        );
         assert_eq!(tc.skipped[1], format!("{}: too old", b.join("zz-cc").display()));
         // Only unusable candidates: Unusable, with each reason and the fix.
         script(&c, "zz-cc", "#!/bin/sh\necho broken >&2\nexit 3\n", 0o755);
         let e = p.find(&s, "zz-cc", &[], check).unwrap_err();
         let msg = e.to_string();
         assert!(matches!(e, PresetError::Unusable { .. }), "{msg}");
-        assert!(msg.contains("EACCES") && msg.contains("too old") && msg.contains("broken") && msg.contains("exit status: 3"), "{msg}");
+        assert!(
+            msg.contains("EACCES")
+                && msg.contains("too old")
+                && msg.contains("broken")
+                && msg.contains("exit status: 3"),
+            "{msg}"
+        );
         assert!(msg.contains("apt-get install gcc"), "{msg}");
         // None at all: NotFound, naming where it looked.
         let e = p.find(&search(&a), "zz-none", &[], check).unwrap_err();
         let msg = e.to_string();
         assert!(matches!(e, PresetError::NotFound { .. }), "{msg}");
-        assert!(msg.contains(&a.display().to_string()) && msg.contains("/usr/bin") && msg.contains("`zz-none` not found"), "{msg}");
+        assert!(
+            msg.contains(&a.display().to_string()) && msg.contains("/usr/bin") && msg.contains("`zz-none` not found"),
+            "{msg}"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -1049,7 +1142,8 @@ mod tests {
         std::fs::create_dir_all(other.join("security")).unwrap();
         std::fs::write(other.join("security/java.security"), "x").unwrap();
         std::fs::write(other.join("net.properties"), "x").unwrap();
-        std::os::unix::fs::symlink(other.join("security/java.security"), home.join("conf/security/java.security")).unwrap();
+        std::os::unix::fs::symlink(other.join("security/java.security"), home.join("conf/security/java.security"))
+            .unwrap();
         std::os::unix::fs::symlink(other.join("net.properties"), home.join("conf/net.properties")).unwrap();
         // Inside the home, dangling, and too deep: not bound.
         std::os::unix::fs::symlink("security", home.join("conf/inside")).unwrap();
@@ -1061,7 +1155,10 @@ mod tests {
         assert_eq!(got, vec![root.clone()], "{got:?}");
         assert!(other.starts_with(&root));
         assert!(outside_links(&home.join("conf"), 1).len() == 1, "net.properties is one level down");
-        assert_eq!(bind_root(Path::new("/etc/java-17-openjdk/security/java.security")), Path::new("/etc/java-17-openjdk"));
+        assert_eq!(
+            bind_root(Path::new("/etc/java-17-openjdk/security/java.security")),
+            Path::new("/etc/java-17-openjdk")
+        );
         assert_eq!(bind_root(Path::new("/usr/share/go-1.19/src")), Path::new("/usr/share/go-1.19"));
         assert_eq!(bind_root(Path::new("/etc/ssl/certs/java/cacerts")), Path::new("/etc/ssl/certs/java"));
         std::fs::remove_dir_all(&d).unwrap();
@@ -1071,7 +1168,9 @@ mod tests {
     fn detected_binds_are_only_the_extras() {
         let p = get("java").unwrap();
         let mut tc = fake();
-        tc.binds = ["/etc/jdk/b", "/usr/lib/jvm/x", "/etc/jdk", "/etc/jdk", "/srv/a", "/usr/lib/x86_64-linux-gnu"].map(PathBuf::from).to_vec();
+        tc.binds = ["/etc/jdk/b", "/usr/lib/jvm/x", "/etc/jdk", "/etc/jdk", "/srv/a", "/usr/lib/x86_64-linux-gnu"]
+            .map(PathBuf::from)
+            .to_vec();
         p.keep_needed_binds(&mut tc);
         assert_eq!(tc.binds, ["/etc/jdk", "/srv/a"].map(PathBuf::from));
         // A native preset's binds count against its compile profile only.

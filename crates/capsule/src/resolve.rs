@@ -115,8 +115,7 @@ pub(crate) fn resolve_at(path: &Path, me: u32) -> Result<(OwnedFd, PathBuf), Res
         if name == b".." {
             // The real parent (a link's target's parent after a link), and
             // `/` stays `/`.
-            cur = sys::openat(cur.as_raw_fd(), c"..", libc::O_PATH | libc::O_DIRECTORY, 0)
-                .map_err(|e| fail(e, &at))?;
+            cur = sys::openat(cur.as_raw_fd(), c"..", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| fail(e, &at))?;
             at.pop();
             continue;
         }

@@ -228,9 +228,7 @@ impl RunResult {
     pub fn exit_status(&self) -> i32 {
         match self.status {
             Status::Exited => self.exit_code.unwrap_or(EXIT_CAPSULE_ERROR),
-            Status::Signaled => {
-                128 + self.signal.as_deref().and_then(signal_number).unwrap_or(0)
-            }
+            Status::Signaled => 128 + self.signal.as_deref().and_then(signal_number).unwrap_or(0),
             Status::WallTimeLimit | Status::CpuTimeLimit => EXIT_TIME_LIMIT,
             Status::MemoryLimit => EXIT_MEMORY_LIMIT,
             Status::OutputLimit => EXIT_OUTPUT_LIMIT,
@@ -313,9 +311,7 @@ impl RunResult {
             Status::Signaled => {
                 format!("killed by {}", self.signal.as_deref().unwrap_or("a signal"))
             }
-            Status::Error => {
-                return format!("capsule: error: {}", self.error.as_deref().unwrap_or("unknown"))
-            }
+            Status::Error => return format!("capsule: error: {}", self.error.as_deref().unwrap_or("unknown")),
             Status::ForbiddenSyscall => match &self.syscall {
                 Some(name) => format!("forbidden syscall {name}"),
                 None => "forbidden syscall".into(),
@@ -337,12 +333,36 @@ impl RunResult {
 }
 
 const SIGNALS: [(&str, i32); 31] = [
-    ("SIGHUP", 1), ("SIGINT", 2), ("SIGQUIT", 3), ("SIGILL", 4), ("SIGTRAP", 5),
-    ("SIGABRT", 6), ("SIGBUS", 7), ("SIGFPE", 8), ("SIGKILL", 9), ("SIGUSR1", 10),
-    ("SIGSEGV", 11), ("SIGUSR2", 12), ("SIGPIPE", 13), ("SIGALRM", 14), ("SIGTERM", 15),
-    ("SIGSTKFLT", 16), ("SIGCHLD", 17), ("SIGCONT", 18), ("SIGSTOP", 19), ("SIGTSTP", 20),
-    ("SIGTTIN", 21), ("SIGTTOU", 22), ("SIGURG", 23), ("SIGXCPU", 24), ("SIGXFSZ", 25),
-    ("SIGVTALRM", 26), ("SIGPROF", 27), ("SIGWINCH", 28), ("SIGIO", 29), ("SIGPWR", 30),
+    ("SIGHUP", 1),
+    ("SIGINT", 2),
+    ("SIGQUIT", 3),
+    ("SIGILL", 4),
+    ("SIGTRAP", 5),
+    ("SIGABRT", 6),
+    ("SIGBUS", 7),
+    ("SIGFPE", 8),
+    ("SIGKILL", 9),
+    ("SIGUSR1", 10),
+    ("SIGSEGV", 11),
+    ("SIGUSR2", 12),
+    ("SIGPIPE", 13),
+    ("SIGALRM", 14),
+    ("SIGTERM", 15),
+    ("SIGSTKFLT", 16),
+    ("SIGCHLD", 17),
+    ("SIGCONT", 18),
+    ("SIGSTOP", 19),
+    ("SIGTSTP", 20),
+    ("SIGTTIN", 21),
+    ("SIGTTOU", 22),
+    ("SIGURG", 23),
+    ("SIGXCPU", 24),
+    ("SIGXFSZ", 25),
+    ("SIGVTALRM", 26),
+    ("SIGPROF", 27),
+    ("SIGWINCH", 28),
+    ("SIGIO", 29),
+    ("SIGPWR", 30),
     ("SIGSYS", 31),
 ];
 

@@ -59,7 +59,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { parallel: 1, cgroup: CgroupConfig::default(), prepare_ahead: true, capsule_bin: None, own_network: true }
+        Config {
+            parallel: 1,
+            cgroup: CgroupConfig::default(),
+            prepare_ahead: true,
+            capsule_bin: None,
+            own_network: true,
+        }
     }
 }
 
@@ -215,7 +221,11 @@ impl Sandbox {
     /// Like [`interact`](Self::interact), with caller-provided descriptors
     /// as the solution's and the interactor's stderr (their stdin and
     /// stdout are the conversation).
-    pub fn interact_with(&self, spec: InteractSpec, stderr: [Option<BorrowedFd<'_>>; 2]) -> Result<InteractHandle, Error> {
+    pub fn interact_with(
+        &self,
+        spec: InteractSpec,
+        stderr: [Option<BorrowedFd<'_>>; 2],
+    ) -> Result<InteractHandle, Error> {
         spec.validate()?;
         let fds: Vec<RawFd> = stderr.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
         let has = stderr.map(|s| s.is_some());
@@ -314,7 +324,9 @@ impl Inner {
                     ServerMsg::Interacted { id, result } => (id, Outcome::Interact(result)),
                     ServerMsg::Failed { id, error } => (id, Outcome::Failed(error)),
                     ServerMsg::Fatal(msg) => return Err(format!("fatal error: {msg}")),
-                    ServerMsg::Started { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. } => return Ok(()),
+                    ServerMsg::Started { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. } => {
+                        return Ok(())
+                    }
                 };
                 let mut st = self.lock();
                 if !st.dropped.remove(&id) {

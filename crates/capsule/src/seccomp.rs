@@ -1436,7 +1436,9 @@ fn assemble(code: &[Asm]) -> Result<Vec<libc::sock_filter>, String> {
             Asm::Label(_) => {}
             Asm::Ld(off) => out.push(libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: *off }),
             Asm::Jeq(k, t, f) => out.push(libc::sock_filter { code: BPF_JEQ_K, jt: target(t)?, jf: target(f)?, k: *k }),
-            Asm::Jset(k, t, f) => out.push(libc::sock_filter { code: BPF_JSET_K, jt: target(t)?, jf: target(f)?, k: *k }),
+            Asm::Jset(k, t, f) => {
+                out.push(libc::sock_filter { code: BPF_JSET_K, jt: target(t)?, jf: target(f)?, k: *k })
+            }
             Asm::Jge(k, t, f) => out.push(libc::sock_filter { code: BPF_JGE_K, jt: target(t)?, jf: target(f)?, k: *k }),
             Asm::Jgt(k, t, f) => out.push(libc::sock_filter { code: BPF_JGT_K, jt: target(t)?, jf: target(f)?, k: *k }),
             Asm::Ret(k) => out.push(libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: *k }),
@@ -1552,7 +1554,11 @@ mod tests {
             for call in ["fork", "vfork", "execveat", "ptrace", "mount", "unshare", "setns", "bpf", "mkdir", "unlink"] {
                 assert_eq!(native(&f, call, [0; 6]), RET_NOTIFY, "{name}: {call}");
             }
-            assert_eq!(native(&f, "openat", [0, 0, libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64, 0, 0, 0]), RET_ALLOW, "{name}");
+            assert_eq!(
+                native(&f, "openat", [0, 0, libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64, 0, 0, 0]),
+                RET_ALLOW,
+                "{name}"
+            );
             assert_eq!(native(&f, "ioctl", [0, 0x5401, 0, 0, 0, 0]), RET_ALLOW, "{name}: TCGETS");
             assert_eq!(native(&f, "ioctl", [0, 0x5412, 0, 0, 0, 0]), RET_NOTIFY, "{name}: TIOCSTI");
             assert_eq!(native(&f, "prlimit64", [0, 7, 0, 0x1000, 0, 0]), RET_ALLOW, "{name}: reading");
@@ -1573,7 +1579,14 @@ mod tests {
         assert_eq!(native(&f, "prctl", [22, 2, 0, 0, 0, 0]), RET_NOTIFY, "PR_SET_SECCOMP");
         assert_eq!(native(&f, "prlimit64", [0, 7, 0x1000, 0, 0, 0]), RET_ALLOW, "its own descriptor limit");
         assert_eq!(native(&f, "prlimit64", [1, 7, 0x1000, 0, 0, 0]), RET_NOTIFY, "another process's");
-        for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_CREAT, libc::O_TRUNC, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, libc::O_RDWR | libc::O_CLOEXEC] {
+        for flags in [
+            libc::O_WRONLY,
+            libc::O_RDWR,
+            libc::O_CREAT,
+            libc::O_TRUNC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            libc::O_RDWR | libc::O_CLOEXEC,
+        ] {
             assert_eq!(native(&f, "openat", [0, 0, flags as u64, 0, 0, 0]), eacces, "{flags:#x}");
         }
         assert_eq!(native(&f, "socket", [10, 1, 0, 0, 0, 0]), eacces);
@@ -2032,14 +2045,14 @@ mod tests {
         // Arithmetic, scratch memory, X, ret A.
         let prog = [
             i(BPF_LD_W_ABS, 0, 0, 16),
-            i(0x04, 0, 0, 5),    // A += 5
-            i(BPF_ST, 0, 0, 3),  // M[3] = A
+            i(0x04, 0, 0, 5),   // A += 5
+            i(BPF_ST, 0, 0, 3), // M[3] = A
             i(BPF_LDX_IMM, 0, 0, 2),
-            i(0x2c, 0, 0, 0),    // A *= X
-            i(0x3d, 1, 0, 0),    // if A >= X skip 1
+            i(0x2c, 0, 0, 0), // A *= X
+            i(0x3d, 1, 0, 0), // if A >= X skip 1
             i(BPF_RET_K, 0, 0, 0),
             i(BPF_LDX_MEM, 0, 0, 3),
-            i(0xac, 0, 0, 0),    // A ^= X
+            i(0xac, 0, 0, 0), // A ^= X
             i(BPF_RET_A, 0, 0, 0),
         ];
         assert_eq!(run_bpf(&prog, &d), Some((24 ^ 12, 9)));

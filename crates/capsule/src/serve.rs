@@ -30,8 +30,8 @@ pub struct LineError {
 /// Parses one line (without its newline).
 pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
     let fail = |id: &Value, message: String| LineError { id: id.clone(), message };
-    let value: Value = serde_json::from_slice(line)
-        .map_err(|e| fail(&Value::Null, format!("not a JSON request: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| fail(&Value::Null, format!("not a JSON request: {e}")))?;
     let Value::Object(mut map) = value else {
         return Err(fail(&Value::Null, "a request must be a JSON object".into()));
     };
@@ -347,9 +347,11 @@ mod tests {
         let e = parse_line(br#"{"id": 3, "spec": {"argv": ["x"], "wal_time": 1}}"#).unwrap_err();
         assert_eq!(e.id, json!(3));
         assert!(e.message.contains("wal_time"), "{}", e.message);
-        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "limits": {"wall_time": "1 fortnight"}}}"#).unwrap_err();
+        let e =
+            parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "limits": {"wall_time": "1 fortnight"}}}"#).unwrap_err();
         assert!(e.message.contains("limits.wall_time"), "{}", e.message);
-        let e = parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "mounts": [{"type": "tmpfs", "dst": 3}]}}"#).unwrap_err();
+        let e =
+            parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "mounts": [{"type": "tmpfs", "dst": 3}]}}"#).unwrap_err();
         assert!(e.message.contains("mounts[0]"), "{}", e.message);
         let e = parse_line(br#"{"id": 3, "spec": {}, "kill": 1}"#).unwrap_err();
         assert!(e.message.contains("exactly one"), "{}", e.message);

@@ -140,7 +140,13 @@ pub struct Filesystem {
 
 impl Default for Filesystem {
     fn default() -> Self {
-        Filesystem { allow: Vec::new(), read_only: Vec::new(), writable: Vec::new(), hide: Vec::new(), hide_secrets: true }
+        Filesystem {
+            allow: Vec::new(),
+            read_only: Vec::new(),
+            writable: Vec::new(),
+            hide: Vec::new(),
+            hide_secrets: true,
+        }
     }
 }
 
@@ -254,9 +260,9 @@ pub fn parse_ports(s: &str) -> Result<Vec<u16>, String> {
     let mut out = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
-        let port = part.parse::<u16>().map_err(|_| {
-            format!("`{part}` is not a TCP port (0-65535); give ports separated by commas, or `none`")
-        })?;
+        let port = part
+            .parse::<u16>()
+            .map_err(|_| format!("`{part}` is not a TCP port (0-65535); give ports separated by commas, or `none`"))?;
         if !out.contains(&port) {
             out.push(port);
         }
@@ -553,10 +559,7 @@ impl RunSpec {
         }
         for k in &self.keep_env {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(SpecError::new(
-                    "keep_env",
-                    format!("`{k}` is not a valid variable name"),
-                ));
+                return Err(SpecError::new("keep_env", format!("`{k}` is not a valid variable name")));
             }
         }
         if let Some(cwd) = &self.cwd {
@@ -564,10 +567,7 @@ impl RunSpec {
         }
         if let Some(h) = &self.hostname {
             if h.is_empty() || h.len() > 64 || h.contains('\0') || h.contains('/') {
-                return Err(SpecError::new(
-                    "hostname",
-                    "must be 1 to 64 bytes with no `/` or NUL",
-                ));
+                return Err(SpecError::new("hostname", "must be 1 to 64 bytes with no `/` or NUL"));
             }
         }
         if self.root && (self.uid.is_some_and(|u| u != 0) || self.gid.is_some_and(|g| g != 0)) {
@@ -604,13 +604,19 @@ impl RunSpec {
                 ));
             }
             if n < MIN_LAYER_SIZE {
-                return Err(SpecError::new("layer_size", format!("must be at least {MIN_LAYER_SIZE} bytes (one page), not {n}")));
+                return Err(SpecError::new(
+                    "layer_size",
+                    format!("must be at least {MIN_LAYER_SIZE} bytes (one page), not {n}"),
+                ));
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
             host_path(&format!("layers[{i}]"), l)?;
             if !l.is_absolute() {
-                return Err(SpecError::new(format!("layers[{i}]"), format!("`{}` must be an absolute path", l.display())));
+                return Err(SpecError::new(
+                    format!("layers[{i}]"),
+                    format!("`{}` must be an absolute path", l.display()),
+                ));
             }
             if self.layers[..i].contains(l) {
                 return Err(SpecError::new(format!("layers[{i}]"), format!("`{}` is given twice", l.display())));
@@ -638,9 +644,7 @@ impl RunSpec {
                         return Err(SpecError::new(f("size"), "must be more than 0 bytes"));
                     }
                 }
-                MountOp::Proc { dst } | MountOp::Dev { dst } | MountOp::Dir { dst } => {
-                    sandbox_path(&f("dst"), dst)?
-                }
+                MountOp::Proc { dst } | MountOp::Dev { dst } | MountOp::Dir { dst } => sandbox_path(&f("dst"), dst)?,
                 MountOp::FileData { dst, content } => {
                     sandbox_path(&f("dst"), dst)?;
                     let _ = content;
@@ -652,15 +656,11 @@ impl RunSpec {
                 MountOp::Hide { path } => sandbox_path(&f("path"), path)?,
             }
             if op.dst() == Path::new("/") {
-                return Err(SpecError::new(
-                    f("dst"),
-                    "cannot replace `/` itself (use `empty_root` for an empty root)",
-                ));
+                return Err(SpecError::new(f("dst"), "cannot replace `/` itself (use `empty_root` for an empty root)"));
             }
         }
         self.filesystem.validate()?;
-        for (field, io) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)]
-        {
+        for (field, io) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)] {
             match io {
                 None => {}
                 Some(Stdio::Path(p)) => host_path(field, p)?,
@@ -758,7 +758,8 @@ impl Limits {
             let ok = !c.is_empty()
                 && c.split(',').all(|part| {
                     let mut r = part.splitn(2, '-');
-                    let num = |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+                    let num =
+                        |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
                     let (a, b) = (r.next(), r.next());
                     num(a) && (b.is_none() || num(b))
                 });
@@ -912,7 +913,9 @@ mod tests {
         s.validate().unwrap();
         assert!(s.filesystem.hide_secrets, "a [filesystem] table keeps the default");
         assert_eq!(s.filesystem.hide, vec![PathBuf::from("~"), PathBuf::from("/srv/x")]);
-        let j: RunSpec = serde_json::from_str(r#"{"argv": ["x"], "filesystem": {"hide_secrets": false, "writable": ["/w"]}}"#).unwrap();
+        let j: RunSpec =
+            serde_json::from_str(r#"{"argv": ["x"], "filesystem": {"hide_secrets": false, "writable": ["/w"]}}"#)
+                .unwrap();
         assert!(!j.filesystem.hide_secrets);
         assert_eq!(j.filesystem.writable, vec![PathBuf::from("/w")]);
         let e = from_toml("[filesystem]\nread-only = [\"/x\"]\n").unwrap_err();

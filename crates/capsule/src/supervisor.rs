@@ -34,15 +34,16 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use serde_json::Value;
 
+use crate::caps;
 use crate::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::child::{
-    self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_GO,
-    FLAG_FORBIDDEN, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
+    self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_FORBIDDEN,
+    FLAG_GO, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
 };
 use crate::error::{errno_text, Error, SysError};
 use crate::mounts::{MountPlan, Source};
-use crate::netlog::NetLog;
 use crate::namespaces::{self, PendingNet};
+use crate::netlog::NetLog;
 use crate::proto::{self, ClientMsg, ServerMsg};
 use crate::relay::{Capture, Collect, Feed, Relay};
 use crate::result::{signal_name, Accounting, InteractResult, RunResult, Side, Status};
@@ -52,7 +53,6 @@ use crate::seccomp::{Filter, Guards, PolicyName};
 use crate::serve::{self, Line, LineReader, LineRequest};
 use crate::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
 use crate::sys::{self, Arena};
-use crate::caps;
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
 /// id maps) needs a few KiB; page faults touch only what it uses.
@@ -170,7 +170,16 @@ impl Conn {
     }
 
     fn new(read: OwnedFd, write: Option<OwnedFd>, framing: Framing, finish_at_eof: bool) -> Conn {
-        Conn { read, write, framing, lines: LineReader::default(), out: Vec::new(), eof: false, gone: false, finish_at_eof }
+        Conn {
+            read,
+            write,
+            framing,
+            lines: LineReader::default(),
+            out: Vec::new(),
+            eof: false,
+            gone: false,
+            finish_at_eof,
+        }
     }
 
     fn wfd(&self) -> RawFd {
@@ -406,7 +415,9 @@ enum ClientId {
     Binary(u64),
     Json(Value),
     /// The one run of a front end's `Command` (answered with `Exit`).
-    Command { quiet: bool },
+    Command {
+        quiet: bool,
+    },
 }
 
 /// A request waiting for a free slot.
@@ -832,15 +843,17 @@ impl Supervisor {
     fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
         // Asked for, so enforced or refused (the filesystem part is best effort).
-        let asked = crate::landlock::requested(spec.landlock != Some(false), spec.tcp_connect.as_deref(), spec.tcp_bind.as_deref());
+        let asked = crate::landlock::requested(
+            spec.landlock != Some(false),
+            spec.tcp_connect.as_deref(),
+            spec.tcp_bind.as_deref(),
+        );
         crate::landlock::check_network(self.landlock_abi, asked)?;
         let c = &spec.cgroup;
         if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
-            return Err(
-                "invalid spec: cgroup: the cgroup base and --no-cgroups are the supervisor's settings \
+            return Err("invalid spec: cgroup: the cgroup base and --no-cgroups are the supervisor's settings \
                  (capsule serve --cgroup/--no-cgroups, sandbox Config::cgroup), not a run's"
-                    .into(),
-            );
+                .into());
         }
         if c.require && self.cgroups.is_none() {
             return Err(format!(
@@ -876,7 +889,8 @@ impl Supervisor {
             Net::Failed(msg) => Err(msg.clone()),
             Net::PerRun => Ok((NetJoin::Own, None)),
             Net::Pending(_) => {
-                let (ours, theirs) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
+                let (ours, theirs) =
+                    sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
                 Ok((NetJoin::Receive(theirs.as_raw_fd()), Some((ours, theirs))))
             }
         }
@@ -886,7 +900,9 @@ impl Supervisor {
     /// (dropping `sock` without an fd makes PID 1 fail its JoinNetwork step).
     fn deliver_net(&mut self, sock: OwnedFd) {
         if let Net::Pending(_) = &self.net {
-            let Net::Pending(handle) = std::mem::replace(&mut self.net, Net::Failed(String::new())) else { unreachable!() };
+            let Net::Pending(handle) = std::mem::replace(&mut self.net, Net::Failed(String::new())) else {
+                unreachable!()
+            };
             self.net = match handle.join() {
                 Ok(Ok(fd)) => Net::Ready(fd),
                 Ok(Err(e)) => Net::Failed(format!("creating the sandbox network: {e}")),
@@ -948,16 +964,9 @@ impl Supervisor {
         // the supervisor's CPU (its affinity inherited from a pinned
         // supervisor, restored right after) and widens to the supervisor's
         // mask once its sandbox is built, before it creates the tracee.
-        let pin = self
-            .affinity
-            .filter(|_| ahead)
-            .and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
-        let mut keep_fds = vec![
-            self.self_pidfd.as_raw_fd(),
-            go_child.as_raw_fd(),
-            done_child.as_raw_fd(),
-            control.as_raw_fd(),
-        ];
+        let pin = self.affinity.filter(|_| ahead).and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
+        let mut keep_fds =
+            vec![self.self_pidfd.as_raw_fd(), go_child.as_raw_fd(), done_child.as_raw_fd(), control.as_raw_fd()];
         match net {
             NetJoin::Fd(fd) | NetJoin::Receive(fd) => keep_fds.push(fd),
             NetJoin::Host | NetJoin::Own => {}
@@ -1319,7 +1328,13 @@ impl Filters {
         Ok(self.find(&spec.seccomp, Guards::of(spec), spec.net_log, Self::stamp(&spec.seccomp)?))
     }
 
-    fn find(&self, name: &PolicyName, guards: Guards, net_log: bool, stamp: Option<FileStamp>) -> Option<Rc<SealedFilter>> {
+    fn find(
+        &self,
+        name: &PolicyName,
+        guards: Guards,
+        net_log: bool,
+        stamp: Option<FileStamp>,
+    ) -> Option<Rc<SealedFilter>> {
         self.compiled
             .iter()
             .find(|((n, g, l), s, _)| n == name && *g == guards && *l == net_log && *s == stamp)
@@ -1331,8 +1346,7 @@ impl Filters {
         Ok(match name {
             PolicyName::File(path) => {
                 use std::os::unix::fs::MetadataExt;
-                let m = std::fs::metadata(path)
-                    .map_err(|e| format!("seccomp policy file {}: {e}", path.display()))?;
+                let m = std::fs::metadata(path).map_err(|e| format!("seccomp policy file {}: {e}", path.display()))?;
                 Some(FileStamp {
                     dev: m.dev(),
                     ino: m.ino(),
@@ -1459,9 +1473,7 @@ impl Loop {
         if self.listener.is_none() {
             return -1;
         }
-        let busy = self.conns.iter().flatten().any(|c| !c.gone)
-            || !self.running.is_empty()
-            || !self.queue.is_empty();
+        let busy = self.conns.iter().flatten().any(|c| !c.gone) || !self.running.is_empty() || !self.queue.is_empty();
         if busy {
             self.idle_since = std::time::Instant::now();
             return -1;
@@ -1620,7 +1632,8 @@ impl Loop {
                 // A pair needs two slots (or all of them, when there are
                 // fewer).
                 Some((_, Side::Solution))
-                    if self.running.len() + 2 > sup.config.parallel && !self.running.is_empty() => {
+                    if self.running.len() + 2 > sup.config.parallel && !self.running.is_empty() =>
+                {
                     break
                 }
                 _ if self.running.len() >= sup.config.parallel => break,
@@ -1880,7 +1893,13 @@ impl Loop {
             // Failed before its go message: the sandbox was built ahead and
             // the host changed since (or a transient failure); try once
             // more on a fresh one, whose outcome stands.
-            if dead && flags & FLAG_GO == 0 && r.p.arena().failure().is_some() && r.p.ahead && !r.req.retried && !r.cancelled {
+            if dead
+                && flags & FLAG_GO == 0
+                && r.p.arena().failure().is_some()
+                && r.p.ahead
+                && !r.req.retried
+                && !r.cancelled
+            {
                 r.req.retried = true;
                 self.zombies.push(r.p);
                 self.queue.push_front(r.req);
@@ -2172,7 +2191,15 @@ impl Loop {
 
     /// A front end's command line (agents only): planned by the `capsule`
     /// command's own parser, then run as `capsule run` would have sent it.
-    fn command(&mut self, sup: &mut Supervisor, conn: usize, args: &[String], cwd: &str, env: &[String], fds: Vec<OwnedFd>) {
+    fn command(
+        &mut self,
+        sup: &mut Supervisor,
+        conn: usize,
+        args: &[String],
+        cwd: &str,
+        env: &[String],
+        fds: Vec<OwnedFd>,
+    ) {
         use crate::agent::Planned;
         use crate::spec::Stdio;
         let plan = match (&self.agent, crate::agent::planner()) {
@@ -2212,7 +2239,8 @@ impl Loop {
         // The caller's streams, but where the supervisor carries one (a
         // capture, a read-once or write-once file).
         let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
-        let own = [&spec.stdin, &spec.stdout, &spec.stderr].map(|io| !matches!(io, Some(Stdio::Capture(_) | Stdio::Pipe(_))));
+        let own =
+            [&spec.stdin, &spec.stdout, &spec.stderr].map(|io| !matches!(io, Some(Stdio::Capture(_) | Stdio::Pipe(_))));
         for (k, fd) in fds.into_iter().enumerate() {
             if own[k] {
                 slots[k] = Some(fd);
@@ -2227,15 +2255,24 @@ impl Loop {
             Ok(LineRequest::Run { id, spec }) => {
                 let cid = ClientId::Json(id.clone());
                 if self.in_flight(conn, &cid) {
-                    self.write(conn, serve::error_line(&id, "a run with this id is still in flight on this connection"));
+                    self.write(
+                        conn,
+                        serve::error_line(&id, "a run with this id is still in flight on this connection"),
+                    );
                     return;
                 }
-                self.enqueue(sup, Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false, pair: None });
+                self.enqueue(
+                    sup,
+                    Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false, pair: None },
+                );
             }
             Ok(LineRequest::Interact { id, spec }) => {
                 let cid = ClientId::Json(id.clone());
                 if self.in_flight(conn, &cid) {
-                    self.write(conn, serve::error_line(&id, "a run with this id is still in flight on this connection"));
+                    self.write(
+                        conn,
+                        serve::error_line(&id, "a run with this id is still in flight on this connection"),
+                    );
                     return;
                 }
                 self.enqueue_pair(sup, conn, cid, *spec, [None, None], None);
@@ -2299,8 +2336,10 @@ impl Loop {
             }
             return true;
         }
-        let Some(r) =
-            self.running.iter_mut().find(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled && r.req.pair.is_none())
+        let Some(r) = self
+            .running
+            .iter_mut()
+            .find(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled && r.req.pair.is_none())
         else {
             return false;
         };
@@ -2487,7 +2526,8 @@ fn kill_prepared(p: &Prepared) {
 /// /dev/null for the run's stdin (`i` 0) or an output.
 fn open_null(i: usize) -> Result<OwnedFd, String> {
     let flags = if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
-    sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0).map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
+    sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0)
+        .map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
 }
 
 /// Opens a stdio file named in the spec, as the caller, without ever
@@ -2519,7 +2559,9 @@ fn open_stdio(path: &Path, input: bool, relayed: bool) -> Result<OwnedFd, String
     if mode != libc::S_IFREG && (relayed || mode != libc::S_IFCHR) {
         let kind = crate::error::file_kind(mode);
         let want = if relayed { "a regular file" } else { "a regular file or a character device such as /dev/null" };
-        return Err(format!("{what} `{shown}` is {kind}: it must be {want} (the server never waits on a stream's path)"));
+        return Err(format!(
+            "{what} `{shown}` is {kind}: it must be {want} (the server never waits on a stream's path)"
+        ));
     }
     // The program sees the file as an ordinary, blocking one.
     sys::set_nonblocking(fd.as_raw_fd(), false)
@@ -2589,9 +2631,9 @@ fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32
         ),
         _ => None,
     };
-    let hint = hint.map(str::to_string).or_else(|| {
-        matches!(step, Step::UserNamespace | Step::CloneTracee).then(|| namespaces::userns_hint(errno))
-    });
+    let hint = hint
+        .map(str::to_string)
+        .or_else(|| matches!(step, Step::UserNamespace | Step::CloneTracee).then(|| namespaces::userns_hint(errno)));
     if let Some(h) = hint {
         msg.push_str("; ");
         msg.push_str(&h);
@@ -2612,7 +2654,10 @@ mod tests {
             config,
             host_uid: 1000,
             host_gid: 1001,
-            home: crate::fsrules::Homes { home: Some(PathBuf::from("/home/u")), passwd: Some(PathBuf::from("/home/p")) },
+            home: crate::fsrules::Homes {
+                home: Some(PathBuf::from("/home/u")),
+                passwd: Some(PathBuf::from("/home/p")),
+            },
             cgroups: None,
             cgroup_note: "none here".into(),
             self_pidfd: 7,
@@ -2626,7 +2671,9 @@ mod tests {
         assert_eq!(h.prelude.home.passwd.as_deref(), Some(Path::new("/home/p")));
         assert_eq!(h.prelude.cgroup_note, "none here");
         assert_eq!(h.job.fds(), vec![9]);
-        assert!(matches!(h.job, Job::Lines { listener: Some((9, ref p)), witness: 12 } if p == Path::new("/run/x.sock")));
+        assert!(
+            matches!(h.job, Job::Lines { listener: Some((9, ref p)), witness: 12 } if p == Path::new("/run/x.sock"))
+        );
         assert_eq!(Job::Socket { sock: 4, once: true }.fds(), vec![4]);
     }
 }

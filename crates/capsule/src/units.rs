@@ -12,16 +12,12 @@ use serde::{Deserializer, Serializer};
 /// Parses `1.5s`, `300ms`, `250us`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
         return Err(format!("`{text}` is not a duration (try `1.5s` or `300ms`)"));
     }
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (try `1.5s` or `300ms`)"))?;
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration (try `1.5s` or `300ms`)"))?;
     let scale = match unit.trim() {
         "" | "s" | "sec" => 1.0,
         "ms" => 1e-3,
@@ -29,11 +25,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ns" => 1e-9,
         "m" | "min" => 60.0,
         "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "`{text}`: unknown duration unit `{other}` (use ns, us, ms, s, m or h)"
-            ))
-        }
+        other => return Err(format!("`{text}`: unknown duration unit `{other}` (use ns, us, ms, s, m or h)")),
     };
     let secs = value * scale;
     if !secs.is_finite() || secs > 1e9 {
@@ -45,9 +37,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Parses `1024`, `64k`, `64K`, `64KiB`, `16M`, `1.5G`, `1T` (powers of 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let bad = || format!("`{text}` is not a size (try `65536`, `64K`, `256M` or `1G`)");
     if num.is_empty() {
@@ -168,9 +158,7 @@ pub mod opt_size {
                 Ok(Some(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                u64::try_from(v)
-                    .map(Some)
-                    .map_err(|_| E::custom("a size cannot be negative"))
+                u64::try_from(v).map(Some).map_err(|_| E::custom("a size cannot be negative"))
             }
         }
         d.deserialize_option(V)

@@ -176,7 +176,8 @@ fn alive(pid: i32) -> bool {
 }
 
 fn poll_in(fds: &[i32], timeout_ms: i32) -> Vec<bool> {
-    let mut p: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut p: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
     // SAFETY: p is a valid array of pollfd of the given length.
     let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
     if r < 0 {
@@ -455,10 +456,13 @@ fn cmd_failures() {
         ("good2", submit(&sb, good(2))),
     ];
     for (name, h) in hs {
-        out(name, match h {
-            Ok(h) => desc(&h.wait()),
-            Err(e) => e,
-        });
+        out(
+            name,
+            match h {
+                Ok(h) => desc(&h.wait()),
+                Err(e) => e,
+            },
+        );
     }
     out(
         "bad_spec",
@@ -560,41 +564,61 @@ fn cmd_interact() {
         .interact(pair(sh("read x; echo $((x+1))", &[]), sh("echo 41; read y; [ \"$y\" = 42 ]", &[])))
         .unwrap_or_else(|e| die(&err(&e)));
     let plain = must_submit(&sb, json!({"argv": ["/bin/true"]}));
-    out("early", match h.try_wait() {
-        Ok(None) => "none".into(),
-        Ok(Some(r)) => ires(&r),
-        Err(e) => err(&e),
-    });
+    out(
+        "early",
+        match h.try_wait() {
+            Ok(None) => "none".into(),
+            Ok(Some(r)) => ires(&r),
+            Err(e) => err(&e),
+        },
+    );
     let mut pfd = [libc::pollfd { fd: h.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
     // SAFETY: pfd is a valid pollfd array of length 1.
     let ready = unsafe { libc::poll(pfd.as_mut_ptr(), 1, 30_000) };
     out("polled", ready);
-    out("conversation", match h.try_wait() {
-        Ok(Some(r)) => ires(&r),
-        Ok(None) => "none".into(),
-        Err(e) => err(&e),
-    });
+    out(
+        "conversation",
+        match h.try_wait() {
+            Ok(Some(r)) => ires(&r),
+            Ok(None) => "none".into(),
+            Err(e) => err(&e),
+        },
+    );
     out("plain", desc(&plain.wait()));
 
     let chat = "while :; do echo ping; read x; done";
     let h = sb.interact(pair(sh(chat, &[]), sh(chat, &[]))).unwrap_or_else(|e| die(&err(&e)));
     std::thread::sleep(Duration::from_millis(300));
     out("kill", h.kill().is_ok());
-    out("killed", match h.wait() {
-        Ok(r) => ires(&r),
-        Err(e) => err(&e),
-    });
+    out(
+        "killed",
+        match h.wait() {
+            Ok(r) => ires(&r),
+            Err(e) => err(&e),
+        },
+    );
 
-    let h = sb.interact(pair(json!({"argv": ["/nonexistent-capsule-prog"]}), sh("read x", &[]))).unwrap_or_else(|e| die(&err(&e)));
-    out("no_solution", match h.wait() {
-        Ok(r) => ires(&r),
-        Err(e) => err(&e),
-    });
-    let bad = InteractSpec { solution: spec(with(sh("true", &[]), "stdin", json!("/etc/hostname"))), interactor: spec(sh("true", &[])) };
-    out("invalid", match sb.interact(bad) {
-        Ok(_) => "accepted".into(),
-        Err(e) => err(&e),
-    });
+    let h = sb
+        .interact(pair(json!({"argv": ["/nonexistent-capsule-prog"]}), sh("read x", &[])))
+        .unwrap_or_else(|e| die(&err(&e)));
+    out(
+        "no_solution",
+        match h.wait() {
+            Ok(r) => ires(&r),
+            Err(e) => err(&e),
+        },
+    );
+    let bad = InteractSpec {
+        solution: spec(with(sh("true", &[]), "stdin", json!("/etc/hostname"))),
+        interactor: spec(sh("true", &[])),
+    };
+    out(
+        "invalid",
+        match sb.interact(bad) {
+            Ok(_) => "accepted".into(),
+            Err(e) => err(&e),
+        },
+    );
     out("after", desc(&must_submit(&sb, json!({"argv": ["/bin/true"]})).wait()));
 }
 

@@ -348,17 +348,13 @@ fn cmd_write_bytes(n: u64, path: Option<&str>) {
 
 fn status_fields() -> Vec<(String, String)> {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
+    s.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
 }
 
 fn cmd_ids() {
     // SAFETY: these getters cannot fail.
-    let (uid, euid, gid, egid, pid, ppid) = unsafe {
-        (libc::getuid(), libc::geteuid(), libc::getgid(), libc::getegid(), libc::getpid(), libc::getppid())
-    };
+    let (uid, euid, gid, egid, pid, ppid) =
+        unsafe { (libc::getuid(), libc::geteuid(), libc::getgid(), libc::getegid(), libc::getpid(), libc::getppid()) };
     out("uid", uid);
     out("euid", euid);
     out("gid", gid);
@@ -588,15 +584,18 @@ fn cmd_open_exe(write: bool) {
     out("count", entries.len());
     let mut any_writable = false;
     for (pid, path) in entries {
-        let key = if pid >= 0 { format!("exe.{pid}") } else { format!("exe.{}", path.trim_start_matches("/proc/").trim_end_matches("/exe")) };
-        let target = std::fs::read_link(&path).map(|p| p.display().to_string()).unwrap_or_else(|e| io_res::<()>(&Err(e)));
+        let key = if pid >= 0 {
+            format!("exe.{pid}")
+        } else {
+            format!("exe.{}", path.trim_start_matches("/proc/").trim_end_matches("/exe"))
+        };
+        let target =
+            std::fs::read_link(&path).map(|p| p.display().to_string()).unwrap_or_else(|e| io_res::<()>(&Err(e)));
         out(&format!("{key}.link"), target);
         let c = cstr(&path);
-        for (name, flags) in [
-            ("wronly", libc::O_WRONLY),
-            ("rdwr", libc::O_RDWR),
-            ("append", libc::O_WRONLY | libc::O_APPEND),
-        ] {
+        for (name, flags) in
+            [("wronly", libc::O_WRONLY), ("rdwr", libc::O_RDWR), ("append", libc::O_WRONLY | libc::O_APPEND)]
+        {
             // SAFETY: valid C string; fd closed below.
             let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
             out(&format!("{key}.{name}"), res(fd as i64));
@@ -926,9 +925,7 @@ fn cmd_ipc(key: i32, create: bool) {
 }
 
 fn cmd_ns_inodes() {
-    for ns in
-        ["cgroup", "ipc", "mnt", "net", "pid", "pid_for_children", "time", "time_for_children", "user", "uts"]
-    {
+    for ns in ["cgroup", "ipc", "mnt", "net", "pid", "pid_for_children", "time", "time_for_children", "user", "uts"] {
         let v = std::fs::read_link(format!("/proc/self/ns/{ns}"))
             .map(|p| p.display().to_string())
             .unwrap_or_else(|e| io_res::<()>(&Err(e)));
@@ -1065,9 +1062,7 @@ const MIB: usize = 1 << 20;
 fn map_mib(mib: usize, noreserve: bool) -> Option<*mut u8> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if noreserve { libc::MAP_NORESERVE } else { 0 };
     // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), mib * MIB, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
-    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), mib * MIB, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if p == libc::MAP_FAILED {
         None
     } else {
@@ -1208,8 +1203,8 @@ fn cmd_affinity() {
 /// What writing to a cgroup file should do to lift a limit or escape it.
 fn lifting_write(name: &str) -> Option<&'static str> {
     Some(match name {
-        "memory.max" | "memory.high" | "memory.swap.max" | "memory.swap.high" | "memory.zswap.max"
-        | "pids.max" | "cpu.max" | "memory.low" | "memory.min" => "max",
+        "memory.max" | "memory.high" | "memory.swap.max" | "memory.swap.high" | "memory.zswap.max" | "pids.max"
+        | "cpu.max" | "memory.low" | "memory.min" => "max",
         "memory.oom.group" => "0",
         // Move ourselves there: out of the limited cgroup, if allowed.
         "cgroup.procs" => "0",

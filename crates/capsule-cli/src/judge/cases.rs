@@ -26,7 +26,8 @@ pub fn find(dir: &Path, answers_needed: bool) -> Result<Vec<Case>, String> {
         return Err(format!("--tests `{shown}` is not a directory"));
     }
     let dir = &std::fs::canonicalize(dir).map_err(|e| format!("--tests `{shown}`: {}", super::io_reason(&e)))?;
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("--tests `{shown}`: cannot list it: {}", super::io_reason(&e)))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("--tests `{shown}`: cannot list it: {}", super::io_reason(&e)))?;
     let mut cases = Vec::new();
     for e in entries {
         let e = e.map_err(|e| format!("--tests `{shown}`: cannot list it: {}", super::io_reason(&e)))?;

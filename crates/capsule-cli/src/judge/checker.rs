@@ -38,9 +38,7 @@ impl Checker {
         if let Some(eps) = s.strip_prefix("float:") {
             return match eps.trim().parse::<f64>() {
                 Ok(e) if e.is_finite() && e >= 0.0 => Ok(Checker::Float(e)),
-                _ => Err(format!(
-                    "`{s}`: `{eps}` is not a tolerance; give a non-negative number, e.g. float:1e-6"
-                )),
+                _ => Err(format!("`{s}`: `{eps}` is not a tolerance; give a non-negative number, e.g. float:1e-6")),
             };
         }
         if s == "float" {

@@ -80,14 +80,24 @@ pub fn command() -> Command {
     Command::new("judge")
         .about(ABOUT)
         .after_help(AFTER)
-        .arg(opt("lang", "LANG", "Language preset: c, cpp, rust, pascal, python3, bash, java, go (or an alias)").required(true))
+        .arg(
+            opt("lang", "LANG", "Language preset: c, cpp, rust, pascal, python3, bash, java, go (or an alias)")
+                .required(true),
+        )
         .arg(Arg::new("source").value_name("SOURCE").required(true).help("The solution's source file"))
         .arg(opt("tests", "DIR", "Directory of tests: NAME.in with NAME.out or NAME.ans").required(true))
-        .arg(opt("checker", "CHECKER", "exact (default), tokens, float:EPS, or a checker PROGRAM (input output answer)").conflicts_with("interactor"))
+        .arg(
+            opt("checker", "CHECKER", "exact (default), tokens, float:EPS, or a checker PROGRAM (input output answer)")
+                .conflicts_with("interactor"),
+        )
         .arg(opt("time", "DURATION", "CPU time per test (default 1s); the wall-time limit is 2 x time + 1 s"))
         .arg(opt("memory", "SIZE", "Memory per test (default 256M; cgroup memory.max, else checked after the run)"))
         .arg(opt("output-limit", "SIZE", "Output per test (default 64M)"))
-        .arg(opt("interactor", "PROG", "Interactive problem: PROG talks to the solution, started as PROG input [answer]"))
+        .arg(opt(
+            "interactor",
+            "PROG",
+            "Interactive problem: PROG talks to the solution, started as PROG input [answer]",
+        ))
         .arg(opt("parallel", "N", "Tests judged at once (default 1)"))
         .arg(opt("json", "PATH", "Also write the verdict and every test's result as JSON to PATH"))
 }
@@ -128,7 +138,10 @@ fn options(m: &ArgMatches) -> Result<Options, String> {
         None => 256 << 20,
     };
     if memory < 4 << 20 {
-        return Err(format!("--memory {}: too little to start a program (at least 4M)", get("memory").unwrap_or_default()));
+        return Err(format!(
+            "--memory {}: too little to start a program (at least 4M)",
+            get("memory").unwrap_or_default()
+        ));
     }
     let output_limit = match get("output-limit") {
         Some(v) => parse_size(v).map_err(|e| format!("--output-limit {v}: {e}"))?,
@@ -207,10 +220,9 @@ impl WorkDir {
                 Ok(()) => {
                     let wd = WorkDir { path };
                     for sub in ["box", "out"] {
-                        std::fs::DirBuilder::new()
-                            .mode(0o700)
-                            .create(wd.path.join(sub))
-                            .map_err(|e| format!("cannot create `{}`: {}", wd.path.join(sub).display(), io_reason(&e)))?;
+                        std::fs::DirBuilder::new().mode(0o700).create(wd.path.join(sub)).map_err(|e| {
+                            format!("cannot create `{}`: {}", wd.path.join(sub).display(), io_reason(&e))
+                        })?;
                     }
                     return Ok(wd);
                 }
@@ -218,7 +230,10 @@ impl WorkDir {
                 Err(e) => last = format!("`{}`: {}", path.display(), io_reason(&e)),
             }
         }
-        Err(format!("cannot create a working directory in {} {last}; set TMPDIR to a writable directory", base.display()))
+        Err(format!(
+            "cannot create a working directory in {} {last}; set TMPDIR to a writable directory",
+            base.display()
+        ))
     }
 
     fn boxed(&self) -> PathBuf {
@@ -454,7 +469,8 @@ struct Ctx<'a> {
 
 fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
     // Cheap checks of the user's input first, then the toolchain.
-    let md = std::fs::metadata(&opts.source).map_err(|e| format!("SOURCE `{}`: {}", opts.source.display(), io_reason(&e)))?;
+    let md = std::fs::metadata(&opts.source)
+        .map_err(|e| format!("SOURCE `{}`: {}", opts.source.display(), io_reason(&e)))?;
     if !md.is_file() {
         return Err(format!("SOURCE `{}` is not a file", opts.source.display()));
     }
@@ -465,8 +481,9 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
     report.total = cases.len();
     let work = WorkDir::new()?;
     let src = work.boxed().join(lang.source_name());
-    std::fs::copy(&opts.source, &src)
-        .map_err(|e| format!("cannot copy SOURCE `{}` to `{}`: {}", opts.source.display(), src.display(), io_reason(&e)))?;
+    std::fs::copy(&opts.source, &src).map_err(|e| {
+        format!("cannot copy SOURCE `{}` to `{}`: {}", opts.source.display(), src.display(), io_reason(&e))
+    })?;
 
     // Interactive runs take two of the supervisor's slots each.
     let slots = opts.parallel * if opts.interactor.is_some() { 2 } else { 1 };
@@ -475,7 +492,8 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let cgroups = sandbox.has_cgroups();
     report.accounting = Some(if cgroups { Accounting::Cgroup } else { Accounting::Rusage });
-    let address_space = (!cgroups && lang.address_space_limit_works()).then(|| opts.memory.saturating_mul(2).saturating_add(64 << 20));
+    let address_space =
+        (!cgroups && lang.address_space_limit_works()).then(|| opts.memory.saturating_mul(2).saturating_add(64 << 20));
     if !cgroups {
         let how = match address_space {
             Some(a) => format!("each process's address space is capped at {} (RLIMIT_AS)", verdict::mib(a)),
@@ -650,7 +668,12 @@ fn helper_spec(prog: &Path, files: &[(&Path, &str)], wall: Duration) -> RunSpec 
     }
     // Shown even where the host view hides it (under /tmp, say).
     if let Some(dir) = prog.parent().filter(|d| *d != Path::new("/")) {
-        spec.mounts.push(MountOp::RoBind { src: dir.to_path_buf(), dst: dir.to_path_buf(), try_: false, noexec: false });
+        spec.mounts.push(MountOp::RoBind {
+            src: dir.to_path_buf(),
+            dst: dir.to_path_buf(),
+            try_: false,
+            noexec: false,
+        });
         spec.cwd = Some(dir.to_path_buf());
     }
     spec.limits.wall_time = Some(wall);
@@ -660,7 +683,8 @@ fn helper_spec(prog: &Path, files: &[(&Path, &str)], wall: Duration) -> RunSpec 
 
 /// A helper's message: its stderr, else its stdout, trimmed.
 fn message(r: &RunResult) -> String {
-    let text = |c: &Option<capsule::result::Captured>| c.as_ref().map(|c| c.text.trim().to_string()).unwrap_or_default();
+    let text =
+        |c: &Option<capsule::result::Captured>| c.as_ref().map(|c| c.text.trim().to_string()).unwrap_or_default();
     let err = text(&r.stderr);
     if err.is_empty() {
         text(&r.stdout)
@@ -684,7 +708,9 @@ fn judge_case(ctx: &Ctx<'_>, i: usize, case: &Case) -> Result<TestReport, String
             let says = message(&r.interactor);
             let judged = verdict::interactive_verdict(&r, &ctx.limits, &says)?;
             let i = &r.interactor;
-            interactor = Some(json!({"status": i.status.as_str(), "exit_code": i.exit_code, "signal": i.signal, "message": says}));
+            interactor = Some(
+                json!({"status": i.status.as_str(), "exit_code": i.exit_code, "signal": i.signal, "message": says}),
+            );
             (r.solution, Some(r.first_to_exit), judged)
         }
         None => {

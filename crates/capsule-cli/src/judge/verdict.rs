@@ -88,7 +88,11 @@ pub fn run_verdict(r: &RunResult, l: &Limits) -> Result<Option<Judged>, String> 
         }
         _ if l.memory_by_peak && r.peak_memory_bytes > l.memory => (
             Verdict::Mle,
-            format!("peak resident set {} over the limit of {} (checked after the run: no cgroups)", mib(r.peak_memory_bytes), mib(l.memory)),
+            format!(
+                "peak resident set {} over the limit of {} (checked after the run: no cgroups)",
+                mib(r.peak_memory_bytes),
+                mib(l.memory)
+            ),
         ),
         Status::Signaled => (Verdict::Re, format!("killed by {}", r.signal.as_deref().unwrap_or("a signal"))),
         Status::Exited => match r.exit_code {
@@ -129,7 +133,8 @@ pub fn interactive_verdict(r: &InteractResult, l: &Limits, interactor_says: &str
             return Ok(v);
         }
     }
-    let said = |default: &str| if interactor_says.is_empty() { default.to_string() } else { interactor_says.to_string() };
+    let said =
+        |default: &str| if interactor_says.is_empty() { default.to_string() } else { interactor_says.to_string() };
     let int = &r.interactor;
     match (int.status, int.exit_code) {
         (Status::Exited, Some(0)) => match own {
@@ -266,7 +271,10 @@ mod tests {
         // solution then dies of SIGPIPE or exits non-zero: WA, not RE.
         for sol in [signaled("SIGPIPE"), exited(1), exited(0)] {
             let r = pair(Side::Interactor, sol, exited(1));
-            assert_eq!(interactive_verdict(&r, &limits(false), "wrong guess").unwrap(), (Verdict::Wa, "wrong guess".into()));
+            assert_eq!(
+                interactive_verdict(&r, &limits(false), "wrong guess").unwrap(),
+                (Verdict::Wa, "wrong guess".into())
+            );
         }
         assert_eq!(iv(&pair(Side::Interactor, signaled("SIGPIPE"), exited(2))), Verdict::Wa);
         let (_, why) = interactive_verdict(&pair(Side::Interactor, exited(0), exited(1)), &limits(false), "").unwrap();
@@ -294,7 +302,8 @@ mod tests {
         assert_eq!(iv(&pair(Side::Interactor, exited(0), exited(0))), Verdict::Ok);
         assert_eq!(iv(&pair(Side::Solution, exited(0), exited(1))), Verdict::Wa);
         // The solution stopped before the interactor's last word.
-        let (verdict, why) = interactive_verdict(&pair(Side::Solution, exited(0), signaled("SIGPIPE")), &limits(false), "").unwrap();
+        let (verdict, why) =
+            interactive_verdict(&pair(Side::Solution, exited(0), signaled("SIGPIPE")), &limits(false), "").unwrap();
         assert_eq!(verdict, Verdict::Wa);
         assert!(why.contains("SIGPIPE"), "{why}");
         // The interactor accepted, then the solution failed of the leaving: not held against it.
@@ -317,9 +326,13 @@ mod tests {
             }
         }
         // SIGPIPE while the solution was still there is the interactor's fault.
-        assert!(interactive_verdict(&pair(Side::Interactor, exited(0), signaled("SIGPIPE")), &limits(false), "").is_err());
+        assert!(
+            interactive_verdict(&pair(Side::Interactor, exited(0), signaled("SIGPIPE")), &limits(false), "").is_err()
+        );
         // And a solution run that failed in capsule.
-        assert!(interactive_verdict(&pair(Side::Solution, RunResult::error("x"), exited(0)), &limits(false), "").is_err());
+        assert!(
+            interactive_verdict(&pair(Side::Solution, RunResult::error("x"), exited(0)), &limits(false), "").is_err()
+        );
     }
 
     #[test]

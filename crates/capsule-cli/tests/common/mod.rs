@@ -238,11 +238,7 @@ pub fn userns_available() -> Result<(), String> {
         if out.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "`unshare -U true` as uid {} fails: {}",
-                h().uid,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
+            Err(format!("`unshare -U true` as uid {} fails: {}", h().uid, String::from_utf8_lossy(&out.stderr).trim()))
         }
     })
     .clone()
@@ -797,9 +793,8 @@ impl Running {
         let (mut json, mut meta) = (None, None);
         if let Some(r) = &self.results {
             if let Ok(s) = std::fs::read_to_string(r.join("result.json")) {
-                json = Some(
-                    serde_json::from_str(&s).unwrap_or_else(|e| panic!("--json file is not JSON ({e}): {s:?}")),
-                );
+                json =
+                    Some(serde_json::from_str(&s).unwrap_or_else(|e| panic!("--json file is not JSON ({e}): {s:?}")));
             }
             meta = std::fs::read_to_string(r.join("result.meta")).ok();
         }
@@ -808,7 +803,17 @@ impl Running {
         let scope = self.scope_path.clone();
         // Dropping the fresh scope removes it (forcibly if need be).
         self.scope = None;
-        Out { code: status.code(), signal: status.signal(), stdout, stderr, json, meta, elapsed, scope, cgroup_leftovers }
+        Out {
+            code: status.code(),
+            signal: status.signal(),
+            stdout,
+            stderr,
+            json,
+            meta,
+            elapsed,
+            scope,
+            cgroup_leftovers,
+        }
     }
 }
 
@@ -894,7 +899,10 @@ impl HostProc {
         // process's command line reads empty.
         let probe = probe();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !procs_with_marker(tag).iter().any(|(p, cmd)| *p == child.id() as i32 && cmd.split(' ').next() == Some(probe.as_str())) {
+        while !procs_with_marker(tag)
+            .iter()
+            .any(|(p, cmd)| *p == child.id() as i32 && cmd.split(' ').next() == Some(probe.as_str()))
+        {
             assert!(Instant::now() < deadline, "host process did not start");
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -1085,12 +1093,9 @@ impl CgScope {
         let path = Path::new(CGROUP_DELEGATED).join(unique(tag));
         std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
         let (uid, gid) = (h().uid, h().gid);
-        for p in [
-            path.clone(),
-            path.join("cgroup.procs"),
-            path.join("cgroup.threads"),
-            path.join("cgroup.subtree_control"),
-        ] {
+        for p in
+            [path.clone(), path.join("cgroup.procs"), path.join("cgroup.threads"), path.join("cgroup.subtree_control")]
+        {
             std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
         }
         CgScope { path }
@@ -1131,7 +1136,8 @@ impl CgScope {
     pub fn procs(&self) -> Vec<(String, i32)> {
         let mut v = Vec::new();
         for rel in std::iter::once(String::new()).chain(self.children()) {
-            let f = if rel.is_empty() { self.path.join("cgroup.procs") } else { self.path.join(&rel).join("cgroup.procs") };
+            let f =
+                if rel.is_empty() { self.path.join("cgroup.procs") } else { self.path.join(&rel).join("cgroup.procs") };
             for l in std::fs::read_to_string(f).unwrap_or_default().lines() {
                 if let Ok(pid) = l.trim().parse() {
                     v.push((rel.clone(), pid));
@@ -1362,7 +1368,9 @@ pub fn proc_stats(pid: i32) -> ProcStats {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {k}"))
     };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
     let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .map(|m| m.lines().count())
         .unwrap_or_else(|e| panic!("/proc/{pid}/mountinfo: {e}"));

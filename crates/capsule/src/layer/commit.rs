@@ -28,7 +28,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::meta::{decode_bytes, Meta, OrigKind, Record};
 use super::node::{self, octal, Node};
 use super::scan::{self, is_fuse_marker, open_host_parent, Item, Upper, OPAQUE_MARKER, WH_PREFIX};
-use super::{host_path, is_at_or_below, join, quote, quote_path, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
+use super::{
+    host_path, is_at_or_below, join, quote, quote_path, sys_err, valid_name, Change, ChangeKind, Layer, LayerError,
+    Selector,
+};
 use crate::error::errno_text;
 use crate::sys::layer as sl;
 
@@ -88,10 +91,17 @@ const SUID_SGID: u32 = 0o6000;
 
 /// `exact`: each path names one entry (not what is below it).
 /// `keep_special_bits`: commit setuid/setgid bits too.
-pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool, keep_special_bits: bool) -> Result<CommitReport, LayerError> {
+pub fn commit(
+    layer: &Layer,
+    paths: &[PathBuf],
+    force: bool,
+    exact: bool,
+    keep_special_bits: bool,
+) -> Result<CommitReport, LayerError> {
     let mask = if keep_special_bits { 0o7777 } else { 0o7777 & !SUID_SGID };
     let sel = Selector::new(paths)?;
-    let wanted: Vec<Vec<u8>> = paths.iter().filter_map(|p| super::normalize(p)).map(|n| n.as_os_str().as_bytes()[1..].to_vec()).collect();
+    let wanted: Vec<Vec<u8>> =
+        paths.iter().filter_map(|p| super::normalize(p)).map(|n| n.as_os_str().as_bytes()[1..].to_vec()).collect();
     let mut meta = layer.load_meta()?;
     let mut report = CommitReport::default();
     for k in std::mem::take(&mut meta.bad_keys) {
@@ -106,7 +116,8 @@ pub fn commit(layer: &Layer, paths: &[PathBuf], force: bool, exact: bool, keep_s
     for p in paths {
         let n = super::normalize(p).unwrap_or_else(|| p.clone());
         let rel = &n.as_os_str().as_bytes()[1..];
-        if !items.iter().any(|i| i.status.is_some() && (if exact { i.rel == rel } else { is_at_or_below(&i.rel, rel) })) {
+        if !items.iter().any(|i| i.status.is_some() && (if exact { i.rel == rel } else { is_at_or_below(&i.rel, rel) }))
+        {
             report.nothing_at.push(n);
         }
     }
@@ -185,11 +196,20 @@ fn parse_mode(s: &Option<String>) -> Option<u32> {
 }
 
 /// Why the host entry `now` no longer matches its record, if it does not.
-fn conflict(rec: Option<&Record>, now: &Node, item: &Item, parent: RawFd, name: &[u8]) -> Result<Option<String>, String> {
+fn conflict(
+    rec: Option<&Record>,
+    now: &Node,
+    item: &Item,
+    parent: RawFd,
+    name: &[u8],
+) -> Result<Option<String>, String> {
     let Some(rec) = rec else {
-        return Ok(Some("no record of the original; the run that made it did not finish (--force commits it anyway)".into()));
+        return Ok(Some(
+            "no record of the original; the run that made it did not finish (--force commits it anyway)".into(),
+        ));
     };
-    let changed = |what: String| Ok(Some(format!("changed on the host since the layer recorded it: {what} (--force overrides)")));
+    let changed =
+        |what: String| Ok(Some(format!("changed on the host since the layer recorded it: {what} (--force overrides)")));
     let mode_differs = |m: u32| parse_mode(&rec.mode).is_some_and(|r| r != m);
     match (rec.kind, now) {
         (OrigKind::Absent, Node::Absent) => Ok(None),
@@ -209,7 +229,8 @@ fn conflict(rec: Option<&Record>, now: &Node, item: &Item, parent: RawFd, name: 
                 let have = if *size == 0 {
                     node::EMPTY_SHA256.to_string()
                 } else {
-                    let mut f = node::open_file(parent, name).map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?;
+                    let mut f = node::open_file(parent, name)
+                        .map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?;
                     node::sha256(&mut f).map_err(|e| format!("cannot read the host file: {}", errno_text(e)))?
                 };
                 if &have != want {
@@ -285,7 +306,15 @@ fn masked(mode: u32, mask: u32, rel: &[u8], dropped: &mut Vec<Vec<u8>>) -> u32 {
 }
 
 /// Applies one entry; `now` is the host entry as just seen.
-fn apply(layer: &Layer, item: &Item, parent: &OwnedFd, name: &[u8], now: &Node, mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
+fn apply(
+    layer: &Layer,
+    item: &Item,
+    parent: &OwnedFd,
+    name: &[u8],
+    now: &Node,
+    mask: u32,
+    dropped: &mut Vec<Vec<u8>>,
+) -> Result<(), String> {
     let pfd = parent.as_raw_fd();
     match (&item.upper, &item.host) {
         (Upper::Whiteout | Upper::Hidden, _) => delete_host(pfd, name, now),
@@ -317,9 +346,14 @@ fn delete_host(pfd: RawFd, name: &[u8], now: &Node) -> Result<(), String> {
         Node::Dir { .. } => {
             // Gone from its path at once, then emptied.
             let tmp = temp_name();
-            sl::rename_at(pfd, name, pfd, &tmp, sl::RENAME_NOREPLACE).map_err(|e| format!("renameat2 failed: {}", errno_text(e)))?;
+            sl::rename_at(pfd, name, pfd, &tmp, sl::RENAME_NOREPLACE)
+                .map_err(|e| format!("renameat2 failed: {}", errno_text(e)))?;
             node::remove_tree_at(pfd, &tmp, false).map_err(|e| {
-                format!("deleted, but not all of its content could be removed ({}); what is left is in {}", errno_text(e), String::from_utf8_lossy(&tmp))
+                format!(
+                    "deleted, but not all of its content could be removed ({}); what is left is in {}",
+                    errno_text(e),
+                    String::from_utf8_lossy(&tmp)
+                )
             })
         }
         _ => sl::unlink_at(pfd, name, false).map_err(|e| format!("unlinkat failed: {}", errno_text(e))),
@@ -328,21 +362,38 @@ fn delete_host(pfd: RawFd, name: &[u8], now: &Node) -> Result<(), String> {
 
 /// Opens `rel` in the upper tree, beneath its root, through no link.
 pub(super) fn open_upper(layer: &Layer, rel: &[u8], flags: i32) -> Result<OwnedFd, String> {
-    sl::openat2(layer.upper.as_raw_fd(), rel, flags | libc::O_NOFOLLOW, 0, sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS)
-        .map_err(|e| format!("cannot open {} in the layer: {}", quote_path(&scan::upper_path(layer, rel)), errno_text(e)))
+    sl::openat2(
+        layer.upper.as_raw_fd(),
+        rel,
+        flags | libc::O_NOFOLLOW,
+        0,
+        sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(|e| format!("cannot open {} in the layer: {}", quote_path(&scan::upper_path(layer, rel)), errno_text(e)))
 }
 
 /// Builds the layer's entry at a temporary name beside `name`, then puts
 /// it in place.
 #[allow(clippy::too_many_arguments)]
-fn install(layer: &Layer, rel: &[u8], unode: &Node, pfd: RawFd, name: &[u8], now: &Node, mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
+fn install(
+    layer: &Layer,
+    rel: &[u8],
+    unode: &Node,
+    pfd: RawFd,
+    name: &[u8],
+    now: &Node,
+    mask: u32,
+    dropped: &mut Vec<Vec<u8>>,
+) -> Result<(), String> {
     let tmp = temp_name();
     let built = match unode {
         Node::File { mode, mtime_ns, .. } => {
             let src = open_upper(layer, rel, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY)?;
             build_file(src, pfd, &tmp, masked(*mode, mask, rel, dropped), *mtime_ns, true)
         }
-        Node::Symlink { target, .. } => sl::symlink_at(target, pfd, &tmp).map_err(|e| format!("symlinkat failed: {}", errno_text(e))),
+        Node::Symlink { target, .. } => {
+            sl::symlink_at(target, pfd, &tmp).map_err(|e| format!("symlinkat failed: {}", errno_text(e)))
+        }
         Node::Fifo { mode, .. } => build_fifo(pfd, &tmp, masked(*mode, mask, rel, dropped)),
         Node::Dir { mode, .. } => {
             let src = open_upper(layer, rel, libc::O_PATH | libc::O_DIRECTORY)?;
@@ -357,20 +408,26 @@ fn install(layer: &Layer, rel: &[u8], unode: &Node, pfd: RawFd, name: &[u8], now
     }
     let new_is_dir = matches!(unode, Node::Dir { .. });
     let placed = match now {
-        Node::Absent => sl::rename_at(pfd, &tmp, pfd, name, sl::RENAME_NOREPLACE).map_err(|e| {
-            if e == libc::EEXIST {
-                "something was created there on the host meanwhile; run the commit again".to_string()
-            } else {
-                format!("renameat2 failed: {}", errno_text(e))
-            }
-        }).map(|()| true),
+        Node::Absent => sl::rename_at(pfd, &tmp, pfd, name, sl::RENAME_NOREPLACE)
+            .map_err(|e| {
+                if e == libc::EEXIST {
+                    "something was created there on the host meanwhile; run the commit again".to_string()
+                } else {
+                    format!("renameat2 failed: {}", errno_text(e))
+                }
+            })
+            .map(|()| true),
         Node::Dir { .. } => exchange(pfd, &tmp, name, "directory"),
         _ if new_is_dir => exchange(pfd, &tmp, name, now.kind_name()),
-        _ => sl::rename_at(pfd, &tmp, pfd, name, 0).map(|()| true).map_err(|e| format!("renameat2 failed: {}", errno_text(e))),
+        _ => sl::rename_at(pfd, &tmp, pfd, name, 0)
+            .map(|()| true)
+            .map_err(|e| format!("renameat2 failed: {}", errno_text(e))),
     };
     match placed {
         Ok(true) => Ok(()),
-        Ok(false) => Err(format!("committed, but the old entry it replaced is left at {}", String::from_utf8_lossy(&tmp))),
+        Ok(false) => {
+            Err(format!("committed, but the old entry it replaced is left at {}", String::from_utf8_lossy(&tmp)))
+        }
         Err(e) => {
             let _ = node::remove_tree_at(pfd, &tmp, true);
             Err(e)
@@ -381,13 +438,15 @@ fn install(layer: &Layer, rel: &[u8], unode: &Node, pfd: RawFd, name: &[u8], now
 /// Swaps the new entry at `tmp` with the old one at `name`, then removes
 /// the old one (now at `tmp`). Ok(false): placed, but the old one stayed.
 fn exchange(pfd: RawFd, tmp: &[u8], name: &[u8], old: &str) -> Result<bool, String> {
-    sl::rename_at(pfd, tmp, pfd, name, sl::RENAME_EXCHANGE).map_err(|e| format!("renameat2(RENAME_EXCHANGE) with the host {old} failed: {}", errno_text(e)))?;
+    sl::rename_at(pfd, tmp, pfd, name, sl::RENAME_EXCHANGE)
+        .map_err(|e| format!("renameat2(RENAME_EXCHANGE) with the host {old} failed: {}", errno_text(e)))?;
     Ok(node::remove_tree_at(pfd, tmp, false).is_ok())
 }
 
 fn build_fifo(dir: RawFd, name: &[u8], mode: u32) -> Result<(), String> {
     sl::mkfifo_at(dir, name, 0o600).map_err(|e| format!("mknodat(S_IFIFO) failed: {}", errno_text(e)))?;
-    let fd = sl::openat_name(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0).map_err(|e| format!("open failed: {}", errno_text(e)))?;
+    let fd = sl::openat_name(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+        .map_err(|e| format!("open failed: {}", errno_text(e)))?;
     sl::chmod_fd(fd.as_raw_fd(), mode).map_err(|e| format!("chmod failed: {}", errno_text(e)))
 }
 
@@ -439,7 +498,16 @@ fn build_file(src: OwnedFd, dir: RawFd, name: &[u8], mode: u32, mtime_ns: i64, t
 /// Copies the upper directory `src` (for `rel`) as `name` in `dir`, whole:
 /// its own mode under its own mask, everything in it under `mask`.
 #[allow(clippy::too_many_arguments)]
-fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], (mode, own_mask): (u32, u32), mask: u32, dropped: &mut Vec<Vec<u8>>) -> Result<(), String> {
+fn build_dir(
+    layer: &Layer,
+    src: RawFd,
+    rel: &[u8],
+    dir: RawFd,
+    name: &[u8],
+    (mode, own_mask): (u32, u32),
+    mask: u32,
+    dropped: &mut Vec<Vec<u8>>,
+) -> Result<(), String> {
     sl::mkdir_at(dir, name, 0o700).map_err(|e| format!("mkdirat failed: {}", errno_text(e)))?;
     let dst = node::open_dir(dir, name).map_err(|e| format!("open failed: {}", errno_text(e)))?;
     let shown = |r: &[u8]| quote_path(&scan::upper_path(layer, r));
@@ -449,7 +517,8 @@ fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], (mo
             continue;
         }
         let crel = join(rel, &child);
-        let n = node::node_at(src, &child, true).map_err(|e| format!("cannot lstat {}: {}", shown(&crel), errno_text(e)))?;
+        let n = node::node_at(src, &child, true)
+            .map_err(|e| format!("cannot lstat {}: {}", shown(&crel), errno_text(e)))?;
         let d = dst.as_raw_fd();
         if let Some(x) = sl::list_xattrs_at(src, &child)
             .map_err(|e| format!("cannot read the attributes of {}: {}", shown(&crel), errno_text(e)))?
@@ -461,24 +530,35 @@ fn build_dir(layer: &Layer, src: RawFd, rel: &[u8], dir: RawFd, name: &[u8], (mo
         match n {
             Node::Whiteout | Node::Absent => {}
             Node::File { mode, mtime_ns, .. } => {
-                let f = sl::openat_name(src, &child, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
-                    .map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
-                build_file(f, d, &child, masked(mode, mask, &crel, dropped), mtime_ns, false).map_err(|e| format!("{}: {e}", shown(&crel)))?;
+                let f = sl::openat_name(
+                    src,
+                    &child,
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+                    0,
+                )
+                .map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
+                build_file(f, d, &child, masked(mode, mask, &crel, dropped), mtime_ns, false)
+                    .map_err(|e| format!("{}: {e}", shown(&crel)))?;
             }
-            Node::Symlink { target, .. } => {
-                sl::symlink_at(&target, d, &child).map_err(|e| format!("{}: symlinkat failed: {}", shown(&crel), errno_text(e)))?
-            }
-            Node::Fifo { mode, .. } => build_fifo(d, &child, masked(mode, mask, &crel, dropped)).map_err(|e| format!("{}: {e}", shown(&crel)))?,
+            Node::Symlink { target, .. } => sl::symlink_at(&target, d, &child)
+                .map_err(|e| format!("{}: symlinkat failed: {}", shown(&crel), errno_text(e)))?,
+            Node::Fifo { mode, .. } => build_fifo(d, &child, masked(mode, mask, &crel, dropped))
+                .map_err(|e| format!("{}: {e}", shown(&crel)))?,
             Node::Dir { mode, .. } => {
-                let sub = node::open_dir(src, &child).map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
+                let sub = node::open_dir(src, &child)
+                    .map_err(|e| format!("cannot open {}: {}", shown(&crel), errno_text(e)))?;
                 build_dir(layer, sub.as_raw_fd(), &crel, d, &child, (mode, mask), mask, dropped)?;
             }
             Node::Special { what, .. } => {
-                return Err(format!("{} is a {what}; capsule commits files, directories, symlinks and FIFOs only", shown(&crel)))
+                return Err(format!(
+                    "{} is a {what}; capsule commits files, directories, symlinks and FIFOs only",
+                    shown(&crel)
+                ))
             }
         }
     }
-    sl::chmod_fd(dst.as_raw_fd(), masked(mode, own_mask, rel, dropped)).map_err(|e| format!("chmod failed: {}", errno_text(e)))
+    sl::chmod_fd(dst.as_raw_fd(), masked(mode, own_mask, rel, dropped))
+        .map_err(|e| format!("chmod failed: {}", errno_text(e)))
 }
 
 /// Removes from the upper tree what at or below the selection no longer
@@ -521,7 +601,8 @@ impl Pruner<'_> {
     fn dir(&mut self, fd: RawFd, rel: &[u8], inherited_opaque: bool) -> Result<(), LayerError> {
         let upath = scan::upper_path(self.layer, rel);
         let names = sl::list_dir(fd).map_err(|e| sys_err("getdents64", &upath, e))?;
-        let opaque = inherited_opaque || scan::is_opaque(self.layer, fd, &names).map_err(|e| sys_err("lgetxattr", &upath, e))?;
+        let opaque =
+            inherited_opaque || scan::is_opaque(self.layer, fd, &names).map_err(|e| sys_err("lgetxattr", &upath, e))?;
         for name in names {
             let fuse = self.layer.fuse;
             if fuse && name == OPAQUE_MARKER {

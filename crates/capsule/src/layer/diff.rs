@@ -51,8 +51,14 @@ pub fn write_diff(layer: &Layer, items: &[Item], out: &mut dyn Write) -> Result<
                 }
             }
             (_, Upper::Entry(Node::Dir { .. })) if !matches!(item.host, Node::Dir { .. }) => {
-                let fd = sl::openat2(layer.upper.as_raw_fd(), &item.rel, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS)
-                    .map_err(|e| sys_err("openat2", upper_path(layer, &item.rel), e))?;
+                let fd = sl::openat2(
+                    layer.upper.as_raw_fd(),
+                    &item.rel,
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                    0,
+                    sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS,
+                )
+                .map_err(|e| sys_err("openat2", upper_path(layer, &item.rel), e))?;
                 list_tree(layer, fd.as_raw_fd(), &item.rel, out)?;
             }
             (_, Upper::Entry(Node::File { .. })) => {
@@ -75,9 +81,14 @@ pub fn write_diff(layer: &Layer, items: &[Item], out: &mut dyn Write) -> Result<
 
 enum Content {
     Text(String),
-    Binary { size: u64, sha: String },
+    Binary {
+        size: u64,
+        sha: String,
+    },
     /// Over [`HASH_LIMIT`]: not read.
-    Unread { size: u64 },
+    Unread {
+        size: u64,
+    },
 }
 
 fn classify(f: &mut File) -> Result<Content, i32> {
@@ -104,15 +115,22 @@ fn classify(f: &mut File) -> Result<Content, i32> {
 
 fn host_content(item: &Item) -> Result<Content, LayerError> {
     let path = item.host_path();
-    let (parent, name) = open_host_parent(&item.rel).map_err(|(e, why)| SysError::new("openat2", e).path(path.display().to_string()).hint(why))?;
+    let (parent, name) = open_host_parent(&item.rel)
+        .map_err(|(e, why)| SysError::new("openat2", e).path(path.display().to_string()).hint(why))?;
     let mut f = node::open_file(parent.as_raw_fd(), name).map_err(|e| sys_err("open", &path, e))?;
     classify(&mut f).map_err(|e| sys_err("read", &path, e).into())
 }
 
 fn upper_content(layer: &Layer, rel: &[u8]) -> Result<Content, LayerError> {
     let up = upper_path(layer, rel);
-    let fd = sl::openat2(layer.upper.as_raw_fd(), rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0, sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS)
-        .map_err(|e| sys_err("openat2", &up, e))?;
+    let fd = sl::openat2(
+        layer.upper.as_raw_fd(),
+        rel,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0,
+        sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(|e| sys_err("openat2", &up, e))?;
     let mut f = File::from(fd);
     classify(&mut f).map_err(|e| sys_err("read", &up, e).into())
 }
@@ -144,7 +162,11 @@ fn content_diff(out: &mut dyn Write, p: &str, old: Option<Content>, new: Option<
             let unread = [&old, &new].iter().any(|c| matches!(c, Some(Content::Unread { .. })));
             writeln!(out, "  binary: {} -> {}", sum(&old), sum(&new))?;
             if unread {
-                writeln!(out, "  (content not read: over {} MiB; compare the files yourself, e.g. with cmp)", HASH_LIMIT >> 20)?;
+                writeln!(
+                    out,
+                    "  (content not read: over {} MiB; compare the files yourself, e.g. with cmp)",
+                    HASH_LIMIT >> 20
+                )?;
             }
             Ok(())
         }

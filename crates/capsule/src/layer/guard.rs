@@ -68,7 +68,9 @@ pub(crate) fn rules_of(spec: &RunSpec) -> Result<RunRules, String> {
     let mut r = RunRules::default();
     for a in &actions {
         match a {
-            Action::Hide { path, .. } | Action::Reveal { path, read_only: true, .. } => push_path(&mut r.protected, path),
+            Action::Hide { path, .. } | Action::Reveal { path, read_only: true, .. } => {
+                push_path(&mut r.protected, path)
+            }
             Action::Reveal { path, read_only: false, .. } => push_path(&mut r.open, path),
             _ => {}
         }
@@ -130,9 +132,15 @@ impl Guard {
     pub fn refusal(&self, item: &Item) -> Option<String> {
         let p = &item.rel[..];
         // Deleting or replacing a host directory removes what is in it.
-        let removes_below = matches!(item.host, Node::Dir { .. }) && !matches!(item.upper, Upper::Entry(Node::Dir { .. }));
+        let removes_below =
+            matches!(item.host, Node::Dir { .. }) && !matches!(item.upper, Upper::Entry(Node::Dir { .. }));
         for (protected, open) in &self.runs {
-            let nearest = protected.iter().map(|r| (r, true)).chain(open.iter().map(|r| (r, false))).filter(|(r, _)| is_at_or_below(p, r)).max_by_key(|(r, _)| r.len());
+            let nearest = protected
+                .iter()
+                .map(|r| (r, true))
+                .chain(open.iter().map(|r| (r, false)))
+                .filter(|(r, _)| is_at_or_below(p, r))
+                .max_by_key(|(r, _)| r.len());
             if let Some((r, true)) = nearest {
                 return Some(format!(
                     "{} was hidden or read-only in a run of this layer, so no run could change it; capsule does not commit it, even with --force",

@@ -92,7 +92,10 @@ impl Meta {
     }
 
     pub fn to_json(&self) -> String {
-        let f = MetaFile { version: VERSION, originals: self.originals.iter().map(|(k, v)| (encode(k.as_os_str().as_bytes()), v.clone())).collect() };
+        let f = MetaFile {
+            version: VERSION,
+            originals: self.originals.iter().map(|(k, v)| (encode(k.as_os_str().as_bytes()), v.clone())).collect(),
+        };
         let mut s = serde_json::to_string_pretty(&f).expect("serializable");
         s.push('\n');
         s

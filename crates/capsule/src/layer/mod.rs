@@ -38,8 +38,8 @@ use serde::Serialize;
 
 pub use commit::{CommitReport, Refusal};
 pub use meta::{OrigKind, Record};
-pub use quote::{quote, quote_path};
 pub(crate) use node::copy_sparse;
+pub use quote::{quote, quote_path};
 
 use crate::error::SysError;
 use crate::sys::layer as sl;
@@ -99,7 +99,11 @@ fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
 
 /// The names of the special bits set in `mode`.
 pub(crate) fn special_bits(mode: u32) -> Vec<&'static str> {
-    [(0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky")].into_iter().filter(|(b, _)| mode & b != 0).map(|(_, n)| n).collect()
+    [(0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky")]
+        .into_iter()
+        .filter(|(b, _)| mode & b != 0)
+        .map(|(_, n)| n)
+        .collect()
 }
 
 impl std::fmt::Display for Change {
@@ -192,25 +196,40 @@ impl Layer {
     /// whose `upper` is not a directory (a symbolic link included).
     pub fn open(dir: impl AsRef<Path>) -> Result<Layer, LayerError> {
         let dir = dir.as_ref().to_path_buf();
-        let dir_fd = sl::openat2(libc::AT_FDCWD, dir.as_os_str().as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(|e| {
-            let mut err = sys_err("open", &dir, e);
-            if e == libc::ENOENT {
-                err = err.hint("no layer there: `capsule run --layer DIR` makes one");
+        let dir_fd = sl::openat2(libc::AT_FDCWD, dir.as_os_str().as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0, 0)
+            .map_err(|e| {
+                let mut err = sys_err("open", &dir, e);
+                if e == libc::ENOENT {
+                    err = err.hint("no layer there: `capsule run --layer DIR` makes one");
+                }
+                err
+            })?;
+        let upper = match node::node_at(dir_fd.as_raw_fd(), b"upper", false)
+            .map_err(|e| sys_err("lstat", dir.join("upper"), e))?
+        {
+            node::Node::Dir { .. } => {
+                node::open_dir(dir_fd.as_raw_fd(), b"upper").map_err(|e| sys_err("open", dir.join("upper"), e))?
             }
-            err
-        })?;
-        let upper = match node::node_at(dir_fd.as_raw_fd(), b"upper", false).map_err(|e| sys_err("lstat", dir.join("upper"), e))? {
-            node::Node::Dir { .. } => node::open_dir(dir_fd.as_raw_fd(), b"upper").map_err(|e| sys_err("open", dir.join("upper"), e))?,
             node::Node::Absent => return Err(LayerError::NotALayer { dir, why: "it has no upper/ directory".into() }),
             other => {
-                return Err(LayerError::NotALayer { dir, why: format!("its upper is a {}, not a directory", other.kind_name()) })
+                return Err(LayerError::NotALayer {
+                    dir,
+                    why: format!("its upper is a {}, not a directory", other.kind_name()),
+                })
             }
         };
         let st = crate::sys::fstat(dir_fd.as_raw_fd()).map_err(|e| sys_err("fstat", &dir, e))?;
-        let fuse = match node::node_at(dir_fd.as_raw_fd(), FUSE_MARK.as_bytes(), false).map_err(|e| sys_err("lstat", dir.join(FUSE_MARK), e))? {
+        let fuse = match node::node_at(dir_fd.as_raw_fd(), FUSE_MARK.as_bytes(), false)
+            .map_err(|e| sys_err("lstat", dir.join(FUSE_MARK), e))?
+        {
             node::Node::File { .. } => true,
             node::Node::Absent => false,
-            other => return Err(LayerError::NotALayer { dir, why: format!("its {FUSE_MARK} is a {}, not a file", other.kind_name()) }),
+            other => {
+                return Err(LayerError::NotALayer {
+                    dir,
+                    why: format!("its {FUSE_MARK} is a {}, not a file", other.kind_name()),
+                })
+            }
         };
         Ok(Layer { dir, dir_fd, upper, id: (st.st_dev, st.st_ino), fuse })
     }
@@ -231,7 +250,11 @@ impl Layer {
             let shown: Vec<String> = names.iter().take(3).map(|n| quote(n)).collect();
             return Err(LayerError::NotALayer {
                 dir: dir.to_path_buf(),
-                why: format!("it is not empty (it holds {}{}) and has no upper/; name an empty or new directory", shown.join(", "), if names.len() > 3 { ", ..." } else { "" }),
+                why: format!(
+                    "it is not empty (it holds {}{}) and has no upper/; name an empty or new directory",
+                    shown.join(", "),
+                    if names.len() > 3 { ", ..." } else { "" }
+                ),
             });
         }
         for sub in [&b"upper"[..], b"work"] {
@@ -241,7 +264,12 @@ impl Layer {
             }
         }
         for (name, content) in [(&b"layer.json"[..], EMPTY_META), (b"layer.lock", "")] {
-            match sl::openat_name(fd.as_raw_fd(), name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600) {
+            match sl::openat_name(
+                fd.as_raw_fd(),
+                name,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                0o600,
+            ) {
                 Ok(f) => {
                     use std::io::Write;
                     let path = dir.join(std::ffi::OsStr::from_bytes(name));
@@ -300,36 +328,62 @@ impl Layer {
     /// would block.
     pub fn lock_run(&self, exclusive: bool) -> Result<LayerLock, LayerError> {
         // O_NONBLOCK: a FIFO planted as the lock opens at once (never a hang).
-        let lock = match sl::openat_name(self.dir_fd.as_raw_fd(), b"layer.lock", libc::O_RDONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0o600) {
+        let lock = match sl::openat_name(
+            self.dir_fd.as_raw_fd(),
+            b"layer.lock",
+            libc::O_RDONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0o600,
+        ) {
             Ok(f) => f,
             // A read-only layer directory of someone else's: lock the directory itself.
-            Err(libc::EACCES) | Err(libc::EROFS) => sl::openat_name(self.dir_fd.as_raw_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
-                .map_err(|e| sys_err("open", &self.dir, e))?,
+            Err(libc::EACCES) | Err(libc::EROFS) => {
+                sl::openat_name(self.dir_fd.as_raw_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+                    .map_err(|e| sys_err("open", &self.dir, e))?
+            }
             Err(e) => return Err(sys_err("open", self.path_of("layer.lock"), e).into()),
         };
-        if let Ok(mode @ (libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK)) = crate::sys::fd_mode(lock.as_raw_fd()) {
+        if let Ok(mode @ (libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK)) =
+            crate::sys::fd_mode(lock.as_raw_fd())
+        {
             let kind = crate::error::file_kind(mode);
-            return Err(LayerError::Invalid(format!("{} is {kind}, not the layer's lock file", self.path_of("layer.lock").display())));
+            return Err(LayerError::Invalid(format!(
+                "{} is {kind}, not the layer's lock file",
+                self.path_of("layer.lock").display()
+            )));
         }
         match sl::flock_nb(lock.as_raw_fd(), exclusive) {
             Ok(()) => Ok(LayerLock { _file: lock, exclusive, id: self.id }),
             Err(libc::EWOULDBLOCK) => Err(LayerError::InUse(self.dir.clone())),
-            Err(e) => Err(sys_err(if exclusive { "flock(LOCK_EX)" } else { "flock(LOCK_SH)" }, self.path_of("layer.lock"), e).into()),
+            Err(e) => {
+                Err(sys_err(if exclusive { "flock(LOCK_EX)" } else { "flock(LOCK_SH)" }, self.path_of("layer.lock"), e)
+                    .into())
+            }
         }
     }
 
     fn check_lock(&self, lock: &LayerLock) -> Result<(), LayerError> {
         if lock.id != self.id {
-            return Err(LayerError::Invalid(format!("the lock passed is not the lock of layer {}", quote_path(&self.dir))));
+            return Err(LayerError::Invalid(format!(
+                "the lock passed is not the lock of layer {}",
+                quote_path(&self.dir)
+            )));
         }
         if !lock.exclusive {
-            return Err(LayerError::Invalid(format!("changing layer {} needs its exclusive lock (lock_run(true))", quote_path(&self.dir))));
+            return Err(LayerError::Invalid(format!(
+                "changing layer {} needs its exclusive lock (lock_run(true))",
+                quote_path(&self.dir)
+            )));
         }
         Ok(())
     }
 
     fn load_meta(&self) -> Result<meta::Meta, LayerError> {
-        let f = match sl::openat_name(self.dir_fd.as_raw_fd(), b"layer.json", libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) {
+        let f = match sl::openat_name(
+            self.dir_fd.as_raw_fd(),
+            b"layer.json",
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        ) {
             Ok(f) => f,
             Err(libc::ENOENT) => return Ok(meta::Meta::default()),
             Err(e) => return Err(sys_err("open", self.path_of("layer.json"), e).into()),
@@ -354,15 +408,21 @@ impl Layer {
         let tmp = format!("{name}.{}.tmp", std::process::id());
         let dirfd = self.dir_fd.as_raw_fd();
         let _ = sl::unlink_at(dirfd, tmp.as_bytes(), false);
-        let f = sl::openat_name(dirfd, tmp.as_bytes(), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
-            .map_err(|e| sys_err("open(O_CREAT)", self.path_of(&tmp), e))?;
+        let f = sl::openat_name(
+            dirfd,
+            tmp.as_bytes(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            0o600,
+        )
+        .map_err(|e| sys_err("open(O_CREAT)", self.path_of(&tmp), e))?;
         let mut f = std::fs::File::from(f);
         let res = f.write_all(text.as_bytes()).and_then(|_| f.sync_all());
         if let Err(e) = res {
             let _ = sl::unlink_at(dirfd, tmp.as_bytes(), false);
             return Err(sys_err("write", self.path_of(&tmp), sl::errno_of(&e)).into());
         }
-        sl::rename_at(dirfd, tmp.as_bytes(), dirfd, name.as_bytes(), 0).map_err(|e| sys_err("renameat2", self.path_of(name), e))?;
+        sl::rename_at(dirfd, tmp.as_bytes(), dirfd, name.as_bytes(), 0)
+            .map_err(|e| sys_err("renameat2", self.path_of(name), e))?;
         Ok(())
     }
 
@@ -383,14 +443,21 @@ impl Layer {
 
     fn load_guard_file(&self) -> Result<guard::GuardFile, LayerError> {
         let name = guard::GUARD_FILE;
-        let f = match sl::openat_name(self.dir_fd.as_raw_fd(), name.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) {
+        let f = match sl::openat_name(
+            self.dir_fd.as_raw_fd(),
+            name.as_bytes(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        ) {
             Ok(f) => f,
             Err(libc::ENOENT) => return Ok(guard::GuardFile { version: 1, runs: Vec::new() }),
             Err(e) => return Err(sys_err("open", self.path_of(name), e).into()),
         };
         let mut text = String::new();
         use std::io::Read;
-        let bad = |why: String| LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(name))));
+        let bad = |why: String| {
+            LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(name))))
+        };
         std::fs::File::from(f).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
         let g: guard::GuardFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         if g.version != 1 {
@@ -401,7 +468,13 @@ impl Layer {
 
     fn load_guard(&self) -> Result<guard::Guard, LayerError> {
         let f = self.load_guard_file()?;
-        guard::Guard::from_file(&f).map_err(|why| LayerError::Invalid(format!("layer {}: {}: {why}", quote_path(&self.dir), quote_path(&self.path_of(guard::GUARD_FILE)))))
+        guard::Guard::from_file(&f).map_err(|why| {
+            LayerError::Invalid(format!(
+                "layer {}: {}: {why}",
+                quote_path(&self.dir),
+                quote_path(&self.path_of(guard::GUARD_FILE))
+            ))
+        })
     }
 
     /// The changes at or below `paths` (absolute host paths; empty: all),
@@ -445,7 +518,13 @@ impl Layer {
     /// Applies the changes at or below `paths` (empty: all) to the host;
     /// see [`commit`](commit::commit). Setuid and setgid bits are dropped
     /// (they stay in the layer) unless `keep_special_bits`.
-    pub fn commit(&self, lock: &LayerLock, paths: &[PathBuf], force: bool, keep_special_bits: bool) -> Result<CommitReport, LayerError> {
+    pub fn commit(
+        &self,
+        lock: &LayerLock,
+        paths: &[PathBuf],
+        force: bool,
+        keep_special_bits: bool,
+    ) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
         commit::commit(self, paths, force, false, keep_special_bits)
     }
@@ -453,7 +532,13 @@ impl Layer {
     /// Like [`commit`](Self::commit), but each path names exactly one
     /// change (as listed), not what lies below it: the post-run menu's
     /// "commit some".
-    pub fn commit_entries(&self, lock: &LayerLock, paths: &[PathBuf], force: bool, keep_special_bits: bool) -> Result<CommitReport, LayerError> {
+    pub fn commit_entries(
+        &self,
+        lock: &LayerLock,
+        paths: &[PathBuf],
+        force: bool,
+        keep_special_bits: bool,
+    ) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
         commit::commit(self, paths, force, true, keep_special_bits)
     }
@@ -473,14 +558,24 @@ impl Layer {
                 })
             }
         }
-        let link = sl::lstat_at(libc::AT_FDCWD, self.dir.as_os_str().as_bytes()).map(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK).unwrap_or(false);
+        let link = sl::lstat_at(libc::AT_FDCWD, self.dir.as_os_str().as_bytes())
+            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+            .unwrap_or(false);
         if link {
-            return Err(LayerError::Invalid(format!("{} is a symbolic link; discard the layer it points to by its own name", quote_path(&self.dir))));
+            return Err(LayerError::Invalid(format!(
+                "{} is a symbolic link; discard the layer it points to by its own name",
+                quote_path(&self.dir)
+            )));
         }
         let names = sl::list_dir(dirfd).map_err(|e| sys_err("getdents64", &self.dir, e))?;
         // layer.json last: until it goes, this is still recognizably a layer.
-        for name in names.iter().filter(|n| n.as_slice() != b"layer.json").chain(names.iter().filter(|n| n.as_slice() == b"layer.json")) {
-            node::remove_tree_at(dirfd, name, true).map_err(|e| sys_err("unlinkat", self.dir.join(std::ffi::OsStr::from_bytes(name)), e))?;
+        for name in names
+            .iter()
+            .filter(|n| n.as_slice() != b"layer.json")
+            .chain(names.iter().filter(|n| n.as_slice() == b"layer.json"))
+        {
+            node::remove_tree_at(dirfd, name, true)
+                .map_err(|e| sys_err("unlinkat", self.dir.join(std::ffi::OsStr::from_bytes(name)), e))?;
         }
         drop(lock);
         std::fs::remove_dir(&self.dir).map_err(|e| sys_err("rmdir", &self.dir, sl::errno_of(&e)))?;
@@ -507,7 +602,8 @@ impl Selector {
         }
         let mut roots = Vec::new();
         for p in paths {
-            let n = normalize(p).ok_or_else(|| LayerError::Invalid(format!("{} is not an absolute path", quote_path(p))))?;
+            let n = normalize(p)
+                .ok_or_else(|| LayerError::Invalid(format!("{} is not an absolute path", quote_path(p))))?;
             roots.push(n.as_os_str().as_bytes()[1..].to_vec());
         }
         Ok(Selector { roots })

@@ -16,14 +16,32 @@ use crate::sys::Errno;
 pub enum Node {
     Absent,
     /// `blocks`: 512-byte units allocated (fewer than the size: holes).
-    File { size: u64, mode: u32, mtime_ns: i64, blocks: u64 },
-    Dir { mode: u32, mtime_ns: i64 },
-    Symlink { target: Vec<u8>, mtime_ns: i64 },
-    Fifo { mode: u32, mtime_ns: i64 },
+    File {
+        size: u64,
+        mode: u32,
+        mtime_ns: i64,
+        blocks: u64,
+    },
+    Dir {
+        mode: u32,
+        mtime_ns: i64,
+    },
+    Symlink {
+        target: Vec<u8>,
+        mtime_ns: i64,
+    },
+    Fifo {
+        mode: u32,
+        mtime_ns: i64,
+    },
     /// An overlayfs whiteout (character device 0:0), upper side only.
     Whiteout,
     /// A socket or device.
-    Special { what: &'static str, mode: u32, mtime_ns: i64 },
+    Special {
+        what: &'static str,
+        mode: u32,
+        mtime_ns: i64,
+    },
 }
 
 pub fn mtime_ns(st: &libc::stat) -> i64 {
@@ -70,7 +88,9 @@ impl Node {
     /// Permission bits, for the kinds that have meaningful ones.
     pub fn mode(&self) -> Option<u32> {
         match self {
-            Node::File { mode, .. } | Node::Dir { mode, .. } | Node::Fifo { mode, .. } | Node::Special { mode, .. } => Some(*mode),
+            Node::File { mode, .. } | Node::Dir { mode, .. } | Node::Fifo { mode, .. } | Node::Special { mode, .. } => {
+                Some(*mode)
+            }
             _ => None,
         }
     }

@@ -11,7 +11,10 @@ use std::path::PathBuf;
 
 use super::meta::{encode, OrigKind, Record};
 use super::node::{self, octal, Node};
-use super::{host_path, join, quote, quote_path, special_bits, sys_err, valid_name, Change, ChangeKind, Layer, LayerError, Selector};
+use super::{
+    host_path, join, quote, quote_path, special_bits, sys_err, valid_name, Change, ChangeKind, Layer, LayerError,
+    Selector,
+};
 use crate::sys::layer as sl;
 use crate::sys::Errno;
 
@@ -38,7 +41,11 @@ pub fn is_fuse_marker(layer: &Layer, name: &[u8]) -> bool {
 /// name or attributes fuse-overlayfs would take for its own markers.
 pub fn fuse_marker_below(layer: &Layer, fd: RawFd, rel: &[u8]) -> Result<Option<Vec<u8>>, LayerError> {
     let upath = || upper_path(layer, rel);
-    if sl::list_xattrs_at(fd, b"").map_err(|e| sys_err("llistxattr", upath(), e))?.iter().any(|x| x.starts_with(FUSE_XATTR_PREFIX)) {
+    if sl::list_xattrs_at(fd, b"")
+        .map_err(|e| sys_err("llistxattr", upath(), e))?
+        .iter()
+        .any(|x| x.starts_with(FUSE_XATTR_PREFIX))
+    {
         return Ok(Some(rel.to_vec()));
     }
     for name in sl::list_dir(fd).map_err(|e| sys_err("getdents64", upath(), e))? {
@@ -55,7 +62,11 @@ pub fn fuse_marker_below(layer: &Layer, fd: RawFd, rel: &[u8]) -> Result<Option<
             }
             Node::Symlink { .. } | Node::Absent => {}
             _ => {
-                if sl::list_xattrs_at(fd, &name).map_err(|e| sys_err("llistxattr", upper_path(layer, &crel), e))?.iter().any(|x| x.starts_with(FUSE_XATTR_PREFIX)) {
+                if sl::list_xattrs_at(fd, &name)
+                    .map_err(|e| sys_err("llistxattr", upper_path(layer, &crel), e))?
+                    .iter()
+                    .any(|x| x.starts_with(FUSE_XATTR_PREFIX))
+                {
                     return Ok(Some(crel));
                 }
             }
@@ -113,7 +124,8 @@ impl Item {
     /// copy-up is the layer's own snapshot: the host may change under it).
     pub fn wants_record(&self) -> bool {
         self.problem.is_none()
-            && (self.status.is_some() || matches!(self.upper, Upper::Entry(Node::File { .. }) | Upper::Entry(Node::Symlink { .. })))
+            && (self.status.is_some()
+                || matches!(self.upper, Upper::Entry(Node::File { .. }) | Upper::Entry(Node::Symlink { .. })))
     }
 
     /// The record of the host's entry now: the SHA-256 only for a regular
@@ -157,7 +169,11 @@ pub fn open_host_parent(rel: &[u8]) -> Result<(OwnedFd, &[u8]), (Errno, String)>
         Err(e) => {
             // Name the culprit: walk the components.
             let mut at = Vec::new();
-            let mut why = format!("cannot open the host directory {}: {}", quote_path(&host_path(parent)), crate::error::errno_text(e));
+            let mut why = format!(
+                "cannot open the host directory {}: {}",
+                quote_path(&host_path(parent)),
+                crate::error::errno_text(e)
+            );
             for comp in parent.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
                 at = join(&at, comp);
                 match node::node_at(libc::AT_FDCWD, host_path(&at).as_os_str().as_bytes(), false) {
@@ -175,7 +191,11 @@ pub fn open_host_parent(rel: &[u8]) -> Result<(OwnedFd, &[u8]), (Errno, String)>
                         break;
                     }
                     Ok(other) => {
-                        why = format!("host path {} is a {}, not a directory", quote_path(&host_path(&at)), other.kind_name());
+                        why = format!(
+                            "host path {} is a {}, not a directory",
+                            quote_path(&host_path(&at)),
+                            other.kind_name()
+                        );
                         break;
                     }
                     Err(_) => break,
@@ -204,7 +224,8 @@ pub fn scan(layer: &Layer, sel: &Selector) -> Result<Vec<Item>, LayerError> {
 /// [`scan`]; without `compare`, a file present on both sides is an
 /// unchanged copy unless its size or mode differs (for recording).
 pub fn scan_with(layer: &Layer, sel: &Selector, compare: bool) -> Result<Vec<Item>, LayerError> {
-    let host_root = sl::openat2(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(|e| sys_err("open", "/", e))?;
+    let host_root = sl::openat2(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY, 0, 0)
+        .map_err(|e| sys_err("open", "/", e))?;
     let mut ctx = Ctx { sel, compare, layer, items: Vec::new() };
     let upper = sl::openat_name(layer.upper.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(|e| sys_err("open", layer.dir.join("upper"), e))?;
@@ -248,7 +269,13 @@ fn is_xwhiteout(dir: RawFd, name: &[u8]) -> Result<bool, Errno> {
     Ok(false)
 }
 
-fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherited_opaque: bool) -> Result<(), LayerError> {
+fn scan_dir(
+    ctx: &mut Ctx,
+    upper: &OwnedFd,
+    host: &OwnedFd,
+    rel: &[u8],
+    inherited_opaque: bool,
+) -> Result<(), LayerError> {
     let udir = upper_path(ctx.layer, rel);
     let upath = || udir.clone();
     let ufd = upper.as_raw_fd();
@@ -278,7 +305,8 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
             }
             continue;
         }
-        let n = node::node_at(ufd, name, true).map_err(|e| sys_err("lstat", upath().join(std::ffi::OsStr::from_bytes(name)), e))?;
+        let n = node::node_at(ufd, name, true)
+            .map_err(|e| sys_err("lstat", upath().join(std::ffi::OsStr::from_bytes(name)), e))?;
         let n = match n {
             Node::File { size: 0, .. } if is_xwhiteout(ufd, name).unwrap_or(false) => Node::Whiteout,
             n => n,
@@ -330,7 +358,8 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
             }
             continue;
         };
-        let foreign = foreign_xattr(upper.as_raw_fd(), &name).map_err(|e| sys_err("llistxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+        let foreign = foreign_xattr(upper.as_raw_fd(), &name)
+            .map_err(|e| sys_err("llistxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
         let up = Upper::Entry(unode.clone());
         if let Some(x) = foreign {
             let kind = if hnode == Node::Absent { ChangeKind::Added } else { ChangeKind::Modified };
@@ -346,15 +375,20 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
             continue;
         }
         if !unode.same_kind(&hnode) {
-            let mut it = base(Some(ChangeKind::Modified), up, format!("type {} -> {}", hnode.kind_name(), unode.kind_name()));
+            let mut it =
+                base(Some(ChangeKind::Modified), up, format!("type {} -> {}", hnode.kind_name(), unode.kind_name()));
             it.problem = special_problem(unode);
             if let (Node::Dir { .. }, Node::Symlink { target, .. }) = (unode, &hnode) {
                 // overlayfs makes a directory that replaces something opaque;
                 // one that is not was written through the host's link (or
                 // crafted): committing it would not be what the run saw.
-                let sub = node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                let subnames = sl::list_dir(sub.as_raw_fd()).map_err(|e| sys_err("getdents64", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                if !is_opaque(ctx.layer, sub.as_raw_fd(), &subnames).map_err(|e| sys_err("lgetxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))? {
+                let sub = node::open_dir(upper.as_raw_fd(), &name)
+                    .map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+                let subnames = sl::list_dir(sub.as_raw_fd())
+                    .map_err(|e| sys_err("getdents64", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+                if !is_opaque(ctx.layer, sub.as_raw_fd(), &subnames)
+                    .map_err(|e| sys_err("lgetxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?
+                {
                     it.problem = Some(format!(
                         "the host's {} is a symbolic link (-> {}) and the layer's directory there does not replace it (not opaque); capsule never commits through a link",
                         quote_path(&host_path(&crel)),
@@ -370,8 +404,10 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                 if um != hm {
                     push(ctx, base(Some(ChangeKind::Modified), up, format!("mode {} -> {}", octal(*hm), octal(*um))));
                 }
-                let sub_u = node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
-                let sub_h = node::open_dir(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
+                let sub_u =
+                    node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
+                let sub_h =
+                    node::open_dir(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
                 scan_dir(ctx, &sub_u, &sub_h, &crel, opaque)?;
             }
             (Node::File { size: us, mode: um, .. }, Node::File { size: hs, mode: hm, .. }) => {
@@ -380,11 +416,14 @@ fn scan_dir(ctx: &mut Ctx, upper: &OwnedFd, host: &OwnedFd, rel: &[u8], inherite
                 }
                 // Two empty files are equal unread (the host's may be
                 // unreadable to the caller: a root-only lock file).
-                let content_differs = us != hs || ctx.compare && *us > 0 && {
-                    let mut a = node::open_file(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                    let mut b = node::open_file(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
-                    !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&crel), e))?
-                };
+                let content_differs = us != hs
+                    || ctx.compare && *us > 0 && {
+                        let mut a = node::open_file(upper.as_raw_fd(), &name)
+                            .map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+                        let mut b = node::open_file(host.as_raw_fd(), &name)
+                            .map_err(|e| sys_err("open", host_path(&crel), e))?;
+                        !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&crel), e))?
+                    };
                 let mut what = Vec::new();
                 if content_differs {
                     what.push(if us != hs { format!("content, {hs} -> {us} bytes") } else { "content".to_string() });
@@ -439,7 +478,9 @@ fn added_what(n: &Node) -> String {
 /// Sockets and devices are never committed.
 fn special_problem(n: &Node) -> Option<String> {
     match n {
-        Node::Special { what, .. } => Some(format!("it is a {what}; capsule commits files, directories, symlinks and FIFOs only")),
+        Node::Special { what, .. } => {
+            Some(format!("it is a {what}; capsule commits files, directories, symlinks and FIFOs only"))
+        }
         _ => None,
     }
 }

@@ -32,7 +32,9 @@ fn lock_wait(l: &Layer, exclusive: bool) -> LayerLock {
     loop {
         match l.lock_run(exclusive) {
             Ok(lock) => return lock,
-            Err(LayerError::InUse(_)) if start.elapsed() < std::time::Duration::from_secs(10) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(LayerError::InUse(_)) if start.elapsed() < std::time::Duration::from_secs(10) => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
             Err(e) => panic!("lock: {e}"),
         }
     }
@@ -40,7 +42,11 @@ fn lock_wait(l: &Layer, exclusive: bool) -> LayerLock {
 
 impl T {
     fn new() -> T {
-        let root = std::env::temp_dir().join(format!("capsule-layer-unit-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let root = std::env::temp_dir().join(format!(
+            "capsule-layer-unit-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = fs::remove_dir_all(&root);
         fs::create_dir_all(root.join("host")).unwrap();
         let host = root.join("host");
@@ -79,7 +85,12 @@ impl T {
     }
 
     fn list(&self) -> Vec<String> {
-        self.layer.changes(std::slice::from_ref(&self.host)).unwrap().iter().map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&self.host).unwrap().display())).collect()
+        self.layer
+            .changes(std::slice::from_ref(&self.host))
+            .unwrap()
+            .iter()
+            .map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&self.host).unwrap().display()))
+            .collect()
     }
 
     fn whiteout(&self, rel: &str) {
@@ -91,7 +102,8 @@ impl T {
     fn xattr(&self, rel: &str, name: &str, value: &[u8]) {
         let p = self.u(rel);
         let dir = fs::File::open(p.parent().unwrap()).unwrap();
-        crate::sys::layer::set_xattr_at(dir.as_raw_fd(), p.file_name().unwrap().as_encoded_bytes(), name, value).unwrap();
+        crate::sys::layer::set_xattr_at(dir.as_raw_fd(), p.file_name().unwrap().as_encoded_bytes(), name, value)
+            .unwrap();
     }
 
     fn record(&self) {
@@ -188,9 +200,17 @@ fn each_kind_of_change_is_detected() {
     write(&t.u("new-dir/a/b.txt"), "deep\n");
     write(&t.u("file-then-dir/inside"), "i");
     // A directory present only because something inside it changed.
-    fs::set_permissions(t.u("parent"), fs::Permissions::from_mode(fs::metadata(t.h("parent")).unwrap().mode() & 0o7777)).ok();
+    fs::set_permissions(
+        t.u("parent"),
+        fs::Permissions::from_mode(fs::metadata(t.h("parent")).unwrap().mode() & 0o7777),
+    )
+    .ok();
     write(&t.u("parent/child"), "2");
-    fs::set_permissions(t.u("parent"), fs::Permissions::from_mode(fs::metadata(t.h("parent")).unwrap().mode() & 0o7777)).unwrap();
+    fs::set_permissions(
+        t.u("parent"),
+        fs::Permissions::from_mode(fs::metadata(t.h("parent")).unwrap().mode() & 0o7777),
+    )
+    .unwrap();
 
     assert_eq!(
         t.list(),
@@ -239,7 +259,8 @@ fn opaque_directories_in_both_formats() {
         write(&t.h("d/sub/inner"), "i\n");
         // rm -rf d; mkdir d; recreate some of it.
         mkdirs(&t.u("d"));
-        fs::set_permissions(t.u("d"), fs::Permissions::from_mode(fs::metadata(t.h("d")).unwrap().mode() & 0o7777)).unwrap();
+        fs::set_permissions(t.u("d"), fs::Permissions::from_mode(fs::metadata(t.h("d")).unwrap().mode() & 0o7777))
+            .unwrap();
         if fuse {
             write(&t.u("d/.wh..wh..opq"), "");
         } else {
@@ -250,7 +271,11 @@ fn opaque_directories_in_both_formats() {
         write(&t.u("d/added"), "a\n");
         // A directory inside an opaque one shows none of the host's entries.
         mkdirs(&t.u("d/sub"));
-        fs::set_permissions(t.u("d/sub"), fs::Permissions::from_mode(fs::metadata(t.h("d/sub")).unwrap().mode() & 0o7777)).unwrap();
+        fs::set_permissions(
+            t.u("d/sub"),
+            fs::Permissions::from_mode(fs::metadata(t.h("d/sub")).unwrap().mode() & 0o7777),
+        )
+        .unwrap();
         assert_eq!(t.list(), ["A d/added", "M d/changed", "D d/dropped", "D d/sub/inner"], "fuse format: {fuse}");
     }
 }
@@ -266,7 +291,10 @@ fn fuse_whiteouts_and_foreign_entries() {
     t.xattr("b", "user.overlay.metacopy", b"");
     write(&t.u(".wh..."), "");
     let all = t.layer.changes(std::slice::from_ref(&t.host)).unwrap();
-    let lines: Vec<String> = all.iter().map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&t.host).unwrap().display())).collect();
+    let lines: Vec<String> = all
+        .iter()
+        .map(|c| format!("{} {}", c.kind.letter(), c.path.strip_prefix(&t.host).unwrap().display()))
+        .collect();
     assert_eq!(lines, ["D .wh...", "D a", "M b"]);
     t.record();
     let r = t.commit(std::slice::from_ref(&t.host), true);
@@ -319,7 +347,11 @@ fn record_then_commit_everything() {
     assert_eq!(fs::read_to_string(t.h("dir-then-file")).unwrap(), "now a file");
     // No temporary left on the host, nothing left in the layer (the
     // unchanged copy went with the rest), no record left.
-    let leftovers: Vec<_> = fs::read_dir(&t.host).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".capsule")).collect();
+    let leftovers: Vec<_> = fs::read_dir(&t.host)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".capsule"))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     assert!(t.upper_left().is_empty(), "{:?}", t.upper_left());
     assert!(t.list().is_empty());
@@ -660,7 +692,8 @@ fn protected_paths_are_never_committed() {
     t.whiteout("proj/ro/f");
     t.record();
     let r = t.commit(&[], true);
-    let refused: Vec<String> = r.errors.iter().map(|e| e.path.strip_prefix(&t.host).unwrap().display().to_string()).collect();
+    let refused: Vec<String> =
+        r.errors.iter().map(|e| e.path.strip_prefix(&t.host).unwrap().display().to_string()).collect();
     assert_eq!(refused, ["cfg/other", "home/.ssh/id", "home/.ssh/new", "proj/ro/f"], "{r:?}");
     assert!(r.errors.iter().all(|e| e.reason.contains("no run could change it")), "{r:?}");
     assert_eq!(r.committed.len(), 1, "{r:?}");

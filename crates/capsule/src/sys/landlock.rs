@@ -48,9 +48,8 @@ const _: () = assert!(std::mem::size_of::<RulesetAttr>() == 24);
 pub fn abi_version() -> SysResult<u32> {
     // SAFETY: the version query takes a NULL attribute of size 0 and
     // dereferences nothing.
-    let r = cvt(unsafe {
-        raw_syscall(libc::SYS_landlock_create_ruleset, [0, 0, CREATE_RULESET_VERSION as u64, 0, 0, 0])
-    });
+    let r =
+        cvt(unsafe { raw_syscall(libc::SYS_landlock_create_ruleset, [0, 0, CREATE_RULESET_VERSION as u64, 0, 0, 0]) });
     match r {
         Ok(v) => Ok(v as u32),
         Err(libc::ENOSYS) | Err(libc::EOPNOTSUPP) => Ok(0),

@@ -55,7 +55,11 @@ fn cstr(b: &[u8]) -> SysResult<CString> {
 /// under the `resolve` restrictions; always close-on-exec.
 pub fn openat2(dir: RawFd, path: &[u8], flags: i32, mode: u32, resolve: u64) -> SysResult<OwnedFd> {
     let path = cstr(path)?;
-    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve: resolve | RESOLVE_NO_MAGICLINKS };
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve: resolve | RESOLVE_NO_MAGICLINKS,
+    };
     let fd = retry(|| {
         // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
         check(unsafe {

@@ -169,9 +169,11 @@ pub fn fd_access_mode(fd: RawFd) -> SysResult<i32> {
 }
 
 pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
-    // SAFETY: buf is a valid writable region of buf.len() bytes.
-    retry(|| cvt(unsafe { raw_syscall(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) }))
-        .map(|n| n as usize)
+    retry(|| {
+        // SAFETY: buf is a valid writable region of buf.len() bytes.
+        cvt(unsafe { raw_syscall(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) })
+    })
+    .map(|n| n as usize)
 }
 
 pub fn write(fd: RawFd, buf: &[u8]) -> SysResult<usize> {
@@ -340,10 +342,7 @@ pub fn readlink_fd(fd: RawFd) -> SysResult<Vec<u8>> {
 pub fn read_regular_file(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
     let m = f.metadata()?;
     if !m.is_file() {
         use std::os::unix::fs::MetadataExt;
@@ -397,10 +396,7 @@ pub fn pread(fd: RawFd, buf: &mut [u8], offset: i64) -> SysResult<usize> {
     retry(|| {
         // SAFETY: buf is a valid writable region of buf.len() bytes.
         cvt(unsafe {
-            raw_syscall(
-                libc::SYS_pread64,
-                [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, offset as u64, 0, 0],
-            )
+            raw_syscall(libc::SYS_pread64, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, offset as u64, 0, 0])
         })
     })
     .map(|n| n as usize)
@@ -492,7 +488,8 @@ pub fn move_mount_to_path(from: RawFd, path: &CStr) -> SysResult<()> {
 
 pub fn fsopen(fstype: &CStr) -> SysResult<OwnedFd> {
     // SAFETY: fstype is NUL-terminated.
-    let fd = cvt(unsafe { raw_syscall(libc::SYS_fsopen, [fstype.as_ptr() as u64, FSOPEN_CLOEXEC as u64, 0, 0, 0, 0]) })?;
+    let fd =
+        cvt(unsafe { raw_syscall(libc::SYS_fsopen, [fstype.as_ptr() as u64, FSOPEN_CLOEXEC as u64, 0, 0, 0, 0]) })?;
     Ok(owned(fd))
 }
 
@@ -528,10 +525,8 @@ pub fn fsmount(fs: RawFd, attrs: u64) -> SysResult<OwnedFd> {
 pub fn mount_make_rprivate_root() -> SysResult<()> {
     // SAFETY: the target is NUL-terminated; source, type and data are NULL,
     // which the kernel allows for a propagation change.
-    cvt(unsafe {
-        raw_syscall(libc::SYS_mount, [0, c"/".as_ptr() as u64, 0, libc::MS_REC | libc::MS_PRIVATE, 0, 0])
-    })
-    .map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_mount, [0, c"/".as_ptr() as u64, 0, libc::MS_REC | libc::MS_PRIVATE, 0, 0]) })
+        .map(drop)
 }
 
 /// pivot_root(".", "."): the current directory becomes the root and the old
@@ -563,8 +558,7 @@ pub fn setns(fd: RawFd, nstype: i32) -> SysResult<()> {
 
 pub fn sethostname(name: &[u8]) -> SysResult<()> {
     // SAFETY: name is a valid region of name.len() bytes.
-    cvt(unsafe { raw_syscall(libc::SYS_sethostname, [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0]) })
-        .map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_sethostname, [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0]) }).map(drop)
 }
 
 /// CPUs in the caller's affinity mask.
@@ -659,13 +653,7 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
 /// cgroup threadgroup lock for writing and wait for an RCU grace period).
 /// The child must only make raw syscalls (no allocation: the heap is the
 /// caller's) and must end in execve or [`exit`].
-pub fn clone_vfork<T>(
-    flags: i32,
-    cgroup: Option<RawFd>,
-    stack: &Stack,
-    arg: &T,
-    child: fn(&T) -> !,
-) -> SysResult<i32> {
+pub fn clone_vfork<T>(flags: i32, cgroup: Option<RawFd>, stack: &Stack, arg: &T, child: fn(&T) -> !) -> SysResult<i32> {
     let call = Call { arg, child };
     let mut args = CloneArgs {
         flags: (flags as u64)
@@ -1079,10 +1067,8 @@ pub fn capset_empty() -> SysResult<()> {
     let hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
     let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
     // SAFETY: hdr and a two-element data array are what version 3 expects.
-    cvt(unsafe {
-        raw_syscall(libc::SYS_capset, [&hdr as *const CapHeader as u64, data.as_ptr() as u64, 0, 0, 0, 0])
-    })
-    .map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_capset, [&hdr as *const CapHeader as u64, data.as_ptr() as u64, 0, 0, 0, 0]) })
+        .map(drop)
 }
 
 pub fn setrlimit(resource: u32, soft: u64, hard: u64) -> SysResult<()> {
@@ -1090,10 +1076,8 @@ pub fn setrlimit(resource: u32, soft: u64, hard: u64) -> SysResult<()> {
     // SAFETY: lim is a valid rlimit (the kernel's struct rlimit64 on
     // x86_64); the old limit is not asked for (NULL). pid 0: the caller,
     // as glibc's setrlimit does it.
-    cvt(unsafe {
-        raw_syscall(libc::SYS_prlimit64, [0, resource as u64, &lim as *const libc::rlimit as u64, 0, 0, 0])
-    })
-    .map(drop)
+    cvt(unsafe { raw_syscall(libc::SYS_prlimit64, [0, resource as u64, &lim as *const libc::rlimit as u64, 0, 0, 0]) })
+        .map(drop)
 }
 
 /// Seconds of CLOCK_REALTIME_COARSE: the clock file timestamps are taken
@@ -1185,10 +1169,7 @@ pub fn default_signals(signals: &[i32]) {
 /// The kernel signal set of `signals` (bit `sig - 1`); invalid and
 /// glibc-reserved numbers are left out, as `sigaddset` refuses them.
 fn sigset_of(signals: &[i32]) -> u64 {
-    signals
-        .iter()
-        .filter(|&&s| (1..=64).contains(&s) && !glibc_reserved(s))
-        .fold(0, |set, &s| set | 1u64 << (s - 1))
+    signals.iter().filter(|&&s| (1..=64).contains(&s) && !glibc_reserved(s)).fold(0, |set, &s| set | 1u64 << (s - 1))
 }
 
 fn set_sigmask(signals: &[i32], how: i32) {
@@ -1223,7 +1204,9 @@ pub fn signalfd_for(signals: &[i32]) -> SysResult<OwnedFd> {
 pub fn getdents64(dir: RawFd, buf: &mut [u8]) -> SysResult<usize> {
     retry(|| {
         // SAFETY: the kernel writes at most buf.len() bytes into buf.
-        cvt(unsafe { raw_syscall(libc::SYS_getdents64, [dir as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) })
+        cvt(unsafe {
+            raw_syscall(libc::SYS_getdents64, [dir as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0])
+        })
     })
     .map(|n| n as usize)
 }
@@ -1284,10 +1267,7 @@ pub fn timerfd_at(fd: RawFd, at_ns: u64) -> SysResult<()> {
     let at_ns = at_ns.max(1);
     let spec = libc::itimerspec {
         it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-        it_value: libc::timespec {
-            tv_sec: (at_ns / 1_000_000_000) as _,
-            tv_nsec: (at_ns % 1_000_000_000) as _,
-        },
+        it_value: libc::timespec { tv_sec: (at_ns / 1_000_000_000) as _, tv_nsec: (at_ns % 1_000_000_000) as _ },
     };
     // SAFETY: spec is a valid itimerspec; old value not requested (NULL).
     cvt(unsafe {
@@ -1313,19 +1293,21 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
         // SAFETY: fds is a valid array of fds.len() pollfd structs; tsp is
         // null or points at a writable timespec alive for the call; no
         // signal mask is passed (NULL; sigsetsize 8 as glibc passes).
-        cvt(unsafe {
-            raw_syscall(libc::SYS_ppoll, [fds.as_mut_ptr() as u64, fds.len() as u64, tsp as u64, 0, 8, 0])
-        })
+        cvt(unsafe { raw_syscall(libc::SYS_ppoll, [fds.as_mut_ptr() as u64, fds.len() as u64, tsp as u64, 0, 8, 0]) })
     })
     .map(|n| n as usize)
 }
 
 /// poll(2) over a fixed set; fills `revents`.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
-    // SAFETY: fds is a valid array of fds.len() pollfd structs; a negative
-    // timeout (infinite) is sign-extended.
-    retry(|| cvt(unsafe { raw_syscall(libc::SYS_poll, [fds.as_mut_ptr() as u64, fds.len() as u64, timeout_ms as u64, 0, 0, 0]) }))
-        .map(|n| n as usize)
+    retry(|| {
+        // SAFETY: fds is a valid array of fds.len() pollfd structs; a negative
+        // timeout (infinite) is sign-extended.
+        cvt(unsafe {
+            raw_syscall(libc::SYS_poll, [fds.as_mut_ptr() as u64, fds.len() as u64, timeout_ms as u64, 0, 0, 0])
+        })
+    })
+    .map(|n| n as usize)
 }
 
 // ---------------------------------------------------------------------------
@@ -1355,7 +1337,12 @@ impl<T: Default> Arena<T> {
         let len = len.max(align16(std::mem::size_of::<T>()) + 4096);
         // SAFETY: anonymous shared mapping, no fd; checked for failure.
         let p = unsafe {
-            mmap(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1)
+            mmap(
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+            )
         }?;
         // SAFETY: the mapping is fresh, page-aligned, writable and big enough for T.
         unsafe { (p as *mut T).write(T::default()) };
@@ -1780,7 +1767,14 @@ pub fn spawn_supervisor(bin: &std::path::Path, sock: RawFd) -> SysResult<(i32, O
         extern "C" {
             static environ: *const *const libc::c_char;
         }
-        let rc = libc::posix_spawn(&mut pid, path.as_ptr(), fa.as_ptr(), ptr::null(), argv.as_ptr() as *const *mut _, environ as *const *mut _);
+        let rc = libc::posix_spawn(
+            &mut pid,
+            path.as_ptr(),
+            fa.as_ptr(),
+            ptr::null(),
+            argv.as_ptr() as *const *mut _,
+            environ as *const *mut _,
+        );
         libc::posix_spawn_file_actions_destroy(fa.as_mut_ptr());
         rc
     };
@@ -1813,7 +1807,10 @@ pub fn close_all_except(keep: &[RawFd]) {
 pub fn loopback_up() -> SysResult<()> {
     // SAFETY: plain syscall on integers.
     let s = cvt(unsafe {
-        raw_syscall(libc::SYS_socket, [libc::AF_INET as u64, (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0])
+        raw_syscall(
+            libc::SYS_socket,
+            [libc::AF_INET as u64, (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0],
+        )
     })?;
     let s = owned(s);
     // SAFETY: ifreq is plain data; all zeroes is a valid value.
@@ -1824,13 +1821,19 @@ pub fn loopback_up() -> SysResult<()> {
     // SAFETY: the datagram socket is only used for the interface ioctls,
     // each reading or filling the zeroed, correctly named ifreq.
     cvt(unsafe {
-        raw_syscall(libc::SYS_ioctl, [s.as_raw_fd() as u64, libc::SIOCGIFFLAGS, &mut ifr as *mut libc::ifreq as u64, 0, 0, 0])
+        raw_syscall(
+            libc::SYS_ioctl,
+            [s.as_raw_fd() as u64, libc::SIOCGIFFLAGS, &mut ifr as *mut libc::ifreq as u64, 0, 0, 0],
+        )
     })?;
     // SAFETY: SIOCGIFFLAGS filled ifru_flags, the union member read and written.
     unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
     // SAFETY: as above.
     cvt(unsafe {
-        raw_syscall(libc::SYS_ioctl, [s.as_raw_fd() as u64, libc::SIOCSIFFLAGS, &ifr as *const libc::ifreq as u64, 0, 0, 0])
+        raw_syscall(
+            libc::SYS_ioctl,
+            [s.as_raw_fd() as u64, libc::SIOCSIFFLAGS, &ifr as *const libc::ifreq as u64, 0, 0, 0],
+        )
     })?;
     Ok(())
 }
@@ -1879,7 +1882,10 @@ pub fn seccomp_notif_recv(listener: RawFd) -> SysResult<SeccompNotif> {
     // SAFETY: `n` is a writable struct seccomp_notif of the size the ioctl
     // number encodes.
     cvt(unsafe {
-        raw_syscall(libc::SYS_ioctl, [listener as u64, SECCOMP_IOCTL_NOTIF_RECV, &mut n as *mut SeccompNotif as u64, 0, 0, 0])
+        raw_syscall(
+            libc::SYS_ioctl,
+            [listener as u64, SECCOMP_IOCTL_NOTIF_RECV, &mut n as *mut SeccompNotif as u64, 0, 0, 0],
+        )
     })?;
     Ok(n)
 }
@@ -1971,10 +1977,7 @@ pub fn process_vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> SysResult<usize> 
 pub fn seccomp_notif_id_valid(listener: RawFd, id: u64) -> bool {
     // SAFETY: the ioctl reads one u64 at the pointer, a live local.
     let r = unsafe {
-        raw_syscall(
-            libc::SYS_ioctl,
-            [listener as u64, SECCOMP_IOCTL_NOTIF_ID_VALID, &id as *const u64 as u64, 0, 0, 0],
-        )
+        raw_syscall(libc::SYS_ioctl, [listener as u64, SECCOMP_IOCTL_NOTIF_ID_VALID, &id as *const u64 as u64, 0, 0, 0])
     };
     r == 0
 }
@@ -2020,7 +2023,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("capsule-dirents-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         std::fs::write(dir.join("a-file"), "").unwrap();
-        let fd = open(&std::ffi::CString::new(dir.to_str().unwrap()).unwrap(), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        let fd = open(&std::ffi::CString::new(dir.to_str().unwrap()).unwrap(), libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .unwrap();
         let mut buf = [0u8; 4096];
         let n = getdents64(fd.as_raw_fd(), &mut buf).unwrap();
         let mut names: Vec<&[u8]> = dirent_names(&buf[..n]).map(Result::unwrap).collect();

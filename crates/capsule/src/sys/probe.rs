@@ -20,8 +20,8 @@ use std::path::Path;
 
 use libc::{c_int, c_uint, c_ulong};
 
-use crate::error::errno_text;
 use super::{CloneArgs, MountAttr, OpenHow};
+use crate::error::errno_text;
 
 // Constants from the kernel UAPI headers that the libc crate does not carry
 // on every target.

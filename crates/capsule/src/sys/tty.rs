@@ -66,7 +66,14 @@ pub fn tcsetattr(fd: RawFd, t: &libc::termios) -> SysResult<()> {
 /// signals from keys (^C, ^Z, ^\ are plain bytes), no output processing.
 pub fn raw(t: &libc::termios) -> libc::termios {
     let mut r = *t;
-    r.c_iflag &= !(libc::IGNBRK | libc::BRKINT | libc::PARMRK | libc::ISTRIP | libc::INLCR | libc::IGNCR | libc::ICRNL | libc::IXON);
+    r.c_iflag &= !(libc::IGNBRK
+        | libc::BRKINT
+        | libc::PARMRK
+        | libc::ISTRIP
+        | libc::INLCR
+        | libc::IGNCR
+        | libc::ICRNL
+        | libc::IXON);
     r.c_oflag &= !libc::OPOST;
     r.c_lflag &= !(libc::ECHO | libc::ECHONL | libc::ICANON | libc::ISIG | libc::IEXTEN);
     r.c_cflag &= !(libc::CSIZE | libc::PARENB);

@@ -13,7 +13,9 @@
 
 use std::os::fd::OwnedFd;
 
-use super::{align16, clone3_on_stack, owned, raw_syscall, Arena, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD};
+use super::{
+    align16, clone3_on_stack, owned, raw_syscall, Arena, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD,
+};
 
 /// A pool of stacks for PID 1s and their tracees. A stack goes back to the
 /// pool only once the process that ran on it is gone, and pooled stacks
@@ -37,9 +39,8 @@ impl StackPool {
         let stack = Stack::new(len)?;
         // SAFETY: the first page of a fresh private mapping of `len` bytes
         // (more than a page: every caller's), which nothing uses yet.
-        let ret = unsafe {
-            raw_syscall(libc::SYS_mprotect, [stack.base as u64, 4096, libc::PROT_NONE as u64, 0, 0, 0])
-        };
+        let ret =
+            unsafe { raw_syscall(libc::SYS_mprotect, [stack.base as u64, 4096, libc::PROT_NONE as u64, 0, 0, 0]) };
         if ret < 0 {
             return Err(-ret as Errno);
         }
