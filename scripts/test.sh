@@ -34,6 +34,16 @@ elif [ "$strict" = 1 ]; then
 else
   echo "test.sh: skipping the lint step: cargo clippy is not installed (rustup component add clippy)" >&2
 fi
+# Formatting: rustfmt.toml's settings; a file rustfmt would change fails
+# the suite (`cargo fmt --all` fixes it). Skipped like clippy without it.
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --all -- --check
+elif [ "$strict" = 1 ]; then
+  echo "test.sh: cargo fmt is not installed (rustup component add rustfmt); strict mode needs the format check" >&2
+  exit 1
+else
+  echo "test.sh: skipping the format check: cargo fmt is not installed (rustup component add rustfmt)" >&2
+fi
 # (Not `--bins`: it would build the front end `capsule`, a no_std program
 # linked without a C library, with the test harness, which cannot link.)
 # On this machine: everything but the cgroup v2 tests, which need a delegated
