@@ -813,6 +813,8 @@ impl MountPlan {
         let host_view = !matches!(self.base, Base::EmptyRoot { .. });
         let id = |st: libc::stat| (st.st_dev, st.st_ino);
         let mut covers: Vec<PathBuf> = Vec::new();
+        // Only binds can show the directories elsewhere: no stat without one.
+        let binds = self.ops.iter().any(|op| matches!(op, Op::Bind { src: Some(_), .. }));
         for dir in dirs {
             let under = |d: &Path| dir.starts_with(d);
             let mut shown: Vec<PathBuf> = Vec::new();
@@ -820,10 +822,13 @@ impl MountPlan {
                 shown.push(dir.clone());
             }
             // The directory and its parents, by identity.
-            let chain: Vec<(PathBuf, (u64, u64))> = dir
-                .ancestors()
-                .filter_map(|a| Some((a.to_path_buf(), id(sys::stat_path(&cstr(a), true).ok()?))))
-                .collect();
+            let chain: Vec<(PathBuf, (u64, u64))> = match binds {
+                true => dir
+                    .ancestors()
+                    .filter_map(|a| Some((a.to_path_buf(), id(sys::stat_path(&cstr(a), true).ok()?))))
+                    .collect(),
+                false => Vec::new(),
+            };
             for op in &self.ops {
                 let path = |c: &CString| PathBuf::from(std::ffi::OsStr::from_bytes(c.as_bytes()));
                 match op {
