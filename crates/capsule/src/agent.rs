@@ -40,9 +40,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, SysError};
-use crate::proto::{self, ClientMsg, ServerMsg};
-use crate::sandbox::Config;
-use crate::spec::RunSpec;
+use crate::proto::config::Config;
+use crate::proto::spec::RunSpec;
+use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::supervisor::{AgentLife, Conn, Mode, Supervisor};
 use crate::sys::{self, Forked};
 
@@ -344,14 +344,14 @@ fn verified(path: &Path, sock: &OwnedFd) -> Result<(), Missed> {
 /// working directory (a relative path from a profile): the agent's is `/`,
 /// a forked supervisor's the caller's, so such a spec is not sent there.
 fn resolved_in_cwd(spec: &RunSpec) -> bool {
-    use crate::spec::Stdio;
+    use crate::proto::spec::Stdio;
     let relative = |p: &Path| !p.is_absolute();
     let stdio = [&spec.stdin, &spec.stdout, &spec.stderr].into_iter().flatten().any(|io| match io {
         Stdio::Path(p) => relative(p),
         Stdio::Pipe(f) => relative(&f.pipe),
         _ => false,
     });
-    let policy = matches!(&spec.seccomp, crate::seccomp::PolicyName::File(p) if relative(p));
+    let policy = matches!(&spec.seccomp, crate::proto::policy::PolicyName::File(p) if relative(p));
     stdio || policy || spec.cgroup.path.as_deref().is_some_and(relative)
 }
 
@@ -360,11 +360,11 @@ fn resolved_in_cwd(spec: &RunSpec) -> bool {
 /// never read, it may go elsewhere), or `Fatal` (an agent that could not
 /// start).
 fn deliver(sock: OwnedFd, msg: &ClientMsg, fds: &[RawFd]) -> Result<Option<Connected>, Missed> {
-    if proto::send(sock.as_raw_fd(), msg, fds).is_err() {
+    if wire::send(sock.as_raw_fd(), msg, fds).is_err() {
         // Not even sent whole: nobody read it.
         return Ok(None);
     }
-    match proto::recv::<ServerMsg>(sock.as_raw_fd()) {
+    match wire::recv::<ServerMsg>(sock.as_raw_fd()) {
         Ok(Some((ServerMsg::Accepted, _))) => Ok(Some(Connected { sock })),
         Ok(Some((ServerMsg::Fatal(m), _))) => Err(Missed::Fatal(Error::Setup(m))),
         Ok(Some(_)) => Err(Missed::Fatal(Error::Supervisor("the agent answered before accepting the request".into()))),
@@ -496,7 +496,7 @@ pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>) -> ! 
                 }
             }
             // (`serve` gives up the socket and the lock when it ends.)
-            if proto::send(first.as_raw_fd(), &ServerMsg::Accepted, &[]).is_ok() {
+            if wire::send(first.as_raw_fd(), &ServerMsg::Accepted, &[]).is_ok() {
                 sup.serve(vec![Conn::binary(first)], Some(listener), Mode::Agent(life));
             } else {
                 life.give_up();
@@ -504,7 +504,7 @@ pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>) -> ! 
             0
         }
         Err(e) => {
-            let _ = proto::send(first.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
+            let _ = wire::send(first.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
             life.give_up();
             1
         }

@@ -36,7 +36,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SysError;
-use crate::spec::Limits;
+use crate::proto::config::CgroupConfig;
+use crate::proto::spec::Limits;
 use crate::sys;
 
 /// Controllers every run gets. `cpu` and `cpuset` are enabled on the base
@@ -75,18 +76,6 @@ pub struct Discovery {
     pub base: Option<PathBuf>,
     /// What was found, or why nothing usable was.
     pub detail: String,
-}
-
-/// Run-spec settings of the cgroup subtree (profile table `[cgroup]`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CgroupConfig {
-    /// Use this delegated cgroup as the base.
-    pub path: Option<PathBuf>,
-    /// Make degraded mode (no cgroups) an error.
-    pub require: bool,
-    /// Do not use cgroups (degraded mode on purpose).
-    pub disable: bool,
 }
 
 /// How to get delegation, for messages and `capsule check`.

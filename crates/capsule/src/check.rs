@@ -158,7 +158,7 @@ pub fn run_checks() -> Vec<CheckItem> {
         |_, _| None,
     ));
     items.extend(cgroup_items(&host));
-    items.push(cgroup_source_item(&crate::cgroups::discover(&crate::cgroups::CgroupConfig::default())));
+    items.push(cgroup_source_item(&crate::cgroups::discover(&crate::proto::config::CgroupConfig::default())));
     items
 }
 

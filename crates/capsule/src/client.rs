@@ -5,10 +5,10 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, SysError};
-use crate::proto::{self, ClientMsg, ServerMsg};
-use crate::result::RunResult;
-use crate::sandbox::Config;
-use crate::spec::RunSpec;
+use crate::proto::config::Config;
+use crate::proto::result::RunResult;
+use crate::proto::spec::RunSpec;
+use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::supervisor::{self, Conn, Mode, Supervisor};
 use crate::sys::{self, Forked};
 
@@ -89,7 +89,7 @@ fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Onc
     drop(server);
     // A supervisor that cannot start answers at once and exits, so the
     // request may meet a closed socket: its answer is still there to read.
-    let sent = proto::send(client.as_raw_fd(), msg, fds);
+    let sent = wire::send(client.as_raw_fd(), msg, fds);
     Ok(OnceRun { sock: client, pid: Some(pid), sent })
 }
 
@@ -117,7 +117,7 @@ impl OnceRun {
     }
 
     fn answer(&self) -> Result<RunResult, Error> {
-        let answer = proto::recv::<ServerMsg>(self.sock.as_raw_fd());
+        let answer = wire::recv::<ServerMsg>(self.sock.as_raw_fd());
         if let (Err(e), Err(_) | Ok(None)) = (&self.sent, &answer) {
             return Err(Error::Supervisor(e.clone()));
         }
@@ -193,7 +193,7 @@ pub(crate) fn socket_job(sock: OwnedFd, once: bool, started: Result<Supervisor, 
                     cgroups: sup.cgroup_note().to_string(),
                     has_cgroups: sup.has_cgroups(),
                 };
-                if proto::send(sock.as_raw_fd(), &started, &[]).is_err() {
+                if wire::send(sock.as_raw_fd(), &started, &[]).is_err() {
                     sys::exit(1);
                 }
             }
@@ -204,7 +204,7 @@ pub(crate) fn socket_job(sock: OwnedFd, once: bool, started: Result<Supervisor, 
         }
         Err(e) => {
             // Answer the pending request with the reason.
-            let _ = proto::send(sock.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
+            let _ = wire::send(sock.as_raw_fd(), &ServerMsg::Fatal(e.to_string()), &[]);
             1
         }
     };
@@ -215,10 +215,10 @@ pub(crate) fn socket_job(sock: OwnedFd, once: bool, started: Result<Supervisor, 
 /// on fd 3; reads its configuration first.
 pub fn supervise_main() -> ! {
     let sock = isolate_fds(sys::reclaim_fd(3));
-    let config = match proto::recv::<ClientMsg>(sock.as_raw_fd()) {
+    let config = match wire::recv::<ClientMsg>(sock.as_raw_fd()) {
         Ok(Some((ClientMsg::Start(config), _))) => config,
         Ok(_) | Err(_) => {
-            let _ = proto::send(
+            let _ = wire::send(
                 sock.as_raw_fd(),
                 &ServerMsg::Fatal(
                     "`capsule supervise` expects a Start message on fd 3 (it is started by the library)".into(),

@@ -32,7 +32,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SpecError;
-use crate::spec::Filesystem;
+use crate::proto::spec::Filesystem;
 
 /// What `hide_secrets` (on by default) hides in the caller's home: keys,
 /// credentials and tokens of common tools, browser profiles, keyrings and
@@ -277,7 +277,7 @@ fn passwd_home(passwd: &str, uid: u32) -> Option<PathBuf> {
 
 /// `~` and `~/...` with `home`, then lexically cleaned (no `.`, no
 /// repeated or trailing `/`). The path is validated
-/// ([`crate::spec::RunSpec::validate`]). Strings: the rules compare and
+/// ([`crate::proto::spec::RunSpec::validate`]). Strings: the rules compare and
 /// sort paths as bytes, which is cheap (a `Path` compares component by
 /// component), and every run of the host view plans the default secrets.
 fn expand(field: &str, p: &Path, home: Option<&Path>) -> Result<String, SpecError> {

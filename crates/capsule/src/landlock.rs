@@ -34,10 +34,9 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use serde::{Deserialize, Serialize};
-
 use crate::child::{Fail, Step};
 use crate::mounts::{MountPlan, Op};
+use crate::proto::result::Enforcement;
 use crate::sys::{self, landlock as raw, MOUNT_ATTR_RDONLY};
 
 // Filesystem rights (`LANDLOCK_ACCESS_FS_*`).
@@ -123,37 +122,6 @@ pub fn scopes(abi: u32) -> u64 {
 /// once per supervisor.
 pub fn probe() -> u32 {
     raw::abi_version().unwrap_or(0)
-}
-
-/// What Landlock enforced on a run (result field `landlock`), as the
-/// rust-landlock crate's `RestrictionStatus`: every right and scope
-/// capsule asked for, some of them, or none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Enforcement {
-    Full,
-    Partial,
-    None,
-}
-
-impl Enforcement {
-    /// As stored in the shared page (0: not recorded).
-    pub(crate) fn to_u32(self) -> u32 {
-        match self {
-            Enforcement::None => 1,
-            Enforcement::Partial => 2,
-            Enforcement::Full => 3,
-        }
-    }
-
-    pub(crate) fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Enforcement::None),
-            2 => Some(Enforcement::Partial),
-            3 => Some(Enforcement::Full),
-            _ => None,
-        }
-    }
 }
 
 /// Rights and scopes of a ruleset: requested, or handled by one.

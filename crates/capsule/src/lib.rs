@@ -22,17 +22,15 @@ pub mod presets;
 pub mod proto;
 mod relay;
 mod resolve;
-pub mod result;
 mod rlimits;
 pub mod sandbox;
 pub mod seccomp;
 pub mod serve;
-pub mod spec;
 pub mod supervisor;
 pub mod sys;
-pub mod units;
 
 pub use error::{Error, SpecError, SysError};
+pub use proto::{result, spec, units};
 pub use result::{Accounting, InteractResult, NetLogEntry, RunResult, Side, Status};
 pub use spec::{InteractSpec, Limits, MountOp, RunSpec};
 pub use supervisor::Supervisor;

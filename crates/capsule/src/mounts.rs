@@ -37,8 +37,8 @@ use std::path::{Path, PathBuf};
 use crate::child::{Fail, Step};
 use crate::fsrules::{self, Action, Homes};
 use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
+use crate::proto::spec::{self, MountOp, RunSpec};
 use crate::resolve::{self, ResolveError};
-use crate::spec::{self, MountOp, RunSpec};
 use crate::sys::{
     self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
     OPEN_TREE_CLONE,

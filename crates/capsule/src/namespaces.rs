@@ -4,7 +4,7 @@
 use std::os::fd::OwnedFd;
 
 use crate::error::SysError;
-use crate::spec::DEFAULT_HOSTNAME;
+use crate::proto::spec::DEFAULT_HOSTNAME;
 use crate::sys;
 
 /// The loopback-only network namespace, still being created by a thread.

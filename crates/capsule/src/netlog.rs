@@ -23,7 +23,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
-use crate::result::NetLogEntry;
+use crate::proto::result::NetLogEntry;
 use crate::seccomp::{net_call, Abi, NetCall};
 use crate::sys;
 

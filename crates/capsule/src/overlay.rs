@@ -54,11 +54,9 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::layer::{Layer, LayerError, LayerLock};
-use crate::spec::RunSpec;
+use crate::proto::spec::RunSpec;
 use crate::sys;
 
-/// Most layers one run may stack.
-pub const MAX_LAYERS: usize = 8;
 /// Most kernel overlays one run mounts.
 const MAX_ROOTS: usize = 64;
 /// Where the host view has a filesystem of its own (or none): never a root.
@@ -801,7 +799,7 @@ impl Stage {
 }
 
 fn spec_page() -> u64 {
-    crate::spec::MIN_LAYER_SIZE
+    crate::proto::spec::MIN_LAYER_SIZE
 }
 
 /// What [`fold_dir`] has left to do: a directory to fold, or one whose

@@ -32,7 +32,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::SpecError;
-use crate::spec::{self, MountOp, RunSpec};
+use crate::proto::spec::{self, MountOp, RunSpec};
 
 /// Where the solution's directory is, inside the sandbox.
 pub const BOX: &str = "/box";

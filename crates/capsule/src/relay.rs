@@ -13,7 +13,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::SysError;
-use crate::result::{Captured, Side};
+use crate::proto::result::{Captured, Side};
 use crate::sys;
 
 /// Bytes read from a capture pipe at once.

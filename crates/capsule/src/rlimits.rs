@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::child::RawRlimit;
-use crate::spec::{self, Limits};
+use crate::proto::spec::{self, Limits};
 use crate::sys::{self, Errno};
 
 /// One limit: resource, soft value, hard value, and the spec field it came from.

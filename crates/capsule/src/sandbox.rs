@@ -23,66 +23,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use serde::{Deserialize, Serialize};
-
-use crate::cgroups::CgroupConfig;
 use crate::error::{Error, SysError};
-use crate::proto::{self, ClientMsg, ServerMsg};
-use crate::result::{InteractResult, RunResult, Status};
-use crate::spec::{InteractSpec, RunSpec};
+pub use crate::proto::config::{Config, MAX_PARALLEL};
+use crate::proto::result::{InteractResult, RunResult, Status};
+use crate::proto::spec::{InteractSpec, RunSpec};
+use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::sys;
-
-/// How a supervisor works; fixed for its life.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Config {
-    /// Most runs at once, each with its own PID 1 and cgroup (default 1).
-    pub parallel: usize,
-    /// Where the runs' cgroups come from.
-    pub cgroup: CgroupConfig,
-    /// Prepare the next runs' PID 1 (namespaces, mount tree, the program's
-    /// user namespace and cgroup) while the supervisor is idle, each fresh
-    /// and used once (default true).
-    pub prepare_ahead: bool,
-    /// The `capsule` binary to start the supervisor from (default:
-    /// `$CAPSULE_BIN`, else `capsule` beside the running executable, else
-    /// `capsule` in `PATH`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capsule_bin: Option<PathBuf>,
-    /// Give each run a loopback-only network namespace of its own (default
-    /// true): concurrent runs cannot reach each other over 127.0.0.1 nor
-    /// collide on a port. A PID 1 prepared ahead creates it while idle
-    /// (docs/benchmarks-server.md has the cost). False: all runs of the
-    /// supervisor share one (`capsule serve --shared-network`).
-    pub own_network: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            parallel: 1,
-            cgroup: CgroupConfig::default(),
-            prepare_ahead: true,
-            capsule_bin: None,
-            own_network: true,
-        }
-    }
-}
-
-/// Most runs a supervisor runs at once.
-pub const MAX_PARALLEL: usize = 1024;
-
-impl Config {
-    pub fn validate(&self) -> Result<(), crate::SpecError> {
-        if self.parallel == 0 || self.parallel > MAX_PARALLEL {
-            return Err(crate::SpecError::new(
-                "parallel",
-                format!("{} is not a number of runs between 1 and {MAX_PARALLEL}", self.parallel),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Descriptors a caller provides for a run's standard streams; a stream
 /// left `None` follows the spec (a file, a capture, else `/dev/null`).
@@ -154,8 +100,8 @@ impl Sandbox {
             state: Mutex::new(State::default()),
             filed: Condvar::new(),
         });
-        let sent = proto::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]);
-        let answer = proto::recv::<ServerMsg>(inner.sock.as_raw_fd());
+        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]);
+        let answer = wire::recv::<ServerMsg>(inner.sock.as_raw_fd());
         match (sent, answer) {
             (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => {
                 Ok(Sandbox { inner, cgroups, has_cgroups })
@@ -245,13 +191,13 @@ impl Sandbox {
         let msg = msg(id);
         let sent = {
             let _g = self.inner.send.lock().unwrap_or_else(|e| e.into_inner());
-            proto::send(self.inner.sock.as_raw_fd(), &msg, &fds)
+            wire::send(self.inner.sock.as_raw_fd(), &msg, &fds)
         };
         drop(notify_write);
         match sent {
             Ok(()) => {}
             // Too large to send, say: this run only.
-            Err(e) if !e.starts_with(proto::IO_ERROR) => return Err(Error::Run(e)),
+            Err(e) if !e.starts_with(wire::IO_ERROR) => return Err(Error::Run(e)),
             Err(e) => return Err(Error::Supervisor(self.inner.died(&e))),
         }
         Ok(Handle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
@@ -282,7 +228,11 @@ impl Inner {
     fn reap(&self) -> String {
         match sys::pidfd_wait(self.pidfd.as_raw_fd()) {
             Ok(Some(st)) if libc::WIFSIGNALED(st) => {
-                format!(" (supervisor pid {} killed by {})", self.pid, crate::result::signal_name(libc::WTERMSIG(st)))
+                format!(
+                    " (supervisor pid {} killed by {})",
+                    self.pid,
+                    crate::proto::result::signal_name(libc::WTERMSIG(st))
+                )
             }
             Ok(Some(st)) => format!(" (supervisor pid {} exited with status {})", self.pid, libc::WEXITSTATUS(st)),
             _ => String::new(),
@@ -317,7 +267,7 @@ impl Inner {
     /// Reads one message and files it. Called without the state lock, by
     /// the one thread that holds the reading role.
     fn read_one(&self) -> Result<(), String> {
-        match proto::recv::<ServerMsg>(self.sock.as_raw_fd()) {
+        match wire::recv::<ServerMsg>(self.sock.as_raw_fd()) {
             Ok(Some((msg, _fds))) => {
                 let (id, outcome) = match msg {
                     ServerMsg::Result { id, result } => (id, Outcome::Run(result)),
@@ -382,7 +332,7 @@ impl Inner {
 
     fn send(&self, msg: &ClientMsg) -> Result<(), Error> {
         let _g = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        proto::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e)))
+        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e)))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The supervisor: created once, serves many runs (thesis, ch. 3).
 //!
 //! One single-threaded event loop ([`Supervisor::serve`]) over: the
-//! clients' connections (the library's binary protocol, [`crate::proto`],
+//! clients' connections (the library's binary protocol, [`crate::proto::wire`],
 //! or `capsule serve`'s JSON lines, [`crate::serve`]), the runs in flight
 //! (a pipe PID 1 writes a byte to when the result is in the arena, PID 1's
 //! pidfd, the streams the supervisor carries: captures, read-once input,
@@ -44,14 +44,15 @@ use crate::error::{errno_text, Error, SysError};
 use crate::mounts::{MountPlan, Source};
 use crate::namespaces::{self, PendingNet};
 use crate::netlog::NetLog;
-use crate::proto::{self, ClientMsg, ServerMsg};
+use crate::proto::config::Config;
+use crate::proto::lines::{self, Line, LineReader, LineRequest};
+use crate::proto::policy::PolicyName;
+use crate::proto::result::{signal_name, Accounting, InteractResult, RunResult, Side, Status};
+use crate::proto::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
+use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::relay::{Capture, Collect, Feed, Relay};
-use crate::result::{signal_name, Accounting, InteractResult, RunResult, Side, Status};
 use crate::rlimits::{self, Rlimit};
-use crate::sandbox::Config;
-use crate::seccomp::{Filter, Guards, PolicyName};
-use crate::serve::{self, Line, LineReader, LineRequest};
-use crate::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
+use crate::seccomp::{Filter, Guards};
 use crate::sys::{self, Arena};
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
@@ -135,7 +136,7 @@ pub fn root_refusal() -> Error {
 
 /// How a connection frames its messages.
 pub enum Framing {
-    /// The library's: length-prefixed JSON with SCM_RIGHTS ([`crate::proto`]).
+    /// The library's: length-prefixed JSON with SCM_RIGHTS ([`crate::proto::wire`]).
     Binary,
     /// `capsule serve`'s JSON lines ([`crate::serve`]).
     Lines,
@@ -304,7 +305,7 @@ pub fn resume_main(fd: &str) -> ! {
     });
     let Some(h) = handoff else {
         eprintln!("capsule: error: {RESUME_ARG} is internal: a supervisor re-executes itself with it");
-        sys::exit(crate::result::EXIT_CAPSULE_ERROR)
+        sys::exit(crate::proto::result::EXIT_CAPSULE_ERROR)
     };
     for fd in h.job.fds().into_iter().chain([h.prelude.self_pidfd]) {
         let _ = sys::set_cloexec(fd, true);
@@ -318,7 +319,7 @@ pub fn resume_main(fd: &str) -> ! {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if sys::getpid() != me {
-            sys::exit(crate::result::EXIT_CAPSULE_ERROR);
+            sys::exit(crate::proto::result::EXIT_CAPSULE_ERROR);
         }
         default_hook(info)
     }));
@@ -470,7 +471,7 @@ struct Shape {
     empty_root: bool,
     tmp_size: Option<u64>,
     mounts: Vec<MountOp>,
-    filesystem: crate::spec::Filesystem,
+    filesystem: crate::proto::spec::Filesystem,
     share_net: bool,
     hostname: Option<String>,
     ids: (u32, u32),
@@ -1200,7 +1201,7 @@ impl Supervisor {
             stderr: None,
             syscall: None,
             syscall_args: None,
-            landlock: crate::landlock::Enforcement::from_u32(shared.landlock.load(SeqCst)),
+            landlock: crate::proto::result::Enforcement::from_u32(shared.landlock.load(SeqCst)),
             net_log: None,
             net_log_dropped: None,
         };
@@ -2076,7 +2077,7 @@ impl Loop {
                 // Taken: from here on a request that gets no answer was
                 // not lost unseen but failed (the client may retry only
                 // before this).
-                if proto::send(sock.as_raw_fd(), &ServerMsg::Accepted, &[]).is_err() {
+                if wire::send(sock.as_raw_fd(), &ServerMsg::Accepted, &[]).is_err() {
                     return;
                 }
                 Conn::binary(sock)
@@ -2094,7 +2095,7 @@ impl Loop {
                         } else {
                             "refused: another user"
                         };
-                        let _ = sys::write_all(sock.as_raw_fd(), &crate::serve::error_line(&Value::Null, why));
+                        let _ = sys::write_all(sock.as_raw_fd(), &crate::proto::lines::error_line(&Value::Null, why));
                         return;
                     }
                 }
@@ -2111,7 +2112,7 @@ impl Loop {
     fn read_conn(&mut self, sup: &mut Supervisor, i: usize) {
         let Some(conn) = self.conns[i].as_mut() else { return };
         match conn.framing {
-            Framing::Binary => match proto::recv::<ClientMsg>(conn.read.as_raw_fd()) {
+            Framing::Binary => match wire::recv::<ClientMsg>(conn.read.as_raw_fd()) {
                 Ok(Some((msg, fds))) => self.binary_message(sup, i, msg, fds),
                 Ok(None) => self.drop_conn(i),
                 Err(e) => {
@@ -2139,8 +2140,8 @@ impl Loop {
                             match line {
                                 Line::Complete(line) => self.line(sup, i, &line),
                                 Line::TooLong => {
-                                    let msg = format!("request line longer than {} bytes", serve::MAX_LINE);
-                                    self.write(i, serve::error_line(&Value::Null, &msg));
+                                    let msg = format!("request line longer than {} bytes", lines::MAX_LINE);
+                                    self.write(i, lines::error_line(&Value::Null, &msg));
                                 }
                             }
                         }
@@ -2201,7 +2202,7 @@ impl Loop {
         fds: Vec<OwnedFd>,
     ) {
         use crate::agent::Planned;
-        use crate::spec::Stdio;
+        use crate::proto::spec::Stdio;
         let plan = match (&self.agent, crate::agent::planner()) {
             (Some(_), Some(plan)) if fds.len() == 3 => plan(args, std::path::Path::new(cwd)),
             _ => Planned::Decline,
@@ -2212,7 +2213,7 @@ impl Loop {
             Planned::Run { spec, quiet } if spec.cgroup == sup.config.cgroup => (spec, quiet),
             Planned::Run { .. } | Planned::Decline => {
                 if let Some(c) = self.conns.get(conn).and_then(Option::as_ref) {
-                    if proto::send(c.read.as_raw_fd(), &ServerMsg::Declined, &[]).is_err() {
+                    if wire::send(c.read.as_raw_fd(), &ServerMsg::Declined, &[]).is_err() {
                         self.drop_conn(conn);
                     }
                 }
@@ -2250,14 +2251,14 @@ impl Loop {
     }
 
     fn line(&mut self, sup: &mut Supervisor, conn: usize, line: &[u8]) {
-        match serve::parse_line(line) {
-            Err(e) => self.write(conn, serve::error_line(&e.id, &e.message)),
+        match lines::parse_line(line) {
+            Err(e) => self.write(conn, lines::error_line(&e.id, &e.message)),
             Ok(LineRequest::Run { id, spec }) => {
                 let cid = ClientId::Json(id.clone());
                 if self.in_flight(conn, &cid) {
                     self.write(
                         conn,
-                        serve::error_line(&id, "a run with this id is still in flight on this connection"),
+                        lines::error_line(&id, "a run with this id is still in flight on this connection"),
                     );
                     return;
                 }
@@ -2271,7 +2272,7 @@ impl Loop {
                 if self.in_flight(conn, &cid) {
                     self.write(
                         conn,
-                        serve::error_line(&id, "a run with this id is still in flight on this connection"),
+                        lines::error_line(&id, "a run with this id is still in flight on this connection"),
                     );
                     return;
                 }
@@ -2371,7 +2372,7 @@ impl Loop {
                     ServerMsg::Result { id, result: Box::new(result.clone()) }
                 }
             },
-            |id| serve::result_line(id, result),
+            |id| lines::result_line(id, result),
         );
         drop(notify);
     }
@@ -2382,7 +2383,7 @@ impl Loop {
             conn,
             cid,
             |id| ServerMsg::Interacted { id, result: Box::new(result.clone()) },
-            |id| serve::interact_line(id, result),
+            |id| lines::interact_line(id, result),
         );
         drop(notify);
     }
@@ -2401,8 +2402,8 @@ impl Loop {
             return;
         }
         let sent = match (&c.framing, cid) {
-            (Framing::Binary, ClientId::Binary(id)) => proto::send(c.read.as_raw_fd(), &binary(*id), &[]),
-            (Framing::Binary, ClientId::Command { .. }) => proto::send(c.read.as_raw_fd(), &binary(0), &[]),
+            (Framing::Binary, ClientId::Binary(id)) => wire::send(c.read.as_raw_fd(), &binary(*id), &[]),
+            (Framing::Binary, ClientId::Command { .. }) => wire::send(c.read.as_raw_fd(), &binary(0), &[]),
             (_, ClientId::Json(id)) => {
                 let bytes = line(id);
                 return self.write(conn, bytes);
@@ -2493,9 +2494,9 @@ impl Loop {
 
 fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
     if found {
-        serve::ok_line(id)
+        lines::ok_line(id)
     } else {
-        serve::error_line(id, &format!("no run with id {target} on this connection"))
+        lines::error_line(id, &format!("no run with id {target} on this connection"))
     }
 }
 
@@ -2570,7 +2571,7 @@ fn open_stdio(path: &Path, input: bool, relayed: bool) -> Result<OwnedFd, String
 }
 
 /// Most CPUs a run can keep busy at once, of the supervisor's `cpus`.
-fn parallelism(cpus: u64, l: &crate::spec::Limits) -> u64 {
+fn parallelism(cpus: u64, l: &crate::proto::spec::Limits) -> u64 {
     let mut n = cpus;
     if let Some(p) = l.pids {
         n = n.min(p);

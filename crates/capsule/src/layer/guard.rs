@@ -23,7 +23,7 @@ use super::node::Node;
 use super::scan::{Item, Upper};
 use super::{host_path, is_at_or_below, quote_path};
 use crate::fsrules::Action;
-use crate::spec::{MountOp, RunSpec};
+use crate::proto::spec::{MountOp, RunSpec};
 
 /// The file, in the layer directory.
 pub const GUARD_FILE: &str = "protected";

@@ -428,7 +428,7 @@ impl Layer {
 
     /// Records, before a run of `spec`, the paths it cannot change (hidden,
     /// read-only) in `DIR/protected`: commit never touches them.
-    pub(crate) fn note_protected(&self, lock: &LayerLock, spec: &crate::spec::RunSpec) -> Result<(), String> {
+    pub(crate) fn note_protected(&self, lock: &LayerLock, spec: &crate::proto::spec::RunSpec) -> Result<(), String> {
         self.check_lock(lock).map_err(|e| e.to_string())?;
         let rules = guard::rules_of(spec)?;
         let mut f = self.load_guard_file().map_err(|e| e.to_string())?;

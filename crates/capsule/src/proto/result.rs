@@ -105,7 +105,7 @@ pub struct RunResult {
     /// What Landlock enforced (`full`, `partial`, `none`), for every run
     /// that reached the program's execve (docs/landlock.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub landlock: Option<crate::landlock::Enforcement>,
+    pub landlock: Option<crate::proto::result::Enforcement>,
     /// With `net_log`: every destination of the run's `connect`, `sendto`,
     /// `sendmsg` and `sendmmsg` calls, in the order first seen, with how
     /// many calls (messages, for `sendmmsg`) went there
@@ -388,6 +388,37 @@ pub fn signal_number(name: &str) -> Option<i32> {
     name.strip_prefix("SIG").and_then(|n| n.parse().ok())
 }
 
+/// What Landlock enforced on a run (result field `landlock`), as the
+/// rust-landlock crate's `RestrictionStatus`: every right and scope
+/// capsule asked for, some of them, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforcement {
+    Full,
+    Partial,
+    None,
+}
+
+impl Enforcement {
+    /// As stored in the shared page (0: not recorded).
+    pub(crate) fn to_u32(self) -> u32 {
+        match self {
+            Enforcement::None => 1,
+            Enforcement::Partial => 2,
+            Enforcement::Full => 3,
+        }
+    }
+
+    pub(crate) fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Enforcement::None),
+            2 => Some(Enforcement::Partial),
+            3 => Some(Enforcement::Full),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,7 +514,7 @@ mod tests {
         assert!(m.contains("wall_time_ms:1.5\n"), "{m}");
         assert!(!m.contains("exit_code"), "{m}");
         assert!(!m.contains("landlock"), "{m}");
-        r.landlock = Some(crate::landlock::Enforcement::Partial);
+        r.landlock = Some(crate::proto::result::Enforcement::Partial);
         assert!(r.to_meta().contains("landlock:partial\n"), "{}", r.to_meta());
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["landlock"], "partial");

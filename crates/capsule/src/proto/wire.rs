@@ -8,8 +8,8 @@ use std::os::fd::{OwnedFd, RawFd};
 
 use serde::{Deserialize, Serialize};
 
-use crate::result::RunResult;
-use crate::spec::RunSpec;
+use crate::proto::result::RunResult;
+use crate::proto::spec::RunSpec;
 use crate::sys;
 
 const MAGIC: &[u8; 4] = b"CAP1";
@@ -25,7 +25,7 @@ pub const IO_ERROR: &str = "sending message";
 pub enum ClientMsg {
     /// First message to a supervisor started with `capsule supervise`: its
     /// configuration.
-    Start(crate::sandbox::Config),
+    Start(crate::proto::config::Config),
     /// Run `spec`. Attached descriptors, in this order: the run's stdin,
     /// stdout and stderr where `stdio[i]` is true, then `notify` when
     /// `notify` is true: a pipe the supervisor closes once it has sent the
@@ -37,7 +37,7 @@ pub enum ClientMsg {
     /// stderr where `stderr[i]` is true, then `notify` as for `Run`.
     /// Answered with `Interacted` or `Failed`; `Kill` and `Cancel` act on
     /// both programs.
-    Interact { id: u64, spec: Box<crate::spec::InteractSpec>, stderr: [bool; 2], notify: bool },
+    Interact { id: u64, spec: Box<crate::proto::spec::InteractSpec>, stderr: [bool; 2], notify: bool },
     /// Kill the run now; its result (status `killed`) is still sent.
     Kill { id: u64 },
     /// Kill the run if it started, or drop it from the queue; its final
@@ -70,7 +70,7 @@ pub enum ServerMsg {
     /// The run happened (its status may be any but `error`).
     Result { id: u64, result: Box<RunResult> },
     /// The interactive run happened.
-    Interacted { id: u64, result: Box<crate::result::InteractResult> },
+    Interacted { id: u64, result: Box<crate::proto::result::InteractResult> },
     /// The run could not happen: setup failed, it was cancelled, ...
     Failed { id: u64, error: String },
     /// The supervisor cannot work at all (e.g. no user namespaces); it exits.

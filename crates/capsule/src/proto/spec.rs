@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SpecError;
-use crate::units;
+use crate::proto::units;
 
 /// PATH given to the program when the spec sets none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -23,6 +23,8 @@ pub const DEV_SHM_SIZE: u64 = 64 << 20;
 pub const EMPTY_ROOT_SIZE: u64 = 64 << 20;
 /// Least `layer_size`: one page of the staging tmpfs.
 pub const MIN_LAYER_SIZE: u64 = 4096;
+/// Most layers one run may stack.
+pub const MAX_LAYERS: usize = 8;
 
 /// Everything that describes one sandboxed run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -89,7 +91,7 @@ pub struct RunSpec {
     pub net_log: bool,
     /// Seccomp policy: `default`, `strict`, `compile`, `python`, `jvm`,
     /// `go`, `bash`, `none` or a policy file (docs/seccomp.md).
-    pub seccomp: crate::seccomp::PolicyName,
+    pub seccomp: crate::proto::policy::PolicyName,
     /// The Landlock layer (write access only where the mounts allow it;
     /// signals and abstract Unix sockets scoped to the run): on where the
     /// kernel has Landlock unless `false`. Off, the program may mount
@@ -98,7 +100,7 @@ pub struct RunSpec {
     /// Resource limits.
     pub limits: Limits,
     /// Where the run's cgroups come from.
-    pub cgroup: crate::cgroups::CgroupConfig,
+    pub cgroup: crate::proto::config::CgroupConfig,
     /// Standard input: a file (default: `capsule run`'s own stdin; `/dev/null`
     /// for runs of a long-lived supervisor unless the caller passes a
     /// descriptor).
@@ -590,8 +592,8 @@ impl RunSpec {
                 "layers cover the host view; they cannot be combined with `empty_root`",
             ));
         }
-        if self.layers.len() > crate::overlay::MAX_LAYERS {
-            return Err(SpecError::new("layers", format!("at most {} layers", crate::overlay::MAX_LAYERS)));
+        if self.layers.len() > crate::proto::spec::MAX_LAYERS {
+            return Err(SpecError::new("layers", format!("at most {} layers", crate::proto::spec::MAX_LAYERS)));
         }
         if let Some(n) = self.layer_size {
             if self.layers.is_empty() {

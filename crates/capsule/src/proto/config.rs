@@ -1,0 +1,71 @@
+//! How a supervisor works (fixed for its life) and where its cgroups come from.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SpecError;
+
+/// How a supervisor works; fixed for its life.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Most runs at once, each with its own PID 1 and cgroup (default 1).
+    pub parallel: usize,
+    /// Where the runs' cgroups come from.
+    pub cgroup: CgroupConfig,
+    /// Prepare the next runs' PID 1 (namespaces, mount tree, the program's
+    /// user namespace and cgroup) while the supervisor is idle, each fresh
+    /// and used once (default true).
+    pub prepare_ahead: bool,
+    /// The `capsule` binary to start the supervisor from (default:
+    /// `$CAPSULE_BIN`, else `capsule` beside the running executable, else
+    /// `capsule` in `PATH`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capsule_bin: Option<PathBuf>,
+    /// Give each run a loopback-only network namespace of its own (default
+    /// true): concurrent runs cannot reach each other over 127.0.0.1 nor
+    /// collide on a port. A PID 1 prepared ahead creates it while idle
+    /// (docs/benchmarks-server.md has the cost). False: all runs of the
+    /// supervisor share one (`capsule serve --shared-network`).
+    pub own_network: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            parallel: 1,
+            cgroup: CgroupConfig::default(),
+            prepare_ahead: true,
+            capsule_bin: None,
+            own_network: true,
+        }
+    }
+}
+
+/// Most runs a supervisor runs at once.
+pub const MAX_PARALLEL: usize = 1024;
+
+impl Config {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.parallel == 0 || self.parallel > MAX_PARALLEL {
+            return Err(SpecError::new(
+                "parallel",
+                format!("{} is not a number of runs between 1 and {MAX_PARALLEL}", self.parallel),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Run-spec settings of the cgroup subtree (profile table `[cgroup]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupConfig {
+    /// Use this delegated cgroup as the base.
+    pub path: Option<PathBuf>,
+    /// Make degraded mode (no cgroups) an error.
+    pub require: bool,
+    /// Do not use cgroups (degraded mode on purpose).
+    pub disable: bool,
+}

@@ -1,0 +1,239 @@
+//! The JSON-lines protocol of `capsule serve` (docs/protocol.md): one
+//! request per line in, one response per line out. Parsing and formatting
+//! only; the supervisor's event loop does the rest.
+
+use serde_json::{json, Value};
+
+use crate::proto::result::{InteractResult, RunResult, Status};
+use crate::proto::spec::{InteractSpec, RunSpec};
+
+/// Longest request line accepted, newline excluded.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// One parsed request line.
+#[derive(Debug)]
+pub enum LineRequest {
+    Run { id: Value, spec: Box<RunSpec> },
+    Interact { id: Value, spec: Box<InteractSpec> },
+    Cancel { id: Value, target: Value },
+    Kill { id: Value, target: Value },
+}
+
+/// A line that is not a valid request: the error response to send.
+#[derive(Debug, PartialEq)]
+pub struct LineError {
+    /// The request's id when it could be read, else null.
+    pub id: Value,
+    pub message: String,
+}
+
+/// Parses one line (without its newline).
+pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
+    let fail = |id: &Value, message: String| LineError { id: id.clone(), message };
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| fail(&Value::Null, format!("not a JSON request: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(fail(&Value::Null, "a request must be a JSON object".into()));
+    };
+    let id = map.remove("id").ok_or_else(|| fail(&Value::Null, "the request has no `id`".into()))?;
+    let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+    match keys.as_slice() {
+        ["spec"] => {
+            let spec = map.remove("spec").expect("present");
+            let spec: RunSpec = typed(spec, "spec").map_err(|m| fail(&id, m))?;
+            Ok(LineRequest::Run { id, spec: Box::new(spec) })
+        }
+        ["interact"] => {
+            let spec = map.remove("interact").expect("present");
+            let spec: InteractSpec = typed(spec, "interact").map_err(|m| fail(&id, m))?;
+            Ok(LineRequest::Interact { id, spec: Box::new(spec) })
+        }
+        ["cancel"] => {
+            let target = map.remove("cancel").expect("present");
+            Ok(LineRequest::Cancel { id, target })
+        }
+        ["kill"] => {
+            let target = map.remove("kill").expect("present");
+            Ok(LineRequest::Kill { id, target })
+        }
+        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel` nor `kill`".into())),
+        _ => Err(fail(
+            &id,
+            format!(
+                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`; got {}",
+                keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+/// `{"id": ..., "result": ...}`, or `{"id": ..., "error": ...}` for a run
+/// that could not start.
+pub fn result_line(id: &Value, result: &RunResult) -> Vec<u8> {
+    if result.status == Status::Error {
+        return error_line(id, result.error.as_deref().unwrap_or("unknown error"));
+    }
+    line(json!({ "id": id, "result": result }))
+}
+
+/// A request's spec (`what`: `spec` or `interact`), errors naming the field.
+fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        match path.as_str() {
+            "." => format!("invalid {what}: {}", e.inner()),
+            _ => format!("invalid {what}: {path}: {}", e.inner()),
+        }
+    })
+}
+
+/// `{"id": ..., "result": {"first_to_exit": ..., "solution": ..., "interactor": ...}}`.
+pub fn interact_line(id: &Value, result: &InteractResult) -> Vec<u8> {
+    line(json!({ "id": id, "result": result }))
+}
+
+/// `{"id": ..., "error": ...}`.
+pub fn error_line(id: &Value, message: &str) -> Vec<u8> {
+    line(json!({ "id": id, "error": message }))
+}
+
+/// `{"id": ..., "ok": true}`: a control request was carried out.
+pub fn ok_line(id: &Value) -> Vec<u8> {
+    line(json!({ "id": id, "ok": true }))
+}
+
+fn line(v: Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(&v).expect("serializable");
+    out.push(b'\n');
+    out
+}
+
+/// Splits complete lines off a read buffer, enforcing [`MAX_LINE`].
+#[derive(Default)]
+pub struct LineReader {
+    buf: Vec<u8>,
+    /// Dropping the rest of an oversized line, up to its newline.
+    discarding: bool,
+}
+
+/// What [`LineReader::next_line`] found.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    /// A complete line (newline removed).
+    Complete(Vec<u8>),
+    /// A line longer than [`MAX_LINE`] started; its rest is dropped.
+    TooLong,
+}
+
+impl LineReader {
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next line, if a complete one (or an oversized one) is buffered.
+    pub fn next_line(&mut self) -> Option<Line> {
+        loop {
+            match self.buf.iter().position(|&b| b == b'\n') {
+                Some(n) => {
+                    let rest = self.buf.split_off(n + 1);
+                    let mut line = std::mem::replace(&mut self.buf, rest);
+                    line.pop();
+                    if self.discarding {
+                        self.discarding = false;
+                        continue;
+                    }
+                    if line.len() > MAX_LINE {
+                        return Some(Line::TooLong);
+                    }
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    return Some(Line::Complete(line));
+                }
+                None if self.buf.len() > MAX_LINE => {
+                    self.buf.clear();
+                    if self.discarding {
+                        return None;
+                    }
+                    self.discarding = true;
+                    return Some(Line::TooLong);
+                }
+                None => return None,
+            }
+        }
+    }
+
+    /// What is left at the end of the stream: an unterminated last line.
+    pub fn finish(&mut self) -> Option<Line> {
+        let line = std::mem::take(&mut self.buf);
+        if self.discarding || line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        Some(Line::Complete(line))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_request() {
+        match parse_line(br#"{"id": 7, "spec": {"argv": ["/bin/true"]}}"#).unwrap() {
+            LineRequest::Run { id, spec } => {
+                assert_eq!(id, json!(7));
+                assert_eq!(spec.argv, vec!["/bin/true"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_line(br#"{"id": "k", "kill": {"a": 1}}"#).unwrap() {
+            LineRequest::Kill { id, target } => {
+                assert_eq!(id, json!("k"));
+                assert_eq!(target, json!({"a": 1}));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_requests_name_the_problem() {
+        let e = parse_line(b"garbage").unwrap_err();
+        assert_eq!(e.id, Value::Null);
+        assert!(e.message.contains("not a JSON request"), "{}", e.message);
+        let e = parse_line(br#"{"id": 1, "spec": "#).unwrap_err();
+        assert_eq!(e.id, Value::Null);
+        let e = parse_line(b"[1, 2]").unwrap_err();
+        assert!(e.message.contains("object"), "{}", e.message);
+        let e = parse_line(br#"{"spec": {"argv": ["x"]}}"#).unwrap_err();
+        assert!(e.message.contains("no `id`"), "{}", e.message);
+        let e = parse_line(br#"{"id": 3, "spec": {"argv": ["x"], "wal_time": 1}}"#).unwrap_err();
+        assert_eq!(e.id, json!(3));
+        assert!(e.message.contains("wal_time"), "{}", e.message);
+        let e =
+            parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "limits": {"wall_time": "1 fortnight"}}}"#).unwrap_err();
+        assert!(e.message.contains("limits.wall_time"), "{}", e.message);
+        let e =
+            parse_line(br#"{"id": 4, "spec": {"argv": ["x"], "mounts": [{"type": "tmpfs", "dst": 3}]}}"#).unwrap_err();
+        assert!(e.message.contains("mounts[0]"), "{}", e.message);
+        let e = parse_line(br#"{"id": 3, "spec": {}, "kill": 1}"#).unwrap_err();
+        assert!(e.message.contains("exactly one"), "{}", e.message);
+    }
+
+    #[test]
+    fn lines_and_oversized_lines() {
+        let mut r = LineReader::default();
+        r.push(b"{\"a\":1}\n\n  \n{\"b\"");
+        assert_eq!(r.next_line(), Some(Line::Complete(b"{\"a\":1}".to_vec())));
+        assert_eq!(r.next_line(), None);
+        r.push(b":2}\n");
+        assert_eq!(r.next_line(), Some(Line::Complete(b"{\"b\":2}".to_vec())));
+        r.push(&vec![b'x'; MAX_LINE + 10]);
+        assert_eq!(r.next_line(), Some(Line::TooLong));
+        r.push(b"xxxx");
+        assert_eq!(r.next_line(), None);
+        r.push(b"yy\n{\"c\":3}\n");
+        assert_eq!(r.next_line(), Some(Line::Complete(b"{\"c\":3}".to_vec())));
+        r.push(b"tail");
+        assert_eq!(r.finish(), Some(Line::Complete(b"tail".to_vec())));
+    }
+}
