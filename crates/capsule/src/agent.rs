@@ -117,7 +117,7 @@ pub fn enabled() -> Result<(), String> {
     // Re-started in a transient systemd scope for its cgroups: an agent
     // started there would keep the scope alive, and the next run gets
     // another scope, so another key. (Those runs fork their supervisor.)
-    if std::env::var_os(crate::cgroups::IN_SCOPE_ENV).is_some() {
+    if std::env::var_os(crate::host::cgroups::IN_SCOPE_ENV).is_some() {
         return Err("running in a transient systemd scope".into());
     }
     // A caller under no_new_privs or a seccomp filter may be confined in a
@@ -488,7 +488,7 @@ pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>) -> ! 
             // supervisor's user namespace): as the caller that started the
             // agent, which waits for its answer. Unreadable: no agent (the
             // caller forks a supervisor).
-            match crate::supervisor::peer_fingerprint(job.client) {
+            match crate::host::identity::peer_fingerprint(job.client) {
                 Some(f) => life.peer = f,
                 None => {
                     life.give_up();

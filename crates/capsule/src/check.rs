@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::errno_text;
+use crate::host::identity::{is_initial_root, outside_uid0};
+use crate::host::mountinfo::{parse_mountinfo, MountEntry};
 use crate::sys::probe::{self, Failure, Namespace, Outcome, Prober, Step};
 
 /// How one item fared.
@@ -158,7 +160,7 @@ pub fn run_checks() -> Vec<CheckItem> {
         |_, _| None,
     ));
     items.extend(cgroup_items(&host));
-    items.push(cgroup_source_item(&crate::cgroups::discover(&crate::proto::config::CgroupConfig::default())));
+    items.push(cgroup_source_item(&crate::host::cgroups::discover(&crate::proto::config::CgroupConfig::default())));
     items
 }
 
@@ -210,36 +212,6 @@ pub fn render(items: &[CheckItem]) -> String {
 // ---------------------------------------------------------------------------
 // Root
 
-/// Whether (`euid`, `/proc/self/uid_map`) is the host's real root: uid 0
-/// mapped through the initial namespace's identity map `0 0 4294967295`.
-pub(crate) fn is_real_root(euid: u32, uid_map: &str) -> bool {
-    euid == 0 && parse_id_map(uid_map).contains(&(0, 0, u32::MAX as u64))
-}
-
-/// The one rule for "this is the host's root", shared by `capsule check`
-/// and the engine's refusal: uid 0 of the initial user namespace, or uid 0
-/// of a namespace whose uid 0 is its parent's uid 0 and that owns the
-/// host's /dev/null (e.g. `unshare -r` run by root), which still owns every
-/// root-owned file.
-pub(crate) fn is_host_root(euid: u32, uid_map: &str, devnull_owner: Option<u32>) -> bool {
-    euid == 0 && (is_real_root(0, uid_map) || (outside_uid0(uid_map) == Some(0) && devnull_owner == Some(0)))
-}
-
-/// `(inside, outside, count)` lines of a uid_map/gid_map.
-pub(crate) fn parse_id_map(text: &str) -> Vec<(u64, u64, u64)> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace().map(|x| x.parse::<u64>().ok());
-            Some((f.next()??, f.next()??, f.next()??))
-        })
-        .collect()
-}
-
-/// Where uid 0 of this namespace maps in the parent namespace.
-fn outside_uid0(uid_map: &str) -> Option<u64> {
-    parse_id_map(uid_map).into_iter().find(|&(inside, _, count)| inside == 0 && count > 0).map(|(_, out, _)| out)
-}
-
 fn root_item(ids: &probe::Ids, uid_map: Option<&str>, devnull_owner: Option<u32>) -> CheckItem {
     const NAME: &str = "not-root";
     const FIX: &str = "run capsule as an unprivileged user, e.g. `runuser -u nobody -- capsule ...`";
@@ -249,7 +221,7 @@ fn root_item(ids: &probe::Ids, uid_map: Option<&str>, devnull_owner: Option<u32>
     }
     let map = uid_map.unwrap_or("");
     let map_line = map.lines().next().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_default();
-    if is_real_root(0, map) {
+    if is_initial_root(0, map) {
         return CheckItem::problem(
             NAME,
             true,
@@ -653,48 +625,6 @@ pub(crate) fn cgroup_v2_path(proc_self_cgroup: &str) -> Option<&str> {
     proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::")).map(|p| p.trim_end())
 }
 
-/// One line of /proc/self/mountinfo, the fields we use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MountEntry {
-    pub root: String,
-    pub mount_point: String,
-    pub fstype: String,
-    pub super_options: String,
-}
-
-pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
-    text.lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let pre: Vec<&str> = pre.split(' ').collect();
-            let post: Vec<&str> = post.split(' ').collect();
-            Some(MountEntry {
-                root: unescape_mount(pre.get(3)?),
-                mount_point: unescape_mount(pre.get(4)?),
-                fstype: post.first()?.to_string(),
-                super_options: post.get(2).unwrap_or(&"").to_string(),
-            })
-        })
-        .collect()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-pub(crate) fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// How cgroups are mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CgroupLayout {
@@ -761,8 +691,8 @@ const NEEDED_CONTROLLERS: [&str; 3] = ["memory", "cpu", "pids"];
 /// Which of the documented ways `capsule run` would get its cgroups from
 /// here: explicit path (not applicable to `check`), own delegated cgroup,
 /// a systemd user scope, or none (degraded mode).
-fn cgroup_source_item(d: &crate::cgroups::Discovery) -> CheckItem {
-    use crate::cgroups::Source;
+fn cgroup_source_item(d: &crate::host::cgroups::Discovery) -> CheckItem {
+    use crate::host::cgroups::Source;
     const NAME: &str = "cgroup-source";
     match d.source {
         Source::Explicit | Source::Own => CheckItem::ok(
@@ -779,7 +709,7 @@ fn cgroup_source_item(d: &crate::cgroups::Discovery) -> CheckItem {
             NAME,
             false,
             format!("degraded mode, no cgroup limits, `accounting: rusage`: {}", d.detail),
-            Some(crate::cgroups::DELEGATION_HINT.into()),
+            Some(crate::host::cgroups::DELEGATION_HINT.into()),
         ),
     }
 }
@@ -1051,12 +981,15 @@ mod tests {
 
     #[test]
     fn uid_map_root_detection() {
-        assert!(is_real_root(0, "         0          0 4294967295\n"));
-        assert!(!is_real_root(1000, "         0          0 4294967295\n"));
-        assert!(!is_real_root(0, "         0       1000          1\n"));
-        assert!(!is_real_root(0, "0 100000 65536\n"));
-        assert!(!is_real_root(0, ""));
-        assert_eq!(parse_id_map("0 1000 1\n1 100000 65536\n"), vec![(0, 1000, 1), (1, 100000, 65536)]);
+        assert!(is_initial_root(0, "         0          0 4294967295\n"));
+        assert!(!is_initial_root(1000, "         0          0 4294967295\n"));
+        assert!(!is_initial_root(0, "         0       1000          1\n"));
+        assert!(!is_initial_root(0, "0 100000 65536\n"));
+        assert!(!is_initial_root(0, ""));
+        assert_eq!(
+            crate::host::identity::parse_id_map("0 1000 1\n1 100000 65536\n"),
+            vec![(0, 1000, 1), (1, 100000, 65536)]
+        );
     }
 
     #[test]

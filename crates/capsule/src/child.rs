@@ -21,7 +21,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 
-use crate::cgroups::{self, CgroupFds};
+use crate::host::cgroups::{self, CgroupFds};
 use crate::mounts::{self, Build, MountPlan};
 use crate::netlog::{self, NetLog};
 use crate::sys::{self, Arena, Errno};

@@ -9,7 +9,7 @@ use crate::proto::config::Config;
 use crate::proto::result::RunResult;
 use crate::proto::spec::RunSpec;
 use crate::proto::wire::{self, ClientMsg, ServerMsg};
-use crate::supervisor::{self, Conn, Mode, Supervisor};
+use crate::supervisor::{Conn, Mode, Supervisor};
 use crate::sys::{self, Forked};
 
 /// Runs `spec` once with `stdio` (stdin, stdout, stderr of the program) in
@@ -42,8 +42,8 @@ pub struct OnceRun {
 /// a supervisor forked for it.
 pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Result<OnceRun, Error> {
     spec.validate()?;
-    if supervisor::is_real_root() {
-        return Err(supervisor::root_refusal());
+    if crate::host::identity::is_real_root() {
+        return Err(crate::host::identity::root_refusal());
     }
     // The variables the run keeps are the caller's: taken here, so that a
     // supervisor with another environment (an agent) gives the same run.

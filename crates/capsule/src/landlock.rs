@@ -479,8 +479,8 @@ mod tests {
             ],
             ..crate::RunSpec::new(["/bin/true"])
         };
-        let plan =
-            MountPlan::prepare(&spec, u32::MAX, &crate::fsrules::Homes::default(), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, u32::MAX, &crate::host::fsrules::Homes::default(), &mut Vec::new(), None)
+            .unwrap();
         let paths: Vec<(String, Grant)> =
             writable_paths(&plan).into_iter().map(|(p, g)| (p.into_string().unwrap(), g)).collect();
         let has = |p: &str, g: Grant| paths.iter().any(|(q, h)| q == p && *h == g);
@@ -498,8 +498,8 @@ mod tests {
         spec.filesystem.read_only.push("/usr/share/doc".into());
         spec.filesystem.hide.push("/usr/share/man".into());
         spec.filesystem.allow.push("/usr/share/man/man1".into());
-        let plan =
-            MountPlan::prepare(&spec, u32::MAX, &crate::fsrules::Homes::default(), &mut Vec::new(), None).unwrap();
+        let plan = MountPlan::prepare(&spec, u32::MAX, &crate::host::fsrules::Homes::default(), &mut Vec::new(), None)
+            .unwrap();
         let paths: Vec<String> = writable_paths(&plan).into_iter().map(|(p, _)| p.into_string().unwrap()).collect();
         assert!(paths.iter().any(|p| p == "/usr/share"), "{paths:?}");
         assert!(!paths.iter().any(|p| p.starts_with("/usr/share/")), "{paths:?}");

@@ -6,12 +6,11 @@
 
 pub mod agent;
 mod caps;
-pub mod cgroups;
 pub mod check;
 mod child;
 pub mod client;
 pub mod error;
-pub mod fsrules;
+pub mod host;
 pub mod landlock;
 pub mod layer;
 mod mounts;
@@ -30,6 +29,7 @@ pub mod supervisor;
 pub mod sys;
 
 pub use error::{Error, SpecError, SysError};
+pub use host::{cgroups, fsrules};
 pub use proto::{result, spec, units};
 pub use result::{Accounting, InteractResult, NetLogEntry, RunResult, Side, Status};
 pub use spec::{InteractSpec, Limits, MountOp, RunSpec};

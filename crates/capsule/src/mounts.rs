@@ -20,7 +20,7 @@
 //!    sandbox path is resolved with `openat2(RESOLVE_IN_ROOT)` from the new
 //!    root's fd, so a symlink inside the sandbox tree never leads out of it.
 //! 3. Apply the operations in order, then the filesystem rules
-//!    (`crate::fsrules`: covers, clones shown again, writable binds; the
+//!    (`crate::host::fsrules`: covers, clones shown again, writable binds; the
 //!    covers with mount points in them are made read-only last).
 //! 4. `pivot_root(".", ".")` and detach the old root, which takes every
 //!    host mount not cloned into the new tree with it.
@@ -35,7 +35,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crate::child::{Fail, Step};
-use crate::fsrules::{self, Action, Homes};
+use crate::host::fsrules::{self, Action, Homes};
 use crate::overlay::{Backend, LayerPlan, FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::proto::spec::{self, MountOp, RunSpec};
 use crate::resolve::{self, ResolveError};
@@ -867,15 +867,6 @@ impl MountPlan {
             self.ops.push(Op::Hide { dst: cstr(&c), holes: false, cover: Cell::new(-1), name });
         }
     }
-}
-
-/// Where the agents of the user `uid` keep their sockets
-/// (`crate::agent::socket_dir` chooses one): `$XDG_RUNTIME_DIR/capsule`
-/// and `/tmp/capsule-agent-UID`. Both are covered in every run
-/// ([`MountPlan::cover_agent_dirs`]), whichever is in use.
-pub(crate) fn agent_dirs(uid: u32) -> Vec<PathBuf> {
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute());
-    runtime.map(|r| r.join("capsule")).into_iter().chain([PathBuf::from(format!("/tmp/capsule-agent-{uid}"))]).collect()
 }
 
 // ---------------------------------------------------------------------------

@@ -212,12 +212,6 @@ fn owned_down(root: &Path, place: &Path, me: u32, gid: u32) -> bool {
     true
 }
 
-/// Mount points of the supervisor's namespace (the host's).
-fn mount_points() -> Vec<PathBuf> {
-    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    text.lines().filter_map(|l| l.split(' ').nth(4)).map(|p| PathBuf::from(crate::check::unescape_mount(p))).collect()
-}
-
 /// Splits a root that contains mount points, or the directory of a layer
 /// stacked below (`below`: overlayfs refuses a lower layer inside another,
 /// ELOOP), into roots that do not: its subdirectories, recursively (the
@@ -501,7 +495,7 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
             }
         }
     }
-    let mps = mount_points();
+    let mps = crate::host::mountinfo::mount_points();
     // The layers stacked below are lower layers of every overlay: none
     // may lie inside a root (the writable layer's upper may: overlayfs
     // refuses only a lower layer inside another).
@@ -992,8 +986,8 @@ mod tests {
 
     #[test]
     fn octal_escapes() {
-        assert_eq!(crate::check::unescape_mount(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(crate::check::unescape_mount(r"/x\\y"), r"/x\\y");
+        assert_eq!(crate::host::mountinfo::unescape_mount(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(crate::host::mountinfo::unescape_mount(r"/x\\y"), r"/x\\y");
     }
 
     #[test]

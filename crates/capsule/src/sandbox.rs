@@ -83,8 +83,8 @@ impl Sandbox {
     /// Starts a supervisor with `config`.
     pub fn start(config: Config) -> Result<Sandbox, Error> {
         config.validate()?;
-        if crate::supervisor::is_real_root() {
-            return Err(crate::supervisor::root_refusal());
+        if crate::host::identity::is_real_root() {
+            return Err(crate::host::identity::root_refusal());
         }
         let bin = find_capsule_bin(&config)?;
         let (ours, theirs) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;

@@ -63,7 +63,7 @@ pub(crate) fn lines_job(
     let socket_path = listener.as_ref().map(|(_, p)| p.clone());
     // What a peer of the listener must look like, read from the witness
     // (still there: it waits for this), which then goes.
-    let peer = (witness > 0).then(|| crate::supervisor::peer_fingerprint(witness));
+    let peer = (witness > 0).then(|| crate::host::identity::peer_fingerprint(witness));
     if witness > 0 {
         let _ = sys::kill(witness, libc::SIGKILL);
         let _ = sys::waitpid(witness, false);

@@ -35,12 +35,13 @@ use std::sync::atomic::Ordering::SeqCst;
 use serde_json::Value;
 
 use crate::caps;
-use crate::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::child::{
     self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_FORBIDDEN,
     FLAG_GO, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
 };
 use crate::error::{errno_text, Error, SysError};
+use crate::host::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
+use crate::host::identity::{is_real_root, peer_fingerprint, root_refusal};
 use crate::mounts::{MountPlan, Source};
 use crate::namespaces::{self, PendingNet};
 use crate::netlog::NetLog;
@@ -107,31 +108,7 @@ pub struct Supervisor {
     landlock_abi: u32,
     /// The caller's homes (`~` of the filesystem rules, where the default
     /// secrets are), found once.
-    home: crate::fsrules::Homes,
-}
-
-/// True when the caller is the host's root, which capsule refuses to be
-/// run as (the same rule `capsule check` reports).
-pub fn is_real_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let euid = sys::geteuid();
-    if euid != 0 {
-        return false;
-    }
-    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    let devnull = std::fs::metadata("/dev/null").ok().map(|m| m.uid());
-    crate::check::is_host_root(euid, &map, devnull)
-}
-
-/// The refusal, with the fix.
-pub fn root_refusal() -> Error {
-    Error::Refused(
-        "capsule refuses to run as root: root's sandbox would still reach global kernel \
-         state, and capsule's isolation is built for unprivileged users; run it as an \
-         unprivileged user, e.g. `runuser -u nobody -- capsule run ...` or \
-         `setpriv --reuid=nobody --regid=nogroup --clear-groups capsule run ...`"
-            .into(),
-    )
+    home: crate::host::fsrules::Homes,
 }
 
 /// How a connection frames its messages.
@@ -247,7 +224,7 @@ struct Prelude {
     config: Config,
     host_uid: u32,
     host_gid: u32,
-    home: crate::fsrules::Homes,
+    home: crate::host::fsrules::Homes,
     cgroups: Option<cgroups::InstanceState>,
     cgroup_note: String,
     self_pidfd: RawFd,
@@ -380,34 +357,6 @@ impl AgentLife {
         let _ = std::fs::remove_file(lock_path);
         drop(fd);
     }
-}
-
-/// What the agent can tell of process `pid` from inside its own user
-/// namespace, where `/proc/PID/ns/*` of its callers are out of reach
-/// (ptrace rules): the uid map of its user namespace as read from here,
-/// how deep its PID namespace is, `no_new_privs` and its seccomp mode and
-/// filters. None when unreadable.
-pub fn peer_fingerprint(pid: i32) -> Option<String> {
-    // One read each (`read_to_string` probes a procfs file, which has no
-    // size, with growing reads, each generating the file anew).
-    let read = |file: &str| {
-        let text = sys::read_small(&CString::new(format!("/proc/{pid}/{file}")).ok()?);
-        (!text.is_empty()).then_some(text)
-    };
-    let map = read("uid_map")?;
-    let status = read("status")?;
-    let mut f = map;
-    for line in status.lines() {
-        match line.split_once(':') {
-            Some(("NSpid", v)) => f.push_str(&format!("pid namespaces {}\n", v.split_whitespace().count())),
-            Some(("NoNewPrivs" | "Seccomp" | "Seccomp_filters", _)) => {
-                f.push_str(line);
-                f.push('\n');
-            }
-            _ => {}
-        }
-    }
-    Some(f)
 }
 
 /// A run's id as its client gave it.
@@ -682,7 +631,7 @@ impl Supervisor {
         }
         let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
         // In the host's user namespace, where the euid is the caller's.
-        let home = crate::fsrules::caller_homes(sys::geteuid());
+        let home = crate::host::fsrules::caller_homes(sys::geteuid());
         // cgroups first, as the plain user in the host's namespaces.
         let found = cgroups::discover(&config.cgroup);
         let (cgroups, cgroup_note) = match &found.base {
@@ -760,7 +709,7 @@ impl Supervisor {
             landlock_abi: crate::landlock::probe(),
             home: p.home,
             fusectl,
-            agent_dirs: crate::mounts::agent_dirs(p.host_uid),
+            agent_dirs: crate::host::identity::agent_dirs(p.host_uid),
         })
     }
 
@@ -2655,7 +2604,7 @@ mod tests {
             config,
             host_uid: 1000,
             host_gid: 1001,
-            home: crate::fsrules::Homes {
+            home: crate::host::fsrules::Homes {
                 home: Some(PathBuf::from("/home/u")),
                 passwd: Some(PathBuf::from("/home/p")),
             },

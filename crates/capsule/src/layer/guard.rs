@@ -22,7 +22,7 @@ use super::meta::{decode_bytes, encode};
 use super::node::Node;
 use super::scan::{Item, Upper};
 use super::{host_path, is_at_or_below, quote_path};
-use crate::fsrules::Action;
+use crate::host::fsrules::Action;
 use crate::proto::spec::{MountOp, RunSpec};
 
 /// The file, in the layer directory.
@@ -63,8 +63,8 @@ fn push_path(out: &mut Vec<String>, p: &std::path::Path) {
 
 /// The rules of a run of `spec` (as the supervisor plans its filesystem).
 pub(crate) fn rules_of(spec: &RunSpec) -> Result<RunRules, String> {
-    let homes = crate::fsrules::caller_homes(crate::sys::geteuid());
-    let actions = crate::fsrules::plan(&spec.filesystem, &homes, spec.empty_root).map_err(|e| e.to_string())?;
+    let homes = crate::host::fsrules::caller_homes(crate::sys::geteuid());
+    let actions = crate::host::fsrules::plan(&spec.filesystem, &homes, spec.empty_root).map_err(|e| e.to_string())?;
     let mut r = RunRules::default();
     for a in &actions {
         match a {

@@ -136,7 +136,7 @@ pub struct Filesystem {
     /// fine).
     pub hide: Vec<PathBuf>,
     /// Hide the usual secrets of the caller's home
-    /// ([`crate::fsrules::SECRETS`]); default true.
+    /// ([`crate::host::fsrules::SECRETS`]); default true.
     pub hide_secrets: bool,
 }
 

@@ -84,20 +84,12 @@ pub const DELEGATION_HINT: &str = "run capsule inside a delegated cgroup v2 subt
 namespace, or a subtree an administrator created and chowned to you (pass it with --cgroup PATH); \
 the kernel must use the unified hierarchy (boot with systemd.unified_cgroup_hierarchy=1)";
 
-/// The cgroup2 mount point as seen in `mountinfo`, and its root.
+/// The first cgroup2 mount point in `mountinfo`, and its root.
 fn cgroup2_mount(mountinfo: &str) -> Option<(PathBuf, String)> {
-    mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        let f: Vec<&str> = left.split_whitespace().collect();
-        Some((PathBuf::from(unescape(f.get(4)?)), unescape(f.get(3)?)))
-    })
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    crate::host::mountinfo::parse_mountinfo(mountinfo)
+        .into_iter()
+        .find(|m| m.fstype == "cgroup2")
+        .map(|m| (PathBuf::from(m.mount_point), m.root))
 }
 
 /// The caller's cgroup v2 path from `/proc/self/cgroup` (`0::/path`).

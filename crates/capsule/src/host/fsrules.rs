@@ -607,7 +607,7 @@ mod tests {
 
     #[test]
     fn the_documentation_lists_every_secret() {
-        let doc = include_str!("../../../docs/filesystem.md");
+        let doc = include_str!("../../../../docs/filesystem.md");
         for s in SECRETS {
             assert!(doc.contains(&format!("`{s}`")), "docs/filesystem.md does not list `{s}`");
         }
