@@ -28,8 +28,8 @@
 #   `hyperfine -N` invocation over these four commands and the bare
 #   /bin/true, the commands' order rotated by one every round, WARMUP runs
 #   of each first (which also keep each build's agent warm);
-# - the served path, timed by each build's own capsule-bench (it links its
-#   own library; crates/capsule-cli/src/bin/capsule-bench.rs): `latency
+# - the served path, timed by each build's own capsule-bench (bench/server.sh's
+#   in-process driver; it links its build's library): `latency
 #   --configs bare,server` for 1 client back to back, the same with
 #   `--gap MS` (a run that finds the supervisor idle; skipped if either
 #   capsule-bench lacks --gap), and `throughput --parallel 2`. Which build
@@ -360,8 +360,8 @@ PY
 cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
 [[ -n $cpu ]] || cpu=$(uname -m)
 hyperfine_version=$(hyperfine --version | head -n 1)
-gap_opts=
-$use_gap && gap_opts=" --gap $gap"
+gap_opts='' gap_text=''
+$use_gap && gap_opts=" --gap $gap" gap_text=", the same with \`--gap $gap\`"
 section=$(
     echo "## A/B: ${desc[before]} → ${desc[after]}"
     echo
@@ -377,9 +377,8 @@ section=$(
     echo "- Method: $rounds rounds; in each, one \`hyperfine -N --warmup $warmup --runs $runs\` invocation over the"
     echo "  bare \`/bin/true\` and both builds' one-shot commands (their order rotated by one every"
     echo "  round), then each build's own \`capsule-bench latency --configs bare,server\` ($runs runs"
-    echo "  after $warmup warm-up runs each)$($use_gap && echo ", the same with \`--gap $gap\`"), and \`capsule-bench"
-    echo "  throughput --parallel 2 --runs $tput_runs\`, the builds' order alternating every round."
-    echo "  Whole run: ${elapsed} s."
+    echo "  after $warmup warm-up runs each)$gap_text and \`capsule-bench throughput --parallel 2"
+    echo "  --runs $tput_runs\`, the builds' order alternating every round. Whole run: ${elapsed} s."
     echo
     cat "$out/table.md"
     echo
