@@ -3,7 +3,7 @@
 # interleaved run: what bench/run.sh measures of `capsule run` and what
 # bench/server.sh measures of the served path, for both builds round by
 # round, with after ÷ before ratios per round. The machine's speed drifts
-# (~20% between runs here), so two separate runs cannot be compared; ratios
+# between runs, so two separate runs cannot be compared; ratios
 # of measurements taken seconds apart can. Writes a markdown section to
 # paste into docs/benchmarks.md.
 #
