@@ -5,31 +5,25 @@
 //! path after clone in `child`, the run spec in `spec`.
 
 pub mod agent;
-mod caps;
 pub mod check;
 mod child;
 pub mod client;
 pub mod error;
 pub mod host;
-pub mod landlock;
 pub mod layer;
-mod mounts;
 mod namespaces;
-mod netlog;
-pub mod overlay;
+pub mod plan;
 pub mod presets;
 pub mod proto;
 mod relay;
-mod resolve;
-mod rlimits;
 pub mod sandbox;
-pub mod seccomp;
 pub mod serve;
 pub mod supervisor;
 pub mod sys;
 
 pub use error::{Error, SpecError, SysError};
 pub use host::{cgroups, fsrules};
+pub use plan::{landlock, overlay, seccomp};
 pub use proto::{result, spec, units};
 pub use result::{Accounting, InteractResult, NetLogEntry, RunResult, Side, Status};
 pub use spec::{InteractSpec, Limits, MountOp, RunSpec};

@@ -34,17 +34,18 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use serde_json::Value;
 
-use crate::caps;
+use crate::child::netlog::NetLog;
 use crate::child::{
-    self, NetJoin, Plan, RawRlimit, SealedFilter, Shared, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_FORBIDDEN,
-    FLAG_GO, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
+    self, NetJoin, Plan, SealedFilter, Shared, Step, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_FORBIDDEN, FLAG_GO,
+    FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
 };
 use crate::error::{errno_text, Error, SysError};
 use crate::host::cgroups::{self, Instance, RunCgroup, Stats, DELEGATION_HINT};
 use crate::host::identity::{is_real_root, peer_fingerprint, root_refusal};
-use crate::mounts::{MountPlan, Source};
 use crate::namespaces::{self, PendingNet};
-use crate::netlog::NetLog;
+use crate::plan::mounts::{MountPlan, Source};
+use crate::plan::rlimits::{self, RawRlimit, Rlimit};
+use crate::plan::seccomp::{Filter, Guards};
 use crate::proto::config::Config;
 use crate::proto::lines::{self, Line, LineReader, LineRequest};
 use crate::proto::policy::PolicyName;
@@ -52,8 +53,6 @@ use crate::proto::result::{signal_name, Accounting, InteractResult, RunResult, S
 use crate::proto::spec::{InteractSpec, MountOp, PipeFile, RunSpec, Stdio, DEFAULT_PATH};
 use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::relay::{Capture, Collect, Feed, Relay};
-use crate::rlimits::{self, Rlimit};
-use crate::seccomp::{Filter, Guards};
 use crate::sys::{self, Arena};
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
@@ -467,7 +466,7 @@ struct Prepared {
     /// one prepared ahead against the host before it is used, and the
     /// directories that vouch for the missing ones.
     sources: Vec<Source>,
-    parents: Vec<crate::mounts::Parent>,
+    parents: Vec<crate::plan::mounts::Parent>,
     /// /dev/null opened for the run's stdin, stdout and stderr ahead of
     /// the request (its default in `serve` and the library), each used at
     /// most once: runs share no open file.
@@ -479,7 +478,7 @@ struct Prepared {
     /// poll reported its result byte or pidfd since it was last looked at.
     signalled: bool,
     /// The run's layers, locked until its PID 1 is gone.
-    layers: Option<crate::overlay::LayerPlan>,
+    layers: Option<crate::plan::overlay::LayerPlan>,
 }
 
 impl Prepared {
@@ -699,14 +698,14 @@ impl Supervisor {
             host_gid: p.host_gid,
             net: ns.loopback_net.map_or(Net::PerRun, Net::Pending),
             self_pidfd,
-            last_cap: caps::last_cap(),
+            last_cap: crate::host::last_cap(),
             filters: Filters::default(),
             pools: Rc::new(Pools::default()),
             cgroups: p.cgroups.map(Instance::from_state),
             cgroup_note: p.cgroup_note,
             cpus: sys::cpu_count(),
             affinity: sys::affinity().ok().filter(|set| sys::cpus_in(set) > 1),
-            landlock_abi: crate::landlock::probe(),
+            landlock_abi: crate::plan::landlock::probe(),
             home: p.home,
             fusectl,
             agent_dirs: crate::host::identity::agent_dirs(p.host_uid),
@@ -777,7 +776,7 @@ impl Supervisor {
             seccomp: spec.seccomp.clone(),
             landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
             layers: spec.layers.clone(),
-            ucounts: crate::rlimits::ucounts(&spec.limits),
+            ucounts: crate::plan::rlimits::ucounts(&spec.limits),
         }
     }
 
@@ -793,12 +792,12 @@ impl Supervisor {
     fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
         // Asked for, so enforced or refused (the filesystem part is best effort).
-        let asked = crate::landlock::requested(
+        let asked = crate::plan::landlock::requested(
             spec.landlock != Some(false),
             spec.tcp_connect.as_deref(),
             spec.tcp_bind.as_deref(),
         );
-        crate::landlock::check_network(self.landlock_abi, asked)?;
+        crate::plan::landlock::check_network(self.landlock_abi, asked)?;
         let c = &spec.cgroup;
         if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
             return Err("invalid spec: cgroup: the cgroup base and --no-cgroups are the supervisor's settings \
@@ -881,7 +880,7 @@ impl Supervisor {
         // The sources, resolved here once, in the supervisor's (the host's)
         // view: PID 1 mounts and copies what the descriptors refer to.
         // Layers first: their directories are created and locked here.
-        let layers = crate::overlay::prepare(spec)?;
+        let layers = crate::plan::overlay::prepare(spec)?;
         let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &self.home, &mut names, layers.as_ref())?;
         mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
         let sources = std::mem::take(&mut mounts.sources);
@@ -936,7 +935,7 @@ impl Supervisor {
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
-            landlock: crate::landlock::Plan::new(
+            landlock: crate::plan::landlock::Plan::new(
                 self.landlock_abi,
                 &mounts,
                 spec.landlock != Some(false),
@@ -1026,7 +1025,7 @@ impl Supervisor {
     /// resolved to then (a copied file also to the same content), else a
     /// fresh PID 1 is built (and reports what no longer resolves).
     fn still_fresh(&self, p: &Prepared) -> bool {
-        crate::mounts::sources_unchanged(&p.sources, &p.parents, sys::geteuid())
+        crate::plan::mounts::sources_unchanged(&p.sources, &p.parents, sys::geteuid())
     }
 
     /// Writes the run's half into the arena and its limits into its cgroup.
@@ -1216,7 +1215,7 @@ impl Supervisor {
             res.exit_code = None;
             res.signal = None;
             let nr = shared.forbidden_nr.load(SeqCst);
-            res.syscall = Some(crate::seccomp::syscall_name(shared.forbidden_arch.load(SeqCst), nr));
+            res.syscall = Some(crate::plan::seccomp::syscall_name(shared.forbidden_arch.load(SeqCst), nr));
             res.syscall_args = Some(shared.forbidden_args.iter().map(|a| a.load(SeqCst)).collect());
         }
         if flags & FLAG_KILLED != 0 {
@@ -1317,17 +1316,18 @@ impl Filters {
         net_log: bool,
         stamp: Option<FileStamp>,
     ) -> Result<Rc<SealedFilter>, String> {
-        let mut filter: Filter = crate::seccomp::compile(name).map_err(|e| e.to_string())?;
-        filter = crate::seccomp::with_guards(&filter, guards).map_err(|e| format!("seccomp policy {name}: {e}"))?;
+        let mut filter: Filter = crate::plan::seccomp::compile(name).map_err(|e| e.to_string())?;
+        filter =
+            crate::plan::seccomp::with_guards(&filter, guards).map_err(|e| format!("seccomp policy {name}: {e}"))?;
         if net_log {
-            filter = crate::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
+            filter = crate::plan::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
         }
         let map = sys::SealedMap::new(c"capsule-seccomp", &filter.program)
             .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
         // A changed file replaces its old version (runs prepared with the
         // old one are no longer used: see `start`).
         self.compiled.retain(|((n, g, l), _, _)| !(n == name && *g == guards && *l == net_log));
-        let early = crate::seccomp::allows_tracee_epilogue(&filter.program);
+        let early = crate::plan::seccomp::allows_tracee_epilogue(&filter.program);
         let sealed = Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early });
         self.compiled.push(((name.clone(), guards, net_log), stamp, sealed.clone()));
         Ok(sealed)
@@ -1903,7 +1903,7 @@ impl Loop {
                 if !wait_gone(&r.p) {
                     result.error.get_or_insert_with(|| "layer: the run's PID 1 did not exit".into());
                 }
-                match crate::overlay::after_run(&layers) {
+                match crate::plan::overlay::after_run(&layers) {
                     Ok(None) => {}
                     Ok(Some(e)) | Err(e) => {
                         result.error.get_or_insert(e);
@@ -2550,7 +2550,7 @@ fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step, errno: i32
             msg = format!("setting {} (setrlimit) to {}", l.field, l.value);
         }
     } else if step == Step::Ucounts {
-        if let Some((file, field)) = crate::rlimits::UCOUNTS.get(path as usize) {
+        if let Some((file, field)) = crate::plan::rlimits::UCOUNTS.get(path as usize) {
             msg = format!("{msg}: `/proc/{}` for {field}", file.to_string_lossy());
         }
     } else if path > 0 {

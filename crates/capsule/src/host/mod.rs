@@ -6,3 +6,8 @@ pub mod cgroups;
 pub mod fsrules;
 pub mod identity;
 pub mod mountinfo;
+
+/// The highest capability number the running kernel knows.
+pub(crate) fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(40)
+}

@@ -2,7 +2,7 @@
 //! `landlock_add_rule`, `landlock_restrict_self`) and their structures
 //! (`include/uapi/linux/landlock.h`). Thin and allocation-free like the rest
 //! of `sys`: PID 1 and the tracee call them after clone. The typed API is
-//! `crate::landlock`.
+//! `crate::plan::landlock`.
 
 use std::os::fd::{OwnedFd, RawFd};
 

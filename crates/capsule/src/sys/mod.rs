@@ -18,6 +18,7 @@
 pub mod landlock;
 pub mod layer;
 pub mod probe;
+pub mod seccomp;
 pub mod tty;
 pub mod vm;
 

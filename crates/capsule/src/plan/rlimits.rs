@@ -3,11 +3,17 @@
 //! namespaces, inotify and fanotify), applied by PID 1.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, RawFd};
 
-use crate::child::RawRlimit;
 use crate::proto::spec::{self, Limits};
-use crate::sys::{self, Errno};
+
+/// A resource limit as the tracee applies it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawRlimit {
+    pub resource: u64,
+    pub soft: u64,
+    pub hard: u64,
+}
 
 /// One limit: resource, soft value, hard value, and the spec field it came from.
 #[derive(Debug, Clone, Copy)]
@@ -52,14 +58,6 @@ pub(crate) fn raw(limits: &[Rlimit]) -> Vec<RawRlimit> {
     limits.iter().map(|l| RawRlimit { resource: l.resource as u64, soft: l.value, hard: l.hard }).collect()
 }
 
-/// Applies the limits (child side). Returns the index of the one that failed.
-pub(crate) fn apply(limits: &[RawRlimit]) -> Result<(), (usize, Errno)> {
-    for (i, l) in limits.iter().enumerate() {
-        sys::setrlimit(l.resource as u32, l.soft, l.hard).map_err(|e| (i, e))?;
-    }
-    Ok(())
-}
-
 /// The kernel's per-user counts a run is bounded in (`/proc/sys/user/`),
 /// each with the spec field it comes from.
 pub(crate) const UCOUNTS: [(&CStr, &str); 12] = [
@@ -88,24 +86,6 @@ pub(crate) fn ucounts(l: &Limits) -> [u32; 12] {
     let inotify = v(l.inotify_instances, spec::INOTIFY_INSTANCES);
     let watches = v(l.inotify_watches, spec::INOTIFY_WATCHES);
     [ns + 1, ns, ns, ns, ns, ns, ns + 1, ns, inotify, watches, inotify, watches]
-}
-
-/// Writes `values` to [`UCOUNTS`] through `proc`, the run's procfs (child
-/// side: the calling process's user namespace is the one bounded, and it
-/// needs CAP_SYS_RESOURCE there). A file the kernel does not have (time
-/// namespaces before 5.6, fanotify before 5.13) is skipped: nothing can
-/// create what it counts. Returns the index of the one that failed.
-pub(crate) fn apply_ucounts(proc: RawFd, values: &[u32; 12]) -> Result<(), (usize, Errno)> {
-    for (i, ((file, _), &value)) in UCOUNTS.iter().zip(values).enumerate() {
-        let f = match sys::openat(proc, file, libc::O_WRONLY, 0) {
-            Ok(f) => f,
-            Err(libc::ENOENT) => continue,
-            Err(e) => return Err((i, e)),
-        };
-        let mut digits = [0u8; 20];
-        sys::write_all(f.as_raw_fd(), capsule_nolibc::decimal(u64::from(value), &mut digits)).map_err(|e| (i, e))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Copy-on-write layers over the host view (`--layer DIR`, MBOX's sandbox
 //! filesystem): planned here by the supervisor, mounted by PID 1 through
-//! the new mount API (`crate::mounts`), so the host's mount table never
+//! the new mount API (`crate::plan::mounts`), so the host's mount table never
 //! sees them.
 //!
 //! A layer directory holds `upper/`, which mirrors absolute host paths

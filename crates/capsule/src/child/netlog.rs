@@ -3,7 +3,7 @@
 //! and `sendmmsg` call of the run, with a count per distinct destination.
 //!
 //! The run's seccomp filter sends those calls to the listener
-//! ([`crate::seccomp::with_net_log`]); PID 1 has the destination read from
+//! ([`crate::plan::seccomp::with_net_log`]); PID 1 has the destination read from
 //! the caller's memory while the caller is stopped in the call, records it
 //! in a fixed table ([`NetLog`], a mapping shared with the supervisor) and
 //! lets the call go on (SECCOMP_USER_NOTIF_FLAG_CONTINUE). The log is an
@@ -24,8 +24,8 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use crate::proto::result::NetLogEntry;
-use crate::seccomp::{net_call, Abi, NetCall};
 use crate::sys;
+use crate::sys::seccomp::{net_call, Abi, NetCall};
 
 /// Distinct destinations a run's log holds; calls to further destinations
 /// are only counted (`net_log_dropped`).

@@ -11,11 +11,6 @@ const SECBIT_KEEP_CAPS_LOCKED: u64 = 1 << 5;
 const SECBIT_NO_CAP_AMBIENT_RAISE: u64 = 1 << 6;
 const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: u64 = 1 << 7;
 
-/// The highest capability number the running kernel knows.
-pub(crate) fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(40)
-}
-
 /// Drops every capability for good (child side; needs CAP_SETPCAP in the
 /// current user namespace, which the tracee has as its creator):
 /// securebits first so that uid 0 (`--root`) regains nothing at execve,

@@ -1,0 +1,475 @@
+//! The mount plan's execution in PID 1, with the new mount API (syscalls
+//! only, no allocation).
+
+use crate::child::{Fail, Step};
+use crate::plan::mounts::*;
+use crate::plan::overlay::{FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
+use crate::sys::{
+    self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    OPEN_TREE_CLONE,
+};
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+/// Makes a fresh tmpfs mount, detached.
+pub(crate) fn tmpfs(size: &CStr, mode: &CStr, attrs: u64) -> SysResult<OwnedFd> {
+    let fs = sys::fsopen(c"tmpfs")?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"size", size)?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"mode", mode)?;
+    sys::fsconfig_create(fs.as_raw_fd())?;
+    sys::fsmount(fs.as_raw_fd(), attrs)
+}
+
+/// Creates a fresh procfs mount of the caller's PID namespace, detached.
+/// Must run while the caller still holds CAP_SYS_ADMIN over that PID
+/// namespace's owner and sees a fully visible /proc (the host's).
+///
+/// `hidepid=2` (invisible): a process the viewer may not ptrace has no
+/// /proc/PID at all. That is PID 1: its memory is the supervisor's,
+/// non-dumpable, but its /proc files belong to the caller like the
+/// program's (see `Supervisor::start`), so without it the program could
+/// list PID 1's descriptors or raise the supervisor's oom_score_adj
+/// (shared by every process of that memory). The program's own processes
+/// stay visible to each other.
+pub(crate) fn new_proc() -> SysResult<OwnedFd> {
+    let fs = sys::fsopen(c"proc")?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"hidepid", c"2")?;
+    sys::fsconfig_create(fs.as_raw_fd())?;
+    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+}
+
+/// Splits `/a/b/c` into a NUL-terminated parent `/a/b` (written into `buf`)
+/// and the last component `c`.
+pub(crate) fn split_parent<'a>(path: &'a CStr, buf: &'a mut [u8; 4096]) -> SysResult<(&'a CStr, &'a CStr)> {
+    let bytes = path.to_bytes_with_nul();
+    let slash = bytes.iter().rposition(|&b| b == b'/').ok_or(libc::EINVAL)?;
+    if slash + 1 >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    let parent_len = if slash == 0 { 1 } else { slash };
+    buf[..parent_len].copy_from_slice(&bytes[..parent_len]);
+    buf[parent_len] = 0;
+    let parent = CStr::from_bytes_with_nul(&buf[..=parent_len]).map_err(|_| libc::EINVAL)?;
+    let last = CStr::from_bytes_with_nul(&bytes[slash + 1..]).map_err(|_| libc::EINVAL)?;
+    if last.is_empty() {
+        return Err(libc::EINVAL);
+    }
+    Ok((parent, last))
+}
+
+/// Creates the directory `path` and its missing parents inside `root`.
+pub(crate) fn mkdir_p(root: RawFd, path: &CStr) -> SysResult<OwnedFd> {
+    match sys::open_in_root(root, path, libc::O_PATH | libc::O_DIRECTORY, 0) {
+        Err(libc::ENOENT) => {}
+        other => return other,
+    }
+    let bytes = path.to_bytes();
+    let mut buf = [0u8; 4096];
+    if bytes.len() >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    // Walk every prefix `/a`, `/a/b`, ... creating what is missing.
+    for end in (1..=bytes.len()).filter(|&i| i == bytes.len() || bytes[i] == b'/') {
+        buf[..end].copy_from_slice(&bytes[..end]);
+        buf[end] = 0;
+        let prefix = CStr::from_bytes_with_nul(&buf[..=end]).map_err(|_| libc::EINVAL)?;
+        if sys::open_in_root(root, prefix, libc::O_PATH, 0).is_ok() {
+            continue;
+        }
+        let mut pbuf = [0u8; 4096];
+        let (parent, last) = split_parent(prefix, &mut pbuf)?;
+        let dir = sys::open_in_root(root, parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        match sys::mkdirat(dir.as_raw_fd(), last, 0o755) {
+            Ok(()) | Err(libc::EEXIST) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    sys::open_in_root(root, path, libc::O_PATH | libc::O_DIRECTORY, 0)
+}
+
+/// Opens (creating if needed) the mount point `path` inside `root`: a
+/// directory, or with `file` an empty regular file.
+pub(crate) fn mount_point(root: RawFd, path: &CStr, file: bool) -> SysResult<OwnedFd> {
+    if !file {
+        return mkdir_p(root, path);
+    }
+    match sys::open_in_root(root, path, libc::O_PATH, 0) {
+        Err(libc::ENOENT) => {}
+        other => return other,
+    }
+    let mut buf = [0u8; 4096];
+    let (parent, last) = split_parent(path, &mut buf)?;
+    let dir = mkdir_p(root, parent)?;
+    match sys::openat(dir.as_raw_fd(), last, libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL, 0o644) {
+        Ok(_) | Err(libc::EEXIST) => {}
+        Err(e) => return Err(e),
+    }
+    sys::open_in_root(root, path, libc::O_PATH, 0)
+}
+
+/// Creates a regular file at `path` inside `root` and returns it open for writing.
+pub(crate) fn create_file(root: RawFd, path: &CStr) -> SysResult<OwnedFd> {
+    let mut buf = [0u8; 4096];
+    let (parent, last) = split_parent(path, &mut buf)?;
+    let dir = mkdir_p(root, parent)?;
+    sys::openat(dir.as_raw_fd(), last, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC | libc::O_NOFOLLOW, 0o644)
+}
+
+/// Clones the host sources of a `/dev` (its device nodes).
+pub(crate) fn clone_devices(nodes: &[Cell<RawFd>; 5]) -> SysResult<()> {
+    for (cell, host) in nodes.iter().zip(HOST_DEVICES) {
+        let fd = sys::open_tree(libc::AT_FDCWD, host, OPEN_TREE_CLONE)?;
+        // Device nodes keep working (no nodev) but can never be setuid.
+        sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_NOSUID, 0)?;
+        cell.set(into_raw(fd));
+    }
+    Ok(())
+}
+
+pub(crate) fn into_raw(fd: OwnedFd) -> RawFd {
+    use std::os::fd::IntoRawFd;
+    fd.into_raw_fd()
+}
+
+/// Takes back an fd stored with `into_raw` (each cell is taken once).
+pub(crate) fn take(cell: &Cell<RawFd>) -> Option<OwnedFd> {
+    let fd = cell.replace(-1);
+    (fd >= 0).then(|| sys::reclaim_fd(fd))
+}
+
+/// Builds a minimal /dev on the directory `at`. Everything is created
+/// through the new tmpfs's own fd: `at` keeps pointing at the directory
+/// the tmpfs covers.
+pub(crate) fn build_dev(at: &OwnedFd, nodes: &[Cell<RawFd>; 5]) -> SysResult<()> {
+    let dev = tmpfs(c"1048576", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+    let d = dev.as_raw_fd();
+    for name in DEVICES {
+        drop(sys::openat(d, name, libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL, 0o666)?);
+    }
+    sys::mkdirat(d, c"shm", 0o1777)?;
+    for (target, name) in [
+        (c"/proc/self/fd", c"fd"),
+        (c"/proc/self/fd/0", c"stdin"),
+        (c"/proc/self/fd/1", c"stdout"),
+        (c"/proc/self/fd/2", c"stderr"),
+    ] {
+        sys::symlinkat(target, d, name)?;
+    }
+    // Attached, it can receive the device nodes and /dev/shm.
+    sys::move_mount_fd(d, at.as_raw_fd())?;
+    for (cell, name) in nodes.iter().zip(DEVICES) {
+        let node = take(cell).ok_or(libc::EBADF)?;
+        let target = sys::openat(d, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        sys::move_mount_fd(node.as_raw_fd(), target.as_raw_fd())?;
+    }
+    let shm_at = sys::openat(d, c"shm", libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let shm = tmpfs(c"67108864", c"1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+    sys::move_mount_fd(shm.as_raw_fd(), shm_at.as_raw_fd())?;
+    // Populated: nothing may be added to /dev from inside.
+    sys::mount_setattr(d, false, MOUNT_ATTR_RDONLY, 0)
+}
+
+/// State PID 1 carries through the build.
+pub(crate) struct Build {
+    root: Option<OwnedFd>,
+    scratch: Option<OwnedFd>,
+    /// The run's procfs, attached at the first `/proc` (later ones bind it).
+    proc_fd: RawFd,
+    proc_attached: Cell<Option<usize>>,
+}
+
+impl Build {
+    pub(crate) fn new(proc_fd: RawFd) -> Self {
+        Build { root: None, scratch: None, proc_fd, proc_attached: Cell::new(None) }
+    }
+}
+
+/// Step 1a, in the supervisor's mount namespace: clones the bind sources
+/// from the descriptors the supervisor resolved.
+pub(crate) fn clone_binds(plan: &MountPlan) -> Result<(), Fail> {
+    for op in &plan.ops {
+        let Op::Bind { src: Some(src), attrs, clone, name, .. } = op else { continue };
+        let fd = sys::open_tree(src.as_raw_fd(), c"", OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32)
+            .map_err(|e| Fail::at(Step::BindSource, e, *name))?;
+        sys::mount_setattr(fd.as_raw_fd(), true, *attrs, 0).map_err(|e| Fail::at(Step::BindSource, e, *name))?;
+        clone.set(into_raw(fd));
+    }
+    Ok(())
+}
+
+/// Step 1b, in PID 1's mount namespace: clones the other sources from the
+/// host view.
+pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
+    let root = match &plan.base {
+        Base::HostView => {
+            let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
+                .map_err(|e| Fail::new(Step::RootClone, e))?;
+            sys::mount_setattr(fd.as_raw_fd(), true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)
+                .map_err(|e| Fail::new(Step::RootClone, e))?;
+            fd
+        }
+        Base::EmptyRoot { size } => {
+            tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).map_err(|e| Fail::new(Step::RootTmpfs, e))?
+        }
+        Base::Fuse { argv, ptrs, name } => start_fuse(argv, ptrs, *name)?,
+    };
+    b.root = Some(root);
+    if let Some(fd) = plan.stage {
+        // Where the staged overlays' upper directories are (the old
+        // root's /tmp, gone with it at the pivot).
+        sys::move_mount_to_path(fd, STAGE_MOUNTPOINT).map_err(|e| Fail::new(Step::Overlay, e))?;
+    }
+    for op in &plan.ops {
+        if let Op::Overlay { lower, upper, work, base, fs, name, .. } = op {
+            if let Some([l, u, w, at]) = base {
+                // The layer as it is, read-only, where the staged
+                // overlay's lower layer is.
+                let b = overlay(l, u, w, true).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+                sys::move_mount_to_path(b.as_raw_fd(), at).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+            }
+            fs.set(into_raw(overlay(lower, upper, work, false).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
+        }
+    }
+    for op in &plan.ops {
+        if let Op::Dev { nodes, name, .. } = op {
+            clone_devices(nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?
+        }
+    }
+    if plan.needs_scratch {
+        // An empty read-only file to bind over hidden files. It must be
+        // attached somewhere to be cloned; the old root's /tmp of this
+        // private namespace goes away with the old root.
+        let scratch = tmpfs(c"4096", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+            .map_err(|e| Fail::new(Step::Scratch, e))?;
+        drop(
+            sys::openat(scratch.as_raw_fd(), c"empty", libc::O_CREAT | libc::O_WRONLY, 0o444)
+                .map_err(|e| Fail::new(Step::Scratch, e))?,
+        );
+        // ... and an empty one to bind over hidden directories.
+        sys::mkdirat(scratch.as_raw_fd(), c"dir", 0o555).map_err(|e| Fail::new(Step::Scratch, e))?;
+        sys::move_mount_to_path(scratch.as_raw_fd(), c"/tmp").map_err(|e| Fail::new(Step::Scratch, e))?;
+        b.scratch = Some(scratch);
+    }
+    Ok(())
+}
+
+/// Makes a kernel overlay, detached. Its layers are looked up here, in
+/// PID 1's namespace with the host view as root: overlayfs clones each as
+/// a private mount of this namespace.
+pub(crate) fn overlay(lower: &CStr, upper: &CStr, work: &CStr, read_only: bool) -> SysResult<OwnedFd> {
+    let fs = sys::fsopen(c"overlay")?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"lowerdir", lower)?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"upperdir", upper)?;
+    sys::fsconfig_string(fs.as_raw_fd(), c"workdir", work)?;
+    // Overlay's own metadata in user.* xattrs: an unprivileged mounter
+    // cannot write trusted.*.
+    sys::fsconfig_flag(fs.as_raw_fd(), c"userxattr")?;
+    if read_only {
+        // Nothing is written to its upper layer (the layer) at all.
+        sys::fsconfig_flag(fs.as_raw_fd(), c"ro")?;
+    }
+    sys::fsconfig_create(fs.as_raw_fd())?;
+    let ro = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
+    sys::fsmount(fs.as_raw_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | ro)
+}
+
+/// Starts fuse-overlayfs (still with the supervisor's capabilities, in
+/// PID 1's mount namespace, on /tmp/fuse) and clones its mount
+/// as the new root. It daemonizes once mounted: its first process exiting
+/// with 0 means the mount is there. The daemon lives on in the run's PID
+/// namespace and dies with it.
+pub(crate) fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u32) -> Result<OwnedFd, Fail> {
+    let fail = |e| Fail::at(Step::Fuse, e, name);
+    // The daemon's lower layer is a clone of the host's root, taken before
+    // anything is mounted for it, so that its own mount is not inside it:
+    // a lookup that reached the mount through its lower layer would wait
+    // for the daemon forever. Both sit on a tmpfs of this namespace's own
+    // over /tmp (the sandbox gets its own /tmp).
+    let host = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE).map_err(fail)?;
+    let t = tmpfs(c"4096", c"0700", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC).map_err(fail)?;
+    // FUSE_MOUNTPOINT and FUSE_LOWER, once the tmpfs is on /tmp.
+    sys::mkdirat(t.as_raw_fd(), c"fuse", 0o700).map_err(fail)?;
+    sys::mkdirat(t.as_raw_fd(), c"lower", 0o700).map_err(fail)?;
+    sys::move_mount_to_path(t.as_raw_fd(), c"/tmp").map_err(fail)?;
+    sys::move_mount_to_path(host.as_raw_fd(), FUSE_LOWER).map_err(fail)?;
+    match sys::fork().map_err(fail)? {
+        sys::Forked::Child => {
+            // Nothing of PID 1's; stdout and stderr to /dev/null (Debian
+            // 12's fuse-overlayfs 1.10 complains about an option it passes
+            // itself on every start; a failure is reported with the
+            // command line).
+            let _ = sys::close_from(3);
+            if let Ok(null) = sys::open(c"/dev/null", libc::O_RDWR, 0) {
+                let _ = sys::dup2(null.as_raw_fd(), 1);
+                let _ = sys::dup2(null.as_raw_fd(), 2);
+            }
+            let envp = [std::ptr::null()];
+            sys::execve(&argv[0], ptrs, &envp);
+            sys::exit(127)
+        }
+        sys::Forked::Parent { pid, .. } => {
+            let (_, status) = sys::waitpid(pid, false).map_err(fail)?.ok_or(fail(libc::ECHILD))?;
+            if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                return Err(fail(if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 127 {
+                    libc::ENOENT
+                } else {
+                    libc::EIO
+                }));
+            }
+        }
+    }
+    let fd = sys::open_tree(libc::AT_FDCWD, FUSE_MOUNTPOINT, OPEN_TREE_CLONE).map_err(fail)?;
+    sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0).map_err(fail)?;
+    Ok(fd)
+}
+
+/// Step 2: attaches the new root over the current one.
+pub(crate) fn attach_root(b: &Build) -> Result<RawFd, Fail> {
+    let root = b.root.as_ref().expect("cloned").as_raw_fd();
+    sys::move_mount_to_path(root, c"/").map_err(|e| Fail::new(Step::AttachRoot, e))?;
+    Ok(root)
+}
+
+/// Step 3: applies the operations in order.
+pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), Fail> {
+    for (i, op) in plan.ops.iter().enumerate() {
+        match op {
+            Op::Bind { clone, dst, name, .. } => {
+                let Some(src) = take(clone) else { continue }; // a -try source that was missing
+                let is_file = sys::fd_mode(src.as_raw_fd()).is_ok_and(|m| m != libc::S_IFDIR);
+                let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Bind, e, *name))?;
+            }
+            Op::Tmpfs { dst, size, mode, attrs, optional, name } => {
+                if *optional && sys::open_in_root(root, dst, libc::O_PATH | libc::O_DIRECTORY, 0).is_err() {
+                    continue;
+                }
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                let fs = tmpfs(size, mode, *attrs).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
+                sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
+            }
+            Op::Proc { dst, name } => {
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                let res = match b.proc_attached.get() {
+                    // The run's procfs is attached once; further /proc
+                    // mounts are clones of it.
+                    None => sys::move_mount_fd(b.proc_fd, at.as_raw_fd()),
+                    Some(first) => {
+                        let Op::Proc { dst: first_dst, .. } = &plan.ops[first] else { unreachable!() };
+                        sys::open_in_root(root, first_dst, libc::O_PATH | libc::O_DIRECTORY, 0)
+                            .and_then(|f| {
+                                sys::open_tree(f.as_raw_fd(), c"", OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32)
+                            })
+                            .and_then(|c| sys::move_mount_fd(c.as_raw_fd(), at.as_raw_fd()))
+                    }
+                };
+                res.map_err(|e| Fail::at(Step::Proc, e, *name))?;
+                if b.proc_attached.get().is_none() {
+                    b.proc_attached.set(Some(i));
+                }
+            }
+            Op::Dev { dst, nodes, name } => {
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                build_dev(&at, nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?;
+            }
+            Op::Dir { dst, name } => {
+                mkdir_p(root, dst).map_err(|e| Fail::at(Step::Dir, e, *name))?;
+            }
+            Op::File { src, dst, name } => {
+                let f = create_file(root, dst).map_err(|e| Fail::at(Step::File, e, *name))?;
+                sys::copy_fd(src.as_raw_fd(), f.as_raw_fd()).map_err(|e| Fail::at(Step::File, e, *name))?;
+            }
+            Op::FileData { dst, content, name } => {
+                let f = create_file(root, dst).map_err(|e| Fail::at(Step::File, e, *name))?;
+                sys::write_all(f.as_raw_fd(), content).map_err(|e| Fail::at(Step::File, e, *name))?;
+            }
+            Op::Symlink { target, dst, name } => {
+                let mut buf = [0u8; 4096];
+                let (parent, last) = split_parent(dst, &mut buf).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+                let dir = mkdir_p(root, parent).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+                sys::symlinkat(target, dir.as_raw_fd(), last).map_err(|e| Fail::at(Step::Symlink, e, *name))?;
+            }
+            Op::Overlay { dst, fs, name, .. } => {
+                let fs = take(fs).ok_or(Fail::at(Step::Overlay, libc::EBADF, *name))?;
+                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+            }
+            Op::Hide { dst, holes, cover: keep, name } => {
+                let at = match sys::open_in_root(root, dst, libc::O_PATH, 0) {
+                    Ok(fd) => fd,
+                    Err(libc::ENOENT | libc::ENOTDIR) => continue, // nothing there to hide
+                    Err(e) => return Err(Fail::at(Step::Hide, e, *name)),
+                };
+                let is_dir = sys::fd_mode(at.as_raw_fd()) == Ok(libc::S_IFDIR);
+                let keep_open = *holes && is_dir;
+                let cover = if keep_open {
+                    // A tmpfs of its own, to make mount points in.
+                    tmpfs(c"4096", c"0555", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+                } else {
+                    // A clone of the scratch tmpfs's empty directory or file:
+                    // a third of the cost of a tmpfs of its own.
+                    let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
+                    let empty = if is_dir { c"dir" } else { c"empty" };
+                    sys::open_tree(scratch, empty, OPEN_TREE_CLONE).and_then(|fd| {
+                        sys::mount_setattr(
+                            fd.as_raw_fd(),
+                            false,
+                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                            0,
+                        )?;
+                        Ok(fd)
+                    })
+                }
+                .map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                sys::move_mount_fd(cover.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                if keep_open {
+                    keep.set(into_raw(cover));
+                }
+            }
+            Op::Save { dst, slot, name } => {
+                let at = match sys::open_in_root_nofollow(root, dst, libc::O_PATH) {
+                    Ok(fd) => fd,
+                    Err(libc::ENOENT | libc::ENOTDIR) => continue, // nothing to show
+                    Err(e) => return Err(Fail::at(Step::Reveal, e, *name)),
+                };
+                let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32;
+                let clone = sys::open_tree(at.as_raw_fd(), c"", flags).map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+                plan.saved[*slot].set(into_raw(clone));
+            }
+            Op::Reveal { dst, slot, attrs, name } => {
+                let Some(src) = take(&plan.saved[*slot]) else { continue }; // it was missing
+                if *attrs != 0 {
+                    sys::mount_setattr(src.as_raw_fd(), true, *attrs, 0)
+                        .map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+                }
+                let is_file = sys::fd_mode(src.as_raw_fd()).is_ok_and(|m| m != libc::S_IFDIR);
+                let at = mount_point(root, dst, is_file).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
+                sys::move_mount_fd(src.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Reveal, e, *name))?;
+            }
+        }
+    }
+    // The covers that received mount points are read-only from here on.
+    for op in &plan.ops {
+        if let Op::Hide { cover, name, .. } = op {
+            if let Some(fd) = take(cover) {
+                sys::mount_setattr(fd.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0)
+                    .map_err(|e| Fail::at(Step::Hide, e, *name))?;
+            }
+        }
+    }
+    if let Base::EmptyRoot { .. } = plan.base {
+        // The judge's root: nothing but what the operations put there, and
+        // read-only (the tmpfs and bind mounts on it stay as asked).
+        sys::mount_setattr(root, false, MOUNT_ATTR_RDONLY, 0).map_err(|e| Fail::new(Step::RootReadonly, e))?;
+    }
+    Ok(())
+}
+
+/// Step 4: makes the new tree the root and detaches the old one.
+pub(crate) fn pivot(root: RawFd) -> Result<(), Fail> {
+    sys::fchdir(root).map_err(|e| Fail::new(Step::PivotRoot, e))?;
+    sys::pivot_root_cwd().map_err(|e| Fail::new(Step::PivotRoot, e))?;
+    sys::umount_detach_cwd().map_err(|e| Fail::new(Step::DetachOldRoot, e))?;
+    sys::chdir(c"/").map_err(|e| Fail::new(Step::PivotRoot, e))
+}
