@@ -657,13 +657,12 @@ fn cmd_check(m: &ArgMatches) -> Result<ExitCode> {
 fn main() -> ExitCode {
     #[cfg(debug_assertions)]
     alloc_guard::init();
-    // Agents forked by this process plan the front end's command lines.
-    capsule::agent::set_planner(plan_command);
     let first = std::env::args_os().nth(1);
     // A supervisor re-executing itself inside its user namespace.
     if first.as_deref() == Some(std::ffi::OsStr::new(capsule::supervisor::RESUME_ARG)) {
         let fd = std::env::args().nth(2).unwrap_or_default();
-        capsule::supervisor::resume_main(&fd)
+        // Agents plan the front end's command lines with the CLI's parser.
+        capsule::endpoints::resume_main(&fd, Some(plan_command))
     }
     let only = first.as_ref().and_then(|a| a.to_str()).filter(|a| SUBCOMMANDS.iter().any(|(n, _)| n == a));
     let matches = match cli_of(only).try_get_matches() {

@@ -4,23 +4,20 @@
 //! `caps`, `seccomp`, `landlock`, `overlay` for layers), all raw syscalls and `unsafe` in `sys`, the child
 //! path after clone in `child`, the run spec in `spec`.
 
-pub mod agent;
 pub mod check;
 mod child;
-pub mod client;
+pub mod endpoints;
 pub mod error;
 pub mod host;
 pub mod layer;
-mod namespaces;
 pub mod plan;
 pub mod presets;
 pub mod proto;
-mod relay;
 pub mod sandbox;
-pub mod serve;
 pub mod supervisor;
 pub mod sys;
 
+pub use endpoints::{agent, once as client, serve};
 pub use error::{Error, SpecError, SysError};
 pub use host::{cgroups, fsrules};
 pub use plan::{landlock, overlay, seccomp};

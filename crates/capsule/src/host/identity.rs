@@ -90,7 +90,7 @@ pub fn peer_fingerprint(pid: i32) -> Option<String> {
 }
 
 /// Where the agents of the user `uid` keep their sockets
-/// (`crate::agent::socket_dir` chooses one): `$XDG_RUNTIME_DIR/capsule`
+/// (`crate::endpoints::agent::socket_dir` chooses one): `$XDG_RUNTIME_DIR/capsule`
 /// and `/tmp/capsule-agent-UID`. Both are covered in every run
 /// ([`MountPlan::cover_agent_dirs`]), whichever is in use.
 pub(crate) fn agent_dirs(uid: u32) -> Vec<PathBuf> {

@@ -76,7 +76,7 @@ pub enum ServerMsg {
     /// The supervisor cannot work at all (e.g. no user namespaces); it exits.
     Fatal(String),
     /// First message of a per-user agent on a connection it accepted
-    /// ([`crate::agent`]): requests sent on it will be answered (or fail
+    /// ([`crate::endpoints::agent`]): requests sent on it will be answered (or fail
     /// with a reason). A client that sees the connection end before this
     /// may send its request elsewhere: it was never read.
     Accepted,

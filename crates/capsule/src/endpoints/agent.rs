@@ -57,34 +57,7 @@ pub const AGENT_ENV: &str = "CAPSULE_AGENT";
 /// The environment variable with the idle time, in seconds.
 pub const IDLE_ENV: &str = "CAPSULE_AGENT_IDLE";
 
-/// How an agent plans a command line sent by the front end
-/// ([`ClientMsg::Command`]): the `capsule` command's own option parsing,
-/// which the library does not have; set by the command at start, and
-/// inherited by the agents it forks.
-pub type Planner = fn(args: &[String], cwd: &Path) -> Planned;
-
-/// What an agent does with a front end's command line.
-pub enum Planned {
-    /// The command needs the caller's own process: the front end runs the
-    /// full command-line tool.
-    Decline,
-    /// Run `spec` and report as `capsule run` (`quiet`: `-q`) does.
-    Run { spec: Box<RunSpec>, quiet: bool },
-    /// The command line is wrong in a way `capsule run` reports as a
-    /// failed run (a bad value): report `error`.
-    Fail { error: String, quiet: bool },
-}
-
-static PLANNER: std::sync::OnceLock<Planner> = std::sync::OnceLock::new();
-
-/// Sets the [`Planner`] (once; later calls change nothing).
-pub fn set_planner(planner: Planner) {
-    let _ = PLANNER.set(planner);
-}
-
-pub(crate) fn planner() -> Option<Planner> {
-    PLANNER.get().copied()
-}
+pub use crate::supervisor::{Planned, Planner};
 
 /// The configuration of the agents the front end finds: the one of a
 /// run without cgroup options (`capsule_nolibc::identity::DEFAULT_CONFIG`
@@ -446,7 +419,7 @@ fn agent_main(path: &Path, lock: OwnedFd, first: OwnedFd, config: &Config, idle:
         idle,
         client,
     };
-    Supervisor::start(config, crate::supervisor::Job::Agent(job))
+    super::start(config, super::Job::Agent(job))
 }
 
 /// What an agent set up before its supervisor started, as it crosses the
@@ -474,14 +447,15 @@ impl AgentJob {
 
 /// The agent's supervisor, started (or not): serves, or answers the first
 /// caller with the reason. Exits the process.
-pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>) -> ! {
+pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>, planner: Option<Planner>) -> ! {
     // (Its name again: execve gave it the binary's.)
     sys::set_comm(c"capsule-agent");
     let first = sys::reclaim_fd(job.first);
     let listener = sys::reclaim_fd(job.listener);
     let lock = Some((sys::reclaim_fd(job.lock), job.lock_path));
     let host_mounts = job.host_mounts.map(sys::reclaim_fd);
-    let mut life = AgentLife { idle: job.idle, host_mounts, path: job.path, ino: job.ino, lock, peer: String::new() };
+    let mut life =
+        AgentLife { idle: job.idle, host_mounts, path: job.path, ino: job.ino, lock, peer: String::new(), planner };
     let code = match started {
         Ok(sup) => {
             // What legitimate peers look like from here (inside the

@@ -7,7 +7,6 @@
 /// SIGTERM/SIGINT/SIGHUP for a socket server; returns only an error found
 /// before the supervisor starts.
 pub fn run_server(config: &crate::proto::config::Config, listen: Option<&std::path::Path>) -> Result<(), crate::Error> {
-    use crate::supervisor::Supervisor;
     use std::os::fd::OwnedFd;
 
     config.validate()?;
@@ -24,7 +23,7 @@ pub fn run_server(config: &crate::proto::config::Config, listen: Option<&std::pa
         None => 0,
     };
     let listener = listener.map(|(fd, path)| (std::os::fd::IntoRawFd::into_raw_fd(fd), path));
-    Supervisor::start(config, crate::supervisor::Job::Lines { listener, witness })
+    super::start(config, super::Job::Lines { listener, witness })
 }
 
 /// A child that waits to be killed (or dies with its parent): the caller

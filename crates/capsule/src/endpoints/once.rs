@@ -1,5 +1,5 @@
 //! The one-shot client (`capsule run`): sends one request over the
-//! library's protocol to the user's agent ([`crate::agent`]), or to a
+//! library's protocol to the user's agent ([`crate::endpoints::agent`]), or to a
 //! supervisor forked for it, and returns the result.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -38,7 +38,7 @@ pub struct OnceRun {
 /// in `stdio` went with it, so the caller may close its own copies at once.
 /// The caller must be single-threaded (the supervisor is forked).
 /// With `agent`, the run goes to the user's agent where one serves (or
-/// can serve) this caller ([`crate::agent`]); else, or when none does, to
+/// can serve) this caller ([`crate::endpoints::agent`]); else, or when none does, to
 /// a supervisor forked for it.
 pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Result<OnceRun, Error> {
     spec.validate()?;
@@ -57,10 +57,10 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Res
     let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
     let ClientMsg::Run { spec, .. } = &msg else { unreachable!() };
     if agent {
-        match crate::agent::send(spec, &msg, &fds) {
+        match crate::endpoints::agent::send(spec, &msg, &fds) {
             Ok(c) => return Ok(OnceRun { sock: c.sock, pid: None, sent: Ok(()) }),
-            Err(crate::agent::Missed::Fatal(e)) => return Err(e),
-            Err(crate::agent::Missed::Fallback) => {}
+            Err(crate::endpoints::agent::Missed::Fatal(e)) => return Err(e),
+            Err(crate::endpoints::agent::Missed::Fallback) => {}
         }
     }
     fork_supervisor(spec, &msg, &fds)
@@ -179,7 +179,7 @@ fn supervisor_main(parent: i32, sock: OwnedFd, config: &Config) -> ! {
 /// process.
 pub fn serve_socket(sock: OwnedFd, config: &Config, once: bool) -> ! {
     let sock = std::os::fd::IntoRawFd::into_raw_fd(sock);
-    Supervisor::start(config, crate::supervisor::Job::Socket { sock, once })
+    super::start(config, super::Job::Socket { sock, once })
 }
 
 /// [`serve_socket`]'s supervisor, started (or not): serves, or answers

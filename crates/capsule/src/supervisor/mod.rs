@@ -1,0 +1,274 @@
+//! The supervisor: created once, serves many runs (thesis, ch. 3).
+//!
+//! One single-threaded event loop ([`Supervisor::serve`]) over: the
+//! clients' connections (the library's binary protocol, [`crate::proto::wire`],
+//! or `capsule serve`'s JSON lines, [`crate::endpoints::serve`]), the runs in flight
+//! (a pipe PID 1 writes a byte to when the result is in the arena, PID 1's
+//! pidfd, the streams the supervisor carries: captures, read-once input,
+//! write-once output, interactive relays, [`crate::supervisor::relay`]) and the PID 1s
+//! prepared ahead.
+//!
+//! A run's PID 1 shares the supervisor's memory (`sys::vm`: no copy of
+//! it, no copy-on-write faults, nothing to tear down at its exit) and is
+//! created with everything known before the request: its namespaces, the
+//! mount tree, the program's user namespace and cgroup, down to the
+//! tracee waiting for its go message
+//! ([`Prepared`]). The request then only fills in the arena (argv, envp,
+//! working directory, limits) and sends the go message with the run's
+//! stdio; the tracee execs at once. While the supervisor is idle, the next
+//! PID 1 of the same shape is prepared: fresh for each run, never reused.
+//! The result is sent when PID 1 has reaped every process of the run,
+//! before PID 1 itself has finished exiting.
+//!
+//! The one-shot `capsule run` forks a supervisor that serves its one
+//! request over the same protocol and this same loop. Every supervisor
+//! re-executes itself once inside its user namespace first
+//! ([`Supervisor::start`]).
+
+use std::collections::VecDeque;
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use serde_json::Value;
+
+use crate::error::{Error, SysError};
+use crate::host::cgroups::{self, Instance, DELEGATION_HINT};
+use crate::host::identity::{is_real_root, root_refusal};
+use crate::proto::config::Config;
+use crate::supervisor::namespaces::PendingNet;
+use crate::sys::{self};
+
+mod conn;
+mod event;
+mod filters;
+mod handoff;
+mod namespaces;
+mod outcome;
+mod prepare;
+mod relay;
+mod requests;
+
+pub use conn::*;
+use event::*;
+use filters::*;
+pub use handoff::*;
+use prepare::*;
+
+/// The loopback-only network namespace of the supervisor.
+pub(crate) enum Net {
+    /// Still being created by a thread.
+    Pending(PendingNet),
+    Ready(OwnedFd),
+    /// Creating it failed; every run that needs it fails with this.
+    Failed(String),
+    /// None: each run's PID 1 makes one of its own (`Config::own_network`).
+    PerRun,
+}
+
+/// A running supervisor (lives in the process that called [`Supervisor::start`]).
+pub struct Supervisor {
+    pub(crate) config: Config,
+    pub(crate) host_uid: u32,
+    pub(crate) host_gid: u32,
+    /// The user's agent directories, covered in every run.
+    pub(crate) agent_dirs: Vec<PathBuf>,
+    pub(crate) net: Net,
+    pub(crate) self_pidfd: OwnedFd,
+    pub(crate) last_cap: u32,
+    /// Seccomp filters compiled so far, one per policy, guards and network log.
+    pub(crate) filters: Filters,
+    /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
+    pub(crate) fusectl: Option<OwnedFd>,
+    /// Stacks and arenas of the runs' PID 1s and tracees, which share the
+    /// supervisor's memory.
+    pub(crate) pools: Rc<Pools>,
+    /// This supervisor's cgroup; None in degraded mode.
+    pub(crate) cgroups: Option<Instance>,
+    /// Where the cgroups come from, or why there are none.
+    pub(crate) cgroup_note: String,
+    /// CPUs the supervisor may run on (its affinity mask).
+    pub(crate) cpus: u64,
+    /// That mask, when it holds more than one CPU: a PID 1 prepared ahead
+    /// starts on the supervisor's CPU and widens to it (see `prepare`).
+    pub(crate) affinity: Option<libc::cpu_set_t>,
+    /// The kernel's Landlock ABI version (0: none), probed once.
+    pub(crate) landlock_abi: u32,
+    /// The caller's homes (`~` of the filesystem rules, where the default
+    /// secrets are), found once.
+    pub(crate) home: crate::host::fsrules::Homes,
+}
+
+impl Supervisor {
+    /// Turns the calling process into a supervisor serving `job` (an
+    /// endpoint's, JSON; `fds` are the descriptors it names, kept open
+    /// across the re-execution); returns only on failure. As the caller, in the host's namespaces, it sets up its
+    /// cgroup subtree (or degraded mode); it enters its user namespace and
+    /// re-executes itself there ([`resume`]), then creates the
+    /// namespaces shared by all runs. The caller must be single-threaded
+    /// and gives up its own namespaces for good.
+    ///
+    /// Why the re-execution: each run's PID 1 shares the supervisor's
+    /// memory (see `prepare`), which is therefore non-dumpable for good
+    /// (CVE-2019-5736: PID 1 is the program's /proc/1). The /proc files
+    /// of a non-dumpable process belong to root of the user namespace its
+    /// memory was created in, at execve: for a process started on the
+    /// host, the host's root, and PID 1 and the tracee could not write
+    /// their own id maps. Executed inside its user namespace, whose root is
+    /// the calling user, the supervisor's memory belongs to that namespace:
+    /// the files are the user's, and only a process with CAP_SYS_PTRACE
+    /// over it (the user outside, never a sandboxed program, which is two
+    /// user namespaces further down) may look inside.
+    pub fn start(config: &Config, job: &Value, fds: &[RawFd]) -> Error {
+        match Self::begin(config) {
+            Ok(prelude) => {
+                let e = reexec(&prelude, job, fds);
+                // Not re-executed: the cgroup instance ends here.
+                drop(prelude.cgroups.map(Instance::from_state));
+                e
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// The part of the set-up done as the caller, up to entering the user
+    /// namespace.
+    pub(crate) fn begin(config: &Config) -> Result<Prelude, Error> {
+        config.validate()?;
+        if is_real_root() {
+            return Err(root_refusal());
+        }
+        let (host_uid, host_gid) = (sys::getuid(), sys::getgid());
+        // In the host's user namespace, where the euid is the caller's.
+        let home = crate::host::fsrules::caller_homes(sys::geteuid());
+        // cgroups first, as the plain user in the host's namespaces.
+        let found = cgroups::discover(&config.cgroup);
+        let (cgroups, cgroup_note) = match &found.base {
+            Some(base) => match Instance::setup(base) {
+                Ok(inst) => (Some(inst), found.detail.clone()),
+                Err(e) => (None, format!("{}: setting it up failed: {e}", found.detail)),
+            },
+            None => (None, found.detail.clone()),
+        };
+        if cgroups.is_none() && config.cgroup.require {
+            return Err(Error::Refused(format!(
+                "cgroups are required (--require-cgroups) but unavailable: {cgroup_note}; {DELEGATION_HINT}"
+            )));
+        }
+        // Taken before entering the namespaces: PID 1 polls it to notice the
+        // supervisor's death, which PR_SET_PDEATHSIG alone cannot cover
+        // (it is armed only after PID 1's credentials change).
+        let self_pidfd = sys::pidfd_open(sys::getpid())
+            .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
+        namespaces::enter_user(host_uid, host_gid)?;
+        Ok(Prelude {
+            config: config.clone(),
+            host_uid,
+            host_gid,
+            home,
+            cgroups: cgroups.map(Instance::into_state),
+            cgroup_note,
+            self_pidfd: std::os::fd::IntoRawFd::into_raw_fd(self_pidfd),
+        })
+    }
+
+    /// The rest of the set-up, in the re-executed supervisor.
+    pub(crate) fn finish(p: Prelude) -> Result<Self, Error> {
+        let self_pidfd = sys::reclaim_fd(p.self_pidfd);
+        // Every run's PID 1 shares this memory; it is never dumpable (see
+        // `start`), from before any of them exists.
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| SysError::new("prctl(PR_SET_DUMPABLE)", e))?;
+        // execve made the memory the user namespace's only if the binary
+        // is readable; else the kernel keeps it the host's, and no run
+        // could write its id maps.
+        if std::fs::File::open("/proc/self/exe").is_err() {
+            return Err(Error::Refused(
+                "the capsule binary is not readable by its user: the supervisor re-executes it inside its user \
+                 namespace, which needs read permission (chmod a+r on it)"
+                    .into(),
+            ));
+        }
+        let ns = namespaces::enter_shared(!p.config.own_network)?;
+        // Writing to a client that went away must not kill the supervisor.
+        sys::ignore_sigpipe();
+        // Where PID 1 aborts the FUSE connections of a run stuck at its end
+        // (`child::abort_fuse`); PID 1's own view of /sys is read-only.
+        // Only when fusectl is mounted there: the directory itself exists
+        // whenever fuse is loaded.
+        const FUSECTL_MAGIC: i64 = 0x6573_5543;
+        let fusectl = match sys::probe::fs_magic(Path::new("/sys/fs/fuse/connections")) {
+            Ok(FUSECTL_MAGIC) => {
+                sys::open(c"/sys/fs/fuse/connections", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).ok()
+            }
+            _ => None,
+        };
+        Ok(Supervisor {
+            config: p.config,
+            host_uid: p.host_uid,
+            host_gid: p.host_gid,
+            net: ns.loopback_net.map_or(Net::PerRun, Net::Pending),
+            self_pidfd,
+            last_cap: crate::host::last_cap(),
+            filters: Filters::default(),
+            pools: Rc::new(Pools::default()),
+            cgroups: p.cgroups.map(Instance::from_state),
+            cgroup_note: p.cgroup_note,
+            cpus: sys::cpu_count(),
+            affinity: sys::affinity().ok().filter(|set| sys::cpus_in(set) > 1),
+            landlock_abi: crate::plan::landlock::probe(),
+            home: p.home,
+            fusectl,
+            agent_dirs: crate::host::identity::agent_dirs(p.host_uid),
+        })
+    }
+
+    /// Where the cgroups come from, or why there are none.
+    pub fn cgroup_note(&self) -> &str {
+        &self.cgroup_note
+    }
+
+    /// Whether runs get cgroups (else degraded mode).
+    pub fn has_cgroups(&self) -> bool {
+        self.cgroups.is_some()
+    }
+
+    /// Serves `conns` (and connections accepted on `listener`) until `mode`
+    /// says to stop; then kills what still runs and cleans up.
+    pub fn serve(mut self, conns: Vec<Conn>, listener: Option<OwnedFd>, mode: Mode) {
+        let signals = match (&listener, &mode) {
+            // A server others connect to stops cleanly on SIGTERM/SIGINT.
+            (Some(_), _) => sys::signalfd_for(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).ok(),
+            _ => None,
+        };
+        let (once, agent, peer) = match mode {
+            Mode::Serve => (false, None, None),
+            Mode::Listen { peer } => (false, None, Some(peer)),
+            Mode::Once => (true, None, None),
+            Mode::Agent(life) => (false, Some(life), None),
+        };
+        let mut l = Loop {
+            conns: conns.into_iter().map(Some).collect(),
+            listener,
+            signals,
+            once,
+            agent,
+            peer,
+            idle_since: std::time::Instant::now(),
+            answered: 0,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            spares: Vec::new(),
+            zombies: Vec::new(),
+            last_shape: None,
+            pairs: Vec::new(),
+            next_pair: 0,
+            round: 0,
+            spares_from: None,
+            stop: false,
+        };
+        l.run(&mut self);
+        // An agent stopped by a signal gives up its socket and lock first.
+        l.retire();
+        l.shutdown();
+    }
+}

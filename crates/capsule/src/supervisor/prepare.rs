@@ -1,0 +1,594 @@
+//! Preparing a run's PID 1 ahead of its request, and filling in the request's half.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::child::netlog::NetLog;
+use crate::child::{self, NetJoin, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME};
+use crate::error::SysError;
+use crate::host::cgroups::{self, RunCgroup, DELEGATION_HINT};
+use crate::plan::mounts::{MountPlan, Source};
+use crate::plan::rlimits::{self, RawRlimit};
+use crate::proto::policy::PolicyName;
+use crate::proto::spec::{MountOp, RunSpec, DEFAULT_PATH};
+use crate::sys::{self, Arena};
+
+use super::*;
+
+/// The tracees' stack until their execve: the deepest path (PATH search,
+/// id maps) needs a few KiB; page faults touch only what it uses.
+pub(crate) const TRACEE_STACK: usize = 256 << 10;
+/// PID 1's stack: reserved, not allocated; its deepest path needs tens of
+/// KiB, and a guard page ends it.
+pub(crate) const PID1_STACK: usize = 1 << 20;
+/// Size of a run's arena: its argv, environment and the rest must fit
+/// (execve's own limit is a quarter of the stack limit, 2 MiB by default).
+/// Reserved, not allocated: only the pages written are.
+pub(crate) const ARENA_SIZE: usize = 16 << 20;
+
+/// What must match between a request and a PID 1 prepared ahead.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Shape {
+    pub(crate) empty_root: bool,
+    pub(crate) tmp_size: Option<u64>,
+    pub(crate) mounts: Vec<MountOp>,
+    pub(crate) filesystem: crate::proto::spec::Filesystem,
+    pub(crate) share_net: bool,
+    pub(crate) hostname: Option<String>,
+    pub(crate) ids: (u32, u32),
+    pub(crate) cgroup: [bool; 4],
+    pub(crate) seccomp: PolicyName,
+    /// `landlock`, `tcp_connect`, `tcp_bind`: PID 1 builds the ruleset.
+    pub(crate) landlock: (bool, Option<Vec<u16>>, Option<Vec<u16>>),
+    /// Layer runs are never prepared ahead: a layer is locked by one run
+    /// at a time, and its roots depend on the request.
+    pub(crate) layers: Vec<PathBuf>,
+    /// PID 1 bounds the nested namespaces and inotify instances as it is built.
+    pub(crate) ucounts: [u32; 12],
+}
+
+/// A PID 1 created for a run of one shape: building the sandbox, or ready
+/// with its tracee waiting for the go message.
+pub(crate) struct Prepared {
+    pub(crate) shape: Shape,
+    /// The run's seccomp filter, mapped in PID 1 when it was known before
+    /// PID 1 was created (else `go` copies it into the arena).
+    pub(crate) filter: Option<Rc<SealedFilter>>,
+    /// Else the filter compiled after PID 1 was created, for `fill` to copy into
+    /// the arena.
+    pub(crate) late_filter: Option<Rc<SealedFilter>>,
+    pub(crate) pidfd: OwnedFd,
+    /// What PID 1 runs on (its plan, the arena, the stacks): shared
+    /// memory, freed only once PID 1 has exited (see `Drop`). None only
+    /// while being dropped.
+    pub(crate) run: Option<Box<child::Pid1>>,
+    pub(crate) pools: Rc<Pools>,
+    /// PID 1 was reaped: it is gone.
+    pub(crate) reaped: bool,
+    /// Our end of the tracee's go socket.
+    pub(crate) go: OwnedFd,
+    /// PID 1 writes a byte to it when the result is in the arena.
+    pub(crate) done: OwnedFd,
+    /// We signal it to have the run killed.
+    pub(crate) control: OwnedFd,
+    pub(crate) cgroup: Option<RunCgroup>,
+    /// Paths errors may name: 0 the program, 1 the working directory,
+    /// then the mount plan's.
+    pub(crate) names: Vec<String>,
+    /// The bind and `file` sources as resolved for this PID 1, to check
+    /// one prepared ahead against the host before it is used, and the
+    /// directories that vouch for the missing ones.
+    pub(crate) sources: Vec<Source>,
+    pub(crate) parents: Vec<crate::plan::mounts::Parent>,
+    /// /dev/null opened for the run's stdin, stdout and stderr ahead of
+    /// the request (its default in `serve` and the library), each used at
+    /// most once: runs share no open file.
+    pub(crate) null: [Option<OwnedFd>; 3],
+    /// Whether the tree was built before the request came.
+    pub(crate) ahead: bool,
+    /// The network log, for runs with `net_log`.
+    pub(crate) net_log: Option<Rc<Arena<NetLog>>>,
+    /// poll reported its result byte or pidfd since it was last looked at.
+    pub(crate) signalled: bool,
+    /// The run's layers, locked until its PID 1 is gone.
+    pub(crate) layers: Option<crate::plan::overlay::LayerPlan>,
+}
+
+impl Prepared {
+    /// The run's arena, shared with its PID 1.
+    pub(crate) fn arena(&self) -> &Arena<Shared> {
+        &self.run.as_ref().expect("only None while dropped").arena
+    }
+
+    /// Reaps PID 1, which has exited (its pidfd is readable); its wait
+    /// status.
+    pub(crate) fn reap(&mut self) -> Option<i32> {
+        self.reaped = true;
+        sys::pidfd_try_wait(self.pidfd.as_raw_fd()).ok().flatten()
+    }
+}
+
+impl Drop for Prepared {
+    /// Frees what PID 1 runs on once it has exited. Prepared PID 1s are
+    /// normally dropped after that (as zombies, see `Loop`); one still
+    /// running here (an error path, a supervisor unwinding) is killed and
+    /// waited for, and if it does not go within 10 s its memory is
+    /// leaked rather than freed under it.
+    fn drop(&mut self) {
+        if !self.reaped && !exited(self) {
+            kill_prepared(self);
+            let mut pfd = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
+                std::mem::forget(self.run.take());
+                return;
+            }
+        }
+        if let Some(run) = self.run.take() {
+            self.pools.give(*run);
+        }
+    }
+}
+
+/// Stacks and arenas for reuse (see `sys::vm`), shared by the supervisor
+/// and its `Prepared`s, which give theirs back once PID 1 has exited.
+#[derive(Default)]
+pub(crate) struct Pools {
+    pub(crate) stacks: sys::vm::StackPool,
+    pub(crate) arenas: sys::vm::ArenaPool<Shared>,
+}
+
+impl Pools {
+    /// Takes back what a PID 1 that is gone (or never started) ran on.
+    pub(crate) fn give(&self, run: child::Pid1) {
+        let child::Pid1 { arena, stack, tracee_stack, .. } = run;
+        self.stacks.give(stack);
+        self.stacks.give(tracee_stack);
+        self.arenas.give(arena);
+    }
+}
+
+impl Supervisor {
+    /// The key a request's PID 1 is prepared by.
+    pub(crate) fn shape(&self, spec: &RunSpec) -> Shape {
+        Shape {
+            empty_root: spec.empty_root,
+            tmp_size: spec.tmp_size,
+            mounts: spec.mounts.clone(),
+            filesystem: spec.filesystem.clone(),
+            share_net: spec.share_net,
+            hostname: spec.hostname.clone(),
+            ids: self.ids(spec),
+            cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
+            seccomp: spec.seccomp.clone(),
+            landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
+            layers: spec.layers.clone(),
+            ucounts: crate::plan::rlimits::ucounts(&spec.limits),
+        }
+    }
+
+    pub(crate) fn ids(&self, spec: &RunSpec) -> (u32, u32) {
+        if spec.root {
+            (0, 0)
+        } else {
+            (spec.uid.unwrap_or(self.host_uid), spec.gid.unwrap_or(self.host_gid))
+        }
+    }
+
+    /// Checks what a long-lived supervisor cannot change per run.
+    pub(crate) fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
+        spec.validate().map_err(|e| e.to_string())?;
+        // Asked for, so enforced or refused (the filesystem part is best effort).
+        let asked = crate::plan::landlock::requested(
+            spec.landlock != Some(false),
+            spec.tcp_connect.as_deref(),
+            spec.tcp_bind.as_deref(),
+        );
+        crate::plan::landlock::check_network(self.landlock_abi, asked)?;
+        let c = &spec.cgroup;
+        if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
+            return Err("invalid spec: cgroup: the cgroup base and --no-cgroups are the supervisor's settings \
+                 (capsule serve --cgroup/--no-cgroups, sandbox Config::cgroup), not a run's"
+                .into());
+        }
+        if c.require && self.cgroups.is_none() {
+            return Err(format!(
+                "cgroups are required (cgroup.require) but this supervisor has none ({}); {DELEGATION_HINT}",
+                self.cgroup_note
+            ));
+        }
+        if self.cgroups.is_none() {
+            let l = &spec.limits;
+            let needs = [
+                ("limits.memory", l.memory.is_some()),
+                ("limits.cpu_bandwidth", l.cpu_bandwidth.is_some()),
+                ("limits.cpus", l.cpus.is_some()),
+            ];
+            if let Some((field, _)) = needs.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "{field} needs cgroup v2, and this supervisor has none ({}); {DELEGATION_HINT}",
+                    self.cgroup_note
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How PID 1 joins the network, and the socket to send it over while
+    /// the loopback namespace is still being made.
+    pub(crate) fn net_join(&mut self, spec: &RunSpec) -> Result<(NetJoin, Option<(OwnedFd, OwnedFd)>), String> {
+        if spec.share_net {
+            return Ok((NetJoin::Host, None));
+        }
+        match &self.net {
+            Net::Ready(fd) => Ok((NetJoin::Fd(fd.as_raw_fd()), None)),
+            Net::Failed(msg) => Err(msg.clone()),
+            Net::PerRun => Ok((NetJoin::Own, None)),
+            Net::Pending(_) => {
+                let (ours, theirs) =
+                    sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
+                Ok((NetJoin::Receive(theirs.as_raw_fd()), Some((ours, theirs))))
+            }
+        }
+    }
+
+    /// Waits for the loopback network and hands it to PID 1 over `sock`
+    /// (dropping `sock` without an fd makes PID 1 fail its JoinNetwork step).
+    pub(crate) fn deliver_net(&mut self, sock: OwnedFd) {
+        if let Net::Pending(_) = &self.net {
+            let Net::Pending(handle) = std::mem::replace(&mut self.net, Net::Failed(String::new())) else {
+                unreachable!()
+            };
+            self.net = match handle.join() {
+                Ok(Ok(fd)) => Net::Ready(fd),
+                Ok(Err(e)) => Net::Failed(format!("creating the sandbox network: {e}")),
+                Err(_) => Net::Failed("creating the sandbox network: the thread panicked".into()),
+            };
+        }
+        if let Net::Ready(fd) = &self.net {
+            let _ = sys::send_with_fds(sock.as_raw_fd(), b"n", &[fd.as_raw_fd()]);
+        }
+    }
+
+    /// Creates a PID 1 for runs of `spec`'s shape; it builds the sandbox and
+    /// its tracee then waits for the go message. `filter` is `spec`'s policy
+    /// from [`Filters::get`], mapped before PID 1 is created so that it sees
+    /// it; None when it is not compiled yet: the caller compiles it while
+    /// PID 1 builds, and `go` hands it over in the arena.
+    pub(crate) fn prepare(
+        &mut self,
+        spec: &RunSpec,
+        shape: Shape,
+        filter: Option<Rc<SealedFilter>>,
+        ahead: bool,
+    ) -> Result<Prepared, String> {
+        let (net, pending_net) = self.net_join(spec)?;
+        let mut names = vec![String::new(), String::new()];
+        // The sources, resolved here once, in the supervisor's (the host's)
+        // view: PID 1 mounts and copies what the descriptors refer to.
+        // Layers first: their directories are created and locked here.
+        let layers = crate::plan::overlay::prepare(spec)?;
+        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &self.home, &mut names, layers.as_ref())?;
+        mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
+        let sources = std::mem::take(&mut mounts.sources);
+        let parents = std::mem::take(&mut mounts.parents);
+        let cgroup = match &self.cgroups {
+            Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),
+            None => None,
+        };
+        let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
+        let arena = self.pools.arenas.take(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
+        // (`with_net_log` gives every policy, `none` too, the log's epilogue.)
+        let net_log = match spec.net_log {
+            false => None,
+            true => Some(Rc::new(Arena::<NetLog>::new(0).map_err(|e| fail("mmap (network log)", e))?)),
+        };
+        let (go, go_child) = sys::socketpair_stream().map_err(|e| fail("socketpair", e))?;
+        // A pipe rather than an eventfd: a pipe write wakes the supervisor
+        // as a synchronous wake-up (the writer is about to exit), which lets
+        // the scheduler run it on the writer's CPU instead of waking an idle one.
+        let (done, done_child) = sys::pipe().map_err(|e| fail("pipe2", e))?;
+        sys::set_nonblocking(done.as_raw_fd(), true).map_err(|e| fail("fcntl", e))?;
+        let control = sys::eventfd().map_err(|e| fail("eventfd", e))?;
+        let (uid, gid) = shape.ids;
+        let c = |s: String| CString::new(s).expect("no NUL");
+        // A PID 1 prepared ahead is built while a run may be going on. The
+        // kernel places a new process on the idlest CPU at clone, which on a
+        // small machine is the one running the program (the supervisor is
+        // busy creating it): the build then preempts the program, and the
+        // supervisor's own CPU idles once it sleeps. So PID 1 is created on
+        // the supervisor's CPU (its affinity inherited from a pinned
+        // supervisor, restored right after) and widens to the supervisor's
+        // mask once its sandbox is built, before it creates the tracee.
+        let pin = self.affinity.filter(|_| ahead).and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
+        let mut keep_fds =
+            vec![self.self_pidfd.as_raw_fd(), go_child.as_raw_fd(), done_child.as_raw_fd(), control.as_raw_fd()];
+        match net {
+            NetJoin::Fd(fd) | NetJoin::Receive(fd) => keep_fds.push(fd),
+            NetJoin::Host | NetJoin::Own => {}
+        }
+        if let Some(cg) = &cgroup {
+            let f = cg.raw_fds();
+            keep_fds.extend([f.prog_dir, f.cpu_stat, f.kill]);
+        }
+        keep_fds.extend(mounts.fds());
+        let fusectl = self.fusectl.as_ref().map_or(-1, |f| f.as_raw_fd());
+        keep_fds.push(fusectl);
+        keep_fds.retain(|&fd| fd > 2);
+        keep_fds.sort_unstable();
+        let plan = Plan {
+            tracee_uid_map: c(format!("{uid} 0 1\n")),
+            tracee_gid_map: c(format!("{gid} 0 1\n")),
+            net,
+            hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
+            supervisor_pidfd: self.self_pidfd.as_raw_fd(),
+            landlock: crate::plan::landlock::Plan::new(
+                self.landlock_abi,
+                &mounts,
+                spec.landlock != Some(false),
+                spec.tcp_connect.as_deref(),
+                spec.tcp_bind.as_deref(),
+            ),
+            mounts,
+            last_cap: self.last_cap,
+            cgroup: cgroup.as_ref().map(RunCgroup::raw_fds),
+            go_sock: go_child.as_raw_fd(),
+            done: done_child.as_raw_fd(),
+            control: control.as_raw_fd(),
+            keep_fds,
+            filter: filter.clone(),
+            net_log: net_log.clone(),
+            fusectl,
+            widen: pin.map(|(_, all)| all),
+            ucounts: shape.ucounts,
+        };
+        let fail_early = |cgroup: Option<RunCgroup>, e: String| {
+            if let Some(cg) = cgroup {
+                cg.remove();
+            }
+            Err(e)
+        };
+        let stacks = (self.pools.stacks.take(PID1_STACK), self.pools.stacks.take(TRACEE_STACK));
+        let (stack, tracee_stack) = match stacks {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
+        };
+        let run = Box::new(child::Pid1 { plan, arena, stack, tracee_stack });
+        if let Some((one, _)) = &pin {
+            let _ = sys::set_affinity(one);
+        }
+        // SAFETY: `run` (boxed: it does not move), its stacks included, is
+        // kept in the `Prepared` below, whose drop frees it only once PID 1
+        // has exited, and nothing changes it meanwhile (the supervisor
+        // writes only the arena's shared page and byte area, through
+        // atomics and `put`, to which PID 1 reads are ordered by the go
+        // message). `child::pid1` makes `sys` calls only and ends with
+        // `sys::exit`.
+        let spawned = unsafe { sys::vm::spawn(libc::CLONE_NEWPID as u64, &run.stack, &*run, child::pid1) };
+        // (The child widens itself once its sandbox is built.)
+        if let Some((_, all)) = &pin {
+            let _ = sys::set_affinity(all);
+        }
+        let (pid, pidfd) = match spawned {
+            Ok(p) => p,
+            Err(e) => {
+                self.pools.give(*run);
+                let e = SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string();
+                return fail_early(cgroup, e);
+            }
+        };
+        drop(go_child);
+        drop(done_child);
+        if let Some((ours, theirs)) = pending_net {
+            drop(theirs);
+            self.deliver_net(ours);
+        }
+        let _ = pid;
+        Ok(Prepared {
+            signalled: false,
+            shape,
+            pidfd,
+            run: Some(run),
+            pools: self.pools.clone(),
+            reaped: false,
+            go,
+            done,
+            control,
+            cgroup,
+            names,
+            sources,
+            parents,
+            null: [0, 1, 2].map(|i| open_null(i).ok()),
+            ahead,
+            filter,
+            late_filter: None,
+            net_log,
+            layers,
+        })
+    }
+
+    /// Whether a PID 1 prepared ahead still matches the host: every bind
+    /// and `file` source resolves, with the same rules, to the object it
+    /// resolved to then (a copied file also to the same content), else a
+    /// fresh PID 1 is built (and reports what no longer resolves).
+    pub(crate) fn still_fresh(&self, p: &Prepared) -> bool {
+        crate::plan::mounts::sources_unchanged(&p.sources, &p.parents, sys::geteuid())
+    }
+
+    /// Writes the run's half into the arena and its limits into its cgroup.
+    pub(crate) fn fill(&self, p: &mut Prepared, spec: &RunSpec) -> Result<Filled, String> {
+        let c = |s: &str| CString::new(s).expect("validated: no NUL");
+        let mut env = spec.env.clone();
+        for k in &spec.keep_env {
+            if let Ok(v) = std::env::var(k) {
+                env.entry(k.clone()).or_insert(v);
+            }
+        }
+        let path_var = env.get("PATH").cloned();
+        env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+        // PATH lookup happens in the sandbox's view: only the candidate
+        // list is prepared here, the tracee tries them in order.
+        let prog = &spec.argv[0];
+        let exec_paths: Vec<CString> = if prog.contains('/') {
+            vec![c(prog)]
+        } else {
+            path_var
+                .as_deref()
+                .unwrap_or(DEFAULT_PATH)
+                .split(':')
+                .map(|d| if d.is_empty() { "." } else { d })
+                .map(|d| c(&format!("{}/{prog}", d.trim_end_matches('/'))))
+                .collect()
+        };
+        p.names[EXEC_NAME as usize] = if prog.contains('/') {
+            prog.clone()
+        } else {
+            format!("{prog}` (searched PATH={}", path_var.as_deref().unwrap_or(DEFAULT_PATH))
+        };
+        let cwd = spec.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "/".into());
+        p.names[CWD_NAME as usize] = cwd.clone();
+        let rl = rlimits::prepare(&spec.limits, p.cgroup.is_some());
+        let raw: Vec<RawRlimit> = rlimits::raw(&rl);
+        let late_filter = p.late_filter.take();
+        let a = p.arena();
+        let too_big = |_| {
+            format!(
+                "the run's argv and environment do not fit in {} MiB (execve's own limit is a quarter of the stack limit)",
+                ARENA_SIZE >> 20
+            )
+        };
+        let ptrs = |v: &[CString]| -> Result<u64, String> {
+            let mut list = Vec::with_capacity(v.len() + 1);
+            for s in v {
+                list.push(a.put_cstr(s).map_err(too_big)?);
+            }
+            list.push(std::ptr::null());
+            a.put_ptrs(&list).map(|p| p as u64).map_err(too_big)
+        };
+        let argv: Vec<CString> = spec.argv.iter().map(|s| c(s)).collect();
+        let envp: Vec<CString> = env.iter().map(|(k, v)| c(&format!("{k}={v}"))).collect();
+        a.go_argv.store(ptrs(&argv)?, SeqCst);
+        a.go_envp.store(ptrs(&envp)?, SeqCst);
+        let mut path_ptrs = Vec::with_capacity(exec_paths.len());
+        for s in &exec_paths {
+            path_ptrs.push(a.put_cstr(s).map_err(too_big)? as u64);
+        }
+        a.go_exec_paths.store(a.put_slice(&path_ptrs).map_err(too_big)? as u64, SeqCst);
+        a.go_exec_paths_len.store(path_ptrs.len() as u64, SeqCst);
+        a.go_cwd.store(a.put_cstr(&c(&cwd)).map_err(too_big)? as u64, SeqCst);
+        a.go_cwd_fallback.store(spec.cwd_fallback as u32, SeqCst);
+        a.go_controlling_tty.store(spec.controlling_tty as u32, SeqCst);
+        a.go_rlimits.store(a.put_slice(&raw).map_err(too_big)? as u64, SeqCst);
+        a.go_rlimits_len.store(raw.len() as u64, SeqCst);
+        let wall = spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
+        let cpu = spec.limits.cpu_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
+        a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);
+        a.go_cpu_time_ns.store(cpu.unwrap_or(0), SeqCst);
+        a.go_parallelism.store(parallelism(self.cpus, &spec.limits), SeqCst);
+        if let Some(f) = late_filter {
+            let program = f.map.as_slice::<libc::sock_filter>();
+            a.go_filter.store(a.put_slice(program).map_err(too_big)? as u64, SeqCst);
+            a.go_filter_len.store(program.len() as u64, SeqCst);
+            a.go_filter_notify.store(f.notify as u32, SeqCst);
+            a.go_filter_net_log_from.store(f.net_log_from, SeqCst);
+        }
+        if let Some(cg) = &p.cgroup {
+            cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
+        }
+        std::sync::atomic::fence(SeqCst);
+        Ok(Filled { rlimits: rl, wall_time_ns: wall, cpu_time_ns: cpu })
+    }
+}
+/// Whether a PID 1 has exited (its pidfd is readable).
+/// Waits up to 10 s for a PID 1 that has sent its result to exit, then
+/// kills it; true when it is gone.
+pub(crate) fn wait_gone(p: &Prepared) -> bool {
+    let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
+        kill_prepared(p);
+        pfd[0].revents = 0;
+        return sys::poll(&mut pfd, 10_000).unwrap_or(0) > 0;
+    }
+    true
+}
+
+pub(crate) fn exited(p: &Prepared) -> bool {
+    let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    sys::poll(&mut pfd, 0).unwrap_or(0) > 0
+}
+
+/// SIGKILL to a PID 1: the kernel then kills everything in its PID
+/// namespace.
+pub(crate) fn kill_prepared(p: &Prepared) {
+    let _ = sys::pidfd_send_signal(p.pidfd.as_raw_fd(), libc::SIGKILL);
+}
+
+/// /dev/null for the run's stdin (`i` 0) or an output.
+pub(crate) fn open_null(i: usize) -> Result<OwnedFd, String> {
+    let flags = if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
+    sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0)
+        .map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
+}
+
+/// Opens a stdio file named in the spec, as the caller, without ever
+/// blocking the event loop on it: with O_NONBLOCK a FIFO opens at once for
+/// reading (and fails with ENXIO for writing without a reader, as a socket
+/// does), and then the file's type decides. `relayed`: the supervisor
+/// itself reads or writes it (read-once input, write-once output), so only
+/// a regular file will do; a file handed to the program may also be a
+/// character device (`/dev/null`, a terminal): the program, not the loop,
+/// waits on it.
+pub(crate) fn open_stdio(path: &Path, input: bool, relayed: bool) -> Result<OwnedFd, String> {
+    let what = match (input, relayed) {
+        (true, false) => "the run's stdin file",
+        (false, false) => "the run's output file",
+        (true, true) => "the run's read-once input file",
+        (false, true) => "the run's write-once output file",
+    };
+    let shown = path.display().to_string();
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in path".to_string())?;
+    let flags = if input { libc::O_RDONLY } else { libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC };
+    let fd = sys::open(&c, flags | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK, 0o666).map_err(|e| {
+        let hint = match e {
+            libc::ENXIO => format!("{what} is a FIFO (named pipe) or a socket, not a file; give a regular file"),
+            _ => what.to_string(),
+        };
+        SysError::new("open", e).path(shown.clone()).hint(hint).to_string()
+    })?;
+    let mode = sys::fd_mode(fd.as_raw_fd()).map_err(|e| SysError::new("fstat", e).path(shown.clone()).to_string())?;
+    if mode != libc::S_IFREG && (relayed || mode != libc::S_IFCHR) {
+        let kind = crate::error::file_kind(mode);
+        let want = if relayed { "a regular file" } else { "a regular file or a character device such as /dev/null" };
+        return Err(format!(
+            "{what} `{shown}` is {kind}: it must be {want} (the server never waits on a stream's path)"
+        ));
+    }
+    // The program sees the file as an ordinary, blocking one.
+    sys::set_nonblocking(fd.as_raw_fd(), false)
+        .map_err(|e| SysError::new("fcntl(F_SETFL)", e).path(shown).to_string())?;
+    Ok(fd)
+}
+
+/// Most CPUs a run can keep busy at once, of the supervisor's `cpus`.
+pub(crate) fn parallelism(cpus: u64, l: &crate::proto::spec::Limits) -> u64 {
+    let mut n = cpus;
+    if let Some(p) = l.pids {
+        n = n.min(p);
+    }
+    if let Some(b) = l.cpu_bandwidth {
+        n = n.min(b.ceil() as u64);
+    }
+    if let Some(c) = &l.cpus {
+        let count: u64 = c
+            .split(',')
+            .map(|part| match part.split_once('-') {
+                Some((a, b)) => b.parse::<u64>().unwrap_or(0).saturating_sub(a.parse().unwrap_or(0)) + 1,
+                None => 1,
+            })
+            .sum();
+        n = n.min(count);
+    }
+    n.max(1)
+}

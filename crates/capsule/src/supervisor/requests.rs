@@ -1,0 +1,409 @@
+//! The clients' requests and the answers to them: the binary protocol, JSON lines, an agent's command lines.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use serde_json::Value;
+
+use crate::proto::lines::{self, Line, LineRequest};
+use crate::proto::result::{InteractResult, RunResult, Side, Status};
+use crate::proto::wire::{self, ClientMsg, ServerMsg};
+use crate::sys::{self};
+
+use super::*;
+
+impl Loop {
+    pub(crate) fn read_conn(&mut self, sup: &mut Supervisor, i: usize) {
+        let Some(conn) = self.conns[i].as_mut() else { return };
+        match conn.framing {
+            Framing::Binary => match wire::recv::<ClientMsg>(conn.read.as_raw_fd()) {
+                Ok(Some((msg, fds))) => self.binary_message(sup, i, msg, fds),
+                Ok(None) => self.drop_conn(i),
+                Err(e) => {
+                    // Unreadable: nothing sensible can follow on this stream.
+                    let _ = e;
+                    self.drop_conn(i);
+                }
+            },
+            Framing::Lines => {
+                let mut buf = vec![0u8; 64 << 10];
+                match sys::read(conn.read.as_raw_fd(), &mut buf) {
+                    Ok(0) => {
+                        conn.eof = true;
+                        if let Some(Line::Complete(line)) = conn.lines.finish() {
+                            self.line(sup, i, &line);
+                        }
+                        if !self.conns[i].as_ref().is_some_and(|c| c.finish_at_eof) {
+                            self.drop_conn(i);
+                        }
+                    }
+                    Ok(n) => {
+                        conn.lines.push(&buf[..n]);
+                        // A request may drop the connection (its client gone).
+                        while let Some(line) = self.conns[i].as_mut().and_then(|c| c.lines.next_line()) {
+                            match line {
+                                Line::Complete(line) => self.line(sup, i, &line),
+                                Line::TooLong => {
+                                    let msg = format!("request line longer than {} bytes", lines::MAX_LINE);
+                                    self.write(i, lines::error_line(&Value::Null, &msg));
+                                }
+                            }
+                        }
+                    }
+                    Err(libc::EAGAIN) => {}
+                    Err(_) => self.drop_conn(i),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn binary_message(&mut self, sup: &mut Supervisor, conn: usize, msg: ClientMsg, fds: Vec<OwnedFd>) {
+        match msg {
+            ClientMsg::Run { id, spec, stdio, notify } => {
+                let mut fds = fds.into_iter();
+                let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
+                for (k, has) in stdio.iter().enumerate() {
+                    if *has {
+                        slots[k] = fds.next();
+                    }
+                }
+                let notify = if notify { fds.next() } else { None };
+                let cid = ClientId::Binary(id);
+                if slots.iter().zip(stdio).any(|(s, has)| has && s.is_none()) {
+                    let r = RunResult::error("the request announced more descriptors than it carried");
+                    self.answer(conn, &cid, &r, notify);
+                    return;
+                }
+                self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify, retried: false, pair: None });
+            }
+            // Unknown ids are ignored: the run may just have ended.
+            ClientMsg::Kill { id } => {
+                self.control(conn, &ClientId::Binary(id), false);
+            }
+            ClientMsg::Cancel { id } => {
+                self.control(conn, &ClientId::Binary(id), true);
+            }
+            ClientMsg::Interact { id, spec, stderr, notify } => {
+                let mut fds = fds.into_iter();
+                let stderr = stderr.map(|has| if has { fds.next() } else { None });
+                let notify = if notify { fds.next() } else { None };
+                self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
+            }
+            ClientMsg::Command { args, cwd, env } => self.command(sup, conn, &args, &cwd, &env, fds),
+            ClientMsg::Start(_) => {}
+        }
+    }
+
+    /// A front end's command line (agents only): planned by the `capsule`
+    /// command's own parser, then run as `capsule run` would have sent it.
+    pub(crate) fn command(
+        &mut self,
+        sup: &mut Supervisor,
+        conn: usize,
+        args: &[String],
+        cwd: &str,
+        env: &[String],
+        fds: Vec<OwnedFd>,
+    ) {
+        use crate::proto::spec::Stdio;
+        let plan = match self.agent.as_ref().and_then(|a| a.planner) {
+            Some(plan) if fds.len() == 3 => plan(args, std::path::Path::new(cwd)),
+            _ => Planned::Decline,
+        };
+        let (mut spec, quiet) = match plan {
+            // Options that choose another agent are declined by the
+            // planner; a spec that still would is declined here.
+            Planned::Run { spec, quiet } if spec.cgroup == sup.config.cgroup => (spec, quiet),
+            Planned::Run { .. } | Planned::Decline => {
+                if let Some(c) = self.conns.get(conn).and_then(Option::as_ref) {
+                    if wire::send(c.read.as_raw_fd(), &ServerMsg::Declined, &[]).is_err() {
+                        self.drop_conn(conn);
+                    }
+                }
+                return;
+            }
+            Planned::Fail { error, quiet } => {
+                return self.answer(conn, &ClientId::Command { quiet }, &RunResult::error(error), None);
+            }
+        };
+        // The variables the run keeps are the caller's (as `client::start_once`).
+        for k in std::mem::take(&mut spec.keep_env) {
+            let value = env.iter().find_map(|e| {
+                let (key, v) = capsule_nolibc::identity::split_env(e.as_bytes())?;
+                (key == k.as_bytes()).then(|| String::from_utf8_lossy(v).into_owned())
+            });
+            if let Some(v) = value {
+                spec.env.entry(k).or_insert(v);
+            }
+        }
+        let cid = ClientId::Command { quiet };
+        if let Err(e) = spec.validate() {
+            return self.answer(conn, &cid, &RunResult::error(e.to_string()), None);
+        }
+        // The caller's streams, but where the supervisor carries one (a
+        // capture, a read-once or write-once file).
+        let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
+        let own =
+            [&spec.stdin, &spec.stdout, &spec.stderr].map(|io| !matches!(io, Some(Stdio::Capture(_) | Stdio::Pipe(_))));
+        for (k, fd) in fds.into_iter().enumerate() {
+            if own[k] {
+                slots[k] = Some(fd);
+            }
+        }
+        self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify: None, retried: false, pair: None });
+    }
+
+    pub(crate) fn line(&mut self, sup: &mut Supervisor, conn: usize, line: &[u8]) {
+        match lines::parse_line(line) {
+            Err(e) => self.write(conn, lines::error_line(&e.id, &e.message)),
+            Ok(LineRequest::Run { id, spec }) => {
+                let cid = ClientId::Json(id.clone());
+                if self.in_flight(conn, &cid) {
+                    self.write(
+                        conn,
+                        lines::error_line(&id, "a run with this id is still in flight on this connection"),
+                    );
+                    return;
+                }
+                self.enqueue(
+                    sup,
+                    Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false, pair: None },
+                );
+            }
+            Ok(LineRequest::Interact { id, spec }) => {
+                let cid = ClientId::Json(id.clone());
+                if self.in_flight(conn, &cid) {
+                    self.write(
+                        conn,
+                        lines::error_line(&id, "a run with this id is still in flight on this connection"),
+                    );
+                    return;
+                }
+                self.enqueue_pair(sup, conn, cid, *spec, [None, None], None);
+            }
+            Ok(LineRequest::Cancel { id, target }) => {
+                let found = self.control(conn, &ClientId::Json(target.clone()), true);
+                self.write(conn, control_line(&id, &target, found));
+            }
+            Ok(LineRequest::Kill { id, target }) => {
+                let found = self.control(conn, &ClientId::Json(target.clone()), false);
+                self.write(conn, control_line(&id, &target, found));
+            }
+        }
+    }
+
+    pub(crate) fn in_flight(&self, conn: usize, cid: &ClientId) -> bool {
+        self.pairs.iter().any(|p| p.conn == conn && &p.cid == cid && !p.cancelled)
+            || self.queue.iter().any(|q| q.conn == conn && &q.cid == cid && q.pair.is_none())
+            || self.running.iter().any(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled)
+    }
+
+    pub(crate) fn enqueue(&mut self, sup: &mut Supervisor, req: Request) {
+        // Validated here, so a bad request is answered at once, not when
+        // its turn comes.
+        if let Err(msg) = sup.check_request(&req.spec) {
+            let r = RunResult::error(msg);
+            self.answer(req.conn, &req.cid, &r, req.notify);
+            return;
+        }
+        self.queue.push_back(req);
+    }
+
+    /// Kill (`cancel` false) or cancel a run of `conn`; false if there is none.
+    pub(crate) fn control(&mut self, conn: usize, cid: &ClientId, cancel: bool) -> bool {
+        if let Some(k) = self.pairs.iter().position(|p| p.conn == conn && &p.cid == cid && !p.cancelled) {
+            // An interactive run: both programs.
+            let pair = self.pairs[k].id;
+            if cancel {
+                let p = &mut self.pairs[k];
+                p.cancelled = true;
+                let (cid, notify) = (p.cid.clone(), p.notify.take());
+                self.answer_error(conn, &cid, "cancelled", notify);
+            }
+            for side in [Side::Solution, Side::Interactor] {
+                let mut killed = RunResult::error("");
+                killed.status = Status::Killed;
+                killed.error = None;
+                self.stop_pair_side(pair, side, killed);
+            }
+            return true;
+        }
+        if let Some(k) = self.queue.iter().position(|q| q.conn == conn && &q.cid == cid) {
+            let req = self.queue.remove(k).expect("present");
+            if cancel {
+                self.answer_error(req.conn, &req.cid, "cancelled", req.notify);
+            } else {
+                let mut r = RunResult::error("");
+                r.status = Status::Killed;
+                r.error = None;
+                self.answer(req.conn, &req.cid, &r, req.notify);
+            }
+            return true;
+        }
+        let Some(r) = self
+            .running
+            .iter_mut()
+            .find(|r| r.req.conn == conn && &r.req.cid == cid && !r.cancelled && r.req.pair.is_none())
+        else {
+            return false;
+        };
+        sys::eventfd_signal(r.p.control.as_raw_fd());
+        if cancel {
+            r.cancelled = true;
+            let (conn, cid, notify) = (r.req.conn, r.req.cid.clone(), r.req.notify.take());
+            self.answer_error(conn, &cid, "cancelled", notify);
+        }
+        true
+    }
+
+    /// Sends a run's final message; closing `notify` wakes a poller.
+    pub(crate) fn answer(&mut self, conn: usize, cid: &ClientId, result: &RunResult, notify: Option<OwnedFd>) {
+        if let ClientId::Command { quiet } = cid {
+            let code = result.exit_status().clamp(0, 255) as u8;
+            let exit = ServerMsg::Exit { code, stderr: result.report(*quiet) };
+            self.send_final(conn, cid, |_| exit, |_| Vec::new());
+            drop(notify);
+            return;
+        }
+        self.send_final(
+            conn,
+            cid,
+            |id| {
+                if result.status == Status::Error {
+                    ServerMsg::Failed { id, error: result.error.clone().unwrap_or_default() }
+                } else {
+                    ServerMsg::Result { id, result: Box::new(result.clone()) }
+                }
+            },
+            |id| lines::result_line(id, result),
+        );
+        drop(notify);
+    }
+
+    /// Sends an interactive run's final message.
+    pub(crate) fn answer_pair(
+        &mut self,
+        conn: usize,
+        cid: &ClientId,
+        result: &InteractResult,
+        notify: Option<OwnedFd>,
+    ) {
+        self.send_final(
+            conn,
+            cid,
+            |id| ServerMsg::Interacted { id, result: Box::new(result.clone()) },
+            |id| lines::interact_line(id, result),
+        );
+        drop(notify);
+    }
+
+    /// Sends a request's final message in its connection's framing.
+    pub(crate) fn send_final(
+        &mut self,
+        conn: usize,
+        cid: &ClientId,
+        binary: impl FnOnce(u64) -> ServerMsg,
+        line: impl FnOnce(&Value) -> Vec<u8>,
+    ) {
+        self.answered += 1;
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        if c.gone {
+            return;
+        }
+        let sent = match (&c.framing, cid) {
+            (Framing::Binary, ClientId::Binary(id)) => wire::send(c.read.as_raw_fd(), &binary(*id), &[]),
+            (Framing::Binary, ClientId::Command { .. }) => wire::send(c.read.as_raw_fd(), &binary(0), &[]),
+            (_, ClientId::Json(id)) => {
+                let bytes = line(id);
+                return self.write(conn, bytes);
+            }
+            _ => return,
+        };
+        if sent.is_err() {
+            self.drop_conn(conn);
+        }
+    }
+
+    pub(crate) fn answer_error(&mut self, conn: usize, cid: &ClientId, msg: &str, notify: Option<OwnedFd>) {
+        self.answer(conn, cid, &RunResult::error(msg), notify);
+    }
+
+    /// Queues `data` for a JSON-lines client and writes what it can.
+    pub(crate) fn write(&mut self, conn: usize, data: Vec<u8>) {
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        if c.gone {
+            return;
+        }
+        c.out.extend_from_slice(&data);
+        self.flush(conn);
+    }
+
+    pub(crate) fn flush(&mut self, conn: usize) {
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { return };
+        while !c.out.is_empty() {
+            match sys::write(c.wfd(), &c.out) {
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(libc::EAGAIN) => return,
+                Err(_) => {
+                    self.drop_conn(conn);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The client is gone: kill its runs, drop its queued requests.
+    pub(crate) fn drop_conn(&mut self, conn: usize) {
+        if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
+            c.gone = true;
+            c.eof = true;
+            c.out.clear();
+        }
+        self.queue.retain(|q| q.conn != conn);
+        for p in self.pairs.iter_mut().filter(|p| p.conn == conn) {
+            p.cancelled = true;
+        }
+        for r in self.running.iter_mut().filter(|r| r.req.conn == conn) {
+            r.cancelled = true;
+            kill_prepared(&r.p);
+        }
+        // The binary protocol has one client per supervisor (an agent's
+        // clients aside): without it, nobody is left to serve.
+        if self.agent.is_none()
+            && self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| matches!(c.framing, Framing::Binary))
+        {
+            self.stop = true;
+        }
+        if self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c| c.write.is_none() && !c.finish_at_eof) {
+            self.conns[conn] = None;
+        }
+    }
+
+    /// Kills everything still running or prepared and waits for it.
+    pub(crate) fn shutdown(&mut self) {
+        for r in self.running.drain(..) {
+            kill_prepared(&r.p);
+            self.zombies.push(r.p);
+        }
+        for s in self.spares.drain(..) {
+            kill_prepared(&s);
+            self.zombies.push(s);
+        }
+        for mut z in self.zombies.drain(..) {
+            let _ = sys::pidfd_wait(z.pidfd.as_raw_fd());
+            z.reaped = true;
+            if let Some(cg) = z.cgroup.take() {
+                cg.remove();
+            }
+        }
+    }
+}
+
+pub(crate) fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
+    if found {
+        lines::ok_line(id)
+    } else {
+        lines::error_line(id, &format!("no run with id {target} on this connection"))
+    }
+}
