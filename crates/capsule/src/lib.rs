@@ -18,7 +18,6 @@ mod mounts;
 mod namespaces;
 mod netlog;
 pub mod overlay;
-pub mod presets;
 pub mod proto;
 mod relay;
 mod resolve;

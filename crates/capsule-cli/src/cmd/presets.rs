@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
-use capsule::presets::{self, Preset, PresetError, Toolchain};
+use capsule_judge::presets::{self, Preset, PresetError, Toolchain};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde_json::{json, Value};
 
