@@ -1,7 +1,7 @@
 //! Language presets (docs/presets.md): for each language a judge accepts,
 //! the run spec that compiles a solution and the one that runs it, as
-//! profiles shipped with capsule (`crates/capsule/presets/*.toml`, embedded
-//! here), completed with what [`Preset::detect`] finds on the machine: the
+//! profiles shipped with capsule (`crates/capsule-judge/presets/*.toml`,
+//! embedded here), completed with what [`Preset::detect`] finds on the machine: the
 //! toolchain's real location (through the caller's `PATH`, symbolic links,
 //! `rustc --print sysroot`, `JAVA_HOME`, `GOROOT`, ...) and the binds it
 //! needs outside the profile's (Debian keeps Go's sources in /usr/share and
@@ -72,8 +72,8 @@ const DEFS: [Def; 8] = [
         name: "c",
         aliases: &[],
         source: "solution.c",
-        compile: include_str!("../../capsule/presets/c-compile.toml"),
-        run: include_str!("../../capsule/presets/c-run.toml"),
+        compile: include_str!("../presets/c-compile.toml"),
+        run: include_str!("../presets/c-run.toml"),
         install: "install gcc and the C library's headers (Debian: apt-get install gcc libc6-dev)",
     },
     Def {
@@ -81,8 +81,8 @@ const DEFS: [Def; 8] = [
         name: "cpp",
         aliases: &["c++", "cc", "cxx"],
         source: "solution.cpp",
-        compile: include_str!("../../capsule/presets/cpp-compile.toml"),
-        run: include_str!("../../capsule/presets/cpp-run.toml"),
+        compile: include_str!("../presets/cpp-compile.toml"),
+        run: include_str!("../presets/cpp-run.toml"),
         install: "install g++ (Debian: apt-get install g++)",
     },
     Def {
@@ -90,8 +90,8 @@ const DEFS: [Def; 8] = [
         name: "rust",
         aliases: &["rs"],
         source: "solution.rs",
-        compile: include_str!("../../capsule/presets/rust-compile.toml"),
-        run: include_str!("../../capsule/presets/rust-run.toml"),
+        compile: include_str!("../presets/rust-compile.toml"),
+        run: include_str!("../presets/rust-run.toml"),
         install: "install rustc (Debian: apt-get install rustc), or a rustup toolchain this user can read",
     },
     Def {
@@ -99,8 +99,8 @@ const DEFS: [Def; 8] = [
         name: "pascal",
         aliases: &["pas", "fpc"],
         source: "solution.pas",
-        compile: include_str!("../../capsule/presets/pascal-compile.toml"),
-        run: include_str!("../../capsule/presets/pascal-run.toml"),
+        compile: include_str!("../presets/pascal-compile.toml"),
+        run: include_str!("../presets/pascal-run.toml"),
         install: "install Free Pascal (Debian: apt-get install fp-compiler)",
     },
     Def {
@@ -108,8 +108,8 @@ const DEFS: [Def; 8] = [
         name: "python3",
         aliases: &["py", "python"],
         source: "solution.py",
-        compile: include_str!("../../capsule/presets/python3-compile.toml"),
-        run: include_str!("../../capsule/presets/python3-run.toml"),
+        compile: include_str!("../presets/python3-compile.toml"),
+        run: include_str!("../presets/python3-run.toml"),
         install: "install Python 3 (Debian: apt-get install python3)",
     },
     Def {
@@ -117,8 +117,8 @@ const DEFS: [Def; 8] = [
         name: "bash",
         aliases: &["sh"],
         source: "solution.sh",
-        compile: include_str!("../../capsule/presets/bash-compile.toml"),
-        run: include_str!("../../capsule/presets/bash-run.toml"),
+        compile: include_str!("../presets/bash-compile.toml"),
+        run: include_str!("../presets/bash-run.toml"),
         install: "install bash (Debian: apt-get install bash)",
     },
     Def {
@@ -126,8 +126,8 @@ const DEFS: [Def; 8] = [
         name: "java",
         aliases: &[],
         source: "Main.java",
-        compile: include_str!("../../capsule/presets/java-compile.toml"),
-        run: include_str!("../../capsule/presets/java-run.toml"),
+        compile: include_str!("../presets/java-compile.toml"),
+        run: include_str!("../presets/java-run.toml"),
         install: "install a JDK (Debian: apt-get install openjdk-17-jdk-headless)",
     },
     Def {
@@ -135,8 +135,8 @@ const DEFS: [Def; 8] = [
         name: "go",
         aliases: &["golang"],
         source: "solution.go",
-        compile: include_str!("../../capsule/presets/go-compile.toml"),
-        run: include_str!("../../capsule/presets/go-run.toml"),
+        compile: include_str!("../presets/go-compile.toml"),
+        run: include_str!("../presets/go-run.toml"),
         install: "install Go (Debian: apt-get install golang-go; or Go from https://go.dev/dl in /usr/local/go)",
     },
 ];
@@ -937,11 +937,8 @@ mod tests {
                     assert!(s.limits.memory.is_none() && s.limits.cpu_bandwidth.is_none(), "{n}: the caller sets them");
                 }
                 // The file on disk is the embedded one.
-                let disk = std::fs::read_to_string(format!(
-                    "{}/../capsule/presets/{n}-{step}.toml",
-                    env!("CARGO_MANIFEST_DIR")
-                ))
-                .unwrap();
+                let disk =
+                    std::fs::read_to_string(format!("{}/presets/{n}-{step}.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
                 assert_eq!(disk, text);
             }
         }
