@@ -11,7 +11,6 @@ pub mod error;
 pub mod host;
 pub mod layer;
 pub mod plan;
-pub mod presets;
 pub mod proto;
 pub mod sandbox;
 pub mod supervisor;

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
-use capsule::presets::{self, Preset, PresetError, Toolchain};
+use capsule_judge::presets::{self, Preset, PresetError, Toolchain};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde_json::{json, Value};
 
 const PRESETS_AFTER: &str = "\
-Each preset is a pair of profiles shipped with capsule (crates/capsule/presets/NAME-compile.toml
+Each preset is a pair of profiles shipped with capsule (crates/capsule-judge/presets/NAME-compile.toml
 and NAME-run.toml: an empty root with the toolchain's binds only, a seccomp policy, limits),
 completed with the toolchain found here: through your PATH, then /usr/local/bin, /usr/bin and
 the language's usual places, links resolved (docs/presets.md).

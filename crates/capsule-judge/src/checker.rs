@@ -59,7 +59,7 @@ impl Checker {
             Ok(_) => Err(format!("`{s}` is not a file")),
             Err(e) => Err(format!(
                 "`{s}` is neither exact, tokens nor float:EPS, and no checker program is there ({})",
-                crate::judge::io_reason(&e)
+                crate::io_reason(&e)
             )),
         }
     }

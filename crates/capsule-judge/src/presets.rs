@@ -1,14 +1,14 @@
 //! Language presets (docs/presets.md): for each language a judge accepts,
 //! the run spec that compiles a solution and the one that runs it, as
-//! profiles shipped with capsule (`crates/capsule/presets/*.toml`, embedded
-//! here), completed with what [`Preset::detect`] finds on the machine: the
+//! profiles shipped with capsule (`crates/capsule-judge/presets/*.toml`,
+//! embedded here), completed with what [`Preset::detect`] finds on the machine: the
 //! toolchain's real location (through the caller's `PATH`, symbolic links,
 //! `rustc --print sysroot`, `JAVA_HOME`, `GOROOT`, ...) and the binds it
 //! needs outside the profile's (Debian keeps Go's sources in /usr/share and
 //! the JDK's configuration in /etc, for example).
 //!
 //! ```no_run
-//! use capsule::presets;
+//! use capsule_judge::presets;
 //! let cpp = presets::get("c++")?;
 //! let tc = cpp.detect()?;                      // "g++ 12.2.0", or why not
 //! let dir = std::path::Path::new("/var/tmp/submission-1"); // holds solution.cpp
@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::error::SpecError;
-use crate::proto::spec::{self, MountOp, RunSpec};
+use capsule::error::SpecError;
+use capsule::spec::{self, MountOp, RunSpec};
 
 /// Where the solution's directory is, inside the sandbox.
 pub const BOX: &str = "/box";
@@ -677,7 +677,7 @@ fn first_line(s: &str) -> String {
 
 fn io_text(e: &std::io::Error) -> String {
     match e.raw_os_error() {
-        Some(n) => crate::error::errno_text(n),
+        Some(n) => capsule::error::errno_text(n),
         None => e.to_string(),
     }
 }

@@ -2,9 +2,12 @@
 //! of `capsule run` and a pseudo-terminal of its own when stdin is a
 //! terminal (`pty.rs`).
 
+use std::process::ExitCode;
+
+use anyhow::Result;
 use capsule::spec::RunSpec;
 use capsule::RunResult;
-use clap::{Arg, Command};
+use clap::{Arg, ArgMatches, Command};
 
 const SHELL_ABOUT: &str = "Run an interactive shell in a fresh sandbox, on a pseudo-terminal of its own";
 const SHELL_AFTER: &str = "\
@@ -32,8 +35,14 @@ fn argv_arg() -> Arg {
 
 /// `capsule shell`: `capsule run`'s options (the same definitions, so every
 /// flag `run` gains, `shell` has too), another about and argv.
-pub fn command(run: Command) -> Command {
-    run.name("shell").about(SHELL_ABOUT).after_help(SHELL_AFTER).mut_arg("argv", |_| argv_arg())
+pub fn command() -> Command {
+    super::run::command().name("shell").about(SHELL_ABOUT).after_help(SHELL_AFTER).mut_arg("argv", |_| argv_arg())
+}
+
+/// `capsule shell`: `capsule run` with the shell's spec, a pty by default
+/// when stdin is a terminal.
+pub fn run(m: &ArgMatches) -> Result<ExitCode> {
+    super::run::run(m, true)
 }
 
 /// Picks the shell inside the sandbox, so that what the sandbox shows

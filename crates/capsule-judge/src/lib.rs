@@ -1,61 +1,37 @@
-//! `capsule judge`: the main job of an online judge in one command
-//! (docs/judge.md). Compile the solution in the sandbox with its language
-//! preset, run it on every test of a directory through one long-lived
-//! supervisor (`capsule::sandbox`), `--parallel N` tests at once, with
+//! The judge on capsule (docs/judge.md): the main job of an online
+//! judge, through capsule's public API only. Compile the solution in the
+//! sandbox with its language preset ([`presets`]), run it on every test
+//! of a directory ([`cases`]) through one long-lived supervisor
+//! (`capsule::sandbox`), [`Options::parallel`] tests at once, with
 //! read-once input and write-once output (`{"pipe": F}`), check each
-//! output (or let an interactor talk to the solution), and print a table
-//! and a summary; `--json` writes the same as an object.
+//! output ([`checker`]) or let an interactor talk to the solution, and
+//! give each test a [`Verdict`] ([`verdict`]). `capsule judge` (in
+//! capsule-cli) is its command line.
 //!
-//! Exit status: 0 when every test passed, 1 for any other verdict (CE
-//! included), 125 when the judge itself failed (bad input, a checker or
-//! interactor that crashed, a sandbox that could not start): a judge
-//! error is never a verdict for the solution.
+//! A judge error (bad input, a checker or interactor that crashed, a
+//! sandbox that could not start) is an `Err`, never a verdict for the
+//! solution.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use capsule::result::EXIT_CAPSULE_ERROR;
 use capsule::sandbox::{Config, Sandbox};
 use capsule::spec::{Capture, MountOp, PipeFile, Stdio};
-use capsule::units::{parse_duration, parse_size};
 use capsule::{Accounting, InteractSpec, RunResult, RunSpec, Status};
-use clap::{Arg, ArgAction, ArgMatches, Command};
 use serde_json::{json, Value};
 
-mod cases;
-mod checker;
+pub mod cases;
+pub mod checker;
 mod lang;
-mod verdict;
+pub mod presets;
+pub mod verdict;
 
-use cases::Case;
-use checker::Checker;
+pub use cases::Case;
+pub use checker::Checker;
 use lang::Lang;
 use verdict::{Limits, Verdict};
-
-const ABOUT: &str = "Compile a solution in the sandbox and judge it on a directory of tests";
-const AFTER: &str = "\
-Every DIR/NAME.in is a test (natural order: 2 before 10); its answer is DIR/NAME.out,
-else DIR/NAME.ans (optional with --interactor). The solution reads the test through a
-pipe and writes through one (read-once, write-once), with --time of CPU time, a wall-time
-limit of 2 x time + 1 s, --memory and --output-limit.
-
-Checkers: exact (byte-equal but for whitespace at line ends and empty lines at the end),
-tokens (the same whitespace-separated tokens), float:EPS (tokens; numbers within an
-absolute or relative error of EPS), or PROGRAM, run in a sandbox as
-`PROGRAM input output answer`: exit 0 accepts, 1 or 2 rejects, anything else is a judge
-error. --interactor PROG talks to the solution (its stdout is the solution's stdin and
-back), started as `PROG input [answer]`: exit 0 accepts, 1 or 2 rejects.
-
-Verdicts: OK, WA, TLE, MLE, RE, OLE, SYS (forbidden system call), CE (compilation error).
-Without cgroups the memory limit is checked after each run against the peak resident set,
-with each process's address space capped at 2 x memory + 64M (not for java and go).
-
-Exit status: 0 when every test passed; 1 for any other verdict; 125 when the judge itself
-failed (bad input, a checker or interactor that crashed, no sandbox). docs/judge.md";
 
 /// Bytes of the compiler's messages kept.
 const COMPILE_CAPTURE: u64 = 64 << 10;
@@ -70,133 +46,38 @@ const INTERACTOR_EXTRA_WALL: Duration = Duration::from_secs(10);
 /// private /tmp, where mount points can be made).
 const FILES_DIR: &str = "/tmp/judge";
 /// Most tests at once.
-const MAX_PARALLEL: usize = capsule::sandbox::MAX_PARALLEL / 2;
+pub const MAX_PARALLEL: usize = capsule::sandbox::MAX_PARALLEL / 2;
 
-fn opt(id: &'static str, name: &'static str, help: &'static str) -> Arg {
-    Arg::new(id).long(id).value_name(name).action(ArgAction::Set).help(help)
-}
-
-pub fn command() -> Command {
-    Command::new("judge")
-        .about(ABOUT)
-        .after_help(AFTER)
-        .arg(
-            opt("lang", "LANG", "Language preset: c, cpp, rust, pascal, python3, bash, java, go (or an alias)")
-                .required(true),
-        )
-        .arg(Arg::new("source").value_name("SOURCE").required(true).help("The solution's source file"))
-        .arg(opt("tests", "DIR", "Directory of tests: NAME.in with NAME.out or NAME.ans").required(true))
-        .arg(
-            opt("checker", "CHECKER", "exact (default), tokens, float:EPS, or a checker PROGRAM (input output answer)")
-                .conflicts_with("interactor"),
-        )
-        .arg(opt("time", "DURATION", "CPU time per test (default 1s); the wall-time limit is 2 x time + 1 s"))
-        .arg(opt("memory", "SIZE", "Memory per test (default 256M; cgroup memory.max, else checked after the run)"))
-        .arg(opt("output-limit", "SIZE", "Output per test (default 64M)"))
-        .arg(opt(
-            "interactor",
-            "PROG",
-            "Interactive problem: PROG talks to the solution, started as PROG input [answer]",
-        ))
-        .arg(opt("parallel", "N", "Tests judged at once (default 1)"))
-        .arg(opt("json", "PATH", "Also write the verdict and every test's result as JSON to PATH"))
-}
-
-/// The command line, checked.
-struct Options {
-    lang: String,
-    source: PathBuf,
-    tests: PathBuf,
-    checker: Checker,
-    time: Duration,
-    memory: u64,
-    output_limit: u64,
-    interactor: Option<PathBuf>,
-    parallel: usize,
+/// What to judge and how: `capsule judge`'s command line, checked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The language preset's name or alias ([`presets::get`]).
+    pub lang: String,
+    /// The solution's source file.
+    pub source: PathBuf,
+    /// The directory of tests ([`cases::find`]).
+    pub tests: PathBuf,
+    /// How outputs are checked; a program's path absolute and link-free.
+    pub checker: Checker,
+    /// CPU time per test; the wall-time limit is [`wall_limit`] of it.
+    pub time: Duration,
+    /// Memory per test, in bytes.
+    pub memory: u64,
+    /// Output per test, in bytes.
+    pub output_limit: u64,
+    /// An interactive problem's interactor, absolute and link-free.
+    pub interactor: Option<PathBuf>,
+    /// Tests judged at once, 1 to [`MAX_PARALLEL`].
+    pub parallel: usize,
 }
 
 /// An I/O error's reason as the rest of capsule words it
 /// (`No such file or directory (ENOENT)`).
-pub(crate) fn io_reason(e: &std::io::Error) -> String {
+pub fn io_reason(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(n) => capsule::error::errno_text(n),
         None => e.to_string(),
     }
-}
-
-fn options(m: &ArgMatches) -> Result<Options, String> {
-    let get = |id: &str| m.get_one::<String>(id).map(String::as_str);
-    let time = match get("time") {
-        Some(v) => parse_duration(v).map_err(|e| format!("--time {v}: {e}"))?,
-        None => Duration::from_secs(1),
-    };
-    if time.is_zero() || time > Duration::from_secs(3600) {
-        return Err(format!("--time {}: must be more than 0 and at most 1h", get("time").unwrap_or_default()));
-    }
-    let memory = match get("memory") {
-        Some(v) => parse_size(v).map_err(|e| format!("--memory {v}: {e}"))?,
-        None => 256 << 20,
-    };
-    if memory < 4 << 20 {
-        return Err(format!(
-            "--memory {}: too little to start a program (at least 4M)",
-            get("memory").unwrap_or_default()
-        ));
-    }
-    let output_limit = match get("output-limit") {
-        Some(v) => parse_size(v).map_err(|e| format!("--output-limit {v}: {e}"))?,
-        None => 64 << 20,
-    };
-    if output_limit == 0 {
-        return Err("--output-limit 0: must be at least 1 byte".into());
-    }
-    let parallel = match get("parallel") {
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PARALLEL).contains(n))
-            .ok_or_else(|| format!("--parallel {v}: not a number of tests between 1 and {MAX_PARALLEL}"))?,
-        None => 1,
-    };
-    let checker = match get("checker") {
-        Some(v) => Checker::parse(v).map_err(|e| format!("--checker: {e}"))?,
-        None => Checker::Exact,
-    };
-    // Programs the sandbox starts by their absolute, link-free path.
-    let checker = match checker {
-        Checker::Program(p) => Checker::Program(canonical(&p, "--checker")?),
-        other => other,
-    };
-    let interactor = match get("interactor") {
-        Some(v) => {
-            let p = canonical(Path::new(v), "--interactor")?;
-            let md = std::fs::metadata(&p).map_err(|e| format!("--interactor `{v}`: {}", io_reason(&e)))?;
-            use std::os::unix::fs::PermissionsExt;
-            if !md.is_file() {
-                return Err(format!("--interactor `{v}` is not a file"));
-            }
-            if md.permissions().mode() & 0o111 == 0 {
-                return Err(format!("--interactor `{v}` is not executable (chmod +x it)"));
-            }
-            Some(p)
-        }
-        None => None,
-    };
-    Ok(Options {
-        lang: get("lang").unwrap_or_default().to_string(),
-        source: PathBuf::from(get("source").unwrap_or_default()),
-        tests: PathBuf::from(get("tests").unwrap_or_default()),
-        checker,
-        time,
-        memory,
-        output_limit,
-        interactor,
-        parallel,
-    })
-}
-
-fn canonical(p: &Path, flag: &str) -> Result<PathBuf, String> {
-    std::fs::canonicalize(p).map_err(|e| format!("{flag} `{}`: {}", p.display(), io_reason(&e)))
 }
 
 /// A private directory for one judgement, removed when dropped: `box/`
@@ -253,53 +134,61 @@ impl Drop for WorkDir {
 
 /// One test's result.
 #[derive(Debug, Clone)]
-struct TestReport {
-    name: String,
-    verdict: Verdict,
+pub struct TestReport {
+    /// The test's name ([`Case::name`]).
+    pub name: String,
+    pub verdict: Verdict,
     /// CPU time (user + system) of the solution.
-    time_ms: f64,
-    wall_time_ms: f64,
-    memory_bytes: u64,
+    pub time_ms: f64,
+    pub wall_time_ms: f64,
+    pub memory_bytes: u64,
     /// Why (the checker's message, the signal, the syscall...).
-    detail: String,
-    syscall: Option<String>,
+    pub detail: String,
+    pub syscall: Option<String>,
     /// How the solution's run ended: `status`, `exit_code`, `signal`.
-    status: Status,
-    exit_code: Option<i32>,
-    signal: Option<String>,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
     /// Interactive: who left the conversation first, and how the
     /// interactor ended.
-    first_to_exit: Option<capsule::Side>,
-    interactor: Option<Value>,
+    pub first_to_exit: Option<capsule::Side>,
+    pub interactor: Option<Value>,
     /// The first bytes of the solution's stderr.
-    stderr: String,
+    pub stderr: String,
 }
 
 /// Everything the judgement produced, for the table and `--json`.
-#[derive(Default)]
-struct Report {
-    lang: String,
-    toolchain: String,
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The preset's name and its toolchain's version (`g++ 12.2.0`).
+    pub lang: String,
+    pub toolchain: String,
     /// The memory figures' source: `cgroup` or `rusage`.
-    accounting: Option<Accounting>,
-    compiled: Option<bool>,
-    compile_output: String,
-    compile_ms: f64,
-    tests_ms: f64,
-    tests: Vec<TestReport>,
-    total: usize,
+    pub accounting: Option<Accounting>,
+    /// Whether the solution compiled (None: the judgement stopped before).
+    pub compiled: Option<bool>,
+    /// The compiler's messages (and why it failed, on a compilation error).
+    pub compile_output: String,
+    pub compile_ms: f64,
+    pub tests_ms: f64,
+    /// The judged tests' results, in test order.
+    pub tests: Vec<TestReport>,
+    /// How many tests the directory holds.
+    pub total: usize,
 }
 
 impl Report {
     /// The first non-OK test's verdict in test order, CE, or OK.
-    fn verdict(&self) -> Verdict {
+    pub fn verdict(&self) -> Verdict {
         if self.compiled == Some(false) {
             return Verdict::Ce;
         }
         self.tests.iter().map(|t| t.verdict).find(|v| *v != Verdict::Ok).unwrap_or(Verdict::Ok)
     }
 
-    fn json(&self, error: Option<&str>, opts: Option<&Options>) -> Value {
+    /// The report as `--json` writes it; `error`: the judge error, if
+    /// any (then the verdict is null); `opts`: the limits, once checked.
+    pub fn json(&self, error: Option<&str>, opts: Option<&Options>) -> Value {
         let tests: Vec<Value> = self
             .tests
             .iter()
@@ -371,88 +260,8 @@ fn round3(x: f64) -> f64 {
 }
 
 /// The wall-time limit for a CPU-time limit.
-fn wall_limit(time: Duration) -> Duration {
+pub fn wall_limit(time: Duration) -> Duration {
     time * 2 + Duration::from_secs(1)
-}
-
-/// The table, printed a row at a time, in test order.
-struct Table {
-    width: usize,
-    header: bool,
-}
-
-impl Table {
-    fn new(cases: &[Case]) -> Table {
-        Table { width: cases.iter().map(|c| c.name.len()).max().unwrap_or(0).max(4), header: false }
-    }
-
-    fn row(&mut self, t: &TestReport) {
-        if !self.header {
-            println!("{:<w$}  {:<7}  {:>7}  {:>10}  details", "test", "verdict", "time ms", "memory", w = self.width);
-            self.header = true;
-        }
-        let detail = if t.verdict == Verdict::Ok { "" } else { first_line(&t.detail, 100) };
-        let row = format!(
-            "{:<w$}  {:<7}  {:>7.0}  {:>10}  {}",
-            t.name,
-            t.verdict.code(),
-            t.time_ms,
-            verdict::mib(t.memory_bytes),
-            detail,
-            w = self.width
-        );
-        println!("{}", row.trim_end());
-    }
-}
-
-/// The first line of `s`, at most `max` characters.
-fn first_line(s: &str, max: usize) -> &str {
-    let line = s.lines().next().unwrap_or("");
-    match line.char_indices().nth(max) {
-        Some((i, _)) => &line[..i],
-        None => line,
-    }
-}
-
-/// `capsule judge`.
-pub fn run(m: &ArgMatches) -> Result<ExitCode> {
-    let json_path = m.get_one::<String>("json").map(PathBuf::from);
-    let mut report = Report::default();
-    let opts = options(m);
-    let outcome = match &opts {
-        Ok(o) => judge(o, &mut report),
-        Err(e) => Err(e.clone()),
-    };
-    if let Some(p) = &json_path {
-        let v = report.json(outcome.as_ref().err().map(String::as_str), opts.as_ref().ok());
-        let mut text = serde_json::to_string_pretty(&v).expect("serializable");
-        text.push('\n');
-        if let Err(e) = std::fs::write(p, text) {
-            eprintln!("capsule judge: error: --json: cannot write `{}`: {}", p.display(), io_reason(&e));
-            return Ok(ExitCode::from(EXIT_CAPSULE_ERROR as u8));
-        }
-    }
-    if let Err(e) = outcome {
-        eprintln!("capsule judge: error: {e}");
-        return Ok(ExitCode::from(EXIT_CAPSULE_ERROR as u8));
-    }
-    let v = report.verdict();
-    let passed = report.tests.iter().filter(|t| t.verdict == Verdict::Ok).count();
-    match v {
-        Verdict::Ce => println!("CE: compilation failed"),
-        Verdict::Ok => println!("OK: all {} tests passed", report.total),
-        _ => {
-            let first = report.tests.iter().find(|t| t.verdict != Verdict::Ok).expect("a failed test");
-            println!(
-                "{}: {passed} of {} tests passed; first failure: test {} ({})",
-                v.code(),
-                report.total,
-                first.name,
-                first.verdict.code()
-            );
-        }
-    }
-    Ok(if v == Verdict::Ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// What every test needs.
@@ -467,7 +276,23 @@ struct Ctx<'a> {
     address_space: Option<u64>,
 }
 
-fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
+/// What a judgement tells its caller as it goes, for it to show.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// No cgroups: how the memory limit is checked instead (one line).
+    NoCgroups(&'a str),
+    /// The solution compiled: these tests are about to be judged.
+    Tests(&'a [Case]),
+    /// A test's result, in test order (after a judge error, those that
+    /// finished out of order follow).
+    Tested(&'a TestReport),
+}
+
+/// Judges the solution `opts` names, filling `report` as it goes and
+/// telling `on` what happened. Ok also for a compilation error
+/// (`report.compiled == Some(false)`, the compiler's messages in
+/// `report.compile_output`); Err is a judge error.
+pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>)) -> Result<(), String> {
     // Cheap checks of the user's input first, then the toolchain.
     let md = std::fs::metadata(&opts.source)
         .map_err(|e| format!("SOURCE `{}`: {}", opts.source.display(), io_reason(&e)))?;
@@ -499,17 +324,16 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
             Some(a) => format!("each process's address space is capped at {} (RLIMIT_AS)", verdict::mib(a)),
             None => format!("{} takes no address-space cap (its runtime is told the limit instead)", lang.name()),
         };
-        eprintln!(
-            "capsule judge: no cgroups ({}): the memory limit is checked after each run against the peak resident set; {how} (docs/judge.md)",
+        on(Event::NoCgroups(&format!(
+            "no cgroups ({}): the memory limit is checked after each run against the peak resident set; {how} (docs/judge.md)",
             sandbox.cgroups()
-        );
+        )));
     }
 
     let started = Instant::now();
     let compiled = compile(&sandbox, &lang, &work, cgroups, report);
     report.compile_ms = started.elapsed().as_secs_f64() * 1000.0;
     if !compiled? {
-        println!("{}", report.compile_output.trim_end());
         return Ok(());
     }
 
@@ -528,7 +352,7 @@ fn judge(opts: &Options, report: &mut Report) -> Result<(), String> {
         address_space,
     };
     let started = Instant::now();
-    let result = run_tests(&ctx, &cases, report);
+    let result = run_tests(&ctx, &cases, report, on);
     report.tests_ms = started.elapsed().as_secs_f64() * 1000.0;
     result
 }
@@ -575,13 +399,13 @@ fn compile(sandbox: &Sandbox, lang: &Lang, work: &WorkDir, cgroups: bool, report
     Ok(why.is_none())
 }
 
-/// Judges every test, `--parallel` at once, printing the rows in test
-/// order as they come; stops taking tests at the first judge error.
-fn run_tests(ctx: &Ctx<'_>, cases: &[Case], report: &mut Report) -> Result<(), String> {
+/// Judges every test, `--parallel` at once, telling `on` the results in
+/// test order as they come; stops taking tests at the first judge error.
+fn run_tests(ctx: &Ctx<'_>, cases: &[Case], report: &mut Report, on: &mut dyn FnMut(Event<'_>)) -> Result<(), String> {
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(usize, Result<TestReport, String>)>();
-    let mut table = Table::new(cases);
+    on(Event::Tests(cases));
     let mut done: Vec<Option<TestReport>> = vec![None; cases.len()];
     let mut error: Option<(usize, String)> = None;
     let mut printed = 0;
@@ -615,14 +439,14 @@ fn run_tests(ctx: &Ctx<'_>, cases: &[Case], report: &mut Report) -> Result<(), S
                 }
             }
             while let Some(Some(t)) = done.get(printed) {
-                table.row(t);
+                on(Event::Tested(t));
                 printed += 1;
             }
         }
     });
     // After a judge error, the rows of what finished out of order too.
     for t in done[printed..].iter().flatten() {
-        table.row(t);
+        on(Event::Tested(t));
     }
     report.tests.extend(done.into_iter().flatten());
     match error {
@@ -775,14 +599,6 @@ fn check(ctx: &Ctx<'_>, case: &Case, out: &Path) -> Result<verdict::Judged, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn first_lines() {
-        assert_eq!(first_line("abc\ndef", 100), "abc");
-        assert_eq!(first_line("abcdef", 3), "abc");
-        assert_eq!(first_line("", 3), "");
-        assert_eq!(first_line("ééé", 2), "éé");
-    }
 
     #[test]
     fn wall_limits() {

@@ -1,9 +1,9 @@
-//! The language of `--lang`: a preset of the library (`capsule::presets`)
+//! The language of `--lang`: a preset ([`crate::presets`])
 //! and the toolchain found for it on this machine.
 
 use std::path::Path;
 
-use capsule::presets::{self, Preset, Toolchain};
+use crate::presets::{self, Preset, Toolchain};
 use capsule::RunSpec;
 
 pub struct Lang {

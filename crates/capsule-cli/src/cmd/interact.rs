@@ -13,6 +13,8 @@ use capsule::units::parse_duration;
 use capsule::{InteractResult, InteractSpec, RunResult, RunSpec, Side};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+use super::last;
+
 const ABOUT: &str = "Run a solution and an interactor connected stdout to stdin both ways; report who left first";
 
 const AFTER: &str = "\
@@ -53,10 +55,6 @@ pub fn command() -> Command {
         .arg(one("wall-time", "DURATION", "Wall-time limit of each program (overrides the profiles')"))
         .arg(one("json", "PATH", "Write the result (first_to_exit, solution, interactor) as JSON to PATH"))
         .arg(Arg::new("quiet").short('q').long("quiet").action(ArgAction::SetTrue).help("No summary lines on stderr"))
-}
-
-fn last<'a>(m: &'a ArgMatches, id: &str) -> Option<&'a String> {
-    m.get_many::<String>(id).and_then(|mut v| v.next_back())
 }
 
 /// Splits a command line like a POSIX shell does words: blanks separate,

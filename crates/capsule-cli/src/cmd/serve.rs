@@ -1,0 +1,48 @@
+//! `capsule serve`: a long-lived supervisor serving run requests as JSON
+//! lines (docs/protocol.md).
+
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context, Result};
+use capsule::sandbox::Config;
+use clap::{Arg, ArgMatches, Command};
+
+use super::{absolute, cgroup_args, flag, last, num};
+
+const SERVE_AFTER: &str = "\
+Protocol (docs/protocol.md): one JSON request per line, one JSON response per line.
+  {\"id\": 1, \"spec\": {\"argv\": [\"/bin/true\"]}}     -> {\"id\": 1, \"result\": {...}}
+  {\"id\": 2, \"kill\": 1}  /  {\"id\": 3, \"cancel\": 1}  -> {\"id\": 2, \"ok\": true}
+A spec has the field names of a TOML profile. A run's stdin, stdout and stderr are
+/dev/null unless the spec names files or asks for {\"capture\": SIZE}. Malformed
+requests get {\"id\": ..., \"error\": \"...\"} and the server keeps serving.";
+
+pub fn command() -> Command {
+    Command::new("serve")
+        .about("Serve run requests as JSON lines on stdin/stdout or a Unix socket (a long-lived supervisor)")
+        .after_help(SERVE_AFTER)
+        .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
+        .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
+        .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes while idle", "Supervisor"))
+        .arg(flag("shared-network", "One loopback network for all runs instead of one per run: concurrent runs can then reach each other over 127.0.0.1", "Supervisor"))
+        .args(cgroup_args())
+}
+
+pub fn run(m: &ArgMatches) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let mut config = Config::default();
+    if let Some(n) = m.get_one::<String>("parallel") {
+        config.parallel = num(n).map_err(|e| anyhow!("--parallel: {e}"))?;
+    }
+    config.prepare_ahead = !m.get_flag("no-prepare");
+    config.own_network = !m.get_flag("shared-network");
+    if let Some(v) = last(m, "cgroup") {
+        config.cgroup.path = Some(absolute(v, &cwd));
+    }
+    config.cgroup.require = m.get_flag("require-cgroups");
+    config.cgroup.disable = m.get_flag("no-cgroups");
+    config.validate().map_err(|e| anyhow!("--{}: {}", e.field, e.message))?;
+    let listen = m.get_one::<String>("listen").map(|p| absolute(p, &cwd));
+    capsule::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
+    Ok(ExitCode::SUCCESS)
+}
