@@ -45,7 +45,9 @@ else
   echo "test.sh: skipping the format check: cargo fmt is not installed (rustup component add rustfmt)" >&2
 fi
 # (Not `--bins`: it would build the front end `capsule`, a no_std program
-# linked without a C library, with the test harness, which cannot link.)
+# linked without a C library, with the test harness, which cannot link; the
+# other binaries are named, capsule-cli's and capsule-testkit's test helpers.
+# The black-box tests run the binaries `cargo build` made above.)
 # On this machine: everything but the cgroup v2 tests, which need a delegated
 # cgroup v2 hierarchy and run in the VM below (they would only skip here, and
 # a skip must not count as a pass); of those, the degraded-mode ones
