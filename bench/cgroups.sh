@@ -341,9 +341,9 @@ if [[ -n ${CAPSULE_BIN:-} ]]; then
 else
     commit=git\ $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
     # Only changes that go into the capsule binary count (not tests, the
-    # test helper, benchmarks or documentation).
+    # test support crate, benchmarks or documentation).
     if [[ -n $(git -C "$repo" status --porcelain --untracked-files=no -- Cargo.toml Cargo.lock .cargo crates \
-        ':!crates/*/tests/*' ':!crates/capsule-cli/src/bin/*' 2>/dev/null) ]]; then
+        ':!crates/*/tests/*' ':!crates/capsule-testkit' 2>/dev/null) ]]; then
         commit="$commit with uncommitted changes"
     fi
 fi

@@ -19,8 +19,8 @@
 # count calibrated to 1 s of CPU time on this machine before measuring).
 #
 # Configurations:
-# - in-process, timed by target/.../capsule-bench (crates/capsule-cli/src/bin/
-#   capsule-bench.rs) from one process: bare (vfork + execve + wait4), the
+# - in-process, timed by target/.../capsule-bench (crates/capsule-testkit/
+#   bench/capsule-bench.rs) from one process: bare (vfork + execve + wait4), the
 #   capsule server through the library API with 1 client (a sandbox with
 #   parallel 1), and both again with 2 concurrent clients (2 threads; the
 #   server on one sandbox with parallel 2);
@@ -42,12 +42,12 @@
 # parallel 2, its VmRSS, VmHWM, threads, fds, mounts and children read from
 # /proc every tenth of the way.
 #
-# As root (the normal way): builds with `cargo build --release -p capsule-cli`,
-# installs hyperfine, bubblewrap, util-linux, gcc (and libc6-dev), jq and
-# python3 with apt if missing, creates the unprivileged system user
-# capsule-bench, stages the binaries and workloads in a world-readable
-# directory (/var/tmp/capsule-bench) and runs everything as that user via
-# setpriv. As an unprivileged user: builds with cargo and runs as yourself;
+# As root (the normal way): builds capsule, capsule-cli and capsule-bench
+# with `cargo build --release`, installs hyperfine, bubblewrap, util-linux,
+# gcc (and libc6-dev), jq and python3 with apt if missing, creates the
+# unprivileged system user capsule-bench, stages the binaries and workloads
+# in a world-readable directory (/var/tmp/capsule-bench) and runs everything
+# as that user via setpriv. As an unprivileged user: builds with cargo and runs as yourself;
 # the tools must be installed.
 #
 # Environment (the options above win):
@@ -122,10 +122,11 @@ gcc_bin=$(command -v gcc)
 cargo=$(command -v cargo || true)
 [[ -z $cargo && -x $HOME/.cargo/bin/cargo ]] && cargo=$HOME/.cargo/bin/cargo
 [[ -n $cargo ]] || die "cargo not found"
-log "building: cargo build --release -p capsule-cli"
+log "building: cargo build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli --bin capsule-bench"
 # Ask cargo where it put the binaries: .cargo/config.toml sets a build
 # target, which changes the path.
-artifacts=$(cd "$repo" && "$cargo" build --release -p capsule-cli --message-format=json-render-diagnostics |
+artifacts=$(cd "$repo" && "$cargo" build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli \
+    --bin capsule-bench --message-format=json-render-diagnostics |
     jq -r 'select(.reason == "compiler-artifact" and (.target.kind | index("bin")) and .executable != null)
            | "\(.target.name)\t\(.executable)"') || die "cargo build failed"
 built_capsule=$(awk -F'\t' '$1 == "capsule" { print $2 }' <<<"$artifacts" | tail -n 1)
@@ -530,7 +531,7 @@ tmp=$(mktemp "$output.XXXXXX")
     echo "## Latency per workload"
     echo
     echo "Medians and 99th percentiles (nearest rank: with fewer than 100 runs, the"
-    echo "slowest) over all rounds. In-process rows (\`crates/capsule-cli/src/bin/capsule-bench.rs\`):"
+    echo "slowest) over all rounds. In-process rows (\`crates/capsule-testkit/bench/capsule-bench.rs\`):"
     echo "the time from the start request to the result in the same process; × bare"
     echo "is the ratio of the medians to the bare row with as many clients. Command rows"
     echo "(hyperfine): the whole command from exec to exit, × bare against the bare"

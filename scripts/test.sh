@@ -45,14 +45,16 @@ else
   echo "test.sh: skipping the format check: cargo fmt is not installed (rustup component add rustfmt)" >&2
 fi
 # (Not `--bins`: it would build the front end `capsule`, a no_std program
-# linked without a C library, with the test harness, which cannot link.)
+# linked without a C library, with the test harness, which cannot link; the
+# other binaries are named, capsule-cli's and capsule-testkit's test helpers.
+# The black-box tests run the binaries `cargo build` made above.)
 # On this machine: everything but the cgroup v2 tests, which need a delegated
 # cgroup v2 hierarchy and run in the VM below (they would only skip here, and
 # a skip must not count as a pass); of those, the degraded-mode ones
 # (`degraded_*`) run here, where there is no delegation. `server` and
 # `library` are `capsule serve` and the library API (issue 4); their cgroup
 # checks are the `server_*` tests of `cgroups`, run in the VM.
-cargo test --workspace --lib --bin capsule-cli --bin capsule-probe --bin capsule-bench --bin capsule-libtest --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge --test agent "$@"
+cargo test --workspace --lib --test layout --bin capsule-cli --bin capsule-probe --bin capsule-bench --bin capsule-libtest --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge --test agent "$@"
 cargo test -p capsule-cli --test cgroups "$@" degraded_
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.

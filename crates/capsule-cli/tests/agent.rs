@@ -10,7 +10,7 @@
 //! variable, which is part of the key), so that tests running at once
 //! never share an agent, and stops its agents before it ends.
 
-mod common;
+use capsule_testkit as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

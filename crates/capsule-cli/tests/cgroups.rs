@@ -17,7 +17,7 @@
 //! `CAPSULE_TEST_CGROUPS=1` they fail instead. The degraded-mode tests
 //! (`degraded_*`) run everywhere.
 
-mod common;
+use capsule_testkit as common;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The `capsule` command line: exit statuses, the result files, limits,
 //! errors, and the options that shape the sandbox.
 
-mod common;
+use capsule_testkit as common;
 
 use std::path::Path;
 use std::process::Command;

@@ -8,7 +8,7 @@
 //! a `HOME` in its scratch directory (the test user's passwd home does not
 //! usually exist).
 
-mod common;
+use capsule_testkit as common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

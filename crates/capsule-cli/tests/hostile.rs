@@ -22,7 +22,7 @@
 //! the host (`scripts/test.sh` leaves them out there) and run in the VM
 //! stage like `tests/cgroups.rs`.
 
-mod common;
+use capsule_testkit as common;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

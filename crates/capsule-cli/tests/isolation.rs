@@ -1,7 +1,7 @@
 //! Isolation properties of `capsule run`, observed from inside with
 //! `capsule-probe` and from the host with /proc.
 
-mod common;
+use capsule_testkit as common;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;

@@ -7,7 +7,7 @@
 //! The memory limit with cgroups is `judge_mle_with_cgroups` in
 //! tests/cgroups.rs (run in the cgroup v2 VM).
 
-mod common;
+use capsule_testkit as common;
 
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 //! `Sandbox::interact`, and `serve`'s `interact` request): who left the
 //! conversation first, in the thesis's two scenarios and more.
 
-mod common;
+use capsule_testkit as common;
 
 use std::io::Write;
 use std::process::Stdio;

@@ -3,7 +3,7 @@
 //! Skipped only where the kernel has no Landlock at all; the cgroup VM's
 //! Linux 6.1 (ABI 2) must report `partial` and still work.
 
-mod common;
+use capsule_testkit as common;
 
 use common::*;
 

@@ -2,7 +2,7 @@
 //! directories crafted by hand, as the unprivileged test user, over host
 //! targets in another scratch directory (never a real system file).
 
-mod common;
+use capsule_testkit as common;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;

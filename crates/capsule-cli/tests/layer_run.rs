@@ -9,7 +9,7 @@
 //! tested in tests/layer.rs. Real system files are only ever read here:
 //! `--root` layers are discarded, never committed.
 
-mod common;
+use capsule_testkit as common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

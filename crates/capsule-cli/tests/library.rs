@@ -1,5 +1,5 @@
 //! The library API (`capsule::sandbox`), driven as the unprivileged test
-//! user by the helper `capsule-libtest` (src/bin/capsule-libtest.rs), which
+//! user by the helper `capsule-libtest` (crates/capsule-testkit), which
 //! prints what it observed as `key=value` lines: pipelined runs collected in
 //! any order through the handles' fds, wait/try_wait/poll, kill and cancel,
 //! caller-provided descriptors, failed runs, the supervisor killed, the
@@ -8,7 +8,7 @@
 //! The tests that check that no process of the test user is left take
 //! [`procs_exclusive`]; all others take [`procs_shared`].
 
-mod common;
+use capsule_testkit as common;
 
 use std::time::{Duration, Instant};
 

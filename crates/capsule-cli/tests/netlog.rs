@@ -8,7 +8,7 @@
 //! listener refused, a FUSE page stalling the read but not PID 1, the
 //! summary line, `--meta`, a profile and `capsule serve`.
 
-mod common;
+use capsule_testkit as common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

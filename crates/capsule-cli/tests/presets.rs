@@ -10,7 +10,7 @@
 //! A language whose toolchain is missing skips (a failure under
 //! CAPSULE_TEST_STRICT=1: CI installs all eight).
 
-mod common;
+use capsule_testkit as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

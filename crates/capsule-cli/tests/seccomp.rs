@@ -2,7 +2,7 @@
 //! observed from inside with small C programs built here and real tools
 //! (gcc, g++, make, sh, tar, python3).
 
-mod common;
+use capsule_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,7 +12,7 @@
 //! The tests that check that no process of the test user is left take
 //! [`procs_exclusive`]; all others take [`procs_shared`].
 
-mod common;
+use capsule_testkit as common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};

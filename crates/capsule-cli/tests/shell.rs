@@ -4,7 +4,7 @@
 //! it allocates (in its normal, cooked modes), the controlling terminal of
 //! capsule's session, whose master side is the "keyboard and screen".
 
-mod common;
+use capsule_testkit as common;
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
