@@ -21,7 +21,7 @@ mod cgroup;
 mod fuse;
 mod landlock;
 mod mounts;
-pub(crate) mod netlog;
+mod netlog;
 mod pid1;
 mod rlimits;
 mod seccomp;
@@ -30,12 +30,17 @@ mod step;
 mod tracee;
 mod wait;
 
-pub(crate) use cgroup::*;
-pub(crate) use fuse::*;
-pub(crate) use mounts::*;
-pub(crate) use pid1::*;
-pub(crate) use seccomp::*;
-pub(crate) use shared::*;
-pub(crate) use step::*;
-pub(crate) use tracee::*;
-pub(crate) use wait::*;
+// What the supervisor uses.
+pub(crate) use netlog::NetLog;
+pub(crate) use pid1::{pid1, Pid1};
+pub(crate) use shared::{
+    NetJoin, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_FORBIDDEN, FLAG_GO, FLAG_KILLED,
+    FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED, FLAG_WALL_TIME,
+};
+pub(crate) use step::Step;
+
+// What plan's tests use.
+#[cfg(test)]
+pub(crate) use mounts::split_parent;
+#[cfg(test)]
+pub(crate) use seccomp::is_net_log;

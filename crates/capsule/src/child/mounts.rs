@@ -1,8 +1,8 @@
 //! The mount plan's execution in PID 1, with the new mount API (syscalls
 //! only, no allocation).
 
-use crate::child::{Fail, Step};
-use crate::plan::mounts::*;
+use super::step::{Fail, Step};
+use crate::plan::mounts::{Base, MountPlan, Op, DEVICES, HOST_DEVICES};
 use crate::plan::overlay::{FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::sys::{
     self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,

@@ -1,6 +1,12 @@
 //! PID 1 of a run: builds the sandbox, then creates the tracee.
 
-use super::*;
+use super::landlock;
+use super::mounts::{self, Build};
+use super::rlimits;
+use super::shared::{fail_exit, write_proc, NetJoin, Plan, Shared};
+use super::step::{Fail, Step};
+use super::tracee::{tracee, TraceeArgs};
+use super::wait::pid1_wait;
 use crate::sys::{self, Arena};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::SeqCst;

@@ -1,7 +1,7 @@
 //! What PID 1 and the tracee run on: the plan made before clone, the page shared with the supervisor.
 
 use super::netlog::NetLog;
-use super::*;
+use super::step::{Fail, Step};
 use crate::host::cgroups::CgroupFds;
 use crate::plan::mounts::MountPlan;
 use crate::sys::{self, Arena, Errno};

@@ -1,6 +1,12 @@
 //! The tracee: joins the run's cgroup and user namespace, drops everything, execs the program.
 
-use super::*;
+use super::caps;
+use super::cgroup::read_cpu_stat;
+use super::landlock;
+use super::pid1::Never;
+use super::rlimits;
+use super::shared::{run_filter, write_proc, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
+use super::step::{Fail, Step};
 use crate::plan::rlimits::RawRlimit;
 use crate::sys::{self, Arena};
 use std::os::fd::RawFd;

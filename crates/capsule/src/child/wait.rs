@@ -1,7 +1,15 @@
 //! PID 1's event loop: the time limits, the network log's notifications, reaping.
 
+use super::cgroup::read_cpu_stat;
+use super::fuse::abort_fuse;
 use super::netlog::{self, NetLog};
-use super::*;
+use super::pid1::Never;
+use super::seccomp::is_net_log;
+use super::shared::{
+    run_filter, Plan, Shared, FLAG_CPU_TIME, FLAG_FORBIDDEN, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED,
+    FLAG_WALL_TIME,
+};
+use super::step::{Fail, Step};
 use crate::sys::{self, Arena};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
