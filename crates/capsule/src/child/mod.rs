@@ -31,7 +31,7 @@ mod tracee;
 mod wait;
 
 // What the supervisor uses.
-pub(crate) use netlog::NetLog;
+pub(crate) use netlog::{Dest, NetLog, CAPACITY, DATA, INVALID, UNREADABLE};
 pub(crate) use pid1::{pid1, Pid1};
 pub(crate) use shared::{
     NetJoin, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME, FLAG_CPU_TIME, FLAG_FORBIDDEN, FLAG_GO, FLAG_KILLED,
@@ -39,8 +39,10 @@ pub(crate) use shared::{
 };
 pub(crate) use step::Step;
 
-// What plan's tests use.
+// What the supervisor's and plan's tests use.
 #[cfg(test)]
 pub(crate) use mounts::split_parent;
+#[cfg(test)]
+pub(crate) use netlog::{observe, Memory};
 #[cfg(test)]
 pub(crate) use seccomp::is_net_log;
