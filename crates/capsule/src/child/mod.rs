@@ -2,19 +2,14 @@
 //!
 //! Everything here is prepared before clone in a [`Plan`] (argv, envp,
 //! mount plan, id maps, limits, filter, fds); the child only makes
-//! syscalls: no allocation, no locks, no panics on purpose. Failures are
-//! written to the [`Shared`] page as (step, errno, path index) and turned
-//! into a message by the supervisor.
+//! syscalls: no allocation, no locks, no errno, no panics on purpose.
+//! Failures are written to the [`Shared`] page as (step, errno, path
+//! index) and turned into a message by the supervisor.
 //!
-//! Namespaces (thesis, ch. 3): the supervisor owns user namespace U1 and
-//! the namespaces created once (IPC, UTS, time, cgroup, the loopback-only
-//! network). PID 1 is cloned into a new PID namespace while still in U1,
-//! creates the run's procfs and a mount namespace of its own (owned by
-//! U1), builds the tree, joins the run's network and enters user namespace
-//! U2. The tracee is cloned into user namespace U3, drops everything and
-//! execs: it has no capability over U1, so it can change nothing in the
-//! run's mount namespace, and any mount namespace it creates itself is a
-//! copy made for a less privileged owner, in which every mount is locked.
+//! The story, step by step with every reason: docs/child.md ("PID 1 and
+//! the tracee, step by step"). In code it reads `pid1::pid1_setup`, then
+//! `tracee::tracee_setup`, then `wait::pid1_wait`, numbered alike; [`Step`]
+//! lists what can fail in the same order.
 
 mod caps;
 mod cgroup;

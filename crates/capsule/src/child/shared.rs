@@ -26,8 +26,7 @@ pub(crate) const FLAG_KILLED: u32 = 32;
 /// recorded in `forbidden_*`.
 pub(crate) const FLAG_FORBIDDEN: u32 = 128;
 
-/// The page shared by the supervisor, PID 1 and the tracee (thesis:
-/// "Inter-process communication"), the header of the run's [`sys::Arena`];
+/// The page shared by the supervisor, PID 1 and the tracee, the header of the run's [`sys::Arena`];
 /// the kernel unmaps it from the tracee at execve, so the program never
 /// sees it. The supervisor fills in the run's half (`go_*`, pointers into
 /// the arena) right before it sends the go message; PID 1 and the tracee
