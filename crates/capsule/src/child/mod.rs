@@ -7,9 +7,9 @@
 //! index) and turned into a message by the supervisor.
 //!
 //! The story, step by step with every reason: docs/child.md ("PID 1 and
-//! the tracee, step by step"). In code it reads `pid1::pid1_setup`, then
-//! `tracee::tracee_setup`, then `wait::pid1_wait`, numbered alike; [`Step`]
-//! lists what can fail in the same order.
+//! the tracee, step by step"). In code it reads `pid1::pid1_setup` and
+//! `tracee::tracee_setup`, numbered alike, then PID 1's event loop
+//! `wait::pid1_wait`; [`Step`] lists what can fail in the same order.
 
 mod caps;
 mod cgroup;
