@@ -1,6 +1,6 @@
 //! Aborting the FUSE connections of a run stuck at its end (PID 1; no allocation).
 
-use super::*;
+use super::wait::Reaper;
 use crate::sys::{self};
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -133,7 +133,8 @@ pub(crate) fn join<'a>(buf: &'a mut [u8], parts: &[&[u8]]) -> Option<&'a CStr> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::for_each_mount_dev;
+    use std::os::fd::AsRawFd;
 
     /// Every mount's device number is seen, one after a line longer than
     /// the buffer (a mount at a long path) and that line's own too.

@@ -1,9 +1,8 @@
 //! Landlock in PID 1 (the ruleset, built after the pivot) and the tracee
 //! (enforced last): syscalls only, no allocation.
 
-use crate::child::{Fail, Step};
-use crate::plan::landlock::Plan;
-use crate::plan::landlock::*;
+use super::step::{Fail, Step};
+use crate::plan::landlock::{Grant, Masks, Plan, FS_FILE};
 use crate::proto::result::Enforcement;
 use crate::sys::{self, landlock as raw};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -137,7 +136,11 @@ pub(crate) fn restrict(ruleset: RawFd, requested: Masks, handled: Masks) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::enforcement;
+    use crate::plan::landlock::{Masks, NET_BIND_TCP, NET_CONNECT_TCP};
+    // The masks the plan asks for, and what a kernel of each ABI handles of them.
+    use crate::plan::landlock::{handled, requested};
+    use crate::proto::result::Enforcement;
 
     #[test]
     fn enforcement_like_restriction_status() {

@@ -1,8 +1,8 @@
 //! The mount plan's execution in PID 1, with the new mount API (syscalls
 //! only, no allocation).
 
-use crate::child::{Fail, Step};
-use crate::plan::mounts::*;
+use super::step::{Fail, Step};
+use crate::plan::mounts::{Base, MountPlan, Op, DEVICES, HOST_DEVICES};
 use crate::plan::overlay::{FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
 use crate::sys::{
     self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
@@ -185,8 +185,9 @@ impl Build {
     }
 }
 
-/// Step 1a, in the supervisor's mount namespace: clones the bind sources
-/// from the descriptors the supervisor resolved.
+/// The mount plan's step 1a (PID 1's step 7), in the supervisor's mount
+/// namespace: clones the bind sources from the descriptors the supervisor
+/// resolved.
 pub(crate) fn clone_binds(plan: &MountPlan) -> Result<(), Fail> {
     for op in &plan.ops {
         let Op::Bind { src: Some(src), attrs, clone, name, .. } = op else { continue };
@@ -198,8 +199,8 @@ pub(crate) fn clone_binds(plan: &MountPlan) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Step 1b, in PID 1's mount namespace: clones the other sources from the
-/// host view.
+/// The mount plan's step 1b (PID 1's step 9), in PID 1's mount namespace:
+/// clones the other sources from the host view.
 pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
     let root = match &plan.base {
         Base::HostView => {
@@ -324,14 +325,14 @@ pub(crate) fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u
     Ok(fd)
 }
 
-/// Step 2: attaches the new root over the current one.
+/// The mount plan's step 2: attaches the new root over the current one.
 pub(crate) fn attach_root(b: &Build) -> Result<RawFd, Fail> {
     let root = b.root.as_ref().expect("cloned").as_raw_fd();
     sys::move_mount_to_path(root, c"/").map_err(|e| Fail::new(Step::AttachRoot, e))?;
     Ok(root)
 }
 
-/// Step 3: applies the operations in order.
+/// The mount plan's step 3: applies the operations in order.
 pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), Fail> {
     for (i, op) in plan.ops.iter().enumerate() {
         match op {
@@ -408,7 +409,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                     tmpfs(c"4096", c"0555", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
                 } else {
                     // A clone of the scratch tmpfs's empty directory or file:
-                    // a third of the cost of a tmpfs of its own.
+                    // cheaper than a tmpfs of its own (docs/child.md).
                     let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
                     let empty = if is_dir { c"dir" } else { c"empty" };
                     sys::open_tree(scratch, empty, OPEN_TREE_CLONE).and_then(|fd| {
@@ -466,7 +467,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
     Ok(())
 }
 
-/// Step 4: makes the new tree the root and detaches the old one.
+/// The mount plan's step 4: makes the new tree the root and detaches the old one.
 pub(crate) fn pivot(root: RawFd) -> Result<(), Fail> {
     sys::fchdir(root).map_err(|e| Fail::new(Step::PivotRoot, e))?;
     sys::pivot_root_cwd().map_err(|e| Fail::new(Step::PivotRoot, e))?;

@@ -1,7 +1,7 @@
 //! What PID 1 and the tracee run on: the plan made before clone, the page shared with the supervisor.
 
 use super::netlog::NetLog;
-use super::*;
+use super::step::{Fail, Step};
 use crate::host::cgroups::CgroupFds;
 use crate::plan::mounts::MountPlan;
 use crate::sys::{self, Arena, Errno};
@@ -26,8 +26,7 @@ pub(crate) const FLAG_KILLED: u32 = 32;
 /// recorded in `forbidden_*`.
 pub(crate) const FLAG_FORBIDDEN: u32 = 128;
 
-/// The page shared by the supervisor, PID 1 and the tracee (thesis:
-/// "Inter-process communication"), the header of the run's [`sys::Arena`];
+/// The page shared by the supervisor, PID 1 and the tracee, the header of the run's [`sys::Arena`];
 /// the kernel unmaps it from the tracee at execve, so the program never
 /// sees it. The supervisor fills in the run's half (`go_*`, pointers into
 /// the arena) right before it sends the go message; PID 1 and the tracee

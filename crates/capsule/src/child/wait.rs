@@ -1,7 +1,17 @@
 //! PID 1's event loop: the time limits, the network log's notifications, reaping.
+//!
+//! Its reasons in full: docs/child.md ("PID 1's event loop").
 
+use super::cgroup::read_cpu_stat;
+use super::fuse::abort_fuse;
 use super::netlog::{self, NetLog};
-use super::*;
+use super::pid1::Never;
+use super::seccomp::is_net_log;
+use super::shared::{
+    run_filter, Plan, Shared, FLAG_CPU_TIME, FLAG_FORBIDDEN, FLAG_KILLED, FLAG_OUTPUT_LIMIT, FLAG_TRACEE_REAPED,
+    FLAG_WALL_TIME,
+};
+use super::step::{Fail, Step};
 use crate::sys::{self, Arena};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
@@ -30,11 +40,7 @@ pub(crate) fn pid1_wait(
         if wall_time_ns != 0 {
             sys::timerfd_at(wall.as_raw_fd(), exec_ns + wall_time_ns).map_err(|e| Fail::new(Step::Wait, e))?;
         }
-        // CPU time over a cgroup has no timer of its own: the limit cannot
-        // be reached before (remaining CPU time) / (CPUs the run can keep
-        // busy) has passed, so check then, and again after the same
-        // computation on what remains (thesis: "CPU time limit"), at least
-        // 1 ms apart. No polling while far from the limit.
+        // CPU time has no timer: check when the limit could first be reached (`cpu_timer` re-arms).
         if let (true, Some(_)) = (cpu_time_ns != 0, &plan.cgroup) {
             sys::timerfd_at(cpu.as_raw_fd(), exec_ns + cpu_time_ns / parallelism)
                 .map_err(|e| Fail::new(Step::Wait, e))?;
@@ -68,16 +74,9 @@ pub(crate) fn pid1_wait(
             out_of_time |= FLAG_KILLED;
         }
         if fds[5].revents & libc::POLLIN != 0 {
-            // A call the policy forbids (its `kill` is a user notification):
-            // the calling thread is stopped inside the call until answered,
-            // so the number and arguments read here are exactly the ones it
-            // made and the call never runs; the answer is killing the run.
-            // (SIGSYS from SECCOMP_RET_KILL would name no call, and a
-            // SECCOMP_RET_TRAP handler is the program's to replace.) ENOENT:
-            // the caller died meanwhile, nothing to report. With the
-            // network log, the notification may instead be the log's (the
-            // filter run again on it ends in the log's epilogue): its
-            // destination is recorded and the call goes on.
+            // A call the policy forbids, stopped in the call: record it and kill the run. Or, with the
+            // network log, the log's (the filter run again ends in its epilogue): record and go on.
+            // (ENOENT: the caller died meanwhile, nothing to report.)
             if let Ok(n) = sys::seccomp_notif_recv(listener) {
                 let data = crate::sys::seccomp::seccomp_data(n.nr, n.arch, n.instruction_pointer, &n.args);
                 let filter = run_filter(plan, arena);
@@ -169,14 +168,10 @@ pub(crate) fn read_destination(job: &ReadJob) -> ! {
 }
 
 /// A call the network log records: a child of PID 1 sharing its memory
-/// reads and records its destination (the caller is stopped in the call
-/// meanwhile), then the call goes on: the log observes, it decides
-/// nothing, so a change of the address by another thread after the read
-/// (a TOCTOU race) bypasses nothing. PID 1 does not read the caller's
-/// memory itself: a page whose fault the program serves (FUSE,
-/// userfaultfd) could stall the read, and PID 1 must keep enforcing the
-/// limits; when one is reached first, the run is killed (which ends any
-/// such stall), the reader too, and the flag returned.
+/// reads and records its destination, then the call goes on. PID 1 keeps
+/// enforcing the limits meanwhile (the read may stall); when one is
+/// reached first, the run is killed, the reader too, and the flag
+/// returned.
 pub(crate) fn net_log_call(
     plan: &Plan,
     shared: &Shared,

@@ -44,6 +44,7 @@ mod event;
 mod filters;
 mod handoff;
 mod namespaces;
+mod netlog;
 mod outcome;
 mod prepare;
 mod relay;

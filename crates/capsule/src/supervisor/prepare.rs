@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::child::netlog::NetLog;
-use crate::child::{self, NetJoin, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME};
+use crate::child::{self, NetJoin, NetLog, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME};
 use crate::error::SysError;
 use crate::host::cgroups::{self, RunCgroup, DELEGATION_HINT};
 use crate::plan::mounts::{MountPlan, Source};
