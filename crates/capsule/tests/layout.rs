@@ -51,8 +51,30 @@ fn sources(src: &Path) -> Vec<Source> {
     let mut files = Vec::new();
     walk(src, &mut files);
     files.sort();
+    // Files of test modules declared `#[cfg(test)] mod NAME;` in their parent.
+    let mut test_files = BTreeSet::new();
+    for p in &files {
+        let text = fs::read_to_string(p).unwrap();
+        let dir = if p.file_name().is_some_and(|n| n == "mod.rs" || n == "lib.rs") {
+            p.parent().unwrap().to_path_buf()
+        } else {
+            p.with_extension("")
+        };
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("#[cfg(test)]") {
+            rest = &rest[at + 12..];
+            let decl = rest.trim_start();
+            if let Some(name) = decl.strip_prefix("mod ").and_then(|d| d.split_once(';')).map(|(n, _)| n.trim()) {
+                if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    test_files.insert(dir.join(format!("{name}.rs")));
+                    test_files.insert(dir.join(name).join("mod.rs"));
+                }
+            }
+        }
+    }
     files
         .into_iter()
+        .filter(|p| !test_files.contains(p))
         .filter_map(|path| {
             let rel = path.strip_prefix(src).unwrap();
             let first = rel.components().next()?.as_os_str().to_str()?.trim_end_matches(".rs").to_string();
@@ -334,8 +356,9 @@ fn the_checker_finds_cycles_upward_imports_and_child_calls() {
     write("host.rs", "use crate::sys;\n");
     write(
         "plan/mod.rs",
-        "pub mod mounts;\nuse crate::child::{Step, pid1};\n#[cfg(test)]\nmod tests { use crate::supervisor::X; }\n",
+        "pub mod mounts;\nuse crate::child::{Step, pid1};\n#[cfg(test)]\nmod tests { use crate::supervisor::X; }\n#[cfg(test)]\nmod more;\n",
     );
+    write("plan/more.rs", "use crate::supervisor::Y;\n");
     write("plan/mounts.rs", "pub struct MountPlan; pub fn prepare() {}\n");
     write(
         "child/mod.rs",

@@ -139,7 +139,7 @@ pub(super) fn seccomp_item(outcome: &Outcome, actions: &[(&str, bool)], host: &H
             if missing.contains(&"user_notif") {
                 // `kill` in strict, compile and policy files is a user
                 // notification (Linux >= 5.0).
-                let fix = "runs with --seccomp strict, compile or a policy file that uses `kill` fail at                            installing the filter: use Linux >= 5.0, or `default`/`none`";
+                let fix = "runs with --seccomp strict, compile or a policy file that uses `kill` fail at installing the filter: use Linux >= 5.0, or `default`/`none`";
                 return CheckItem::problem(NAME, false, detail, Some(fix.into()));
             }
             CheckItem::ok(NAME, false, detail)
