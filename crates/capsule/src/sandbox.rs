@@ -2,8 +2,7 @@
 //!
 //! [`Sandbox::start`] spawns the supervisor as a small process of its own
 //! (`capsule supervise`, exec'd, so forking a PID 1 per run stays cheap even
-//! when the caller is a large judge process: the thesis's reason for the
-//! split) and talks to it over a socket pair. [`Sandbox::run`] sends a
+//! when the caller is a large judge process) and talks to it over a socket pair. [`Sandbox::run`] sends a
 //! request and returns a [`RunHandle`] at once; requests are pipelined, the
 //! supervisor runs up to [`Config::parallel`] at a time, and results come
 //! back in any order.

@@ -1,4 +1,4 @@
-//! The supervisor: created once, serves many runs (thesis, ch. 3).
+//! The supervisor: created once, serves many runs.
 //!
 //! One single-threaded event loop ([`Supervisor::serve`]) over: the
 //! clients' connections (the library's binary protocol, [`crate::proto::wire`],
