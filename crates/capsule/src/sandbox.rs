@@ -99,7 +99,7 @@ impl Sandbox {
             state: Mutex::new(State::default()),
             filed: Condvar::new(),
         });
-        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]);
+        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]).map_err(|e| e.to_string());
         let answer = wire::recv::<ServerMsg>(inner.sock.as_raw_fd());
         match (sent, answer) {
             (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => {
@@ -196,8 +196,8 @@ impl Sandbox {
         match sent {
             Ok(()) => {}
             // Too large to send, say: this run only.
-            Err(e) if !e.starts_with(wire::IO_ERROR) => return Err(Error::Run(e)),
-            Err(e) => return Err(Error::Supervisor(self.inner.died(&e))),
+            Err(e) if !e.is_io() => return Err(Error::Run(e.to_string())),
+            Err(e) => return Err(Error::Supervisor(self.inner.died(&e.to_string()))),
         }
         Ok(Handle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
     }
@@ -331,7 +331,7 @@ impl Inner {
 
     fn send(&self, msg: &ClientMsg) -> Result<(), Error> {
         let _g = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e)))
+        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e.to_string())))
     }
 }
 
