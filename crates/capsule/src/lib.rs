@@ -1,8 +1,17 @@
 //! capsule: run untrusted programs in an unprivileged Linux sandbox.
 //!
-//! One module per kernel facility (`namespaces`, `mounts` with `resolve`, `rlimits`,
-//! `caps`, `seccomp`, `landlock`, `overlay` for layers), all raw syscalls and `unsafe` in `sys`, the child
-//! path after clone in `child`, the run spec in `spec`.
+//! The modules, in the one direction they import (never upwards):
+//! - `error` and `sys`: the error types; every raw system call and `unsafe`;
+//! - `proto`: the run spec, results, configuration and wire formats;
+//! - `host`: what is known of the host (identity, mount table, cgroups);
+//! - `layer`: a layer directory, reviewed and committed;
+//! - `plan`: a run prepared by the supervisor (mounts, overlays, Landlock,
+//!   rlimits, seccomp);
+//! - `child`: PID 1 and the tracee (no allocation, no errno; of `proto`,
+//!   `host` and `plan` only types and constants);
+//! - `supervisor`: preparing, starting and collecting runs in one event loop;
+//! - `endpoints`: how clients reach a supervisor (one-shot, agent, serve);
+//! - `sandbox` (the client API), `check` (`capsule check`) and `presets`.
 
 pub mod check;
 mod child;

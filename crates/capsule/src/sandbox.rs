@@ -2,8 +2,7 @@
 //!
 //! [`Sandbox::start`] spawns the supervisor as a small process of its own
 //! (`capsule supervise`, exec'd, so forking a PID 1 per run stays cheap even
-//! when the caller is a large judge process: the thesis's reason for the
-//! split) and talks to it over a socket pair. [`Sandbox::run`] sends a
+//! when the caller is a large judge process) and talks to it over a socket pair. [`Sandbox::run`] sends a
 //! request and returns a [`RunHandle`] at once; requests are pipelined, the
 //! supervisor runs up to [`Config::parallel`] at a time, and results come
 //! back in any order.
@@ -100,7 +99,7 @@ impl Sandbox {
             state: Mutex::new(State::default()),
             filed: Condvar::new(),
         });
-        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]);
+        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]).map_err(|e| e.to_string());
         let answer = wire::recv::<ServerMsg>(inner.sock.as_raw_fd());
         match (sent, answer) {
             (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => {
@@ -197,8 +196,8 @@ impl Sandbox {
         match sent {
             Ok(()) => {}
             // Too large to send, say: this run only.
-            Err(e) if !e.starts_with(wire::IO_ERROR) => return Err(Error::Run(e)),
-            Err(e) => return Err(Error::Supervisor(self.inner.died(&e))),
+            Err(e) if !e.is_io() => return Err(Error::Run(e.to_string())),
+            Err(e) => return Err(Error::Supervisor(self.inner.died(&e.to_string()))),
         }
         Ok(Handle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
     }
@@ -332,7 +331,7 @@ impl Inner {
 
     fn send(&self, msg: &ClientMsg) -> Result<(), Error> {
         let _g = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e)))
+        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e.to_string())))
     }
 }
 

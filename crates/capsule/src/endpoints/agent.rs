@@ -31,8 +31,8 @@
 //! (`Config::own_network`), so concurrent `capsule run`s cannot reach each
 //! other over 127.0.0.1 nor collide on a port.
 //!
-//! `CAPSULE_AGENT=off` (or `--no-agent`) forks a supervisor per run as
-//! before; `CAPSULE_AGENT_IDLE=SECONDS` sets the idle time; `capsule agent
+//! `CAPSULE_AGENT=off` (or `--no-agent`) forks a supervisor per run;
+//! `CAPSULE_AGENT_IDLE=SECONDS` sets the idle time; `capsule agent
 //! status|stop` lists and stops the user's agents.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -159,7 +159,7 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The calling process's identity for runs under `config`; ~40 µs.
+    /// The calling process's identity for runs under `config` (docs/agent.md has its cost).
     /// Single-threaded callers only (the umask is read by setting it).
     pub fn current(config: &Config) -> Identity {
         use capsule_nolibc::identity::{self, Fnv, Sink};

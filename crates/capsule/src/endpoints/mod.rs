@@ -2,6 +2,11 @@
 //! one-shot `capsule run` ([`once`]), the per-user agent ([`agent`]),
 //! `capsule serve` ([`serve`]). Each starts a supervisor with its [`Job`],
 //! which crosses the supervisor's re-execution and is served by it.
+//!
+//! May import `supervisor` and everything below it; the library only
+//! re-exports it (the front ends call it). Runs in the client's process (`capsule run` sending its
+//! request, `capsule agent status|stop`) and in the supervisor's it forks
+//! (the agent's and `serve`'s set-up, then the supervisor itself).
 
 pub mod agent;
 pub mod once;

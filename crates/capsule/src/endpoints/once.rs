@@ -8,7 +8,7 @@ use crate::error::{Error, SysError};
 use crate::proto::config::Config;
 use crate::proto::result::RunResult;
 use crate::proto::spec::RunSpec;
-use crate::proto::wire::{self, ClientMsg, ServerMsg};
+use crate::proto::wire::{self, ClientMsg, SendError, ServerMsg};
 use crate::supervisor::{Conn, Mode, Supervisor};
 use crate::sys::{self, Forked};
 
@@ -31,7 +31,7 @@ pub struct OnceRun {
     sock: OwnedFd,
     /// The supervisor forked for this run; None for an agent's.
     pid: Option<i32>,
-    sent: Result<(), String>,
+    sent: Result<(), SendError>,
 }
 
 /// Like [`run_once`], but returns once the request is sent; the descriptors
@@ -119,7 +119,7 @@ impl OnceRun {
     fn answer(&self) -> Result<RunResult, Error> {
         let answer = wire::recv::<ServerMsg>(self.sock.as_raw_fd());
         if let (Err(e), Err(_) | Ok(None)) = (&self.sent, &answer) {
-            return Err(Error::Supervisor(e.clone()));
+            return Err(Error::Supervisor(e.to_string()));
         }
         match answer.map_err(Error::Supervisor)? {
             Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),

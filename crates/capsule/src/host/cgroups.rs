@@ -19,8 +19,8 @@
 //! cgroup namespace is rooted at `prog`, so a cgroup2 mount it makes in a
 //! nested namespace shows `prog` and below. The files of `prog` are owned
 //! by the user (delegation) and so writable by the program, but raising a
-//! limit there does not lift the one above it (the thesis's weakness of a
-//! tracee disabling its own controllers).
+//! limit there does not lift the one above it: the program cannot turn its
+//! own limits off.
 //!
 //! Set-up and restore of B are serialized between supervisors with flock(2)
 //! on B's directory.

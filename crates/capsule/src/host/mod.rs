@@ -1,6 +1,11 @@
-//! What capsule knows of the host it runs on, read in the supervisor's
-//! process (may allocate): the caller's identity and homes, the mount
-//! table, the cgroup hierarchy and the caller's place in it.
+//! What capsule knows of the host it runs on: the caller's identity
+//! ([`identity`]) and homes with the filesystem rules ([`fsrules`]), the
+//! mount table ([`mountinfo`]), the cgroup hierarchy and the caller's place
+//! in it ([`cgroups`]).
+//!
+//! Imports `error`, `sys` and `proto` only. Runs in the supervisor's
+//! process, and in the client's for the root check: may allocate. PID 1
+//! and the tracee take its types and constants only.
 
 pub mod cgroups;
 pub mod fsrules;

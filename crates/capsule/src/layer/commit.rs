@@ -11,7 +11,7 @@
 //!   `RESOLVE_NO_SYMLINKS`: an entry below a host symbolic link is refused.
 //!   The upper side is read with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`
 //!   from the upper root and `O_NOFOLLOW`.
-//! * Conflicts (MBOX §3.2): an entry whose host path no longer matches the
+//! * Conflicts (docs/layers.md): an entry whose host path no longer matches the
 //!   original recorded in layer.json is refused, named, and the rest goes
 //!   on; `force` overrides. An entry with no record is a conflict too.
 //! * Committed entries leave the layer: once applied they equal the host,

@@ -1,6 +1,6 @@
 //! The sandbox's filesystem: a mount plan prepared from the spec before
 //! clone (every path a `CString`, every size a string, every host file
-//! opened), and its execution in PID 1 with the new mount API.
+//! opened), executed by PID 1 (`child::mounts`) with the new mount API.
 //!
 //! Bind and `--file` sources are resolved once, by the supervisor, when it
 //! prepares the run (`crate::plan::resolve`: a link owned by the caller is not

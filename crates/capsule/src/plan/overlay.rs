@@ -1,5 +1,5 @@
-//! Copy-on-write layers over the host view (`--layer DIR`, MBOX's sandbox
-//! filesystem): planned here by the supervisor, mounted by PID 1 through
+//! Copy-on-write layers over the host view (`--layer DIR`, docs/layers.md):
+//! planned here by the supervisor, mounted by PID 1 through
 //! the new mount API (`crate::plan::mounts`), so the host's mount table never
 //! sees them.
 //!
@@ -303,8 +303,7 @@ fn mirror_dirs(upper: &Path, host: &Path) -> Result<(), String> {
 /// `triggers/Lock`, apt's `lists/lock` and `archives/lock`, `/etc/.pwd.lock`
 /// of useradd and passwd) are root's, mode 0640 or 0600.
 const STAND_IN_DIRS: [&str; 3] = ["/etc", "/var/lib", "/var/cache"];
-/// Most entries looked at for stand-ins (a few thousand on a Debian system,
-/// about 30 ms).
+/// Most entries looked at for stand-ins (docs/layers.md has the usual count).
 const STAND_IN_SCAN_MAX: usize = 200_000;
 
 /// fuse-overlayfs copies a file up by reading it, as the caller: a host

@@ -1,5 +1,5 @@
 //! The run spec: one serde type produced alike by CLI flags, TOML profile
-//! files, the library API and (later) the wire protocol, validated once by
+//! files, the library API and the wire protocols, validated once by
 //! [`RunSpec::validate`]. Field names are the profile's and the protocol's.
 
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ pub struct RunSpec {
     pub uid: Option<u32>,
     /// Group id inside the sandbox (default: the caller's own).
     pub gid: Option<u32>,
-    /// Map the caller to uid 0 / gid 0 inside (MBOX's fakeroot). The
+    /// Map the caller to uid 0 / gid 0 inside (a fakeroot). The
     /// program still has no capabilities.
     pub root: bool,
     /// Start from an empty tmpfs instead of the read-only host view.

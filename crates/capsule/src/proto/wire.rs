@@ -19,6 +19,28 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 /// How [`send`] errors that come from the socket (not from the message) begin.
 pub const IO_ERROR: &str = "sending message";
 
+/// Why [`send`] failed: the message itself (this message only) or the
+/// socket (the peer is gone or broken).
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The message could not be encoded.
+    #[error("encoding message: {0}")]
+    Encode(serde_json::Error),
+    /// The encoded body (bytes) is over [`MAX_MESSAGE`].
+    #[error("message of {0} bytes is larger than the limit of {MAX_MESSAGE}")]
+    TooLarge(usize),
+    /// The socket failed (errno).
+    #[error("{}: {}", IO_ERROR, crate::error::errno_text(*.0))]
+    Io(i32),
+}
+
+impl SendError {
+    /// Whether the socket failed, not the message.
+    pub fn is_io(&self) -> bool {
+        matches!(self, SendError::Io(_))
+    }
+}
+
 /// What the client sends.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -89,20 +111,19 @@ pub enum ServerMsg {
 
 /// Sends one message with `fds` attached: header and body in one buffer,
 /// so the receiver wakes once per message.
-pub fn send(sock: RawFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), String> {
+pub fn send(sock: RawFd, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), SendError> {
     let mut buf = Vec::with_capacity(512);
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&[0u8; 4]);
-    serde_json::to_writer(&mut buf, msg).map_err(|e| format!("encoding message: {e}"))?;
+    serde_json::to_writer(&mut buf, msg).map_err(SendError::Encode)?;
     let len = buf.len() - 8;
     if len > MAX_MESSAGE {
-        return Err(format!("message of {len} bytes is larger than the limit of {MAX_MESSAGE}"));
+        return Err(SendError::TooLarge(len));
     }
     buf[4..8].copy_from_slice(&(len as u32).to_le_bytes());
-    let io = |e: i32| format!("{IO_ERROR}: {}", crate::error::errno_text(e));
-    let mut sent = sys::send_with_fds(sock, &buf, fds).map_err(io)?;
+    let mut sent = sys::send_with_fds(sock, &buf, fds).map_err(SendError::Io)?;
     while sent < buf.len() {
-        sent += sys::send_with_fds(sock, &buf[sent..], &[]).map_err(io)?;
+        sent += sys::send_with_fds(sock, &buf[sent..], &[]).map_err(SendError::Io)?;
     }
     Ok(())
 }
@@ -148,4 +169,25 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: RawFd) -> Result<Option<(T, Vec<
     }
     let msg = serde_json::from_slice(&body).map_err(|e| format!("decoding message: {e}"))?;
     Ok(Some((msg, fds)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed errors read as the messages callers have always printed.
+    #[test]
+    fn send_errors_read_as_before() {
+        let e = send(-1, &ClientMsg::Kill { id: 1 }, &[]).unwrap_err();
+        assert!(e.is_io());
+        assert_eq!(e.to_string(), "sending message: Bad file descriptor (EBADF)");
+        let e = SendError::TooLarge(MAX_MESSAGE + 1);
+        assert!(!e.is_io());
+        assert_eq!(e.to_string(), "message of 67108865 bytes is larger than the limit of 67108864");
+        let mut bad = std::collections::BTreeMap::new();
+        bad.insert((1, 2), 3);
+        let e = send(-1, &bad, &[]).unwrap_err();
+        assert!(!e.is_io());
+        assert_eq!(e.to_string(), "encoding message: key must be a string");
+    }
 }

@@ -128,16 +128,9 @@ pub(crate) enum Token {
     HostMounts,
 }
 
-/// How long after a run's go message the next spare may be prepared.
-/// Preparing it at once competed with the program's start: the tracee,
-/// woken on the supervisor's CPU, preempted the supervisor in the middle
-/// of creating it, which then waited for the whole program, and the
-/// spare's build ran during the result's way back. 200 µs later the
-/// program has started, usually on the other CPU. Interleaved A/B on the
-/// 2-CPU development machine (PID 1 still forked then), `/bin/true`
-/// through one client: back to back 1.09 → 1.05 ms, 2 ms apart 1.22 →
-/// 1.13 ms (400 µs: no better than none). Where the program and the
-/// build land is measured in docs/latency.md (stop 17).
+/// How long after a run's go message the next spare may be prepared: by
+/// then the program has started, usually on the other CPU, and the build
+/// does not preempt it (docs/latency.md, "Where a served run waits").
 pub(crate) const SPARE_DELAY: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The event loop's state.
@@ -776,13 +769,11 @@ impl Loop {
         }
         // Only when no request waits: a queued request needs the CPU first.
         // An agent prepares only when no run is in flight (building a
-        // sandbox meanwhile took CPU from the run: ~0.2 ms of a 2-CPU
-        // machine's `/bin/true` run), and keeps two: its clients come one
-        // run at a time with a gap (the next `capsule run` starting) that
-        // is shorter than building a sandbox since the front end links no
-        // C library, so the next run takes the older spare while the newer
-        // one is still being built (one spare: 2.13 ms per back-to-back
-        // `capsule run -- /bin/true`, two: 1.72 ms). Its `parallel` only
+        // sandbox meanwhile takes CPU from the run), and keeps two: its
+        // clients come one run at a time with a gap (the next `capsule run`
+        // starting) that is shorter than building a sandbox, so the next
+        // run takes the older spare while the newer one is still being
+        // built (docs/agent.md has the figures). Its `parallel` only
         // bounds runs at once. A retired agent prepares nothing more.
         // Other supervisors keep one more than `parallel`: a client that
         // sends its next request as soon as it has a result then finds a

@@ -12,9 +12,9 @@ use crate::sys::{self};
 /// The seccomp filters of a supervisor: each policy is compiled once (a
 /// policy file again only when it changed) into a sealed memfd that the
 /// supervisor maps read-only; every PID 1 created after that sees the
-/// mapping, and its tracee installs the filter straight from it (the
-/// thesis's "seccomp filter as file descriptor": no copy per run, and the
-/// request carries only the policy's name).
+/// mapping, and its tracee installs the filter straight from it: no copy
+/// per run, and the request carries only the policy's name
+/// (docs/seccomp.md).
 #[derive(Default)]
 pub(crate) struct Filters {
     pub(crate) compiled: Vec<(FilterKey, Option<FileStamp>, Rc<SealedFilter>)>,

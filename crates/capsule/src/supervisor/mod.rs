@@ -1,4 +1,15 @@
-//! The supervisor: created once, serves many runs (thesis, ch. 3).
+//! The supervisor: created once, serves many runs.
+//!
+//! One file per concern: `handoff` (its re-execution inside its user
+//! namespace), `namespaces` (those made once), `conn` (connections and what
+//! ends the loop), `prepare` (PID 1s prepared ahead, a request's half
+//! filled in), `filters` (compiled seccomp filters), `event` (the event
+//! loop), `requests` (requests and answers), `relay` (the streams it
+//! carries), `outcome` (a finished run's result). May import everything
+//! below it (`error`, `sys`, `proto`, `host`, `layer`, `plan`, `child`),
+//! never the endpoints that start it. Runs in the supervisor's process, on one thread
+//! (a second one makes the loopback network); `child` runs in the PID 1s it
+//! creates.
 //!
 //! One single-threaded event loop ([`Supervisor::serve`]) over: the
 //! clients' connections (the library's binary protocol, [`crate::proto::wire`],

@@ -1,5 +1,6 @@
-//! Namespaces created once per supervisor (thesis: "Unsharing network,
-//! ipc, uts and time namespace ... done once, at startup").
+//! Namespaces created once per supervisor, shared by its runs: its user,
+//! mount, IPC, UTS and time namespaces, and the loopback network where
+//! runs share one.
 
 use std::os::fd::OwnedFd;
 

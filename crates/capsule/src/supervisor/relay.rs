@@ -1,5 +1,4 @@
-//! The run's streams the supervisor carries itself (the thesis's
-//! "communication process", folded into the supervisor's event loop):
+//! The run's streams the supervisor carries itself, in its event loop:
 //! captures kept in memory and returned in the result, read-once input fed
 //! from a file through a pipe, write-once output collected from a pipe
 //! into a file with the output limit enforced to the byte, and the relay
@@ -328,7 +327,7 @@ struct Direction {
 }
 
 /// The relay of an interactive run: two pairs of pipes, one per
-/// direction, with the supervisor in the middle (the thesis's figure).
+/// direction, with the supervisor in the middle.
 /// Because the relay holds the inner ends, neither program sees the
 /// other's end of the conversation until the relay has noticed it and
 /// passed it on: the program whose pipe the relay saw close first is the
@@ -520,8 +519,7 @@ mod tests {
         assert_eq!(first_of([Some(2), Some(2)], [7, 5], [false, false]), Side::Interactor);
         assert_eq!(first_of([None, None], [7, 5], [false, false]), Side::Interactor);
         // ...unless one was killed by SIGPIPE: the other left first, even
-        // when it was reaped later (the CI case: test 4 of
-        // guess_too_many_guesses_is_wa).
+        // when it was reaped later (docs/interactive.md).
         assert_eq!(first_of([Some(2), Some(2)], [5, 7], [true, false]), Side::Interactor);
         assert_eq!(first_of([Some(2), Some(2)], [7, 5], [false, true]), Side::Solution);
         assert_eq!(first_of([Some(2), Some(2)], [5, 7], [true, true]), Side::Solution);
