@@ -5,6 +5,7 @@ use std::os::fd::{OwnedFd, RawFd};
 
 use super::{cvt, owned, raw_syscall, SysResult};
 
+// Not all of these are in `libc`.
 pub const OPEN_TREE_CLONE: u32 = 1;
 pub const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
 pub const AT_RECURSIVE: u32 = 0x8000;
