@@ -184,7 +184,9 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     // creates last, close-on-exec, thereby stays with PID 1 alone, which is
     // how PID 1 learns of the policy's forbidden calls.
     let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
-    let tracee = sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    // SAFETY: `tracee` (child/tracee.rs) makes raw `sys` calls only, allocates nothing, and ends in execve or exit.
+    let tracee = unsafe { sys::clone_vfork(flags, cgroup, stack, &args, tracee) }
+        .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // (The run's procfs stays open: a run stuck at its end is looked at
     // through it, see `abort_fuse`.)
     // The program has its own descriptor table now (or the tracee died):

@@ -6,10 +6,12 @@ use super::{cvt, owned, raw_syscall, retry, SysResult};
 
 pub const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
 
-/// Takes ownership again of an fd released with `into_raw_fd`; the caller
-/// guarantees nothing else owns it.
-pub fn reclaim_fd(fd: RawFd) -> OwnedFd {
-    // SAFETY: per the contract above, `fd` is open and owned by nobody else.
+/// Takes ownership again of an fd released with `into_raw_fd`.
+///
+/// # Safety
+/// `fd` is open and nothing else owns it (it is closed when the result drops).
+pub unsafe fn reclaim_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: the caller's contract.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
@@ -202,7 +204,8 @@ mod tests {
         let (c, d) = pipe().unwrap();
         let mut keep = [b.as_raw_fd(), c.as_raw_fd()];
         keep.sort_unstable();
-        match fork().unwrap() {
+        // SAFETY: the child makes raw syscalls only and ends with exit.
+        match unsafe { fork() }.unwrap() {
             Forked::Child => {
                 close_all_except(&keep);
                 let ok = fd_mode(b.as_raw_fd()).is_ok()

@@ -309,7 +309,8 @@ mod tests {
         // Full: an error, never a write past the end.
         assert_eq!(a.put(&[0u8; 16384]), Err(libc::ENOSPC));
         // The header is shared with a forked child.
-        match fork().unwrap() {
+        // SAFETY: the child stores to shared memory and ends with exit.
+        match unsafe { fork() }.unwrap() {
             Forked::Child => {
                 a.n.store(42, SeqCst);
                 exit(0)

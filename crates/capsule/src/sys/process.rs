@@ -87,10 +87,11 @@ pub enum Forked {
 /// clone3 without a new stack: returns twice, like fork. `flags` may hold
 /// namespace flags, `CLONE_PIDFD` and `CLONE_INTO_CGROUP` (with `cgroup`).
 ///
+/// # Safety
 /// The child must only make async-signal-safe calls and must end with
 /// [`exit`] or `execve`; it must not return into code that assumes it is
 /// the parent.
-pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
+pub unsafe fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags: flags | if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 },
@@ -103,9 +104,9 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
     }
     // SAFETY: args is a valid clone_args of the size passed; with stack 0 the
     // child continues on a copy of the parent's stack like fork(). Only the
-    // calling thread exists in the child; callers' children take no locks
-    // (they make raw syscalls only), so a lock another thread held at the
-    // time of the clone cannot block them.
+    // calling thread exists in the child, which takes no locks (async-signal-
+    // safe calls only: the caller's contract), so a lock another thread held
+    // at the time of the clone cannot block it.
     let ret = cvt(unsafe {
         raw_syscall(
             libc::SYS_clone3,
@@ -126,9 +127,17 @@ pub fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked> {
 /// flags; with `cgroup`, the child is born in that cgroup
 /// (CLONE_INTO_CGROUP: no migration afterwards, which would take the
 /// cgroup threadgroup lock for writing and wait for an RCU grace period).
-/// The child must only make raw syscalls (no allocation: the heap is the
+///
+/// # Safety
+/// `child` must only make raw syscalls (no allocation: the heap is the
 /// caller's) and must end in execve or [`exit`].
-pub fn clone_vfork<T>(flags: i32, cgroup: Option<RawFd>, stack: &Stack, arg: &T, child: fn(&T) -> !) -> SysResult<i32> {
+pub unsafe fn clone_vfork<T>(
+    flags: i32,
+    cgroup: Option<RawFd>,
+    stack: &Stack,
+    arg: &T,
+    child: fn(&T) -> !,
+) -> SysResult<i32> {
     let call = Call { arg, child };
     let mut args = CloneArgs {
         flags: (flags as u64)
@@ -216,14 +225,13 @@ pub(super) unsafe fn clone3_on_stack<T>(args: &mut CloneArgs, call: &Call<'_, T>
 /// `arg` and `stack` are borrowed for that whole time, so they outlive it.
 /// Returns `parent`'s value and the child's wait status.
 ///
-/// The child shares the caller's thread-local storage, errno included: it
-/// must not allocate or panic, may only use this module's wrappers, which
-/// leave errno alone (not the exceptions the module documentation lists),
-/// and must end with [`exit`].
-///
 /// # Safety
 /// Nothing else runs on `stack` until this returns (a run's PID 1 lends
-/// the stack its tracee used until its execve).
+/// the stack its tracee used until its execve). The child shares the
+/// caller's thread-local storage, errno included: it must not allocate or
+/// panic, may only use this module's wrappers, which leave errno alone (not
+/// the exceptions the module documentation lists), and must end with
+/// [`exit`].
 pub unsafe fn with_vm_child<T: Sync, R>(
     stack: &Stack,
     arg: &T,
@@ -272,8 +280,13 @@ pub unsafe fn with_vm_child<T: Sync, R>(
 }
 
 /// fork() for a single-threaded caller.
-pub fn fork() -> SysResult<Forked> {
-    clone_fork(0, None)
+///
+/// # Safety
+/// As [`clone_fork`]: the child makes only async-signal-safe calls (unless
+/// the caller is single-threaded) and ends with [`exit`] or `execve`.
+pub unsafe fn fork() -> SysResult<Forked> {
+    // SAFETY: the caller's contract is clone_fork's.
+    unsafe { clone_fork(0, None) }
 }
 
 /// Ends the calling process at once, without running destructors or atexit
