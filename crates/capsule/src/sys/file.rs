@@ -11,10 +11,10 @@ pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
 #[repr(C)]
-pub(super) struct OpenHow {
-    pub(super) flags: u64,
-    pub(super) mode: u64,
-    pub(super) resolve: u64,
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
 }
 
 pub fn open(path: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
@@ -46,7 +46,8 @@ pub fn open_in_root_nofollow(root: RawFd, path: &CStr, flags: i32) -> SysResult<
     openat2(root, path, flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)
 }
 
-fn openat2(root: RawFd, path: &CStr, flags: i32, mode: u32, resolve: u64) -> SysResult<OwnedFd> {
+/// openat2(2) of `path` under `root` with the `resolve` restrictions; always close-on-exec.
+pub(super) fn openat2(root: RawFd, path: &CStr, flags: i32, mode: u32, resolve: u64) -> SysResult<OwnedFd> {
     let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
     let fd = retry(|| {
         // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.

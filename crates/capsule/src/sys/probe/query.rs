@@ -8,7 +8,7 @@ use std::path::Path;
 use libc::{c_int, c_uint};
 
 use super::{
-    last_errno, wait_status, CloneArgs, Failure, OpenHow, Outcome, Step, CLONE_PIDFD, CLOSE_RANGE_CLOEXEC,
+    last_errno, wait_status, CloneArgs, Failure, Outcome, Step, CLONE_PIDFD, CLOSE_RANGE_CLOEXEC,
     LANDLOCK_CREATE_RULESET_VERSION, RESOLVE_NO_MAGICLINKS, SECCOMP_GET_ACTION_AVAIL, SECCOMP_RET_ERRNO,
     SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_LOG, SECCOMP_RET_TRAP, SECCOMP_RET_USER_NOTIF,
 };
@@ -123,24 +123,9 @@ pub fn close_range() -> Outcome {
 
 /// openat2("/", O_PATH, RESOLVE_NO_MAGICLINKS).
 pub fn openat2() -> Outcome {
-    let how = OpenHow { flags: (libc::O_PATH | libc::O_CLOEXEC) as u64, mode: 0, resolve: RESOLVE_NO_MAGICLINKS };
-    // SAFETY: how is a live struct open_how of the size passed; the path is
-    // a static NUL-terminated string.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c"/".as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(Failure::new(Step::Openat2, 0, last_errno()));
-    }
-    // SAFETY: fd is ours, closed once.
-    unsafe { libc::close(fd as c_int) };
-    Ok(())
+    crate::sys::openat2(libc::AT_FDCWD, c"/", libc::O_PATH, 0, RESOLVE_NO_MAGICLINKS)
+        .map(drop)
+        .map_err(|e| Failure::new(Step::Openat2, 0, e))
 }
 
 /// Which seccomp return actions the kernel supports (SECCOMP_GET_ACTION_AVAIL).
