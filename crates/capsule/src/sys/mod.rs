@@ -6,10 +6,12 @@
 //! Wrappers are thin: they take prepared, NUL-terminated arguments and
 //! return `Result<_, Errno>` without allocating, so that the child path
 //! after `clone` (PID 1 and the tracee) can call them. The typed,
-//! allocating APIs live in the facility modules (`namespaces`, `mounts`, ...).
+//! allocating APIs live above it (`host`, `plan`, `supervisor`, ...).
 //!
-//! Wrappers make their system calls with [`raw_syscall`] and turn the
-//! kernel's -errno into `Err` with [`cvt`]: they never read or write errno.
+//! Wrappers make their system calls with [`raw_syscall`] (the `syscall`
+//! instruction of `capsule_nolibc::sys`, which the no-libc front end uses)
+//! and turn the kernel's -errno into `Err` with [`cvt`]: they never read
+//! or write errno.
 //! PID 1 is a CLONE_VM child sharing the supervisor's thread-local storage,
 //! errno included, and runs concurrently with it, so a libc wrapper setting
 //! errno there would race with the supervisor's own errno reads. The
@@ -85,27 +87,8 @@ fn owned(fd: libc::c_long) -> OwnedFd {
 /// # Safety
 /// The arguments must be valid for system call `nr`, like for `syscall(2)`.
 unsafe fn raw_syscall(nr: libc::c_long, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: the `syscall` instruction with the x86_64 convention (number
-    // in rax, arguments in rdi, rsi, rdx, r10, r8, r9; rcx and r11
-    // clobbered); what the call does with its arguments is the caller's
-    // contract.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            out("rcx") _,
-            out("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // SAFETY: the caller's contract is syscall6's (usize is u64 on x86_64).
+    unsafe { capsule_nolibc::sys::syscall6(nr as usize, a.map(|x| x as usize)) as i64 }
 }
 
 #[cfg(test)]
