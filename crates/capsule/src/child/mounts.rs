@@ -307,7 +307,8 @@ pub(crate) fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u
                 let _ = sys::dup2(null.as_raw_fd(), 2);
             }
             let envp = [std::ptr::null()];
-            sys::execve(&argv[0], ptrs, &envp);
+            // SAFETY: `ptrs` points at `argv`'s CStrings and ends with null (`Base::Fuse`); envp is a null.
+            unsafe { sys::execve(&argv[0], ptrs, &envp) };
             sys::exit(127)
         }
         sys::Forked::Parent { pid, .. } => {

@@ -56,7 +56,8 @@ pub(crate) fn reexec(prelude: &Prelude, job: &Value, fds: &[RawFd]) -> Error {
         })
         .collect();
     let ptrs = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect::<Vec<_>>();
-    let e = sys::execve(c"/proc/self/exe", &ptrs(&args), &ptrs(&env));
+    // SAFETY: `ptrs` points at the live CStrings of `args` and `env` and ends with null.
+    let e = unsafe { sys::execve(c"/proc/self/exe", &ptrs(&args), &ptrs(&env)) };
     for &fd in &passed {
         let _ = sys::set_cloexec(fd, true);
     }

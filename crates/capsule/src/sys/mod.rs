@@ -125,7 +125,8 @@ mod tests {
         assert_eq!(timerfd_at(-1, 1), Err(libc::EBADF));
         assert_eq!(tty::set_controlling_tty(-1), Err(libc::EBADF));
         assert!(landlock::restrict_self(-1).is_err());
-        assert_eq!(execve(c"/nonexistent/capsule-errno-test", &[ptr::null()], &[ptr::null()]), libc::ENOENT);
+        // SAFETY: both arrays are just their null.
+        assert_eq!(unsafe { execve(c"/nonexistent/capsule-errno-test", &[ptr::null()], &[ptr::null()]) }, libc::ENOENT);
         assert_eq!(errno(), MARK, "a failing wrapper changed errno");
     }
 }

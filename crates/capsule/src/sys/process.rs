@@ -397,10 +397,13 @@ pub fn setrlimit(resource: u32, soft: u64, hard: u64) -> SysResult<()> {
 }
 
 /// execve with prepared NULL-terminated pointer arrays. Returns only on failure.
-pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
+///
+/// # Safety
+/// `argv` and `envp` end with a null pointer, and each of their other
+/// elements points to a NUL-terminated string alive for the call.
+pub unsafe fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
     debug_assert!(argv.last() == Some(&ptr::null()) && envp.last() == Some(&ptr::null()));
-    // SAFETY: path is NUL-terminated; argv and envp are NULL-terminated arrays
-    // of pointers to NUL-terminated strings that outlive the call.
+    // SAFETY: path is NUL-terminated; argv and envp as the caller's contract says.
     let r = unsafe {
         raw_syscall(libc::SYS_execve, [path.as_ptr() as u64, argv.as_ptr() as u64, envp.as_ptr() as u64, 0, 0, 0])
     };
