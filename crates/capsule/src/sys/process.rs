@@ -493,6 +493,25 @@ pub fn spawn_supervisor(bin: &std::path::Path, sock: RawFd) -> SysResult<(i32, O
     Ok((pid, pidfd))
 }
 
+/// Copies `buf.len()` bytes at `addr` in process `pid` into `buf`
+/// (process_vm_readv; the caller needs ptrace access to it); returns how
+/// many bytes were copied (fewer when the range runs into unmapped
+/// memory). Leaves errno alone.
+pub fn process_vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> SysResult<usize> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, writable for its length; `remote` is
+    // only read, in the other process, by the kernel (a bad address there
+    // is EFAULT, not a fault here).
+    let r = unsafe {
+        raw_syscall(
+            libc::SYS_process_vm_readv,
+            [pid as u64, &local as *const libc::iovec as u64, 1, &remote as *const libc::iovec as u64, 1, 0],
+        )
+    };
+    cvt(r).map(|n| n as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
