@@ -54,12 +54,15 @@ pub const S_IFMT: u32 = 0o170_000;
 pub const S_IFDIR: u32 = 0o040_000;
 pub const EINTR: i32 = 4;
 
-/// A system call with six arguments (unused ones zero).
+/// A system call with six arguments (unused ones zero): the kernel's raw
+/// result, -errno on failure; errno is left alone (`capsule::sys` makes
+/// its calls with this too).
 ///
 /// # Safety
 /// The arguments must be valid for system call `n`: pointers to memory of
 /// the sizes the call expects, alive for the call.
-unsafe fn syscall6(n: usize, a: [usize; 6]) -> isize {
+#[inline]
+pub unsafe fn syscall6(n: usize, a: [usize; 6]) -> isize {
     let ret: isize;
     // SAFETY: the x86_64 Linux system call convention: number in rax,
     // arguments in rdi, rsi, rdx, r10, r8, r9; the kernel clobbers rcx and

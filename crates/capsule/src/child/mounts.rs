@@ -135,7 +135,8 @@ pub(crate) fn into_raw(fd: OwnedFd) -> RawFd {
 /// Takes back an fd stored with `into_raw` (each cell is taken once).
 pub(crate) fn take(cell: &Cell<RawFd>) -> Option<OwnedFd> {
     let fd = cell.replace(-1);
-    (fd >= 0).then(|| sys::reclaim_fd(fd))
+    // SAFETY: a cell holds an fd `into_raw` released, or -1; replace hands it out once.
+    (fd >= 0).then(|| unsafe { sys::reclaim_fd(fd) })
 }
 
 /// Builds a minimal /dev on the directory `at`. Everything is created
@@ -294,7 +295,8 @@ pub(crate) fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u
     sys::mkdirat(t.as_raw_fd(), c"lower", 0o700).map_err(fail)?;
     sys::move_mount_to_path(t.as_raw_fd(), c"/tmp").map_err(fail)?;
     sys::move_mount_to_path(host.as_raw_fd(), FUSE_LOWER).map_err(fail)?;
-    match sys::fork().map_err(fail)? {
+    // SAFETY: the child makes raw syscalls only (close_range, open, dup2) and ends in execve or exit.
+    match unsafe { sys::fork() }.map_err(fail)? {
         sys::Forked::Child => {
             // Nothing of PID 1's; stdout and stderr to /dev/null (Debian
             // 12's fuse-overlayfs 1.10 complains about an option it passes
@@ -306,7 +308,8 @@ pub(crate) fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u
                 let _ = sys::dup2(null.as_raw_fd(), 2);
             }
             let envp = [std::ptr::null()];
-            sys::execve(&argv[0], ptrs, &envp);
+            // SAFETY: `ptrs` points at `argv`'s CStrings and ends with null (`Base::Fuse`); envp is a null.
+            unsafe { sys::execve(&argv[0], ptrs, &envp) };
             sys::exit(127)
         }
         sys::Forked::Parent { pid, .. } => {

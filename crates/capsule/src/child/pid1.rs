@@ -122,7 +122,9 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
-    let tracee = sys::clone_vfork(flags, cgroup, stack, &args, tracee).map_err(|e| Fail::new(Step::CloneTracee, e))?;
+    // SAFETY: `tracee` (child/tracee.rs) makes raw `sys` calls only, allocates nothing, and ends in execve or exit.
+    let tracee = unsafe { sys::clone_vfork(flags, cgroup, stack, &args, tracee) }
+        .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // 19. The program has its own descriptor table: drop the ruleset, and 0-2 and the go socket, so that the
     //     program's pipes see EOF when it closes them. (The run's procfs stays open for `abort_fuse`.)
     drop(ruleset);

@@ -141,7 +141,8 @@ pub(crate) fn tracee_setup(
     let mut eacces = false;
     for &path in paths {
         let Some(path) = arena.cstr(path) else { continue };
-        err = sys::execve(path, argv, envp);
+        // SAFETY: argv and envp end with null (`ptr_array`); the supervisor stored their strings in this arena.
+        err = unsafe { sys::execve(path, argv, envp) };
         match err {
             libc::EACCES => eacces = true,
             libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}

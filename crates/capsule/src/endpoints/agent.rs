@@ -352,12 +352,14 @@ fn spawn(path: &Path, lock: OwnedFd, config: &Config, idle: Duration) -> Option<
     let _ = std::fs::remove_file(path);
     let (ours, theirs) = sys::socketpair_stream().ok()?;
     let client = sys::getpid();
-    match sys::fork() {
+    // SAFETY: the caller is single-threaded (`send`'s contract).
+    match unsafe { sys::fork() } {
         Ok(Forked::Child) => {
             drop(ours);
             // Once more, so that the agent is nobody's child: the caller
             // reaps this one at once and the agent goes to init.
-            match sys::fork() {
+            // SAFETY: a forked child has one thread.
+            match unsafe { sys::fork() } {
                 Ok(Forked::Child) => agent_main(path, lock, theirs, config, idle, client),
                 _ => sys::exit(0),
             }
@@ -450,10 +452,11 @@ impl AgentJob {
 pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>, planner: Option<Planner>) -> ! {
     // (Its name again: execve gave it the binary's.)
     sys::set_comm(c"capsule-agent");
-    let first = sys::reclaim_fd(job.first);
-    let listener = sys::reclaim_fd(job.listener);
-    let lock = Some((sys::reclaim_fd(job.lock), job.lock_path));
-    let host_mounts = job.host_mounts.map(sys::reclaim_fd);
+    // SAFETY: the job's descriptors crossed the re-execution open (`Job`) and are taken here once each.
+    let (first, listener, lock, host_mounts) = unsafe {
+        let lock = Some((sys::reclaim_fd(job.lock), job.lock_path));
+        (sys::reclaim_fd(job.first), sys::reclaim_fd(job.listener), lock, job.host_mounts.map(|fd| sys::reclaim_fd(fd)))
+    };
     let mut life =
         AgentLife { idle: job.idle, host_mounts, path: job.path, ino: job.ino, lock, peer: String::new(), planner };
     let code = match started {

@@ -50,7 +50,8 @@ impl Job {
     /// start; never returns.
     fn run(self, started: Result<Supervisor, Error>, planner: Option<Planner>) -> ! {
         match self {
-            Job::Socket { sock, once } => once::socket_job(sys::reclaim_fd(sock), once, started),
+            // SAFETY: the socket crossed the re-execution open (`Job`) and is taken here once.
+            Job::Socket { sock, once } => once::socket_job(unsafe { sys::reclaim_fd(sock) }, once, started),
             Job::Agent(a) => agent::agent_job(a, started, planner),
             Job::Lines { listener, witness } => serve::lines_job(listener, witness, started),
         }

@@ -79,7 +79,8 @@ fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Onc
         own_network: false,
         ..Config::default()
     };
-    let pid = match sys::fork().map_err(|e| SysError::new("clone3 (supervisor)", e))? {
+    // SAFETY: the caller is single-threaded (`start_once`'s contract; this is its helper).
+    let pid = match unsafe { sys::fork() }.map_err(|e| SysError::new("clone3 (supervisor)", e))? {
         Forked::Child => {
             drop(client);
             supervisor_main(parent, server, &config)
@@ -151,7 +152,8 @@ pub fn isolate_fds(sock: OwnedFd) -> OwnedFd {
         sys::close(raw);
     }
     let _ = sys::set_cloexec(3, true);
-    let sock = sys::reclaim_fd(3);
+    // SAFETY: fd 3 is the socket `raw` released (dup2'd there), owned by nothing else.
+    let sock = unsafe { sys::reclaim_fd(3) };
     let _ = sys::close_from(4);
     if let Ok(null) = sys::open(c"/dev/null", libc::O_RDWR, 0) {
         for fd in 0..3 {
@@ -214,7 +216,8 @@ pub(crate) fn socket_job(sock: OwnedFd, once: bool, started: Result<Supervisor, 
 /// `capsule supervise`: the supervisor of a [`crate::sandbox::Sandbox`],
 /// on fd 3; reads its configuration first.
 pub fn supervise_main() -> ! {
-    let sock = isolate_fds(sys::reclaim_fd(3));
+    // SAFETY: fd 3 is the socket the client passed at spawn (`spawn_supervisor`), owned by nothing else here.
+    let sock = isolate_fds(unsafe { sys::reclaim_fd(3) });
     let config = match wire::recv::<ClientMsg>(sock.as_raw_fd()) {
         Ok(Some((ClientMsg::Start(config), _))) => config,
         Ok(_) | Err(_) => {

@@ -31,7 +31,8 @@ pub fn run_server(config: &crate::proto::config::Config, listen: Option<&std::pa
 fn witness() -> Result<i32, crate::Error> {
     use crate::sys::{self, Forked};
     let parent = sys::getpid();
-    match sys::fork() {
+    // SAFETY: the child makes async-signal-safe calls only (prctl, getppid, nanosleep, exit).
+    match unsafe { sys::fork() } {
         Ok(Forked::Child) => {
             let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as u64);
             if sys::getppid() != parent {
@@ -58,7 +59,8 @@ pub(crate) fn lines_job(
     use crate::sys;
     use std::os::fd::AsRawFd;
 
-    let listener = listener.map(|(fd, path)| (sys::reclaim_fd(fd), path));
+    // SAFETY: the listener crossed the re-execution open (`Job::Lines`) and is taken here once.
+    let listener = listener.map(|(fd, path)| (unsafe { sys::reclaim_fd(fd) }, path));
     let socket_path = listener.as_ref().map(|(_, p)| p.clone());
     // What a peer of the listener must look like, read from the witness
     // (still there: it waits for this), which then goes.

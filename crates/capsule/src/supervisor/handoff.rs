@@ -56,7 +56,8 @@ pub(crate) fn reexec(prelude: &Prelude, job: &Value, fds: &[RawFd]) -> Error {
         })
         .collect();
     let ptrs = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect::<Vec<_>>();
-    let e = sys::execve(c"/proc/self/exe", &ptrs(&args), &ptrs(&env));
+    // SAFETY: `ptrs` points at the live CStrings of `args` and `env` and ends with null.
+    let e = unsafe { sys::execve(c"/proc/self/exe", &ptrs(&args), &ptrs(&env)) };
     for &fd in &passed {
         let _ = sys::set_cloexec(fd, true);
     }
@@ -70,7 +71,8 @@ pub(crate) fn reexec(prelude: &Prelude, job: &Value, fds: &[RawFd]) -> Error {
 pub fn resume(fd: &str) -> (Value, Result<Supervisor, Error>) {
     use std::io::{Read, Seek};
     let handoff = fd.parse::<RawFd>().ok().filter(|&fd| sys::fd_mode(fd).is_ok()).and_then(|fd| {
-        let mut file = std::fs::File::from(sys::reclaim_fd(fd));
+        // SAFETY: the re-executing supervisor passed its handoff memfd as `fd`; nothing else here owns it.
+        let mut file = std::fs::File::from(unsafe { sys::reclaim_fd(fd) });
         let mut data = Vec::new();
         file.rewind().and_then(|()| file.read_to_end(&mut data)).ok()?;
         serde_json::from_slice::<Handoff>(&data).ok()

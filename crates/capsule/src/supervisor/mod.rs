@@ -186,7 +186,8 @@ impl Supervisor {
 
     /// The rest of the set-up, in the re-executed supervisor.
     pub(crate) fn finish(p: Prelude) -> Result<Self, Error> {
-        let self_pidfd = sys::reclaim_fd(p.self_pidfd);
+        // SAFETY: `start` released this pidfd into the prelude (into_raw_fd); it is taken back once.
+        let self_pidfd = unsafe { sys::reclaim_fd(p.self_pidfd) };
         // Every run's PID 1 shares this memory; it is never dumpable (see
         // `start`), from before any of them exists.
         sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| SysError::new("prctl(PR_SET_DUMPABLE)", e))?;

@@ -11,7 +11,7 @@
 use std::ffi::CString;
 use std::os::fd::{OwnedFd, RawFd};
 
-use super::{owned, retry, Errno, OpenHow, SysResult, RESOLVE_NO_MAGICLINKS};
+use super::{retry, Errno, SysResult, RESOLVE_NO_MAGICLINKS};
 
 /// The calling thread's errno. The calls of this module are libc's and
 /// read it: supervisor side only, never PID 1 or the tracee.
@@ -39,7 +39,7 @@ fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
 }
 
 /// `RESOLVE_NO_SYMLINKS`: fail with `ELOOP` on any symbolic link on the way.
-pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub use super::RESOLVE_NO_SYMLINKS;
 /// `RESOLVE_BENEATH`: fail with `EXDEV` on any escape from the directory.
 pub const RESOLVE_BENEATH: u64 = 0x08;
 /// `RENAME_NOREPLACE`.
@@ -54,19 +54,7 @@ fn cstr(b: &[u8]) -> SysResult<CString> {
 /// openat2(2): `path` (relative to `dir`, or absolute) opened with `flags`
 /// under the `resolve` restrictions; always close-on-exec.
 pub fn openat2(dir: RawFd, path: &[u8], flags: i32, mode: u32, resolve: u64) -> SysResult<OwnedFd> {
-    let path = cstr(path)?;
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: mode as u64,
-        resolve: resolve | RESOLVE_NO_MAGICLINKS,
-    };
-    let fd = retry(|| {
-        // SAFETY: path is NUL-terminated; how is a valid open_how of the size passed.
-        check(unsafe {
-            libc::syscall(libc::SYS_openat2, dir, path.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
-        })
-    })?;
-    Ok(owned(fd))
+    super::openat2(dir, &cstr(path)?, flags, mode, resolve | RESOLVE_NO_MAGICLINKS)
 }
 
 /// openat(2) of one entry of `dir` (`O_NOFOLLOW` is up to the caller).
