@@ -408,7 +408,7 @@ tmp=$(mktemp "$output.XXXXXX")
     cat "$out/verdict.md"
     echo
     echo "What the cgroup run does here, every invocation (the one-shot \`capsule run\`"
-    echo "is its own supervisor; \`crates/capsule/src/cgroups.rs\` has the details): as"
+    echo "is its own supervisor; \`crates/capsule/src/host/cgroups.rs\` has the details): as"
     echo "\`bench-base\` has no controllers enabled for its children, create"
     echo "\`bench-base/capsule-leaf\` (for the processes of \`bench-base\`, none here) and"
     echo "enable the controllers in \`bench-base\`; create the run's cgroup and the"

@@ -233,7 +233,7 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
     }
     // A caller under no_new_privs or a seccomp filter may be confined in
     // ways no agent can compare (Landlock): it forks its own supervisor
-    // (capsule-cli, `capsule::agent::enabled`), which inherits them.
+    // (capsule-cli, `capsule::endpoints::agent::enabled`), which inherits them.
     const PR_GET_SECCOMP: usize = 21;
     const PR_GET_NO_NEW_PRIVS: usize = 39;
     if sys::prctl_get(PR_GET_NO_NEW_PRIVS) != 0 || sys::prctl_get(PR_GET_SECCOMP) != 0 {
@@ -274,7 +274,7 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
             return None;
         }
     }
-    // The agents' directory, as `capsule::agent::socket_dir` chooses it.
+    // The agents' directory, as `capsule::endpoints::agent::socket_dir` chooses it.
     let uid = sys::geteuid();
     let private = |p: &CStr| {
         sys::stat(p, sys::AT_SYMLINK_NOFOLLOW)
@@ -363,13 +363,13 @@ fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
     }
 }
 
-/// Whether `CAPSULE_AGENT` says on (as `capsule::agent::setting`).
+/// Whether `CAPSULE_AGENT` says on (as `capsule::endpoints::agent::setting`).
 fn agent_on(v: &[u8]) -> bool {
     ["", "on", "1", "yes", "true"].iter().any(|on| v.eq_ignore_ascii_case(on.as_bytes()))
 }
 
 /// Whether `CAPSULE_AGENT_IDLE` is a valid idle time (as
-/// `capsule::agent::idle_time`: 1 to 86400 seconds).
+/// `capsule::endpoints::agent::idle_time`: 1 to 86400 seconds).
 fn idle_valid(v: &[u8]) -> bool {
     core::str::from_utf8(v).ok().and_then(|v| v.trim().parse::<u64>().ok()).is_some_and(|s| (1..=86_400).contains(&s))
 }

@@ -21,7 +21,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use anyhow::{bail, Context, Result};
-use capsule::client::{self, OnceRun};
+use capsule::endpoints::once::{self, OnceRun};
 use capsule::spec::RunSpec;
 use capsule::sys::{self, tty};
 use capsule::RunResult;
@@ -112,7 +112,7 @@ pub fn run(spec: &RunSpec, mut stdio: [Option<RawFd>; 3], agent: bool) -> Result
         }
     }
     let out = out.or_else(|| (sys::fd_access_mode(0).ok() != Some(libc::O_RDONLY)).then_some(0));
-    let once = client::start_once(spec, stdio, agent)?;
+    let once = once::start_once(spec, stdio, agent)?;
     // The request carried the peer: the run's processes (and the supervisor
     // until it answers) hold it now; the master sees the end when they are gone.
     drop(peer);

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use capsule::fsrules::SECRETS;
+use capsule::host::fsrules::SECRETS;
 use common::*;
 use serde_json::{json, Value};
 

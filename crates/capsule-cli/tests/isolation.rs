@@ -304,7 +304,7 @@ fn network_is_isolated() {
     assert!(accepted(&tcp), "no connection arrived with --share-net");
     let out = run_probe(&["--share-net"], &["connect-abstract", &name]).run();
     let kv = out.assert_probe_ok();
-    let scoped = capsule::landlock::probe() >= 6;
+    let scoped = capsule::plan::landlock::probe() >= 6;
     assert_eq!(kv.must("connect"), if scoped { "EPERM" } else { "ok" }, "--share-net abstract; {}", out.describe());
     assert_eq!(unix.accept().is_ok(), !scoped, "host abstract socket; {}", out.describe());
 }

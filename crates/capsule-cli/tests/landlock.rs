@@ -9,7 +9,7 @@ use common::*;
 
 /// The kernel's Landlock ABI, from capsule's own probe.
 fn abi() -> u32 {
-    capsule::landlock::probe()
+    capsule::plan::landlock::probe()
 }
 
 fn landlock_available() -> Result<(), String> {

@@ -4,7 +4,7 @@
 //! the seccomp(2) call took; the median and the 10th percentile.
 //!
 //! `cargo run --release -p capsule --example filter_cost`
-use capsule::seccomp::{compile, with_guards, Guards, PolicyName};
+use capsule::plan::seccomp::{compile, with_guards, Guards, PolicyName};
 use std::time::Instant;
 
 /// Forks a child that installs `prog` and reports how long that took (ns;

@@ -11,7 +11,10 @@
 //!   `host` and `plan` only types and constants);
 //! - `supervisor`: preparing, starting and collecting runs in one event loop;
 //! - `endpoints`: how clients reach a supervisor (one-shot, agent, serve);
-//! - `sandbox` (the client API), `check` (`capsule check`) and `presets`.
+//! - `sandbox` (the client API) and `check` (`capsule check`).
+//!
+//! `spec`, `result` and `units` are `proto`'s, re-exported: the types a
+//! library user writes and reads.
 
 pub mod check;
 mod child;
@@ -25,10 +28,7 @@ pub mod sandbox;
 pub mod supervisor;
 pub mod sys;
 
-pub use endpoints::{agent, once as client, serve};
 pub use error::{Error, SpecError, SysError};
-pub use host::{cgroups, fsrules};
-pub use plan::{landlock, overlay, seccomp};
 pub use proto::{result, spec, units};
 pub use result::{Accounting, InteractResult, NetLogEntry, RunResult, Side, Status};
 pub use spec::{InteractSpec, Limits, MountOp, RunSpec};

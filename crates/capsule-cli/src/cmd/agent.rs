@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
-use capsule::agent;
+use capsule::endpoints::agent;
 use capsule::spec::RunSpec;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 

@@ -79,7 +79,7 @@ pub fn absolute(p: &str, cwd: &Path) -> PathBuf {
 /// when that is where cgroups will come from (the thesis's way); returns
 /// only when it does not apply.
 pub fn restart_in_scope(spec: &RunSpec) -> Result<()> {
-    use capsule::cgroups::{discover, systemd_scope_command, systemd_user_manager, Source, IN_SCOPE_ENV};
+    use capsule::host::cgroups::{discover, systemd_scope_command, systemd_user_manager, Source, IN_SCOPE_ENV};
     // Without a systemd user manager there is nothing to re-start in; the
     // supervisor does the discovery itself.
     if !systemd_user_manager() || discover(&spec.cgroup).source != Source::SystemdScope {

@@ -153,7 +153,7 @@ fn print_spec(m: &ArgMatches, list: &[Preset]) -> Result<ExitCode> {
     let tc = p.detect()?;
     let spec = if m.get_flag("compile") {
         let cgroups = !m.get_flag("no-cgroups")
-            && capsule::cgroups::discover(&Default::default()).source != capsule::cgroups::Source::None;
+            && capsule::host::cgroups::discover(&Default::default()).source != capsule::host::cgroups::Source::None;
         p.compile_spec(&tc, &dir, cgroups).ok_or_else(|| anyhow!("preset `{}` has no compile step", p.name()))?
     } else {
         let memory = match m.get_one::<String>("memory") {

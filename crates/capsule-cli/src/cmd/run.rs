@@ -162,8 +162,8 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     if let Some(v) = last(m, "seccomp") {
         spec.seccomp = match v.parse().map_err(|e| anyhow!("--seccomp: {e}"))? {
             // The supervisor may not share the caller's directory.
-            capsule::seccomp::PolicyName::File(p) => {
-                capsule::seccomp::PolicyName::File(absolute(&p.to_string_lossy(), &caller_cwd))
+            capsule::plan::seccomp::PolicyName::File(p) => {
+                capsule::plan::seccomp::PolicyName::File(absolute(&p.to_string_lossy(), &caller_cwd))
             }
             name => name,
         };
@@ -377,7 +377,7 @@ pub fn run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     let mut overlay_cwd: Option<PathBuf> = None;
     let cwd = std::env::current_dir().context("cannot read the current directory");
     let outcome = cwd.and_then(|cwd| spec_from(m, &cwd)).and_then(|mut spec| {
-        if capsule::overlay::kernel_backend(&spec) {
+        if capsule::plan::overlay::kernel_backend(&spec) {
             overlay_cwd = spec.cwd.clone();
         }
         // MBOX's menu after a run in a layer, when there is a terminal to ask on.
@@ -395,7 +395,7 @@ pub fn run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
         if pty {
             return pty::run(&spec, fds, !no_agent);
         }
-        capsule::client::run_once(&spec, fds, !no_agent).map_err(anyhow::Error::from)
+        capsule::endpoints::once::run_once(&spec, fds, !no_agent).map_err(anyhow::Error::from)
     });
     let mut result = match outcome {
         Ok(r) => r,
@@ -408,7 +408,8 @@ pub fn run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
         && !(result.status == capsule::Status::Exited && result.exit_code == Some(0));
     if let (true, Some(cwd)) = (failed, &overlay_cwd) {
         // The run sees EOVERFLOW, naming nothing; say which entry and why.
-        if let Some(note) = capsule::overlay::unmappable_note(cwd, capsule::sys::getuid(), capsule::sys::getgid()) {
+        if let Some(note) = capsule::plan::overlay::unmappable_note(cwd, capsule::sys::getuid(), capsule::sys::getgid())
+        {
             result.error = Some(match result.error.take() {
                 Some(e) => format!("{e}; {note}"),
                 None => note,
@@ -459,8 +460,8 @@ const OWN_PROCESS: [&str; 12] = [
 /// How an agent plans a command line from the front end (`capsule`,
 /// which parses no options): this command's own parsing, for the caller's
 /// directory `cwd`. Runs in the agent.
-pub fn plan(args: &[String], cwd: &Path) -> capsule::agent::Planned {
-    use capsule::agent::Planned;
+pub fn plan(args: &[String], cwd: &Path) -> capsule::endpoints::agent::Planned {
+    use capsule::endpoints::agent::Planned;
     use clap::parser::ValueSource;
     if args.first().map(String::as_str) != Some("run") {
         return Planned::Decline;

@@ -43,6 +43,6 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     config.cgroup.disable = m.get_flag("no-cgroups");
     config.validate().map_err(|e| anyhow!("--{}: {}", e.field, e.message))?;
     let listen = m.get_one::<String>("listen").map(|p| absolute(p, &cwd));
-    capsule::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
+    capsule::endpoints::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
     Ok(ExitCode::SUCCESS)
 }

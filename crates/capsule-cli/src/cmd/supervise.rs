@@ -17,5 +17,5 @@ pub fn run() -> ExitCode {
         eprintln!("capsule: error: `capsule supervise` is started by the library (capsule::sandbox::Sandbox) with its socket as fd 3; use `capsule serve` instead");
         return ExitCode::from(EXIT_CAPSULE_ERROR as u8);
     }
-    capsule::client::supervise_main()
+    capsule::endpoints::once::supervise_main()
 }
