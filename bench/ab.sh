@@ -13,7 +13,7 @@
 #   BEFORE_DIR, AFTER_DIR  each holds the release binaries capsule, capsule-cli
 #                          and capsule-bench of one build (e.g.
 #                          target/x86_64-unknown-linux-gnu/release of two checkouts,
-#                          each built with `cargo build --release --bin capsule
+#                          each built with `cargo build --release --workspace --bin capsule
 #                          --bin capsule-cli --bin capsule-bench`)
 #   --rounds N             interleaved rounds (default 10)
 #   --runs N               runs per round of every latency measurement, for
@@ -95,7 +95,7 @@ for i in 0 1; do
     [[ -d ${dirs[i]} ]] || die "$b: '${dirs[i]}' is not a directory"
     src[$b]=$(cd "${dirs[i]}" && pwd)
     for f in capsule capsule-cli capsule-bench; do
-        [[ -x ${src[$b]}/$f ]] || die "$b: no executable $f in ${src[$b]} (cargo build --release --bin $f)"
+        [[ -x ${src[$b]}/$f ]] || die "$b: no executable $f in ${src[$b]} (cargo build --release --workspace --bin $f)"
     done
 done
 [[ -z $output ]] || output=$(realpath -m "$output")
