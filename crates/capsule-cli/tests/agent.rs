@@ -496,3 +496,34 @@ fn the_front_end_serves_runs_without_capsule_cli() {
     let out = front(&["agent", "stop"]).run();
     assert!(out.stdout.contains("stopped"), "{}", out.describe());
 }
+
+/// An idle agent steps aside once another agent of the user had a request
+/// after its own last one: a tenth of its idle time later (here 10 s of
+/// 100), not at the end of it, so a user keeps the agents in use rather
+/// than one per identity met.
+#[test]
+fn an_idle_agent_steps_aside_for_a_busier_one() {
+    let _shared = shared();
+    require!("an_idle_agent_steps_aside_for_a_busier_one", userns_available());
+    let (a, b) = (unique("agent-aside-a"), unique("agent-aside-b"));
+    let with_idle = |tag: &str, args: &[&str]| {
+        let mut c = cmd(tag, args);
+        c.env("CAPSULE_AGENT_IDLE", "100");
+        c
+    };
+    let run = |tag: &str| {
+        let out = with_idle(tag, &["run", "-q", "--", "/bin/true"]).run();
+        assert_eq!(out.code, Some(0), "{}", out.describe());
+    };
+    run(&a);
+    let (_, pid_a) = own_agent_of(with_idle(&a, &["agent", "status"])).expect("the first identity's agent");
+    // (`agent status` connects to every agent: from here on, no more of it.)
+    run(&b);
+    let since = Instant::now();
+    wait_until("the idle agent stepping aside", Duration::from_secs(40), || !alive(pid_a));
+    let after = since.elapsed();
+    assert!(after >= Duration::from_secs(7), "it stepped aside after {after:?}, before its 10 s of idleness");
+    for tag in [&a, &b] {
+        let _ = with_idle(tag, &["agent", "stop"]).run();
+    }
+}

@@ -457,8 +457,17 @@ pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>, plann
         let lock = Some((sys::reclaim_fd(job.lock), job.lock_path));
         (sys::reclaim_fd(job.first), sys::reclaim_fd(job.listener), lock, job.host_mounts.map(|fd| sys::reclaim_fd(fd)))
     };
-    let mut life =
-        AgentLife { idle: job.idle, host_mounts, path: job.path, ino: job.ino, lock, peer: String::new(), planner };
+    let step_aside = AgentLife::step_aside(job.idle);
+    let mut life = AgentLife {
+        idle: job.idle,
+        host_mounts,
+        path: job.path,
+        ino: job.ino,
+        lock,
+        peer: String::new(),
+        planner,
+        step_aside,
+    };
     let code = match started {
         Ok(sup) => {
             // What legitimate peers look like from here (inside the

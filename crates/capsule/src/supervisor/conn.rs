@@ -120,6 +120,44 @@ pub struct AgentLife {
     pub peer: String,
     /// Plans the front end's command lines; None: they are declined.
     pub planner: Option<Planner>,
+    /// Idle this long, the agent steps aside when another agent of the user
+    /// was asked for a run since its own last one ([`AgentLife::step_aside`]).
+    pub step_aside: std::time::Duration,
+}
+
+impl AgentLife {
+    /// The idle time after which an agent steps aside for a busier one: a
+    /// tenth of its idle time, from 5 to 30 s (never more than the idle time).
+    pub fn step_aside(idle: std::time::Duration) -> std::time::Duration {
+        let s = std::time::Duration::from_secs;
+        (idle / 10).clamp(s(5), s(30)).min(idle)
+    }
+
+    /// Marks a request on this agent (its socket's mtime), for the user's
+    /// other agents to see.
+    pub fn mark_used(&self) {
+        if let Ok(path) = std::ffi::CString::new(self.path.as_os_str().as_encoded_bytes()) {
+            let _ = crate::sys::touch(&path);
+        }
+    }
+
+    /// Whether another agent of the user (a socket `agent-*.sock` beside
+    /// this one's) had a request after this one's last: then this one, idle,
+    /// goes, and the user keeps the agents in use rather than one per
+    /// identity ever met (a terminal per systemd scope, a changed `PATH`).
+    pub fn others_used_since(&self) -> bool {
+        let (Some(dir), Ok(mine)) = (self.path.parent(), std::fs::symlink_metadata(&self.path)) else { return false };
+        let Ok(mine) = mine.modified() else { return false };
+        let Ok(entries) = std::fs::read_dir(dir) else { return false };
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("agent-")
+                && name.ends_with(".sock")
+                && e.path() != self.path
+                && e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t > mine)
+        })
+    }
 }
 
 impl AgentLife {

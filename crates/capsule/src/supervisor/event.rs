@@ -183,7 +183,7 @@ impl Loop {
             match sys::ppoll(&mut pfds, wait) {
                 Ok(0) if self.spares_from.is_some() => continue,
                 Ok(0) if timeout >= 0 => {
-                    // An agent idle for its whole idle time.
+                    // An agent idle for its whole idle time, or stepping aside.
                     if self.idle_timeout() == 0 {
                         self.retire();
                     }
@@ -215,7 +215,14 @@ impl Loop {
             self.idle_since = std::time::Instant::now();
             return -1;
         }
-        let left = life.idle.saturating_sub(self.idle_since.elapsed());
+        let idle_for = self.idle_since.elapsed();
+        if idle_for >= life.step_aside && life.others_used_since() {
+            return 0;
+        }
+        // Wake at the idle time, and meanwhile every `step_aside` to look at the others.
+        let until_look = life.step_aside.saturating_sub(idle_for);
+        let until_look = if until_look.is_zero() { life.step_aside } else { until_look };
+        let left = life.idle.saturating_sub(idle_for).min(until_look);
         // Rounded up: a wake-up a little early would only poll again.
         left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
     }

@@ -205,6 +205,9 @@ impl Loop {
             self.answer(req.conn, &req.cid, &r, req.notify);
             return;
         }
+        if let Some(life) = &self.agent {
+            life.mark_used();
+        }
         self.queue.push_back(req);
     }
 

@@ -73,6 +73,19 @@ pub fn mkdirat(dir: RawFd, name: &CStr, mode: u32) -> SysResult<()> {
     cvt(unsafe { raw_syscall(libc::SYS_mkdirat, [dir as u64, name.as_ptr() as u64, mode as u64, 0, 0, 0]) }).map(drop)
 }
 
+/// Sets `path`'s access and modification times to now, without following
+/// a final symlink (works on sockets, which cannot be opened).
+pub fn touch(path: &CStr) -> SysResult<()> {
+    // SAFETY: path is NUL-terminated; a null `times` means now.
+    cvt(unsafe {
+        raw_syscall(
+            libc::SYS_utimensat,
+            [libc::AT_FDCWD as u64, path.as_ptr() as u64, 0, libc::AT_SYMLINK_NOFOLLOW as u64, 0, 0],
+        )
+    })
+    .map(drop)
+}
+
 pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> SysResult<()> {
     // SAFETY: both strings are NUL-terminated; `dir` (maybe AT_FDCWD) is sign-extended.
     cvt(unsafe {
