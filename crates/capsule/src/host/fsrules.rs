@@ -337,6 +337,27 @@ struct Rule {
 /// under each of `homes` (none when both are unknown). Errors name the
 /// field.
 pub(crate) fn plan(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Action>, SpecError> {
+    // The rules are a pure function of these, and a supervisor plans the
+    // same ones for run after run: the last result is kept (per thread).
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<Planned>> = const { std::cell::RefCell::new(None) };
+    }
+    let hit = LAST.with_borrow(|last| {
+        let (f, h, e, actions) = last.as_ref()?;
+        (f == fs && h == homes && *e == empty_root).then(|| actions.clone())
+    });
+    if let Some(actions) = hit {
+        return Ok(actions);
+    }
+    let actions = plan_anew(fs, homes, empty_root)?;
+    LAST.with_borrow_mut(|last| *last = Some((fs.clone(), homes.clone(), empty_root, actions.clone())));
+    Ok(actions)
+}
+
+/// A plan's inputs and its actions.
+type Planned = (Filesystem, Homes, bool, Vec<Action>);
+
+fn plan_anew(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Action>, SpecError> {
     let home = homes.home.as_deref();
     // path -> (kind, where it was given, as written)
     let mut given: HashMap<String, (Kind, String, String)> = HashMap::new();
@@ -721,5 +742,25 @@ mod tests {
         // A host path shown inside a hidden one needs a hole.
         let a = plan(&fs(&["/a/b"], &[], &[], &["/a"]), home(), true).unwrap();
         assert_eq!(a, vec![Hide { path: p("/a"), holes: true }, HostReadOnly { path: p("/a/b") }]);
+    }
+
+    /// The kept plan is used only for the same inputs: another filesystem,
+    /// other homes or an empty root plan anew.
+    #[test]
+    fn the_last_plan_is_kept_only_for_the_same_inputs() {
+        let homes = Homes { home: Some("/home/u".into()), passwd: None };
+        let fs = Filesystem::default();
+        let first = plan(&fs, &homes, false).unwrap();
+        assert_eq!(plan(&fs, &homes, false).unwrap(), first);
+        assert_eq!(first, plan_anew(&fs, &homes, false).unwrap());
+        let other = Homes { home: Some("/home/v".into()), passwd: None };
+        assert_eq!(plan(&fs, &other, false).unwrap(), plan_anew(&fs, &other, false).unwrap());
+        assert_ne!(plan(&fs, &other, false).unwrap(), first);
+        let mut shown = Filesystem::default();
+        shown.read_only.push("/home/u/.ssh".into());
+        assert_eq!(plan(&shown, &homes, false).unwrap(), plan_anew(&shown, &homes, false).unwrap());
+        assert_ne!(plan(&shown, &homes, false).unwrap(), first);
+        assert_eq!(plan(&fs, &homes, true).unwrap(), plan_anew(&fs, &homes, true).unwrap());
+        assert_eq!(plan(&fs, &homes, false).unwrap(), first);
     }
 }
