@@ -47,7 +47,7 @@
 # and then the RUNS timed ones. Method: ROUNDS rounds; in each, P by P, every
 # column once, their order rotated by one per round and P. A cell is the
 # median over the rounds and, in brackets, the median of the per-round
-# ratios to the ns floor of the same P.
+# ratios to the ns floor of the same P and their range.
 #
 # As root (the normal way): builds capsule, capsule-cli and capsule-bench
 # with `cargo build --release`, compiles bench/scalefloor.c, creates the
@@ -377,10 +377,22 @@ for c in ("lib", "lib-cg", "serve", "serve-cg"):
                     sys.exit(f"{c} at P {x['parallel']} ran without cgroup accounting: {x}")
 
 
-def ratio(p, c):
+def rate(x):  # runs/s; a decimal where they are few (the VM)
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def ratios(p, c):
     ns = v[(p, "ns")]
-    rr = [v[(p, c)][r] / ns[r] for r in v[(p, c)] if r in ns]
-    return st.median(rr) if rr else None
+    return [v[(p, c)][r] / ns[r] for r in v[(p, c)] if r in ns]
+
+
+def ratio(p, c):
+    return st.median(ratios(p, c))
+
+
+def spread(p, c):  # the per-round ratios' range, where there are several
+    rr = ratios(p, c)
+    return f"; {min(rr):.2f}–{max(rr):.2f}" if len(rr) > 1 else ""
 
 
 L = ["| P | " + " | ".join(name for _, name in cols) + " |", "|---:|" + "---:|" * len(cols)]
@@ -391,7 +403,7 @@ for p in plist:
             cells.append("–")
             continue
         m = st.median(v[(p, c)].values())
-        cells.append(f"{m:.0f}/s" if c == "ns" else f"{m:.0f} ({ratio(p, c):.2f}×)")
+        cells.append(f"{rate(m)}/s" if c == "ns" else f"{rate(m)}/s ({ratio(p, c):.2f}×{spread(p, c)})")
     L.append(f"| {p} | " + " | ".join(cells) + " |")
 
 # The issue's targets that this run can speak to.
@@ -409,7 +421,7 @@ if 2 in plist:
                         ("lib-cg", "library, cgroups")):
             if v[(2, c)] and v[(top, c)]:
                 a, b = st.median(v[(top, c)].values()), st.median(v[(2, c)].values())
-                T.append(f"| oversubscribed, {name}: P = {top} no lower than P = 2 | {a:.0f} vs {b:.0f}/s "
+                T.append(f"| oversubscribed, {name}: P = {top} no lower than P = 2 | {rate(a)} vs {rate(b)}/s "
                          f"({a / b:.2f}×) | {ok(a >= b)} |")
 print("\n".join(L + T))
 PY
@@ -452,7 +464,7 @@ section=$(
     [[ -z $skip_reason ]] || echo "- The cgroup columns are skipped: $skip_reason."
     echo
     echo "Runs of \`/bin/true\` per second: medians over the rounds; in brackets the median"
-    echo "of the per-round ratios to the ns floor of the same P."
+    echo "of the per-round ratios to the ns floor of the same P and their range."
     echo
     cat "$out/table.md"
     echo
