@@ -47,7 +47,7 @@
 //!
 //! `throughput`: `runs` runs of `/bin/true` on a sandbox with `parallel` P,
 //! pipelined (up to `window` requests outstanding), after `warmup` runs
-//! (default 50), and (unless `--no-bare`) the same number of bare runs from
+//! (default 50, at most `runs`), and (unless `--no-bare`) the same number of bare runs from
 //! P threads; runs per second of each.
 //!
 //! `serve`: the same through `capsule serve --parallel P` (a child process,
@@ -119,8 +119,8 @@ struct Opts {
     /// `--cgroup PATH`: the delegated cgroup the runs' cgroups go under.
     cgroup: Option<PathBuf>,
     require_cgroups: bool,
-    /// `throughput`, `serve`: unrecorded runs first.
-    warmup: usize,
+    /// `throughput`, `serve`: unrecorded runs first (default 50, at most `runs`).
+    warmup: Option<usize>,
     /// `throughput`: no bare runs.
     no_bare: bool,
     /// `throughput`, `serve`, `memory`: one network for all runs (`Config::own_network` false).
@@ -164,7 +164,7 @@ fn parse_opts() -> Opts {
         no_cgroups: false,
         cgroup: None,
         require_cgroups: false,
-        warmup: 50,
+        warmup: None,
         no_bare: false,
         shared_network: false,
         gap: Duration::ZERO,
@@ -200,7 +200,7 @@ fn parse_opts() -> Opts {
             "--require-cgroups" => o.require_cgroups = true,
             "--warmup" => {
                 let v = val(&a);
-                o.warmup = v.parse().unwrap_or_else(|_| usage(format!("--warmup: '{v}' is not a number")));
+                o.warmup = Some(v.parse().unwrap_or_else(|_| usage(format!("--warmup: '{v}' is not a number"))));
             }
             "--no-bare" => o.no_bare = true,
             "--shared-network" => o.shared_network = true,
@@ -628,8 +628,9 @@ fn throughput(o: &Opts) {
     let mut raw = Raw::open(&o.raw);
     let spec = o.spec(vec!["/bin/true".to_string()]);
     let sb = start_sandbox(o, o.parallel, !o.shared_network);
-    if o.warmup > 0 {
-        pipelined(&sb, &spec, o.warmup, o.window);
+    let warmup = o.warmup.unwrap_or(50.min(o.runs));
+    if warmup > 0 {
+        pipelined(&sb, &spec, warmup, o.window);
     }
     let secs = pipelined(&sb, &spec, o.runs, o.window);
     let (cgroups, has_cgroups) = (sb.cgroups().to_string(), sb.has_cgroups());
@@ -756,8 +757,9 @@ fn serve(o: &Opts) {
         next_id: 0,
         accounting: BTreeMap::new(),
     };
-    if o.warmup > 0 {
-        s.pipelined(o.warmup, o.window);
+    let warmup = o.warmup.unwrap_or(50.min(o.runs));
+    if warmup > 0 {
+        s.pipelined(warmup, o.window);
     }
     let secs = s.pipelined(o.runs, o.window);
     let Served { to, accounting, .. } = s;
