@@ -10,10 +10,13 @@
 //! ```text
 //! capsule-bench latency --workloads FILE [--rounds R] [--first-round N] [--only NAME]
 //!                       [--configs bare,server,bare-2,server-2] [--gap MS] [--raw FILE]
-//! capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
+//! capsule-bench throughput [--runs N] [--parallel P] [--window W] [--warmup N] [--no-bare] [--round N] [--raw FILE]
+//! capsule-bench serve [--runs N] [--parallel P] [--window W] [--warmup N] [--round N] [--raw FILE]
 //! capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-//! common options: --capsule PATH (the binary to start `capsule supervise` from),
-//!                 --no-cgroups, --shared-network (throughput, memory: one
+//! common options: --capsule PATH (the binary to start `capsule supervise` from;
+//!                 for `serve`, the `capsule` to run `serve` with),
+//!                 --no-cgroups, --cgroup PATH, --require-cgroups (as `capsule
+//!                 run`'s), --shared-network (throughput, serve, memory: one
 //!                 network for all runs instead of one per run)
 //! ```
 //!
@@ -43,8 +46,14 @@
 //! every run is `PATH` alone, as capsule gives its runs by default.
 //!
 //! `throughput`: `runs` runs of `/bin/true` on a sandbox with `parallel` P,
-//! pipelined (up to `window` requests outstanding), and the same number of
-//! bare runs from P threads; runs per second of each.
+//! pipelined (up to `window` requests outstanding), after `warmup` runs
+//! (default 50, at most `runs`), and (unless `--no-bare`) the same number of bare runs from
+//! P threads; runs per second of each.
+//!
+//! `serve`: the same through `capsule serve --parallel P` (a child process,
+//! JSON lines on its stdin and stdout): `warmup` runs, then `runs` runs of
+//! `/bin/true` with `window` requests in flight (a new one sent as each
+//! response arrives), timed from the first request to the last response.
 //!
 //! `memory`: `runs` pipelined runs of `/bin/true` on a sandbox with
 //! `parallel` P; every `every` runs (and after the first 1000) the queue is
@@ -58,10 +67,10 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::raw::c_char;
 use std::path::PathBuf;
-use std::process::exit;
+use std::process::{exit, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -71,9 +80,11 @@ use serde_json::{json, Value};
 
 const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] [--first-round N] [--only NAME] \
 [--configs bare,server,bare-2,server-2,server-shared,server-2-shared] [--gap MS] [--raw FILE]
-       capsule-bench throughput [--runs N] [--parallel P] [--window W] [--round N] [--raw FILE]
+       capsule-bench throughput [--runs N] [--parallel P] [--window W] [--warmup N] [--no-bare] [--round N] [--raw FILE]
+       capsule-bench serve [--runs N] [--parallel P] [--window W] [--warmup N] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-common options: --capsule PATH, --no-cgroups, --shared-network, --profile FILE (a TOML profile the sandboxed runs start from)";
+common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, \
+--profile FILE (a TOML profile the sandboxed runs start from; not with serve)";
 
 const CONFIGS: [&str; 6] = ["bare", "server", "bare-2", "server-2", "server-shared", "server-2-shared"];
 /// The configurations measured when `--configs` is not given.
@@ -105,7 +116,14 @@ struct Opts {
     window: usize,
     capsule: Option<PathBuf>,
     no_cgroups: bool,
-    /// `throughput`, `memory`: one network for all runs (`Config::own_network` false).
+    /// `--cgroup PATH`: the delegated cgroup the runs' cgroups go under.
+    cgroup: Option<PathBuf>,
+    require_cgroups: bool,
+    /// `throughput`, `serve`: unrecorded runs first (default 50, at most `runs`).
+    warmup: Option<usize>,
+    /// `throughput`: no bare runs.
+    no_bare: bool,
+    /// `throughput`, `serve`, `memory`: one network for all runs (`Config::own_network` false).
     shared_network: bool,
     gap: Duration,
     profile: Option<RunSpec>,
@@ -123,7 +141,7 @@ impl Opts {
 fn parse_opts() -> Opts {
     let mut args = std::env::args().skip(1);
     let cmd = args.next().unwrap_or_else(|| usage("no subcommand"));
-    if !matches!(cmd.as_str(), "latency" | "throughput" | "memory") {
+    if !matches!(cmd.as_str(), "latency" | "throughput" | "serve" | "memory") {
         if cmd == "--help" || cmd == "-h" {
             println!("{USAGE}");
             exit(0);
@@ -144,6 +162,10 @@ fn parse_opts() -> Opts {
         window: 16,
         capsule: None,
         no_cgroups: false,
+        cgroup: None,
+        require_cgroups: false,
+        warmup: None,
+        no_bare: false,
         shared_network: false,
         gap: Duration::ZERO,
         profile: None,
@@ -174,6 +196,13 @@ fn parse_opts() -> Opts {
             "--window" => o.window = num(&a, val(&a)),
             "--capsule" => o.capsule = Some(val(&a).into()),
             "--no-cgroups" => o.no_cgroups = true,
+            "--cgroup" => o.cgroup = Some(val(&a).into()),
+            "--require-cgroups" => o.require_cgroups = true,
+            "--warmup" => {
+                let v = val(&a);
+                o.warmup = Some(v.parse().unwrap_or_else(|_| usage(format!("--warmup: '{v}' is not a number"))));
+            }
+            "--no-bare" => o.no_bare = true,
             "--shared-network" => o.shared_network = true,
             "--profile" => {
                 let path = val(&a);
@@ -183,6 +212,12 @@ fn parse_opts() -> Opts {
             "--gap" => o.gap = Duration::from_millis(num(&a, val(&a)) as u64),
             _ => usage(format!("unknown option '{a}'")),
         }
+    }
+    if o.no_cgroups && (o.cgroup.is_some() || o.require_cgroups) {
+        usage("--no-cgroups contradicts --cgroup and --require-cgroups");
+    }
+    if o.cmd == "serve" && o.profile.is_some() {
+        usage("serve takes no --profile (its runs are `{\"argv\": [\"/bin/true\"]}`)");
     }
     o
 }
@@ -216,6 +251,8 @@ impl Raw {
 fn start_sandbox(o: &Opts, parallel: usize, own_network: bool) -> Sandbox {
     let mut cfg = Config { parallel, capsule_bin: o.capsule.clone(), own_network, ..Config::default() };
     cfg.cgroup.disable = o.no_cgroups;
+    cfg.cgroup.path = o.cgroup.clone();
+    cfg.cgroup.require = o.require_cgroups;
     Sandbox::start(cfg).unwrap_or_else(|e| die(format!("Sandbox::start (parallel {parallel}): {e}")))
 }
 
@@ -591,12 +628,25 @@ fn throughput(o: &Opts) {
     let mut raw = Raw::open(&o.raw);
     let spec = o.spec(vec!["/bin/true".to_string()]);
     let sb = start_sandbox(o, o.parallel, !o.shared_network);
-    pipelined(&sb, &spec, 50.min(o.runs), o.window); // warm-up
+    let warmup = o.warmup.unwrap_or(50.min(o.runs));
+    if warmup > 0 {
+        pipelined(&sb, &spec, warmup, o.window);
+    }
     let secs = pipelined(&sb, &spec, o.runs, o.window);
+    let (cgroups, has_cgroups) = (sb.cgroups().to_string(), sb.has_cgroups());
     drop(sb);
     let server = o.runs as f64 / secs;
     raw.put(json!({"kind": "throughput", "round": o.first_round, "config": "server", "parallel": o.parallel,
-                   "window": o.window, "runs": o.runs, "secs": secs, "per_sec": server}));
+                   "window": o.window, "runs": o.runs, "secs": secs, "per_sec": server, "cgroups": cgroups,
+                   "has_cgroups": has_cgroups}));
+    if o.no_bare {
+        raw.flush();
+        println!(
+            "throughput /bin/true, parallel {}: server {server:.0}/s ({} runs in {secs:.3} s, window {})",
+            o.parallel, o.runs, o.window
+        );
+        return;
+    }
     // The same number of bare runs from `parallel` threads.
     let per = o.runs.div_ceil(o.parallel);
     let t = Instant::now();
@@ -617,6 +667,115 @@ fn throughput(o: &Opts) {
     raw.flush();
     println!(
         "throughput /bin/true, parallel {}: server {server:.0}/s ({} runs in {secs:.3} s, window {}), bare {bare:.0}/s",
+        o.parallel, o.runs, o.window
+    );
+}
+
+// --- capsule serve ---------------------------------------------------------------
+
+/// Pipelined `/bin/true` requests to a running `capsule serve`.
+struct Served {
+    to: BufWriter<ChildStdin>,
+    from: BufReader<ChildStdout>,
+    next_id: u64,
+    /// The `accounting` of the responses, and how many said each.
+    accounting: BTreeMap<String, usize>,
+}
+
+impl Served {
+    fn send(&mut self) {
+        writeln!(self.to, r#"{{"id":{},"spec":{{"argv":["/bin/true"]}}}}"#, self.next_id)
+            .unwrap_or_else(|e| die(format!("writing to capsule serve: {e}")));
+        self.next_id += 1;
+    }
+
+    fn flush(&mut self) {
+        self.to.flush().unwrap_or_else(|e| die(format!("writing to capsule serve: {e}")));
+    }
+
+    fn receive(&mut self) {
+        let mut line = String::new();
+        match self.from.read_line(&mut line) {
+            Ok(0) => die("capsule serve closed its output"),
+            Ok(_) => {}
+            Err(e) => die(format!("reading from capsule serve: {e}")),
+        }
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| die(format!("capsule serve said {line:?}: {e}")));
+        let r = &v["result"];
+        if r["status"] != "exited" || r["exit_code"] != 0 {
+            die(format!("a served run did not exit 0: {}", line.trim_end()));
+        }
+        let acc = r["accounting"].as_str().unwrap_or("none").to_string();
+        *self.accounting.entry(acc).or_default() += 1;
+    }
+
+    /// `n` runs, at most `window` in flight; seconds taken.
+    fn pipelined(&mut self, n: usize, window: usize) -> f64 {
+        let t = Instant::now();
+        let first = window.min(n);
+        for _ in 0..first {
+            self.send();
+        }
+        self.flush();
+        let mut sent = first;
+        for _ in 0..n {
+            self.receive();
+            if sent < n {
+                self.send();
+                self.flush();
+                sent += 1;
+            }
+        }
+        t.elapsed().as_secs_f64()
+    }
+}
+
+fn serve(o: &Opts) {
+    let bin = o.capsule.clone().unwrap_or_else(|| usage("serve needs --capsule PATH (the `capsule` binary)"));
+    let mut cmd = Command::new(&bin);
+    cmd.args(["serve", "--parallel", &o.parallel.to_string()]);
+    if o.no_cgroups {
+        cmd.arg("--no-cgroups");
+    }
+    if let Some(p) = &o.cgroup {
+        cmd.arg("--cgroup").arg(p);
+    }
+    if o.require_cgroups {
+        cmd.arg("--require-cgroups");
+    }
+    if o.shared_network {
+        cmd.arg("--shared-network");
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| die(format!("{} serve: {e}", bin.display())));
+    let mut s = Served {
+        to: BufWriter::new(child.stdin.take().expect("piped stdin")),
+        from: BufReader::new(child.stdout.take().expect("piped stdout")),
+        next_id: 0,
+        accounting: BTreeMap::new(),
+    };
+    let warmup = o.warmup.unwrap_or(50.min(o.runs));
+    if warmup > 0 {
+        s.pipelined(warmup, o.window);
+    }
+    let secs = s.pipelined(o.runs, o.window);
+    let Served { to, accounting, .. } = s;
+    drop(to); // the end of its input: the server exits
+    let st = child.wait().unwrap_or_else(|e| die(format!("waiting for capsule serve: {e}")));
+    if !st.success() {
+        die(format!("capsule serve ended with {st}"));
+    }
+    let per_sec = o.runs as f64 / secs;
+    let mut raw = Raw::open(&o.raw);
+    raw.put(json!({"kind": "throughput", "round": o.first_round, "config": "serve", "parallel": o.parallel,
+                   "window": o.window, "runs": o.runs, "secs": secs, "per_sec": per_sec,
+                   "accounting": accounting}));
+    raw.flush();
+    println!(
+        "serve /bin/true, parallel {}: {per_sec:.0}/s ({} runs in {secs:.3} s, window {}; accounting {accounting:?})",
         o.parallel, o.runs, o.window
     );
 }
@@ -713,6 +872,7 @@ fn main() {
     match o.cmd.as_str() {
         "latency" => latency(&o),
         "throughput" => throughput(&o),
+        "serve" => serve(&o),
         "memory" => memory(&o),
         _ => unreachable!(),
     }

@@ -1,0 +1,480 @@
+#!/usr/bin/env bash
+# The benchmark of issue 22 (throughput that scales with cores): runs of
+# /bin/true per second for P = 1, 2, 4, ... up to 2× the CPU count, bare,
+# the kernel's two floors, and capsule through the library and through
+# `capsule serve`, with and without cgroups, all in one interleaved run as
+# an unprivileged user; every column also as a ratio to the ns floor of the
+# same P and round. Prints a markdown section (for docs/benchmarks-scale.md).
+#
+# Usage (from anywhere in the repository):
+#   bench/scale.sh [--vm] [--parallel LIST] [--rounds N] [--runs N] [--warmup N]
+#                  [--cgroup DIR] [--output FILE]
+#
+#   --vm             run everything inside the cgroup v2 VM (VM, below), which
+#                    has the delegated hierarchy the cgroup columns need;
+#                    software emulation: only the ratios mean anything there
+#   --parallel LIST  the values of P, comma-separated (default 1, 2, 4, ...
+#                    up to 2× the CPUs, of the VM's with --vm)
+#   --rounds N       interleaved rounds (default 3; 2 with --vm)
+#   --runs N         runs per measurement (default 2000; 40 with --vm;
+#                    rounded up to a multiple of P by the floors)
+#   --warmup N       unrecorded runs before each capsule measurement, on the
+#                    same supervisor (default 50; 4 with --vm)
+#   --cgroup DIR     a delegated cgroup v2 directory owned by the benchmark
+#                    user, empty of processes: the cgroup columns run there
+#                    (what --vm uses inside the VM: /sys/fs/cgroup/delegated).
+#                    Without it, and without --vm, they are skipped with the
+#                    reason (this host's cgroups are hybrid v1/v2)
+#   --output FILE    where to write the section (default stdout)
+#
+# Columns, each a throughput in runs/s of P workers or slots:
+# - bare: P processes, each vfork + execve + waitpid back to back
+#   (bench/scalefloor.c `bare`);
+# - ns floor: P processes, each run clone3(CLONE_NEWUSER | CLONE_NEWPID |
+#   CLONE_NEWNS), id maps, / private, a fresh procfs, vfork + execve +
+#   waitpid inside (scalefloor `ns`);
+# - ns+cg floor: the same plus mkdir of a fresh cgroup per run (memory and
+#   pids controllers, as capsule's), CLONE_INTO_CGROUP, rmdir after the reap
+#   (scalefloor `ns+cg`);
+# - capsule, library: `capsule-bench throughput --parallel P --window 2P`
+#   (crates/capsule-testkit/bench/capsule-bench.rs: a sandbox with
+#   `parallel` P, 2P runs in flight, results taken in order), with
+#   `--no-cgroups` and with `--require-cgroups --cgroup BASE`;
+# - capsule serve: `capsule-bench serve --parallel P --window 2P` (a
+#   `capsule serve --parallel P` child, JSON lines, 2P requests in
+#   flight), with and without cgroups the same way.
+# Each capsule measurement starts its own supervisor, does WARMUP runs on it
+# and then the RUNS timed ones. Method: ROUNDS rounds; in each, P by P, every
+# column once, their order rotated by one per round and P. A cell is the
+# median over the rounds and, in brackets, the median of the per-round
+# ratios to the ns floor of the same P and their range.
+#
+# As root (the normal way): builds capsule, capsule-cli and capsule-bench
+# with `cargo build --release`, compiles bench/scalefloor.c, creates the
+# unprivileged system user capsule-bench, stages everything in a
+# world-readable directory (BENCH_DIR) and runs it as that user via setpriv.
+# With --vm, the staging directory is the VM's shared working directory;
+# inside, as root, the script (staged too) enables +cpu +memory +pids
+# +cpuset in /sys/fs/cgroup/delegated, creates bench-leaf (the benchmark's
+# processes), bench-base (capsule's --cgroup) and bench-floor (the ns+cg
+# floor's, +memory +pids) under it, moves itself to bench-leaf and runs the
+# measurements as the VM user with the binaries copied to the VM's tmpfs.
+# As an unprivileged user (not with --vm or --cgroup): builds with cargo
+# and runs as yourself.
+#
+# Environment (the options above win):
+#   PARALLEL, ROUNDS, RUNS, WARMUP, OUTPUT   as the options
+#   BENCH_USER        user to benchmark as when started as root (capsule-bench)
+#   BENCH_DIR         staging directory (/var/tmp/capsule-bench; with --vm /var/tmp/capsule-bench-scale)
+#   VM                the VM script (default /work/shared/vm/cgroup2-vm)
+#   VM_CPUS, VM_MEM   its --cpus and --mem (default 2 and 4096)
+#   VM_TIMEOUT        its --timeout in seconds (default 3600)
+#   CARGO_TARGET_DIR  honoured by the build
+#   CC                C compiler for scalefloor.c (default cc)
+set -euo pipefail
+
+die() { printf 'bench/scale.sh: %s\n' "$*" >&2; exit 1; }
+log() { printf '==> %s\n' "$*" >&2; }
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+vm_mode=false
+inner=false
+plist=${PARALLEL:-}
+rounds=${ROUNDS:-}
+runs=${RUNS:-}
+warmup=${WARMUP:-}
+cg_dir=
+output=${OUTPUT:-}
+while (($#)); do
+    case $1 in
+        --vm) vm_mode=true ;;
+        --inner) inner=true ;; # inside the VM (or on a host with --cgroup): set by the script itself
+        --parallel) plist=${2:?--parallel needs a value}; shift ;;
+        --rounds) rounds=${2:?--rounds needs a value}; shift ;;
+        --runs) runs=${2:?--runs needs a value}; shift ;;
+        --warmup) warmup=${2:?--warmup needs a value}; shift ;;
+        --cgroup) cg_dir=${2:?--cgroup needs a value}; shift ;;
+        --output) output=${2:?--output needs a value}; shift ;;
+        -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+    shift
+done
+if $vm_mode; then
+    rounds=${rounds:-2} runs=${runs:-40} warmup=${warmup:-4}
+fi
+rounds=${rounds:-3}
+runs=${runs:-2000}
+warmup=${warmup:-50}
+for v in rounds runs; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+done
+[[ $warmup =~ ^[0-9]+$ ]] || die "warmup must be a non-negative integer, got '$warmup'"
+[[ -z $plist || $plist =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--parallel wants a list like 1,2,4,16, got '$plist'"
+[[ -z $output ]] || output=$(realpath -m "$output")
+vm=${VM:-/work/shared/vm/cgroup2-vm}
+vm_cpus=${VM_CPUS:-2}
+vm_mem=${VM_MEM:-4096}
+vm_timeout=${VM_TIMEOUT:-3600}
+bench_user=${BENCH_USER:-capsule-bench}
+cc=${CC:-cc}
+is_root=false
+[[ $(id -u) -eq 0 ]] && is_root=true
+
+# The default P: powers of two up to 2× the CPUs.
+default_plist() {
+    local n=$(($1 * 2)) p=1 l=1
+    while ((p * 2 <= n)); do
+        p=$((p * 2))
+        l+=,$p
+    done
+    ((p == n)) || l+=,$n
+    printf '%s' "$l"
+}
+
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+busy_now() {
+    local t0 i0 t1 i1
+    read -r t0 i0 < <(cpu_ticks)
+    sleep 1
+    read -r t1 i1 < <(cpu_ticks)
+    awk -v t=$((t1 - t0)) -v i=$((i1 - i0)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * (t - i) / t : 0) }'
+}
+
+# --- the measurements (on the host, or inside the VM) -------------------------------
+# Needs: stage (binaries capsule, capsule-cli, capsule-bench, scalefloor), out
+# (raw data, writable by the user), as_bench, plist, rounds, runs, warmup;
+# cg_base and floor_base empty when the cgroup columns are skipped.
+measure() {
+    local configs=(bare ns lib serve) r p i k n c per line w
+    if [[ -n $cg_base ]]; then
+        configs=(bare ns ns+cg lib lib-cg serve serve-cg)
+    fi
+    local -a ps
+    IFS=, read -r -a ps <<<"$plist"
+    : >"$out/floor.jsonl"
+    for c in lib lib-cg serve serve-cg; do : >"$out/$c.jsonl"; done
+    chmod 0666 "$out"/*.jsonl
+    log "$rounds rounds over P = $plist, columns ${configs[*]}; $runs runs per measurement, $warmup warm-up runs"
+    local start
+    start=$(date +%s)
+    for ((r = 1; r <= rounds; r++)); do
+        for i in "${!ps[@]}"; do
+            p=${ps[i]}
+            w=$((2 * p))
+            n=${#configs[@]}
+            for ((k = 0; k < n; k++)); do
+                c=${configs[(r - 1 + i + k) % n]}
+                case $c in
+                    bare | ns | ns+cg)
+                        local extra=()
+                        [[ $c == ns+cg ]] && extra=("$floor_base")
+                        line=$(as_bench "$stage/scalefloor" "$c" "$p" "$runs" /bin/true "${extra[@]}") ||
+                            die "scalefloor $c $p failed in round $r"
+                        read -r _ _ per _ tput <<<"$line"
+                        printf '{"round": %d, "parallel": %d, "config": "%s", "runs": %d, "per_sec": %s}\n' \
+                            "$r" "$p" "$c" "$per" "$tput" >>"$out/floor.jsonl"
+                        ;;
+                    lib | lib-cg)
+                        local cgopt=(--no-cgroups)
+                        [[ $c == lib-cg ]] && cgopt=(--require-cgroups --cgroup "$cg_base")
+                        as_bench "$stage/capsule-bench" throughput --capsule "$stage/capsule-cli" --parallel "$p" \
+                            --window "$w" --runs "$runs" --warmup "$warmup" --no-bare --round "$r" "${cgopt[@]}" \
+                            --raw "$out/$c.jsonl" >>"$out/driver.log" || die "capsule-bench throughput ($c, P $p) failed in round $r"
+                        ;;
+                    serve | serve-cg)
+                        local cgopt=(--no-cgroups)
+                        [[ $c == serve-cg ]] && cgopt=(--require-cgroups --cgroup "$cg_base")
+                        as_bench "$stage/capsule-bench" serve --capsule "$stage/capsule" --parallel "$p" \
+                            --window "$w" --runs "$runs" --warmup "$warmup" --round "$r" "${cgopt[@]}" \
+                            --raw "$out/$c.jsonl" >>"$out/driver.log" || die "capsule-bench serve ($c, P $p) failed in round $r"
+                        ;;
+                esac
+            done
+        done
+        log "round $r/$rounds done after $(($(date +%s) - start)) s"
+    done
+    echo "$(($(date +%s) - start))" >"$out/elapsed"
+    if [[ -n $cg_base ]]; then
+        local left
+        left=$(find "$cg_base" "$floor_base" -mindepth 1 -type d | tr '\n' ' ')
+        [[ -z $left ]] || die "cgroups left behind: $left"
+    fi
+}
+
+# The cgroups of the cgroup columns under the delegated directory $1 (as
+# root): bench-leaf for our processes, bench-base for capsule, bench-floor
+# for the ns+cg floor; sets cg_base, floor_base and moves this shell.
+setup_cgroups() {
+    local del=$1 uid=$2 gid=$3 c
+    [[ $(stat -f -c %T "$del") == cgroup2fs ]] || die "$del is not on a cgroup2 file system"
+    [[ -z $(cat "$del/cgroup.procs") ]] || die "$del has processes; give an empty delegated cgroup"
+    echo "+cpu +memory +pids +cpuset" >"$del/cgroup.subtree_control" || die "enabling controllers in $del failed"
+    for c in bench-leaf bench-base bench-floor; do
+        [[ -d $del/$c ]] || mkdir "$del/$c"
+        chown "$uid:$gid" "$del/$c" "$del/$c/cgroup.procs" "$del/$c/cgroup.subtree_control" "$del/$c/cgroup.threads"
+    done
+    echo "+memory +pids" >"$del/bench-floor/cgroup.subtree_control"
+    echo $$ >"$del/bench-leaf/cgroup.procs"
+    cg_base=$del/bench-base
+    floor_base=$del/bench-floor
+}
+
+if $inner; then
+    # Inside the VM, as root, in the staging directory (shared with the host).
+    [[ -n $cg_dir ]] || die "--inner needs --cgroup"
+    shared=$PWD
+    export PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
+    uid=$(stat -c %u "$cg_dir") gid=$(stat -c %g "$cg_dir")
+    ((uid != 0)) || die "$cg_dir is owned by root, expected the benchmark user"
+    stage=/tmp/capsule-bench-scale
+    install -d -m 0755 "$stage"
+    for f in capsule capsule-cli capsule-bench scalefloor; do install -m 0755 "$shared/$f" "$stage/$f"; done
+    out=$stage/out
+    install -d -m 0755 -o "$uid" -g "$gid" "$out"
+    setup_cgroups "$cg_dir" "$uid" "$gid"
+    as_bench() {
+        (cd "$stage" && setpriv --reuid="$uid" --regid="$gid" --init-groups \
+            env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$stage" LANG=C.UTF-8 "$@")
+    }
+    {
+        echo "vm_kernel=$(uname -srm)"
+        echo "vm_cpus=$(nproc)"
+        echo "vm_user=$(id -un "$uid" 2>/dev/null || echo "$uid") (uid $uid)"
+        echo "controllers=$(cat "$cg_base/cgroup.controllers")"
+        echo "check=$(as_bench "$stage/capsule" check 2>&1 | tail -n 1 | sed 's/^=> //')"
+        echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+    } >"$shared/out/vm-info"
+    measure
+    echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$shared/out/vm-info"
+    cp "$out"/*.jsonl "$out/driver.log" "$out/elapsed" "$shared/out/"
+    echo "done" >"$shared/out/complete"
+    exit 0
+fi
+
+# --- tools -------------------------------------------------------------------
+missing=()
+for pair in jq:jq setpriv:util-linux python3:python3 "$cc":gcc; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if ((${#missing[@]})); then
+    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+    $is_root || die "missing tools; install them first: apt-get install ${missing[*]}"
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
+        { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; } ||
+        die "apt-get install ${missing[*]} failed"
+fi
+if $vm_mode; then
+    $is_root || die "--vm must run as root (the VM script starts QEMU and creates its user)"
+    [[ -x $vm ]] || die "the cgroup v2 VM script $vm is missing (set VM)"
+    [[ -z $cg_dir ]] || die "--vm and --cgroup exclude each other (the VM has its own)"
+    plist=${plist:-$(default_plist "$vm_cpus")}
+else
+    plist=${plist:-$(default_plist "$(nproc)")}
+fi
+if [[ -n $cg_dir ]]; then
+    $is_root || die "--cgroup must run as root (it creates the benchmark's cgroups and moves itself there)"
+fi
+
+# --- build -------------------------------------------------------------------
+cargo=$(command -v cargo || true)
+[[ -z $cargo && -x $HOME/.cargo/bin/cargo ]] && cargo=$HOME/.cargo/bin/cargo
+[[ -n $cargo ]] || die "cargo not found"
+log "building: cargo build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli --bin capsule-bench"
+artifacts=$(cd "$repo" && "$cargo" build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli \
+    --bin capsule-bench --message-format=json-render-diagnostics |
+    jq -r 'select(.reason == "compiler-artifact" and (.target.kind | index("bin")) and .executable != null)
+           | "\(.target.name)\t\(.executable)"') || die "cargo build failed"
+built_capsule=$(awk -F'\t' '$1 == "capsule" { print $2 }' <<<"$artifacts" | tail -n 1)
+built_bench=$(awk -F'\t' '$1 == "capsule-bench" { print $2 }' <<<"$artifacts" | tail -n 1)
+[[ -x $built_capsule && -x $built_bench ]] || die "cargo reported no capsule or capsule-bench executable"
+
+# --- stage and pick the user -----------------------------------------------------
+if $is_root; then
+    stage=${BENCH_DIR:-/var/tmp/capsule-bench}
+    $vm_mode && stage=${BENCH_DIR:-/var/tmp/capsule-bench-scale}
+    if ! id -u "$bench_user" >/dev/null 2>&1; then
+        log "creating system user $bench_user"
+        useradd -r -M -s /usr/sbin/nologin "$bench_user"
+    fi
+    install -d -m 0755 -o root -g root "$stage"
+    out=$stage/scale-out
+    $vm_mode && out=$stage/out
+    rm -rf "$out"
+    install -d -m 0755 -o "$bench_user" -g "$(id -gn "$bench_user")" "$out"
+    as_user=(setpriv "--reuid=$bench_user" "--regid=$(id -g "$bench_user")" --clear-groups)
+    run_user=$bench_user
+else
+    stage=$(mktemp -d "${TMPDIR:-/tmp}/capsule-bench.XXXXXX")
+    out=$stage/scale-out
+    mkdir "$out"
+    as_user=()
+    run_user=$(id -un)
+fi
+install -m 0755 "$built_capsule" "$stage/capsule"
+install -m 0755 "$(dirname "$built_capsule")/capsule-cli" "$stage/capsule-cli"
+install -m 0755 "$built_bench" "$stage/capsule-bench"
+log "compiling bench/scalefloor.c"
+"$cc" -O2 -Wall -o "$stage/scalefloor" "$repo/bench/scalefloor.c" || die "$cc failed on bench/scalefloor.c"
+chmod 0755 "$stage/scalefloor"
+
+as_bench() {
+    (cd "$stage" && "${as_user[@]}" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$stage" LANG=C.UTF-8 "$@")
+}
+
+# --- measure ---------------------------------------------------------------------
+busy=$(busy_now)
+((busy <= 10)) || log "warning: the CPUs are ${busy}% busy with other work; the numbers will be noisy"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+cg_base="" floor_base="" skip_reason=""
+if $vm_mode; then
+    install -m 0755 "${BASH_SOURCE[0]}" "$stage/scale.sh"
+    log "in the VM ($vm, $vm_cpus CPUs)"
+    start=$(date +%s)
+    (cd "$stage" && "$vm" --as-root --cpus "$vm_cpus" --mem "$vm_mem" --timeout "$vm_timeout" -- \
+        bash ./scale.sh --inner --cgroup /sys/fs/cgroup/delegated --parallel "$plist" --rounds "$rounds" \
+        --runs "$runs" --warmup "$warmup") || die "the benchmark in the VM failed (exit $?); partial data in $out"
+    [[ -f $out/complete ]] || die "the VM exited without finishing the benchmark; partial data in $out"
+    vm_elapsed=$(($(date +%s) - start))
+    cg_base=vm
+elif [[ -n $cg_dir ]]; then
+    setup_cgroups "$cg_dir" "$(id -u "$run_user")" "$(id -g "$run_user")"
+    log "capsule check (as $run_user): $(as_bench "$stage/capsule" check 2>&1 | tail -n 1)"
+    measure
+else
+    fstype=$(stat -f -c %T /sys/fs/cgroup)
+    if [[ $fstype == cgroup2fs ]]; then
+        skip_reason="no delegated cgroup given (--cgroup DIR, or --vm)"
+    else
+        skip_reason="this host's /sys/fs/cgroup is $fstype (cgroup v1 or hybrid), not a delegated cgroup v2 hierarchy; they come from \`bench/scale.sh --vm\`"
+    fi
+    log "the cgroup columns are skipped: $skip_reason"
+    measure
+fi
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- statistics ----------------------------------------------------------------------
+python3 - "$out" "$plist" "$([[ -n $cg_base ]] && echo 1 || echo 0)" <<'PY' >"$out/table.md" ||
+import json, statistics as st, sys
+from collections import defaultdict
+
+out, plist, with_cg = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], sys.argv[3] == "1"
+cols = [("bare", "bare"), ("ns", "ns floor"), ("ns+cg", "ns+cg floor"), ("lib", "capsule, library"),
+        ("lib-cg", "capsule, library, cgroups"), ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups")]
+v = defaultdict(dict)  # (P, config) -> {round: runs/s}
+for line in open(f"{out}/floor.jsonl"):
+    x = json.loads(line)
+    v[(x["parallel"], x["config"])][x["round"]] = x["per_sec"]
+for c in ("lib", "lib-cg", "serve", "serve-cg"):
+    for line in open(f"{out}/{c}.jsonl"):
+        x = json.loads(line)
+        if x.get("kind") == "throughput":
+            v[(x["parallel"], c)][x["round"]] = x["per_sec"]
+            if c.endswith("-cg"):
+                if x.get("has_cgroups") is False or set(x.get("accounting") or {"cgroup": 1}) != {"cgroup"}:
+                    sys.exit(f"{c} at P {x['parallel']} ran without cgroup accounting: {x}")
+
+
+def rate(x):  # runs/s; a decimal where they are few (the VM)
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def ratios(p, c):
+    ns = v[(p, "ns")]
+    return [v[(p, c)][r] / ns[r] for r in v[(p, c)] if r in ns]
+
+
+def ratio(p, c):
+    return st.median(ratios(p, c))
+
+
+def spread(p, c):  # the per-round ratios' range, where there are several
+    rr = ratios(p, c)
+    return f"; {min(rr):.2f}–{max(rr):.2f}" if len(rr) > 1 else ""
+
+
+L = ["| P | " + " | ".join(name for _, name in cols) + " |", "|---:|" + "---:|" * len(cols)]
+for p in plist:
+    cells = []
+    for c, _ in cols:
+        if not v[(p, c)]:
+            cells.append("–")
+            continue
+        m = st.median(v[(p, c)].values())
+        cells.append(f"{rate(m)}/s" if c == "ns" else f"{rate(m)}/s ({ratio(p, c):.2f}×{spread(p, c)})")
+    L.append(f"| {p} | " + " | ".join(cells) + " |")
+
+# The issue's targets that this run can speak to.
+T = ["", "| Target of issue 22 | This run | Met? |", "|:---|:---|:---|"]
+ok = lambda b: "yes" if b else "**no**"
+if 2 in plist:
+    for c, name in (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
+                    ("lib-cg", "library, cgroups")):
+        if v[(2, c)]:
+            r = ratio(2, c)
+            T.append(f"| `parallel` 2, {name}: ≥ 0.8× the ns floor | {r:.2f}× | {ok(r >= 0.8)} |")
+    top = max(plist)
+    if top > 2:
+        for c, name in (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
+                        ("lib-cg", "library, cgroups")):
+            if v[(2, c)] and v[(top, c)]:
+                a, b = st.median(v[(top, c)].values()), st.median(v[(2, c)].values())
+                T.append(f"| oversubscribed, {name}: P = {top} no lower than P = 2 | {rate(a)} vs {rate(b)}/s "
+                         f"({a / b:.2f}×) | {ok(a >= b)} |")
+print("\n".join(L + T))
+PY
+    die "computing the statistics failed (raw data in $out)"
+
+# --- report ------------------------------------------------------------------------
+cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
+[[ -n $cpu ]] || cpu=$(uname -m)
+commit=git\ $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit with uncommitted changes"
+capsule_version=$("$stage/capsule" --version 2>/dev/null || echo capsule)
+info() { sed -n "s/^$1=//p" "$out/vm-info" 2>/dev/null | head -n 1; }
+opts="--parallel $plist --rounds $rounds --runs $runs --warmup $warmup"
+section=$(
+    if $vm_mode; then
+        echo "## In the cgroup v2 VM (software emulation): P = ${plist//,/, }"
+    else
+        echo "## $(nproc) CPUs, P = ${plist//,/, }"
+    fi
+    echo
+    echo "Generated by \`bench/scale.sh\`."
+    echo
+    echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- Host: $(uname -srm), $cpu ($(nproc) CPUs online)"
+    if $vm_mode; then
+        echo "- VM: \`$vm\`, TCG software emulation, $(info vm_cpus) vCPUs, ${vm_mem} MB; kernel $(info vm_kernel);"
+        echo "  cgroup2 controllers of the base: \`$(info controllers)\`; as the VM user $(info vm_user);"
+        echo "  load average in the VM $(info load_start) at the start, $(info load_end) at the end"
+        echo "- \`capsule check\` in the VM: $(info check)"
+    else
+        echo "- As the unprivileged user \`$run_user\`, binaries in \`$stage\`"
+        echo "- \`capsule check\`: $(as_bench "$stage/capsule" check 2>&1 | tail -n 1 | sed 's/^=> //')"
+    fi
+    echo "- capsule: $capsule_version ($commit), release build"
+    echo "- Host CPUs busy with other work just before measuring: ${busy}%; host load average $load_start at the"
+    echo "  start, $load_end at the end"
+    echo "- Method: $rounds rounds; in each, P by P, every column once ($runs timed runs each,"
+    echo "  after $warmup warm-up runs on the same supervisor for capsule's), the columns' order"
+    echo "  rotated by one per round and P. Whole run: $(cat "$out/elapsed") s${vm_elapsed:+ (the VM: $vm_elapsed s)}."
+    [[ -z $skip_reason ]] || echo "- The cgroup columns are skipped: $skip_reason."
+    echo
+    echo "Runs of \`/bin/true\` per second: medians over the rounds; in brackets the median"
+    echo "of the per-round ratios to the ns floor of the same P and their range."
+    echo
+    cat "$out/table.md"
+    echo
+    echo "To reproduce: \`sudo bench/scale.sh$($vm_mode && echo ' --vm') $opts\`."
+)
+if [[ -n $output ]]; then
+    mkdir -p "$(dirname "$output")"
+    printf '%s\n' "$section" >"$output"
+    log "wrote $output (raw data in $out)"
+else
+    log "raw data in $out"
+    printf '%s\n' "$section"
+fi
