@@ -527,3 +527,41 @@ fn an_idle_agent_steps_aside_for_a_busier_one() {
         let _ = with_idle(tag, &["agent", "stop"]).run();
     }
 }
+
+/// `pid` and its descendants: (pid, state, comm).
+fn process_tree(pid: i32) -> Vec<(i32, char, String)> {
+    let all = all_procs();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
+        i += 1;
+    }
+    tree.into_iter().filter_map(|p| proc_info(p).map(|info| (p, info.state, proc_comm(p)))).collect()
+}
+
+/// An idle agent with its two spares prepared (a PID 1 each, whose tracee
+/// waits for a run) has no process in state D: the load average counts
+/// those as busy, and an agent idles between a user's runs.
+#[test]
+fn an_idle_agents_spares_are_not_in_uninterruptible_sleep() {
+    let _shared = shared();
+    require!("an_idle_agents_spares_are_not_in_uninterruptible_sleep", userns_available());
+    let tag = unique("agent-idle");
+    run_sh(&tag, "true");
+    let (_, pid) = own_agent(&tag).expect("an agent after the first run");
+    wait_until("two spares waiting for a run", Duration::from_secs(30), || {
+        process_tree(pid).iter().filter(|(_, state, comm)| comm == "capsule-tracee" && *state == 'S').count() >= 2
+    });
+    for _ in 0..20 {
+        let tree = process_tree(pid);
+        let blocked: Vec<_> = tree.iter().filter(|(_, state, _)| *state == 'D').collect();
+        if !blocked.is_empty() {
+            stop(&tag);
+            panic!("idle, in uninterruptible sleep (state D): {blocked:?}; the tree: {tree:?}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    stop(&tag);
+}

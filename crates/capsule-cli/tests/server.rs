@@ -1113,3 +1113,49 @@ fn settled_stats(pid: i32, not_above: Option<ProcStats>) -> ProcStats {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// ---------------------------------------------------------------- idle
+
+/// `pid` and its descendants: (pid, state, comm).
+fn process_tree(pid: i32) -> Vec<(i32, char, String)> {
+    let all = all_procs();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
+        i += 1;
+    }
+    tree.into_iter().filter_map(|p| proc_info(p).map(|info| (p, info.state, proc_comm(p)))).collect()
+}
+
+/// An idle `capsule serve` with its spares prepared (a PID 1 each, whose
+/// tracee waits for a run) has no process in state D: the load average
+/// counts those as busy, and `make -l`, GNU parallel's `--load` and
+/// monitoring would see a busy machine for as long as the server idles.
+#[test]
+fn serve_idle_spares_are_not_in_uninterruptible_sleep() {
+    require!("serve_idle_spares_are_not_in_uninterruptible_sleep", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&["--parallel", "2"]);
+    // The first request's shape is the spares' (`parallel` + 1 of them).
+    assert_exited(&s.run(json!("first"), true_spec()), 0);
+    let pid = s.pid();
+    let deadline = Instant::now() + T;
+    loop {
+        let tree = process_tree(pid);
+        let waiting = tree.iter().filter(|(_, state, comm)| comm == "capsule-tracee" && *state == 'S').count();
+        if waiting >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "3 spares were not prepared within {T:?}: {tree:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..20 {
+        let tree = process_tree(pid);
+        let blocked: Vec<_> = tree.iter().filter(|(_, state, _)| *state == 'D').collect();
+        assert!(blocked.is_empty(), "idle, in uninterruptible sleep (state D): {blocked:?}; the tree: {tree:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    s.finish().assert_code(0);
+}

@@ -118,12 +118,13 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
         let _ = sys::set_affinity(set);
     }
     // 18. The tracee, in a user namespace U3 of its own, on PID 1's memory and descriptor table, in the run's
-    //     cgroup; PID 1 is suspended until it has exec'd or died.
+    //     cgroup; PID 1 sleeps (interruptibly: an idle spare is no load) until it has exec'd or died.
     let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
     let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
-    // SAFETY: `tracee` (child/tracee.rs) makes raw `sys` calls only, allocates nothing, and ends in execve or exit.
-    let tracee = unsafe { sys::clone_vfork(flags, cgroup, stack, &args, tracee) }
+    // SAFETY: `tracee` (child/tracee.rs) makes raw `sys` calls only (never set_tid_address), allocates nothing,
+    // and ends in execve or exit.
+    let tracee = unsafe { sys::clone_until_exec(flags, cgroup, stack, &args, tracee) }
         .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // 19. The program has its own descriptor table: drop the ruleset, and 0-2 and the go socket, so that the
     //     program's pipes see EOF when it closes them. (The run's procfs stays open for `abort_fuse`.)

@@ -16,7 +16,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::SeqCst;
 
 /// What PID 1 hands to the tracee (on PID 1's stack, which stays intact:
-/// PID 1 is suspended until the tracee execs or exits).
+/// PID 1 waits until the tracee execs or exits).
 pub(crate) struct TraceeArgs<'a> {
     pub(crate) plan: &'a Plan,
     pub(crate) arena: &'a Arena<Shared>,

@@ -6,7 +6,7 @@ use std::ptr;
 
 use super::{cvt, fcntl, owned, raw_syscall, write_all, SysResult};
 
-/// A stack for [`clone_vfork`](super::clone_vfork) children: a private anonymous mapping,
+/// A stack for [`clone_until_exec`](super::clone_until_exec) children: a private anonymous mapping,
 /// unmapped on drop. A forked process gets its own copy-on-write copy, so
 /// one stack serves every run of a supervisor.
 pub struct Stack {

@@ -4,6 +4,7 @@ use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
 use super::{cvt, fcntl, owned, raw_syscall, retry, Errno, Stack, SysResult};
 
@@ -122,16 +123,23 @@ pub unsafe fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> SysResult<Forked>
 }
 
 /// Creates a child like posix_spawn: it shares the caller's memory and runs
-/// `child(arg)` on `stack`, and the caller is suspended until the child
-/// calls execve or exits (CLONE_VM | CLONE_VFORK). `flags` adds namespace
-/// flags; with `cgroup`, the child is born in that cgroup
-/// (CLONE_INTO_CGROUP: no migration afterwards, which would take the
-/// cgroup threadgroup lock for writing and wait for an RCU grace period).
+/// `child(arg)` on `stack`, and the caller waits until the child has called
+/// execve or exited. `flags` adds namespace flags; with `cgroup`, the child
+/// is born in that cgroup (CLONE_INTO_CGROUP: no migration afterwards, which
+/// would take the cgroup threadgroup lock for writing and wait for an RCU
+/// grace period).
+///
+/// Not CLONE_VFORK: its wait is uninterruptible (state D, counted in the
+/// load average for as long as the child takes). The caller sleeps in a
+/// futex instead (state S): the kernel clears the child's
+/// CLONE_CHILD_CLEARTID word and wakes it where it would complete a vfork
+/// (`mm_release`, when execve has replaced the shared memory or at exit).
 ///
 /// # Safety
 /// `child` must only make raw syscalls (no allocation: the heap is the
-/// caller's) and must end in execve or [`exit`].
-pub unsafe fn clone_vfork<T>(
+/// caller's), must not change its clear-tid address (`set_tid_address`) and
+/// must end in execve or [`exit`].
+pub unsafe fn clone_until_exec<T>(
     flags: i32,
     cgroup: Option<RawFd>,
     stack: &Stack,
@@ -139,11 +147,14 @@ pub unsafe fn clone_vfork<T>(
     child: fn(&T) -> !,
 ) -> SysResult<i32> {
     let call = Call { arg, child };
+    // Nonzero until the kernel clears it at the child's execve or exit.
+    let running = AtomicU32::new(1);
     let mut args = CloneArgs {
         flags: (flags as u64)
             | libc::CLONE_VM as u64
-            | libc::CLONE_VFORK as u64
+            | libc::CLONE_CHILD_CLEARTID as u64
             | if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 },
+        child_tid: running.as_ptr() as u64,
         exit_signal: libc::SIGCHLD as u64,
         // clone3 takes the lowest address and the size; the kernel starts
         // the child at the top.
@@ -153,14 +164,29 @@ pub unsafe fn clone_vfork<T>(
         ..Default::default()
     };
     // SAFETY: `stack` is a live mapping no other process uses while this
-    // child runs (the caller is suspended until the child's execve or exit:
-    // CLONE_VFORK), and so are `call` and `args`, on this frame.
+    // child runs, and `call` and `running` stay on this frame, unchanged but
+    // for the kernel's clearing of `running`, until the wait below has seen
+    // the child exec or exit.
     let ret = unsafe { clone3_on_stack(&mut args, &call) };
     if ret < 0 {
-        Err(-ret as Errno)
-    } else {
-        Ok(ret as i32)
+        return Err(-ret as Errno);
     }
+    while running.load(SeqCst) != 0 {
+        // EAGAIN: already cleared; EINTR: a signal. Both: look again.
+        let _ = futex_wait(&running, 1);
+    }
+    Ok(ret as i32)
+}
+
+/// Sleeps (interruptibly) while `word` holds `expected`, until a
+/// FUTEX_WAKE on it. Not FUTEX_PRIVATE_FLAG: the kernel's clear-tid wake
+/// (`mm_release`) is a shared one, whose key differs from a private one's.
+pub fn futex_wait(word: &AtomicU32, expected: u32) -> SysResult<()> {
+    // SAFETY: `word` is a live, aligned u32 for the call; no timeout (NULL).
+    cvt(unsafe {
+        raw_syscall(libc::SYS_futex, [word.as_ptr() as u64, libc::FUTEX_WAIT as u64, expected as u64, 0, 0, 0])
+    })
+    .map(drop)
 }
 
 /// What a child started on a stack of its own runs: `child(arg)`.
@@ -515,10 +541,89 @@ pub fn process_vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> SysResult<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::atomic::AtomicU64;
 
     use crate::sys::tests::errno;
     use crate::sys::{poll, process_vm_read};
+
+    /// The state letter of thread `tid` of this process (`/proc/self/task/TID/stat`).
+    fn thread_state(tid: i32) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
+    }
+
+    #[test]
+    fn clone_until_exec_waits_interruptibly_for_exit_or_exec() {
+        struct Job {
+            fd: RawFd,
+            done: AtomicU32,
+        }
+        // Exits once the pipe has a byte (or is closed).
+        fn exit_on_byte(j: &Job) -> ! {
+            let mut b = [0u8; 1];
+            let _ = crate::sys::read(j.fd, &mut b);
+            j.done.store(1, SeqCst);
+            exit(3)
+        }
+        let (r, w) = crate::sys::pipe().unwrap();
+        let job = Job { fd: r.as_raw_fd(), done: AtomicU32::new(0) };
+        let waiter = std::sync::atomic::AtomicI32::new(0);
+        let pid = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let stack = Stack::new(64 << 10).unwrap();
+                // SAFETY: gettid has no arguments and cannot fail.
+                waiter.store(unsafe { libc::gettid() }, SeqCst);
+                // SAFETY: the child makes raw syscalls only and ends in exit; `stack` is used by nothing else.
+                unsafe { clone_until_exec(0, None, &stack, &job, exit_on_byte) }
+            });
+            // The caller waits while the child lives, asleep (S), not in the vfork wait (D).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let state = loop {
+                let tid = waiter.load(SeqCst);
+                let state = if tid == 0 { 'R' } else { thread_state(tid) };
+                if state != 'R' || std::time::Instant::now() > deadline {
+                    break state;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            };
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let early = h.is_finished();
+            let later = thread_state(waiter.load(SeqCst));
+            // (The child ends before any assertion: a failed one must not leave the waiter waiting.)
+            crate::sys::write(w.as_raw_fd(), b"x").unwrap();
+            let pid = h.join().unwrap().unwrap();
+            assert!(!early, "returned before the child exited");
+            assert_eq!((state, later), ('S', 'S'), "the caller's state while the child runs");
+            pid
+        });
+        // It returned only once the child had exited.
+        assert_eq!(job.done.load(SeqCst), 1);
+        let (_, status) = waitpid(pid, false).unwrap().unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 3, "status {status:#x}");
+
+        // execve: the caller resumes while the program still runs.
+        struct Exec {
+            argv: [*const libc::c_char; 3],
+            envp: [*const libc::c_char; 1],
+        }
+        // SAFETY: the pointers are to static C strings, only read.
+        unsafe impl Sync for Exec {}
+        fn exec_sleep(e: &Exec) -> ! {
+            // SAFETY: argv and envp end with null and point to static strings.
+            unsafe { execve(c"/bin/sleep", &e.argv, &e.envp) };
+            exit(127)
+        }
+        let e = Exec { argv: [c"sleep".as_ptr(), c"10".as_ptr(), ptr::null()], envp: [ptr::null()] };
+        let stack = Stack::new(64 << 10).unwrap();
+        let t0 = std::time::Instant::now();
+        // SAFETY: the child makes raw syscalls only and ends in execve or exit; `stack` is used by nothing else.
+        let pid = unsafe { clone_until_exec(0, None, &stack, &e, exec_sleep) }.unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "waited for the program's exit");
+        assert_eq!(waitpid(pid, true), Ok(None), "the program is not running");
+        kill(pid, libc::SIGKILL).unwrap();
+        let (_, status) = waitpid(pid, false).unwrap().unwrap();
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL, "status {status:#x}");
+    }
 
     #[test]
     fn vm_child_shares_memory_and_is_reaped() {
