@@ -88,7 +88,11 @@ pub(super) fn cgroup_source_item(d: &crate::host::cgroups::Discovery) -> CheckIt
         Source::Explicit | Source::Own => CheckItem::ok(
             NAME,
             false,
-            format!("runs get cgroup limits and accounting from {} (limits, `accounting: cgroup`)", d.detail),
+            format!(
+                "runs get cgroup limits and accounting from {} (limits, `accounting: cgroup`); {}",
+                d.detail,
+                reuse_detail(d.base.as_deref())
+            ),
         ),
         Source::SystemdScope => CheckItem::ok(
             NAME,
@@ -101,6 +105,19 @@ pub(super) fn cgroup_source_item(d: &crate::host::cgroups::Discovery) -> CheckIt
             format!("degraded mode, no cgroup limits, `accounting: rusage`: {}", d.detail),
             Some(crate::host::cgroups::DELEGATION_HINT.into()),
         ),
+    }
+}
+
+/// Whether runs' cgroups are kept per parallel slot or made fresh for
+/// every run, judged from the base's own files (a child's are the same
+/// kernel's).
+fn reuse_detail(base: Option<&Path>) -> String {
+    match base.map(crate::host::cgroups::reuse_unsupported) {
+        Some(None) => "cgroup reuse: each parallel slot keeps its run cgroup (emptied with cgroup.kill, page cache \
+             reclaimed, memory.peak reset)"
+            .into(),
+        Some(Some(why)) => format!("cgroup reuse: off, a fresh cgroup per run: {why}"),
+        None => "cgroup reuse: decided at the first run".into(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! cgroup v2: finding a delegated subtree, one fresh cgroup per run with
-//! its limits, and the run's accounting.
+//! cgroup v2: finding a delegated subtree, a cgroup per run with its
+//! limits (kept for the next run of the same shape where the kernel allows
+//! it, see [`reuse_unsupported`]), and the run's accounting.
 //!
 //! Layout under the base cgroup B (a subtree delegated to the user):
 //!
@@ -15,6 +16,16 @@
 //!                                  rooted here, limits mirrored for programs that read them
 //! ```
 //!
+//! Reuse: where the kernel can reset what a fresh cgroup starts with (see
+//! [`reuse_unsupported`]), a run's `capsule.<pid>.<starttime>.<n>` is kept
+//! once the run is over, emptied, for the next run of the same shape:
+//! `prog` (the part the program may write to) is made anew for every run;
+//! the counters are taken at the start of the run and subtracted, the
+//! memory peak is reset through its own descriptor, the page cache the
+//! previous run left is reclaimed, and a cgroup whose state a fresh one
+//! would not have (a pids peak above 1, memory still charged) is removed
+//! instead.
+//!
 //! The limits are enforced on `run.<n>`, which the program cannot see: its
 //! cgroup namespace is rooted at `prog`, so a cgroup2 mount it makes in a
 //! nested namespace shows `prog` and below. The files of `prog` are owned
@@ -25,12 +36,13 @@
 //! Set-up and restore of B are serialized between supervisors with flock(2)
 //! on B's directory.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::CString;
 use std::fs;
 use std::io::{self, ErrorKind};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -51,6 +63,14 @@ const REQUIRED: [&str; 2] = ["memory", "pids"];
 /// (`capsule_nolibc::identity::cgroup_line`), as [`discover`] does.
 const LEAF: &str = capsule_nolibc::identity::CGROUP_LEAF;
 const INSTANCE_PREFIX: &str = "capsule.";
+/// Most memory an emptied run cgroup may still have charged after its page
+/// cache is reclaimed to be reused: kernel objects of the previous run the
+/// kernel frees a little later (8 to 32 KiB measured), which a reused
+/// cgroup adds to its limit and subtracts from its peak.
+const LEFTOVER_MAX: u64 = 64 << 10;
+/// Set to `1`: every run gets a fresh cgroup, also where the kernel allows
+/// reusing one (to compare the two, and to test both).
+pub const FRESH_ENV: &str = "CAPSULE_FRESH_CGROUPS";
 /// cpu.max period, µs.
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -284,12 +304,56 @@ fn controllers_of(dir: &Path, file: &str) -> Vec<String> {
     fs::read_to_string(dir.join(file)).unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
+/// Why the cgroups of runs cannot be reused here, judged from `dir`, a
+/// cgroup with the memory controller (a run's, or the base); None when
+/// they can. Reuse needs to empty a cgroup (`cgroup.kill`, Linux ≥ 5.14),
+/// drop the page cache its previous run left (`memory.reclaim`, 5.19) and
+/// reset its memory peak (a writable `memory.peak`, 6.12).
+pub fn reuse_unsupported(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if std::env::var_os(FRESH_ENV).is_some_and(|v| v == "1") {
+        return Some(format!("{FRESH_ENV}=1"));
+    }
+    if !dir.join("cgroup.kill").exists() {
+        return Some("the kernel has no cgroup.kill (Linux >= 5.14)".into());
+    }
+    if !dir.join("memory.reclaim").exists() {
+        return Some("the kernel has no memory.reclaim (Linux >= 5.19)".into());
+    }
+    match fs::metadata(dir.join("memory.peak")) {
+        Ok(m) if m.permissions().mode() & 0o200 != 0 => None,
+        Ok(_) => Some("the kernel cannot reset memory.peak (Linux >= 6.12)".into()),
+        Err(_) => Some("the kernel has no memory.peak (Linux >= 5.19)".into()),
+    }
+}
+
+/// Whether runs' cgroups are reused: not known until the first one exists.
+#[derive(Debug, Clone, PartialEq)]
+enum Reuse {
+    Unknown,
+    Yes,
+    /// A fresh cgroup per run, and why.
+    No(String),
+}
+
 /// An [`Instance`] as it crosses the supervisor's re-execution.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) struct InstanceState {
     base: PathBuf,
     prefix: String,
     controllers: Vec<String>,
+    /// Fresh cgroups forced ([`FRESH_ENV`]), and the reason.
+    #[serde(default)]
+    fresh: Option<String>,
+}
+
+/// Emptied run cgroups, kept for the next run of their shape: at most one
+/// per slot of the supervisor (its parallel runs and the PID 1s it prepares
+/// ahead), the oldest beyond removed.
+#[derive(Default)]
+struct Pool {
+    idle: RefCell<Vec<Kept>>,
+    max: Cell<usize>,
 }
 
 /// One supervisor's share of B: its runs are `B/capsule.<pid>.<starttime>.<n>`.
@@ -298,8 +362,10 @@ pub(crate) struct Instance {
     /// `capsule.<pid>.<starttime>.`
     prefix: String,
     /// Controllers enabled on the base for the runs.
-    controllers: std::cell::RefCell<Vec<&'static str>>,
+    controllers: RefCell<Vec<&'static str>>,
     next_run: Cell<u64>,
+    reuse: RefCell<Reuse>,
+    pool: Rc<Pool>,
 }
 
 impl Instance {
@@ -346,11 +412,14 @@ impl Instance {
         let pid = sys::getpid() as u32;
         let start = start_time(pid).unwrap_or(0);
         let prefix = format!("{INSTANCE_PREFIX}{pid}.{start}.");
+        let forced = std::env::var_os(FRESH_ENV).is_some_and(|v| v == "1");
         Ok(Instance {
             base: base.to_path_buf(),
             prefix,
-            controllers: std::cell::RefCell::new(controllers),
+            controllers: RefCell::new(controllers),
             next_run: Cell::new(0),
+            reuse: RefCell::new(if forced { Reuse::No(format!("{FRESH_ENV}=1")) } else { Reuse::Unknown }),
+            pool: Rc::new(Pool { idle: RefCell::default(), max: Cell::new(1) }),
         })
     }
 
@@ -360,7 +429,11 @@ impl Instance {
     pub(crate) fn into_state(self) -> InstanceState {
         let me = std::mem::ManuallyDrop::new(self);
         let controllers = me.controllers.borrow().iter().map(|c| c.to_string()).collect();
-        InstanceState { base: me.base.clone(), prefix: me.prefix.clone(), controllers }
+        let fresh = match &*me.reuse.borrow() {
+            Reuse::No(why) => Some(why.clone()),
+            _ => None,
+        };
+        InstanceState { base: me.base.clone(), prefix: me.prefix.clone(), controllers, fresh }
     }
 
     pub(crate) fn from_state(s: InstanceState) -> Instance {
@@ -369,9 +442,17 @@ impl Instance {
         Instance {
             base: s.base,
             prefix: s.prefix,
-            controllers: std::cell::RefCell::new(controllers),
+            controllers: RefCell::new(controllers),
             next_run: Cell::new(0),
+            reuse: RefCell::new(s.fresh.map_or(Reuse::Unknown, Reuse::No)),
+            pool: Rc::new(Pool { idle: RefCell::default(), max: Cell::new(1) }),
         }
+    }
+
+    /// Keeps at most `n` emptied run cgroups for reuse.
+    pub(crate) fn keep_at_most(self, n: usize) -> Self {
+        self.pool.max.set(n);
+        self
     }
 
     fn own_runs(&self) -> Vec<PathBuf> {
@@ -403,11 +484,29 @@ impl Instance {
                 self.controllers.borrow_mut().push(controller);
             }
         }
+        let shape = shape(limits);
+        let kept = {
+            let mut idle = self.pool.idle.borrow_mut();
+            idle.iter().rposition(|k| k.shape == shape).map(|i| idle.remove(i))
+        };
+        if let Some(k) = kept {
+            let run = k.run.clone();
+            match RunCgroup::reuse(k, self.pool.clone()) {
+                Ok(rc) => return Ok(rc),
+                // Not as a fresh one would be: a fresh one instead.
+                Err(_) => remove_tree(&run),
+            }
+        }
         let n = self.next_run.get();
         self.next_run.set(n + 1);
         let run = self.base.join(format!("{}{n}", self.prefix));
         fs::create_dir(&run).map_err(|e| err("mkdir", &run, e))?;
-        let rc = RunCgroup::configure(run.clone(), limits);
+        if *self.reuse.borrow() == Reuse::Unknown {
+            let decided = reuse_unsupported(&run).map_or(Reuse::Yes, Reuse::No);
+            *self.reuse.borrow_mut() = decided;
+        }
+        let pool = (*self.reuse.borrow() == Reuse::Yes).then(|| self.pool.clone());
+        let rc = RunCgroup::configure(run.clone(), limits, pool);
         if rc.is_err() {
             remove_tree(&run);
         }
@@ -417,6 +516,7 @@ impl Instance {
     /// Removes the instance, and restores the base when no other
     /// supervisor uses it any more.
     pub(crate) fn teardown(&self) {
+        self.pool.idle.borrow_mut().clear();
         let Ok(_lock) = lock(&self.base) else { return };
         for run in self.own_runs() {
             remove_tree(&run);
@@ -447,16 +547,57 @@ impl Drop for Instance {
     }
 }
 
+/// What of a run cgroup outlives its run when it is kept for reuse.
+pub(crate) struct Kept {
+    run: PathBuf,
+    shape: [bool; 4],
+    /// `run/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
+    cpu_stat: OwnedFd,
+    /// `run/cgroup.kill`.
+    kill: Option<OwnedFd>,
+    /// `run/memory.peak`, read-write where the cgroup is reused: a write
+    /// resets the peak seen through this descriptor.
+    peak: Option<fs::File>,
+}
+
+/// The counters of a run cgroup at the start of a run (zero when fresh).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Counters {
+    user_us: u64,
+    system_us: u64,
+    memory_max_events: u64,
+    oom_kills: u64,
+}
+
+impl Counters {
+    fn read(run: &Path) -> Counters {
+        let read = |f: &str| fs::read_to_string(run.join(f)).unwrap_or_default();
+        let (cpu, events) = (read("cpu.stat"), read("memory.events"));
+        Counters {
+            user_us: keyed(&cpu, "user_usec").unwrap_or(0),
+            system_us: keyed(&cpu, "system_usec").unwrap_or(0),
+            memory_max_events: keyed(&events, "max").unwrap_or(0),
+            oom_kills: keyed(&events, "oom_kill").unwrap_or(0),
+        }
+    }
+}
+
 /// The cgroups of one run, and the descriptors the children use.
 pub(crate) struct RunCgroup {
-    run: PathBuf,
+    /// Some until dropped.
+    kept: Option<Kept>,
     prog: PathBuf,
     /// `prog`, for the tracee to be born in (CLONE_INTO_CGROUP).
-    pub prog_dir: OwnedFd,
-    /// `run/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
-    pub cpu_stat: OwnedFd,
-    /// `run/cgroup.kill`.
-    pub kill: Option<OwnedFd>,
+    prog_dir: OwnedFd,
+    /// Where the cgroup goes once emptied, when it may be reused.
+    pool: Option<Rc<Pool>>,
+    /// The counters when this run started.
+    start: Counters,
+    /// Memory still charged when the cgroup was taken for this run (see
+    /// [`LEFTOVER_MAX`]): added to the memory limit, subtracted from the peak.
+    leftover: u64,
+    /// Emptied and fit for reuse (see `try_remove`): goes to the pool when dropped.
+    keep: Cell<bool>,
 }
 
 /// What a run's cgroup says after the run.
@@ -464,6 +605,9 @@ pub(crate) struct RunCgroup {
 pub(crate) struct Stats {
     pub user_us: u64,
     pub system_us: u64,
+    /// user + system when the run's cgroup was taken for it (the baseline
+    /// PID 1 reads at execve is the cgroup's absolute figure).
+    pub cpu_start_us: u64,
     pub memory_peak: Option<u64>,
     pub memory_max_events: u64,
     pub oom_kills: u64,
@@ -518,7 +662,7 @@ pub(crate) fn shape(limits: &Limits) -> [bool; 4] {
 }
 
 impl RunCgroup {
-    fn configure(run: PathBuf, limits: &Limits) -> Result<Self, SysError> {
+    fn configure(run: PathBuf, limits: &Limits, pool: Option<Rc<Pool>>) -> Result<Self, SysError> {
         for (f, v) in [("memory.swap.max", "0"), ("memory.oom.group", "1")] {
             let p = run.join(f);
             match fs::write(&p, v) {
@@ -539,20 +683,63 @@ impl RunCgroup {
             let want: Vec<String> = mirrored.iter().map(|c| format!("+{c}")).collect();
             write(&run.join("cgroup.subtree_control"), &want.join(" "))?;
         }
-        let prog = run.join("prog");
-        fs::create_dir(&prog).map_err(|e| err("mkdir", &prog, e))?;
-        let _ = fs::write(prog.join("cgroup.pressure"), "0");
-        let prog_dir = open_at(&prog, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let cpu_stat = open_at(&run.join("cpu.stat"), libc::O_RDONLY)?;
         let kill = open_at(&run.join("cgroup.kill"), libc::O_WRONLY).ok();
-        Ok(RunCgroup { run, prog, prog_dir, cpu_stat, kill })
+        // Reused only with a peak that can be reset.
+        let peak =
+            pool.as_ref().and_then(|_| fs::File::options().read(true).write(true).open(run.join("memory.peak")).ok());
+        let pool = pool.filter(|_| peak.is_some() && kill.is_some());
+        let kept = Kept { run, shape: shape(limits), cpu_stat, kill, peak };
+        let (prog, prog_dir) = make_prog(&kept.run)?;
+        Ok(RunCgroup {
+            kept: Some(kept),
+            prog,
+            prog_dir,
+            pool,
+            start: Counters::default(),
+            leftover: 0,
+            keep: Cell::new(false),
+        })
+    }
+
+    /// A kept run cgroup taken for a new run: a fresh `prog`, the memory
+    /// peak reset (to the little still charged, the leftover), the counters
+    /// read as the run's start.
+    fn reuse(kept: Kept, pool: Rc<Pool>) -> Result<Self, SysError> {
+        let (prog, prog_dir) = make_prog(&kept.run)?;
+        let leftover = read_u64(&kept.run.join("memory.current")).unwrap_or(0);
+        let rc = RunCgroup {
+            start: Counters::read(&kept.run),
+            kept: Some(kept),
+            prog,
+            prog_dir,
+            pool: Some(pool),
+            leftover,
+            keep: Cell::new(false),
+        };
+        let k = rc.kept();
+        if let Some(peak) = &k.peak {
+            use std::os::unix::fs::FileExt;
+            peak.write_at(b"reset\n", 0).map_err(|e| err("write", &k.run.join("memory.peak"), e))?;
+        }
+        Ok(rc)
+    }
+
+    fn kept(&self) -> &Kept {
+        self.kept.as_ref().expect("only None while dropped")
     }
 
     /// Writes the run's limits (the cgroup was made for their shape).
     pub(crate) fn apply(&self, limits: &Limits) -> Result<(), SysError> {
         for (f, v) in limit_files(limits) {
-            let p = self.run.join(f);
-            fs::write(&p, &v).map_err(|e| err("write", &p, e))?;
+            let p = self.kept().run.join(f);
+            // The program's own charges get the whole limit (and `prog`,
+            // fresh for every run, has it exactly).
+            let on_run = match (f, limits.memory) {
+                ("memory.max", Some(m)) if self.leftover > 0 => (m + self.leftover).to_string(),
+                _ => v.clone(),
+            };
+            fs::write(&p, &on_run).map_err(|e| err("write", &p, e))?;
             if mirrored_controller(f).is_some() {
                 let _ = fs::write(self.prog.join(f), &v);
             }
@@ -560,43 +747,123 @@ impl RunCgroup {
         Ok(())
     }
 
-    /// Reads the run's accounting (after every process of the run is gone).
+    /// Reads the run's accounting (after every process of the run is gone),
+    /// counted from the start of the run.
     pub(crate) fn stats(&self) -> Stats {
+        let k = self.kept();
         let read = |p: PathBuf| fs::read_to_string(p).unwrap_or_default();
         // `run` holds the program's processes and nothing else.
-        let cpu = read(self.run.join("cpu.stat"));
-        let events = read(self.run.join("memory.events"));
+        let now = Counters::read(&k.run);
+        let peak = match &k.peak {
+            Some(f) => {
+                use std::os::unix::fs::FileExt;
+                let mut buf = [0u8; 32];
+                f.read_at(&mut buf, 0).ok().and_then(|n| std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok())
+            }
+            None => read(k.run.join("memory.peak")).trim().parse().ok(),
+        };
+        let s = self.start;
         Stats {
-            user_us: keyed(&cpu, "user_usec").unwrap_or(0),
-            system_us: keyed(&cpu, "system_usec").unwrap_or(0),
-            memory_peak: read(self.run.join("memory.peak")).trim().parse().ok(),
-            memory_max_events: keyed(&events, "max").unwrap_or(0),
-            oom_kills: keyed(&events, "oom_kill").unwrap_or(0),
-            pids_peak: read(self.run.join("pids.peak")).trim().parse().ok(),
+            user_us: now.user_us.saturating_sub(s.user_us),
+            system_us: now.system_us.saturating_sub(s.system_us),
+            cpu_start_us: s.user_us + s.system_us,
+            memory_peak: peak.map(|p: u64| p.saturating_sub(self.leftover)),
+            memory_max_events: now.memory_max_events.saturating_sub(s.memory_max_events),
+            oom_kills: now.oom_kills.saturating_sub(s.oom_kills),
+            // A kept cgroup's peak was at most 1 (see `fit_for_reuse`) and
+            // every run has its program: the peak is the run's.
+            pids_peak: read(k.run.join("pids.peak")).trim().parse().ok(),
+        }
+    }
+
+    /// Whether the emptied cgroup can start the next run as a fresh one
+    /// would: `prog` removed (so empty, with no cgroups below), a pids peak
+    /// of at most 1 (every run has its program: the next run's peak is its
+    /// own), and at most [`LEFTOVER_MAX`] charged once the page cache the
+    /// run left is reclaimed.
+    fn fit_for_reuse(&self) -> bool {
+        let run = &self.kept().run;
+        let read = |f: &str| read_u64(&run.join(f));
+        if fs::remove_dir(&self.prog).is_err() || read("pids.peak").is_some_and(|p| p > 1) {
+            return false;
+        }
+        match read("memory.current") {
+            Some(n) if n <= LEFTOVER_MAX => true,
+            Some(n) => {
+                // EAGAIN when not all of it could be reclaimed: the check below says.
+                let _ = fs::write(run.join("memory.reclaim"), n.to_string());
+                read("memory.current").is_some_and(|n| n <= LEFTOVER_MAX)
+            }
+            None => false,
         }
     }
 
     /// Removes the run's cgroups (every process is gone by now; anything
-    /// unexpected falls back to killing and removing the whole tree).
+    /// unexpected falls back to killing and removing the whole tree), or
+    /// keeps them for reuse.
     pub(crate) fn remove(self) {
-        if fs::remove_dir(&self.prog).is_err() || fs::remove_dir(&self.run).is_err() {
-            remove_tree(&self.run);
+        if self.pool.is_some() && self.try_remove() {
+            return;
+        }
+        let run = &self.kept().run;
+        if fs::remove_dir(&self.prog).is_err() || fs::remove_dir(run).is_err() {
+            remove_tree(run);
         }
     }
 
-    /// Removes the run's cgroups if every process is gone; false if not yet.
+    /// Removes the run's cgroups, or keeps them for reuse, if every process
+    /// is gone; false if not yet.
     pub(crate) fn try_remove(&self) -> bool {
+        if self.pool.is_some() && self.fit_for_reuse() {
+            self.keep.set(true);
+            return true;
+        }
+        let run = &self.kept().run;
         let _ = fs::remove_dir(&self.prog);
-        fs::remove_dir(&self.run).is_ok() || !self.run.exists()
+        fs::remove_dir(run).is_ok() || !run.exists()
     }
 
     pub(crate) fn raw_fds(&self) -> CgroupFds {
+        let k = self.kept();
         CgroupFds {
             prog_dir: self.prog_dir.as_raw_fd(),
-            cpu_stat: self.cpu_stat.as_raw_fd(),
-            kill: self.kill.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            cpu_stat: k.cpu_stat.as_raw_fd(),
+            kill: k.kill.as_ref().map_or(-1, |f| f.as_raw_fd()),
         }
     }
+}
+
+impl Drop for RunCgroup {
+    /// A cgroup `try_remove` found fit goes back to the pool.
+    fn drop(&mut self) {
+        if !self.keep.get() {
+            return;
+        }
+        if let (Some(pool), Some(kept)) = (&self.pool, self.kept.take()) {
+            let mut idle = pool.idle.borrow_mut();
+            idle.push(kept);
+            if idle.len() > pool.max.get() {
+                let oldest = idle.remove(0);
+                remove_tree(&oldest.run);
+            }
+        }
+    }
+}
+
+fn read_u64(p: &Path) -> Option<u64> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Creates a run's `prog` and opens it for CLONE_INTO_CGROUP.
+fn make_prog(run: &Path) -> Result<(PathBuf, OwnedFd), SysError> {
+    let prog = run.join("prog");
+    fs::create_dir(&prog).map_err(|e| err("mkdir", &prog, e))?;
+    let _ = fs::write(prog.join("cgroup.pressure"), "0");
+    let dir = open_at(&prog, libc::O_RDONLY | libc::O_DIRECTORY);
+    if dir.is_err() {
+        let _ = fs::remove_dir(&prog);
+    }
+    Ok((prog, dir?))
 }
 
 /// The run's cgroup descriptors as the children see them.
@@ -621,8 +888,10 @@ mod tests {
         let inst = Instance {
             base: PathBuf::from("/nonexistent/capsule-base"),
             prefix: "capsule.12.34.".into(),
-            controllers: std::cell::RefCell::new(vec!["memory", "pids", "cpu"]),
+            controllers: RefCell::new(vec!["memory", "pids", "cpu"]),
             next_run: Cell::new(5),
+            reuse: RefCell::new(Reuse::No(format!("{FRESH_ENV}=1"))),
+            pool: Rc::default(),
         };
         let s = inst.into_state();
         let json = serde_json::to_string(&s).unwrap();
@@ -630,6 +899,7 @@ mod tests {
         assert_eq!(back.base, Path::new("/nonexistent/capsule-base"));
         assert_eq!(back.prefix, "capsule.12.34.");
         assert_eq!(*back.controllers.borrow(), vec!["memory", "pids", "cpu"]);
+        assert_eq!(*back.reuse.borrow(), Reuse::No(format!("{FRESH_ENV}=1")));
         std::mem::forget(back);
     }
 

@@ -215,6 +215,8 @@ impl Supervisor {
             }
             _ => None,
         };
+        // One kept cgroup per slot: the parallel runs and the PID 1s prepared ahead.
+        let slots = 2 * p.config.parallel + 1;
         Ok(Supervisor {
             config: p.config,
             host_uid: p.host_uid,
@@ -224,7 +226,8 @@ impl Supervisor {
             last_cap: crate::host::last_cap(),
             filters: Filters::default(),
             pools: Rc::new(Pools::default()),
-            cgroups: p.cgroups.map(Instance::from_state),
+            // One kept cgroup per slot: the parallel runs and the PID 1s prepared ahead.
+            cgroups: p.cgroups.map(|s| Instance::from_state(s).keep_at_most(slots)),
             cgroup_note: p.cgroup_note,
             cpus: sys::cpu_count(),
             affinity: sys::affinity().ok().filter(|set| sys::cpus_in(set) > 1),

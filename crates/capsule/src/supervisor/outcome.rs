@@ -60,8 +60,9 @@ impl Supervisor {
             res.net_log_dropped = (dropped > 0).then_some(dropped);
         }
         if let Some(st) = &stats {
-            // From the program's cgroup, counted from its execve.
-            let at_exec = shared.cgroup_cpu_us_at_exec.load(SeqCst);
+            // From the program's cgroup, counted from its execve (PID 1
+            // read the cgroup's absolute figure, `st` counts from the run's start).
+            let at_exec = shared.cgroup_cpu_us_at_exec.load(SeqCst).saturating_sub(st.cpu_start_us);
             let total = st.user_us + st.system_us;
             // cpu.stat splits user/system by tick sampling; the total is exact.
             let system = st.system_us.min(total.saturating_sub(at_exec));
