@@ -11,7 +11,8 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 const AGENT_AFTER: &str = "\
 The first `capsule run` starts an agent: a supervisor that prepares the next run's sandbox
 while idle (fresh for every run) and exits after CAPSULE_AGENT_IDLE seconds without work
-(default 300). Later runs with the same identity (binary, ids and groups, namespaces,
+(default 300), or after a tenth of that (5 to 30 s) once another of your agents has had a
+request since its own last one. Later runs with the same identity (binary, ids and groups, namespaces,
 cgroup, limits, umask, capabilities, HOME, PATH, XDG_RUNTIME_DIR, CAPSULE_* variables, ...)
 are sent to it; a caller that differs gets an agent of its own, and one with no_new_privs
 or a seccomp filter (maybe confined by Landlock) uses none. A run is sent only after
