@@ -467,6 +467,7 @@ pub(crate) fn agent_job(job: AgentJob, started: Result<Supervisor, Error>, plann
         peer: String::new(),
         planner,
         step_aside,
+        marked: std::cell::Cell::new(None),
     };
     let code = match started {
         Ok(sup) => {

@@ -802,7 +802,7 @@ impl RunCgroup {
     /// unexpected falls back to killing and removing the whole tree), or
     /// keeps them for reuse.
     pub(crate) fn remove(self) {
-        if self.pool.is_some() && self.try_remove() {
+        if self.try_remove() {
             return;
         }
         let run = &self.kept().run;

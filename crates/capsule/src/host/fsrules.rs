@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
@@ -336,26 +337,26 @@ struct Rule {
 /// actions; `homes.home` expands `~`, and the default secrets are hidden
 /// under each of `homes` (none when both are unknown). Errors name the
 /// field.
-pub(crate) fn plan(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Action>, SpecError> {
+pub(crate) fn plan(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Rc<[Action]>, SpecError> {
     // The rules are a pure function of these, and a supervisor plans the
-    // same ones for run after run: the last result is kept (per thread).
+    // same ones for run after run: the last result is kept (per thread) and shared.
     thread_local! {
         static LAST: std::cell::RefCell<Option<Planned>> = const { std::cell::RefCell::new(None) };
     }
     let hit = LAST.with_borrow(|last| {
         let (f, h, e, actions) = last.as_ref()?;
-        (f == fs && h == homes && *e == empty_root).then(|| actions.clone())
+        (f == fs && h == homes && *e == empty_root).then(|| Rc::clone(actions))
     });
     if let Some(actions) = hit {
         return Ok(actions);
     }
-    let actions = plan_anew(fs, homes, empty_root)?;
-    LAST.with_borrow_mut(|last| *last = Some((fs.clone(), homes.clone(), empty_root, actions.clone())));
+    let actions: Rc<[Action]> = plan_anew(fs, homes, empty_root)?.into();
+    LAST.with_borrow_mut(|last| *last = Some((fs.clone(), homes.clone(), empty_root, Rc::clone(&actions))));
     Ok(actions)
 }
 
 /// A plan's inputs and its actions.
-type Planned = (Filesystem, Homes, bool, Vec<Action>);
+type Planned = (Filesystem, Homes, bool, Rc<[Action]>);
 
 fn plan_anew(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Action>, SpecError> {
     let home = homes.home.as_deref();
@@ -488,6 +489,11 @@ pub(crate) fn slots(actions: &[Action]) -> usize {
 mod tests {
     use super::*;
     use Action::*;
+
+    /// [`super::plan`], its shared actions as a vector to compare.
+    fn plan(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Action>, SpecError> {
+        super::plan(fs, homes, empty_root).map(|a| a.to_vec())
+    }
 
     fn fs(allow: &[&str], read_only: &[&str], writable: &[&str], hide: &[&str]) -> Filesystem {
         let v = |l: &[&str]| l.iter().map(PathBuf::from).collect();

@@ -66,7 +66,7 @@ pub(crate) fn rules_of(spec: &RunSpec) -> Result<RunRules, String> {
     let homes = crate::host::fsrules::caller_homes(crate::sys::geteuid());
     let actions = crate::host::fsrules::plan(&spec.filesystem, &homes, spec.empty_root).map_err(|e| e.to_string())?;
     let mut r = RunRules::default();
-    for a in &actions {
+    for a in actions.iter() {
         match a {
             Action::Hide { path, .. } | Action::Reveal { path, read_only: true, .. } => {
                 push_path(&mut r.protected, path)

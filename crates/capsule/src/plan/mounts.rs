@@ -688,15 +688,15 @@ impl MountPlan {
         let mut parents = Parents { list: Vec::new(), now };
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        for action in actions {
+        for action in actions.iter() {
             match action {
                 Action::Hide { path, holes } => {
-                    if !shadowed(spec, &path) {
-                        let listed = listings.iter().find(|l| l.absent(&path));
-                        let stamp = if listed.is_some() { None } else { Stamp::of_path(&path) };
+                    if !shadowed(spec, path) {
+                        let listed = listings.iter().find(|l| l.absent(path));
+                        let stamp = if listed.is_some() { None } else { Stamp::of_path(path) };
                         let parent = match stamp {
                             Some(_) => None,
-                            None => parents.vouch(&path, listed.map(|l| l.dir.as_path())),
+                            None => parents.vouch(path, listed.map(|l| l.dir.as_path())),
                         };
                         sources.push(Source {
                             path: path.clone(),
@@ -712,22 +712,22 @@ impl MountPlan {
                     }
                     needs_scratch = true;
                     let n = name(path.display().to_string());
-                    ops.push(Op::Hide { dst: cstr(&path), holes, cover: Cell::new(-1), name: n });
+                    ops.push(Op::Hide { dst: cstr(path), holes: *holes, cover: Cell::new(-1), name: n });
                 }
-                Action::Save { path, slot } => {
+                &Action::Save { ref path, slot } => {
                     // What is shown again is found without following a link
                     // the caller owns (a sandboxed run could have planted
                     // one to a secret): resolved here like a bind source,
                     // and PID 1 follows no link at all on the path it was
                     // resolved to.
-                    let at = if shadowed(spec, &path) {
-                        path
+                    let at = if shadowed(spec, path) {
+                        path.clone()
                     } else {
-                        match resolve::resolve_at(&path, me) {
+                        match resolve::resolve_at(path, me) {
                             Ok((fd, real)) => {
                                 let stamp = Stamp::of(fd.as_raw_fd(), false);
                                 sources.push(Source {
-                                    path,
+                                    path: path.clone(),
                                     file: false,
                                     try_: true,
                                     stamp,
@@ -738,7 +738,7 @@ impl MountPlan {
                             }
                             Err(e) if e.missing() => {
                                 sources.push(Source {
-                                    path,
+                                    path: path.clone(),
                                     file: false,
                                     try_: true,
                                     stamp: None,
@@ -747,29 +747,29 @@ impl MountPlan {
                                 });
                                 continue;
                             }
-                            Err(e) => return Err(e.describe("filesystem rule path", &path)),
+                            Err(e) => return Err(e.describe("filesystem rule path", path)),
                         }
                     };
                     let n = name(at.display().to_string());
                     ops.push(Op::Save { dst: cstr(&at), slot, name: n });
                     saved_at[slot] = Some(at);
                 }
-                Action::Reveal { slot, read_only, .. } => {
+                &Action::Reveal { slot, read_only, .. } => {
                     let Some(at) = &saved_at[slot] else { continue }; // missing
                     let attrs = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
                     let n = name(at.display().to_string());
                     ops.push(Op::Reveal { dst: cstr(at), slot, attrs, name: n });
                 }
                 Action::Writable { path } => ops.push(Op::Bind {
-                    src: bind_source_as("filesystem.writable path", &path, false, me, &mut sources)?,
-                    dst: cstr(&path),
+                    src: bind_source_as("filesystem.writable path", path, false, me, &mut sources)?,
+                    dst: cstr(path),
                     attrs: rw,
                     clone: Cell::new(-1),
                     name: name(path.display().to_string()),
                 }),
                 Action::HostReadOnly { path } => ops.push(Op::Bind {
-                    src: bind_source_as("filesystem path", &path, true, me, &mut sources)?,
-                    dst: cstr(&path),
+                    src: bind_source_as("filesystem path", path, true, me, &mut sources)?,
+                    dst: cstr(path),
                     attrs: MOUNT_ATTR_RDONLY | rw,
                     clone: Cell::new(-1),
                     name: name(path.display().to_string()),

@@ -123,6 +123,8 @@ pub struct AgentLife {
     /// Idle this long, the agent steps aside when another agent of the user
     /// was asked for a run since its own last one ([`AgentLife::step_aside`]).
     pub step_aside: std::time::Duration,
+    /// When [`AgentLife::mark_used`] last stamped the socket.
+    pub marked: std::cell::Cell<Option<std::time::Instant>>,
 }
 
 impl AgentLife {
@@ -134,8 +136,13 @@ impl AgentLife {
     }
 
     /// Marks a request on this agent (its socket's mtime), for the user's
-    /// other agents to see.
+    /// other agents to see; at most once a second (they look every 5 s or more).
     pub fn mark_used(&self) {
+        let now = std::time::Instant::now();
+        if self.marked.get().is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        self.marked.set(Some(now));
         if let Ok(path) = std::ffi::CString::new(self.path.as_os_str().as_encoded_bytes()) {
             let _ = crate::sys::touch(&path);
         }
