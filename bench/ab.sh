@@ -61,6 +61,8 @@ set -euo pipefail
 
 die() { printf 'bench/ab.sh: %s\n' "$*" >&2; exit 1; }
 log() { printf '==> %s\n' "$*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 rounds=${ROUNDS:-10}
 runs=${RUNS:-200}
@@ -104,39 +106,11 @@ is_root=false
 [[ $(id -u) -eq 0 ]] && is_root=true
 
 # --- tools -------------------------------------------------------------------
-missing=()
-for pair in hyperfine:hyperfine jq:jq setpriv:util-linux python3:python3; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
-done
-if ((${#missing[@]})); then
-    $is_root || die "missing tools; install them first: apt-get install ${missing[*]}"
-    log "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
-        { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; } ||
-        die "apt-get install ${missing[*]} failed"
-fi
+mapfile -t missing < <(missing_of hyperfine:hyperfine jq:jq setpriv:util-linux python3:python3)
+install_missing "${missing[@]}"
 
 # --- stage and pick the user -----------------------------------------------------
-if $is_root; then
-    stage=${BENCH_DIR:-/var/tmp/capsule-bench}
-    if ! id -u "$bench_user" >/dev/null 2>&1; then
-        log "creating system user $bench_user"
-        useradd -r -M -s /usr/sbin/nologin "$bench_user"
-    fi
-    install -d -m 0755 -o root -g root "$stage"
-    out=$stage/ab-out
-    rm -rf "$out"
-    install -d -m 0755 -o "$bench_user" -g "$(id -gn "$bench_user")" "$out"
-    as_user=(setpriv "--reuid=$bench_user" "--regid=$(id -g "$bench_user")" --clear-groups)
-    run_user=$bench_user
-else
-    stage=$(mktemp -d "${TMPDIR:-/tmp}/capsule-bench.XXXXXX")
-    out=$stage/ab-out
-    mkdir "$out"
-    as_user=()
-    run_user=$(id -un)
-fi
+stage_and_user ab-out /var/tmp/capsule-bench
 
 # Everything below runs as the benchmark user, in the staging directory, with
 # a minimal environment (the same for every command: the agents' identity

@@ -77,6 +77,8 @@ die() { printf 'bench/scale.sh: %s\n' "$*" >&2; exit 1; }
 log() { printf '==> %s\n' "$*" >&2; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 vm_mode=false
 inner=false
 plist=${PARALLEL:-}
@@ -253,19 +255,8 @@ if $inner; then
 fi
 
 # --- tools -------------------------------------------------------------------
-missing=()
-for pair in jq:jq setpriv:util-linux python3:python3 "$cc":gcc; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
-done
-if ((${#missing[@]})); then
-    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
-    $is_root || die "missing tools; install them first: apt-get install ${missing[*]}"
-    log "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
-        { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; } ||
-        die "apt-get install ${missing[*]} failed"
-fi
+mapfile -t missing < <(missing_of jq:jq setpriv:util-linux python3:python3 "$cc":gcc)
+install_missing "${missing[@]}"
 if $vm_mode; then
     $is_root || die "--vm must run as root (the VM script starts QEMU and creates its user)"
     [[ -x $vm ]] || die "the cgroup v2 VM script $vm is missing (set VM)"
@@ -279,43 +270,15 @@ if [[ -n $cg_dir ]]; then
 fi
 
 # --- build -------------------------------------------------------------------
-cargo=$(command -v cargo || true)
-[[ -z $cargo && -x $HOME/.cargo/bin/cargo ]] && cargo=$HOME/.cargo/bin/cargo
-[[ -n $cargo ]] || die "cargo not found"
-log "building: cargo build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli --bin capsule-bench"
-artifacts=$(cd "$repo" && "$cargo" build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli \
-    --bin capsule-bench --message-format=json-render-diagnostics |
-    jq -r 'select(.reason == "compiler-artifact" and (.target.kind | index("bin")) and .executable != null)
-           | "\(.target.name)\t\(.executable)"') || die "cargo build failed"
-built_capsule=$(awk -F'\t' '$1 == "capsule" { print $2 }' <<<"$artifacts" | tail -n 1)
-built_bench=$(awk -F'\t' '$1 == "capsule-bench" { print $2 }' <<<"$artifacts" | tail -n 1)
-[[ -x $built_capsule && -x $built_bench ]] || die "cargo reported no capsule or capsule-bench executable"
+build_release
 
 # --- stage and pick the user -----------------------------------------------------
-if $is_root; then
-    stage=${BENCH_DIR:-/var/tmp/capsule-bench}
-    $vm_mode && stage=${BENCH_DIR:-/var/tmp/capsule-bench-scale}
-    if ! id -u "$bench_user" >/dev/null 2>&1; then
-        log "creating system user $bench_user"
-        useradd -r -M -s /usr/sbin/nologin "$bench_user"
-    fi
-    install -d -m 0755 -o root -g root "$stage"
-    out=$stage/scale-out
-    $vm_mode && out=$stage/out
-    rm -rf "$out"
-    install -d -m 0755 -o "$bench_user" -g "$(id -gn "$bench_user")" "$out"
-    as_user=(setpriv "--reuid=$bench_user" "--regid=$(id -g "$bench_user")" --clear-groups)
-    run_user=$bench_user
+if $vm_mode; then
+    stage_and_user out /var/tmp/capsule-bench-scale
 else
-    stage=$(mktemp -d "${TMPDIR:-/tmp}/capsule-bench.XXXXXX")
-    out=$stage/scale-out
-    mkdir "$out"
-    as_user=()
-    run_user=$(id -un)
+    stage_and_user scale-out /var/tmp/capsule-bench
 fi
-install -m 0755 "$built_capsule" "$stage/capsule"
-install -m 0755 "$(dirname "$built_capsule")/capsule-cli" "$stage/capsule-cli"
-install -m 0755 "$built_bench" "$stage/capsule-bench"
+install_binaries
 log "compiling bench/scalefloor.c"
 "$cc" -O2 -Wall -o "$stage/scalefloor" "$repo/bench/scalefloor.c" || die "$cc failed on bench/scalefloor.c"
 chmod 0755 "$stage/scalefloor"

@@ -64,6 +64,8 @@ die() { printf 'bench/server.sh: %s\n' "$*" >&2; exit 1; }
 log() { printf '==> %s\n' "$*" >&2; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 quick=false
 rounds=${ROUNDS:-}
 mem_runs=${MEM_RUNS:-}
@@ -98,64 +100,21 @@ is_root=false
 [[ $(id -u) -eq 0 ]] && is_root=true
 
 # --- tools -------------------------------------------------------------------
-missing=()
-for pair in hyperfine:hyperfine bwrap:bubblewrap jq:jq setpriv:util-linux unshare:util-linux python3:python3 \
-    "$cc":gcc gcc:gcc; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
-done
+mapfile -t missing < <(missing_of hyperfine:hyperfine bwrap:bubblewrap jq:jq setpriv:util-linux unshare:util-linux \
+    python3:python3 "$cc":gcc gcc:gcc)
 # The static no-op needs the static C library.
 [[ -e /usr/lib/x86_64-linux-gnu/libc.a || -e /usr/lib64/libc.a || -e /usr/lib/libc.a ]] || missing+=(libc6-dev)
-if ((${#missing[@]})); then
-    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
-    $is_root || die "missing tools; install them first: apt-get install ${missing[*]}"
-    log "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
-        { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; } ||
-        die "apt-get install ${missing[*]} failed"
-fi
+install_missing "${missing[@]}"
 bwrap_bin=$(command -v bwrap)
 unshare_bin=$(command -v unshare)
 gcc_bin=$(command -v gcc)
 
 # --- build -------------------------------------------------------------------
-cargo=$(command -v cargo || true)
-[[ -z $cargo && -x $HOME/.cargo/bin/cargo ]] && cargo=$HOME/.cargo/bin/cargo
-[[ -n $cargo ]] || die "cargo not found"
-log "building: cargo build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli --bin capsule-bench"
-# Ask cargo where it put the binaries: .cargo/config.toml sets a build
-# target, which changes the path.
-artifacts=$(cd "$repo" && "$cargo" build --release -p capsule-cli -p capsule-testkit --bin capsule --bin capsule-cli \
-    --bin capsule-bench --message-format=json-render-diagnostics |
-    jq -r 'select(.reason == "compiler-artifact" and (.target.kind | index("bin")) and .executable != null)
-           | "\(.target.name)\t\(.executable)"') || die "cargo build failed"
-built_capsule=$(awk -F'\t' '$1 == "capsule" { print $2 }' <<<"$artifacts" | tail -n 1)
-built_bench=$(awk -F'\t' '$1 == "capsule-bench" { print $2 }' <<<"$artifacts" | tail -n 1)
-[[ -x $built_capsule && -x $built_bench ]] || die "cargo reported no capsule or capsule-bench executable"
+build_release
 
 # --- stage and pick the user -----------------------------------------------------
-if $is_root; then
-    stage=${BENCH_DIR:-/var/tmp/capsule-bench}
-    if ! id -u "$bench_user" >/dev/null 2>&1; then
-        log "creating system user $bench_user"
-        useradd -r -M -s /usr/sbin/nologin "$bench_user"
-    fi
-    install -d -m 0755 -o root -g root "$stage"
-    out=$stage/server-out
-    rm -rf "$out"
-    install -d -m 0755 -o "$bench_user" -g "$(id -gn "$bench_user")" "$out"
-    as_user=(setpriv "--reuid=$bench_user" "--regid=$(id -g "$bench_user")" --clear-groups)
-    run_user=$bench_user
-else
-    stage=$(mktemp -d "${TMPDIR:-/tmp}/capsule-bench.XXXXXX")
-    out=$stage/server-out
-    mkdir "$out"
-    as_user=()
-    run_user=$(id -un)
-fi
-install -m 0755 "$built_capsule" "$stage/capsule"
-install -m 0755 "$(dirname "$built_capsule")/capsule-cli" "$stage/capsule-cli"
-install -m 0755 "$built_bench" "$stage/capsule-bench"
+stage_and_user server-out /var/tmp/capsule-bench
+install_binaries
 capsule=$stage/capsule
 # The library starts its supervisor from the full tool (the front end would
 # only execute it).
