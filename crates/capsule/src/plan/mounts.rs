@@ -460,13 +460,61 @@ fn bind_source_as(
 fn shadowed(spec: &RunSpec, path: &Path) -> bool {
     // As bytes (a `Path` compares component by component, and every run
     // of the host view asks this of each default secret); `path` is clean.
-    let under = |p: &[u8], dir: &[u8]| {
-        let dir = dir.strip_suffix(b"/").unwrap_or(dir);
-        p.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
-    };
     let p = path.as_os_str().as_encoded_bytes();
     spec.mounts.iter().any(|op| under(p, op.dst().as_os_str().as_encoded_bytes()))
         || !spec.empty_root && [&b"/proc"[..], b"/dev", b"/tmp", b"/run"].iter().any(|m| under(p, m))
+}
+
+impl Op {
+    /// Where the operation acts in the run's tree.
+    fn dst(&self) -> &CStr {
+        match self {
+            Op::Bind { dst, .. }
+            | Op::Tmpfs { dst, .. }
+            | Op::Proc { dst, .. }
+            | Op::Dev { dst, .. }
+            | Op::Dir { dst, .. }
+            | Op::File { dst, .. }
+            | Op::FileData { dst, .. }
+            | Op::Symlink { dst, .. }
+            | Op::Hide { dst, .. }
+            | Op::Save { dst, .. }
+            | Op::Reveal { dst, .. }
+            | Op::Overlay { dst, .. } => dst,
+        }
+    }
+}
+
+/// Whether `p` is `dir` or beneath it (clean absolute paths, as bytes).
+fn under(p: &[u8], dir: &[u8]) -> bool {
+    let dir = dir.strip_suffix(b"/").unwrap_or(dir);
+    p.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+}
+
+/// Whether `a` is `b` or beneath it, or `b` beneath `a`.
+fn related(a: &[u8], b: &[u8]) -> bool {
+    under(a, b) || under(b, a)
+}
+
+/// Whether a hidden `path` lies in a fresh tmpfs of the plan (the host
+/// view's /tmp or /run) that no other operation or rule mounts into, over
+/// or beneath: it is empty when PID 1 builds the tree, so the cover would
+/// find nothing (every default secret when `$HOME` is in /tmp).
+fn in_fresh_tmpfs(ops: &[Op], actions: &[Action], path: &Path) -> bool {
+    let p = path.as_os_str().as_encoded_bytes();
+    let fresh = ops.iter().position(|op| {
+        matches!(op, Op::Tmpfs { dst, .. } if matches!(dst.to_bytes(), b"/tmp" | b"/run") && under(p, dst.to_bytes()) && p != dst.to_bytes())
+    });
+    let Some(at) = fresh else { return false };
+    let others = ops.iter().enumerate().any(|(i, op)| i != at && related(p, op.dst().to_bytes()));
+    let rules = actions.iter().any(|a| match a {
+        Action::Hide { .. } => false,
+        Action::Save { path: q, .. }
+        | Action::Reveal { path: q, .. }
+        | Action::Writable { path: q }
+        | Action::HostReadOnly { path: q } => related(p, q.as_os_str().as_encoded_bytes()),
+    });
+    !others && !rules
 }
 
 fn cstr(p: &Path) -> CString {
@@ -691,6 +739,9 @@ impl MountPlan {
         for action in actions.iter() {
             match action {
                 Action::Hide { path, holes } => {
+                    if in_fresh_tmpfs(&ops, &actions[..], path) {
+                        continue; // nothing there, nothing can be
+                    }
                     if !shadowed(spec, path) {
                         let listed = listings.iter().find(|l| l.absent(path));
                         let stamp = if listed.is_some() { None } else { Stamp::of_path(path) };
@@ -958,6 +1009,37 @@ mod tests {
         let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert!(plan.parents.iter().any(|p| !p.unchanged()));
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+    }
+
+    #[test]
+    fn secrets_in_the_fresh_tmp_are_not_covered() {
+        // `$HOME` in /tmp (CI, benchmarks): the host view's /tmp is a fresh
+        // tmpfs, so its secrets cannot be there when PID 1 builds.
+        let base = PathBuf::from(format!("/tmp/capsule-mounts-fresh-{}", std::process::id()));
+        let _rm = Rm(base.clone());
+        std::fs::create_dir_all(base.join(".ssh")).unwrap();
+        let me = u32::MAX;
+        let homes = Homes::at(&base);
+        let mut spec = RunSpec::new(["/bin/true"]);
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), Vec::<String>::new());
+        // A user's own hide of such a path: nothing there either.
+        spec.filesystem.hide.push(base.join("x"));
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        assert_eq!(dsts(&plan, "hide"), Vec::<String>::new());
+        // The host's /tmp bound in (or anything of it): what it shows is covered.
+        for (how, bind) in [("the whole /tmp", "/tmp".into()), ("the home", base.clone())] {
+            let mut spec = RunSpec::new(["/bin/true"]);
+            spec.mounts.push(MountOp::Bind { src: bind.clone(), dst: bind.clone(), try_: false, noexec: false });
+            let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+            let hides = dsts(&plan, "hide");
+            assert!(hides.contains(&base.join(".ssh").display().to_string()), "{how}: {hides:?}");
+            assert_eq!(hides.len(), fsrules::SECRETS.len(), "{how}: {hides:?}");
+        }
+        let mut spec = RunSpec::new(["/bin/true"]);
+        spec.filesystem.writable.push(base.clone());
+        let plan = MountPlan::prepare(&spec, me, &homes, &mut Vec::new(), None).unwrap();
+        assert!(dsts(&plan, "hide").contains(&base.join(".ssh").display().to_string()));
     }
 
     #[test]
