@@ -487,6 +487,63 @@ fn serve_stdio_defaults_to_dev_null() {
 /// the first listens on; with `--shared-network` it can (the one network
 /// of the server, the control that the probe reaches a listener at all).
 #[test]
+fn serve_lends_kept_networks_one_run_at_a_time() {
+    require!("serve_lends_kept_networks_one_run_at_a_time", userns_available());
+    let _l = procs_shared();
+    let net_of = |r: &Value| {
+        let text = r["stdout"]["text"].as_str().unwrap_or("").to_string();
+        text.lines().find_map(|l| l.strip_prefix("ns.net=")).map(str::to_string).unwrap_or_else(|| panic!("{text}"))
+    };
+    for (args, fresh) in [(&["--parallel", "1"][..], false), (&["--parallel", "1", "--fresh-network"][..], true)] {
+        let mut s = serve(args);
+        let mut seen = Vec::new();
+        for i in 0..8 {
+            let r = s.run(json!(i), json!({"argv": [probe(), "ns-inodes"], "stdout": {"capture": 4096}}));
+            assert_exited(&r, 0);
+            seen.push(net_of(&r));
+        }
+        let mut distinct = seen.clone();
+        distinct.sort();
+        distinct.dedup();
+        match fresh {
+            true => assert_eq!(distinct.len(), seen.len(), "--fresh-network: a network used twice: {seen:?}"),
+            // (A PID 1 prepared while every kept one is in use or being checked makes its own.)
+            false => assert!(distinct.len() < seen.len(), "no kept network lent again: {seen:?}"),
+        }
+        s.finish().assert_code(0);
+    }
+}
+
+#[test]
+fn serve_lends_no_network_a_run_left_a_socket_in() {
+    require!("serve_lends_no_network_a_run_left_a_socket_in", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&["--parallel", "1"]);
+    for round in 0..4 {
+        // A listener that outlives its run, in flight in a Unix socket cycle.
+        let r = s.run(
+            json!(format!("leak-{round}")),
+            json!({"argv": [probe(), "leak-tcp", "47127"], "stdout": {"capture": 4096}}),
+        );
+        assert_exited(&r, 0);
+        let text = r["stdout"]["text"].as_str().unwrap_or("");
+        assert!(text.contains("listen=ok") && text.contains("leak=ok"), "round {round}: {text}");
+        for i in 0..3 {
+            let r = s.run(
+                json!(format!("connect-{round}-{i}")),
+                json!({"argv": [probe(), "connect-tcp", "127.0.0.1:47127"], "stdout": {"capture": 4096}}),
+            );
+            let text = r["stdout"]["text"].as_str().unwrap_or("");
+            assert!(
+                text.contains("connect=ECONNREFUSED\n"),
+                "round {round}, run {i}: a later run reached the listener an earlier one left: {text:?}"
+            );
+        }
+    }
+    s.finish().assert_code(0);
+}
+
+#[test]
 fn serve_concurrent_runs_have_their_own_network() {
     require!("serve_concurrent_runs_have_their_own_network", userns_available());
     let _l = procs_shared();

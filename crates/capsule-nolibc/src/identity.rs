@@ -79,8 +79,7 @@ pub fn covers_env(key: &[u8]) -> bool {
 /// The JSON of the agent configuration of a `capsule run` without cgroup
 /// options (`capsule::endpoints::agent::default_config`, checked by its test): the
 /// front end serves only those.
-pub const DEFAULT_CONFIG: &str =
-    r#"{"parallel":64,"cgroup":{"path":null,"require":false,"disable":false},"prepare_ahead":true,"own_network":true}"#;
+pub const DEFAULT_CONFIG: &str = r#"{"parallel":64,"cgroup":{"path":null,"require":false,"disable":false},"prepare_ahead":true,"own_network":true,"fresh_network":false}"#;
 
 /// The cgroup `capsule::host::cgroups` moves a delegated cgroup's processes
 /// into before it enables controllers there ("no internal processes").

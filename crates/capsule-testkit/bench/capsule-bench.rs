@@ -83,7 +83,7 @@ const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] 
        capsule-bench throughput [--runs N] [--parallel P] [--window W] [--warmup N] [--no-bare] [--round N] [--raw FILE]
        capsule-bench serve [--runs N] [--parallel P] [--window W] [--warmup N] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, \
+common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, --fresh-network, \
 --profile FILE (a TOML profile the sandboxed runs start from; not with serve)";
 
 const CONFIGS: [&str; 6] = ["bare", "server", "bare-2", "server-2", "server-shared", "server-2-shared"];
@@ -125,6 +125,8 @@ struct Opts {
     no_bare: bool,
     /// `throughput`, `serve`, `memory`: one network for all runs (`Config::own_network` false).
     shared_network: bool,
+    /// ... or one made per run (`Config::fresh_network`).
+    fresh_network: bool,
     gap: Duration,
     profile: Option<RunSpec>,
 }
@@ -167,6 +169,7 @@ fn parse_opts() -> Opts {
         warmup: None,
         no_bare: false,
         shared_network: false,
+        fresh_network: false,
         gap: Duration::ZERO,
         profile: None,
     };
@@ -204,6 +207,7 @@ fn parse_opts() -> Opts {
             }
             "--no-bare" => o.no_bare = true,
             "--shared-network" => o.shared_network = true,
+            "--fresh-network" => o.fresh_network = true,
             "--profile" => {
                 let path = val(&a);
                 let text = std::fs::read_to_string(&path).unwrap_or_else(|e| die(format!("{path}: {e}")));
@@ -249,7 +253,13 @@ impl Raw {
 }
 
 fn start_sandbox(o: &Opts, parallel: usize, own_network: bool) -> Sandbox {
-    let mut cfg = Config { parallel, capsule_bin: o.capsule.clone(), own_network, ..Config::default() };
+    let mut cfg = Config {
+        parallel,
+        capsule_bin: o.capsule.clone(),
+        own_network,
+        fresh_network: o.fresh_network,
+        ..Config::default()
+    };
     cfg.cgroup.disable = o.no_cgroups;
     cfg.cgroup.path = o.cgroup.clone();
     cfg.cgroup.require = o.require_cgroups;
@@ -745,6 +755,9 @@ fn serve(o: &Opts) {
     }
     if o.shared_network {
         cmd.arg("--shared-network");
+    }
+    if o.fresh_network {
+        cmd.arg("--fresh-network");
     }
     let mut child = cmd
         .stdin(Stdio::piped())

@@ -24,7 +24,8 @@ pub fn command() -> Command {
         .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
         .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
         .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes while idle", "Supervisor"))
-        .arg(flag("shared-network", "One loopback network for all runs instead of one per run: concurrent runs can then reach each other over 127.0.0.1", "Supervisor"))
+        .arg(flag("shared-network", "One loopback network for all runs instead of one per concurrent run: concurrent runs can then reach each other over 127.0.0.1", "Supervisor").conflicts_with("fresh-network"))
+        .arg(flag("fresh-network", "Make each run's loopback network anew and tear it down after the run, instead of lending it a kept one no other run is using: slower, but the network's statistics (/proc/net/snmp, /proc/net/dev) do not carry over from earlier runs", "Supervisor"))
         .args(cgroup_args())
 }
 
@@ -36,6 +37,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     }
     config.prepare_ahead = !m.get_flag("no-prepare");
     config.own_network = !m.get_flag("shared-network");
+    config.fresh_network = m.get_flag("fresh-network");
     if let Some(v) = last(m, "cgroup") {
         config.cgroup.path = Some(absolute(v, &cwd));
     }

@@ -198,6 +198,7 @@ pub fn config_for(spec: &RunSpec) -> Config {
         prepare_ahead: true,
         capsule_bin: None,
         own_network: true,
+        fresh_network: false,
     }
 }
 

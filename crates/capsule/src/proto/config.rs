@@ -29,6 +29,11 @@ pub struct Config {
     /// (docs/benchmarks-server.md has the cost). False: all runs of the
     /// supervisor share one (`capsule serve --shared-network`).
     pub own_network: bool,
+    /// With `own_network`: a network namespace made for each run and torn
+    /// down after it (default false: a network is kept per slot and lent to
+    /// one run at a time, taken back only when the run left no socket in
+    /// it; its statistics carry over, docs/network-reuse.md).
+    pub fresh_network: bool,
 }
 
 impl Default for Config {
@@ -39,6 +44,7 @@ impl Default for Config {
             prepare_ahead: true,
             capsule_bin: None,
             own_network: true,
+            fresh_network: false,
         }
     }
 }

@@ -56,6 +56,7 @@ mod filters;
 mod handoff;
 mod namespaces;
 mod netlog;
+mod netpool;
 mod outcome;
 mod prepare;
 mod relay;
@@ -65,6 +66,7 @@ pub use conn::*;
 use event::*;
 use filters::*;
 pub use handoff::*;
+use netpool::*;
 use prepare::*;
 
 /// The loopback-only network namespace of the supervisor.
@@ -74,8 +76,10 @@ pub(crate) enum Net {
     Ready(OwnedFd),
     /// Creating it failed; every run that needs it fails with this.
     Failed(String),
-    /// None: each run's PID 1 makes one of its own (`Config::own_network`).
+    /// None: each run's PID 1 makes one of its own (`Config::fresh_network`).
     PerRun,
+    /// Kept networks, one per slot (`Config::own_network`).
+    Pool(NetPool),
 }
 
 /// A running supervisor (lives in the process that called [`Supervisor::start`]).
@@ -217,11 +221,17 @@ impl Supervisor {
         };
         // One kept cgroup per slot: the parallel runs and the PID 1s prepared ahead.
         let slots = 2 * p.config.parallel + 1;
+        let net = match ns.loopback_net {
+            Some(pending) => Net::Pending(pending),
+            None if p.config.fresh_network => Net::PerRun,
+            // The slots, and those whose networks the keeper is checking.
+            None => Net::Pool(NetPool::start(slots + p.config.parallel)?),
+        };
         Ok(Supervisor {
             config: p.config,
             host_uid: p.host_uid,
             host_gid: p.host_gid,
-            net: ns.loopback_net.map_or(Net::PerRun, Net::Pending),
+            net,
             self_pidfd,
             last_cap: crate::host::last_cap(),
             filters: Filters::default(),

@@ -94,6 +94,16 @@ pub(crate) struct Prepared {
     pub(crate) signalled: bool,
     /// The run's layers, locked until its PID 1 is gone.
     pub(crate) layers: Option<crate::plan::overlay::LayerPlan>,
+    /// The kept network PID 1 joined, given back once PID 1 is gone.
+    pub(crate) net: Option<Lent>,
+}
+
+/// What the supervisor holds of a PID 1's network while it is prepared.
+pub(crate) enum NetHeld {
+    None,
+    /// Our end and PID 1's of the socket the shared network is sent over.
+    Pending(OwnedFd, OwnedFd),
+    Lent(Lent),
 }
 
 impl Prepared {
@@ -122,6 +132,9 @@ impl Drop for Prepared {
             let mut pfd = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
             if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
                 std::mem::forget(self.run.take());
+                if let Some(net) = self.net.take() {
+                    net.forget();
+                }
                 return;
             }
         }
@@ -215,20 +228,25 @@ impl Supervisor {
         Ok(())
     }
 
-    /// How PID 1 joins the network, and the socket to send it over while
-    /// the loopback namespace is still being made.
-    pub(crate) fn net_join(&mut self, spec: &RunSpec) -> Result<(NetJoin, Option<(OwnedFd, OwnedFd)>), String> {
+    /// How PID 1 joins the network: the socket to send it over while the
+    /// shared loopback namespace is still being made, or the kept network
+    /// lent to it.
+    pub(crate) fn net_join(&mut self, spec: &RunSpec) -> Result<(NetJoin, NetHeld), String> {
         if spec.share_net {
-            return Ok((NetJoin::Host, None));
+            return Ok((NetJoin::Host, NetHeld::None));
         }
         match &self.net {
-            Net::Ready(fd) => Ok((NetJoin::Fd(fd.as_raw_fd()), None)),
+            Net::Ready(fd) => Ok((NetJoin::Fd(fd.as_raw_fd()), NetHeld::None)),
             Net::Failed(msg) => Err(msg.clone()),
-            Net::PerRun => Ok((NetJoin::Own, None)),
+            Net::PerRun => Ok((NetJoin::Own, NetHeld::None)),
+            Net::Pool(pool) => Ok(match pool.take() {
+                Some(lent) => (NetJoin::Fd(lent.fd()), NetHeld::Lent(lent)),
+                None => (NetJoin::Own, NetHeld::None),
+            }),
             Net::Pending(_) => {
                 let (ours, theirs) =
                     sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
-                Ok((NetJoin::Receive(theirs.as_raw_fd()), Some((ours, theirs))))
+                Ok((NetJoin::Receive(theirs.as_raw_fd()), NetHeld::Pending(ours, theirs)))
             }
         }
     }
@@ -263,7 +281,7 @@ impl Supervisor {
         filter: Option<Rc<SealedFilter>>,
         ahead: bool,
     ) -> Result<Prepared, String> {
-        let (net, pending_net) = self.net_join(spec)?;
+        let (net, held) = self.net_join(spec)?;
         let mut names = vec![String::new(), String::new()];
         // The sources, resolved here once, in the supervisor's (the host's)
         // view: PID 1 mounts and copies what the descriptors refer to.
@@ -380,10 +398,15 @@ impl Supervisor {
         };
         drop(go_child);
         drop(done_child);
-        if let Some((ours, theirs)) = pending_net {
-            drop(theirs);
-            self.deliver_net(ours);
-        }
+        let net_lent = match held {
+            NetHeld::Pending(ours, theirs) => {
+                drop(theirs);
+                self.deliver_net(ours);
+                None
+            }
+            NetHeld::Lent(lent) => Some(lent),
+            NetHeld::None => None,
+        };
         let _ = pid;
         Ok(Prepared {
             signalled: false,
@@ -405,6 +428,7 @@ impl Supervisor {
             late_filter: None,
             net_log,
             layers,
+            net: net_lent,
         })
     }
 

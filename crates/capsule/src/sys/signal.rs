@@ -68,6 +68,34 @@ fn set_sigmask(signals: &[i32], how: i32) {
     unsafe { raw_syscall(libc::SYS_rt_sigprocmask, [how as u64, &set as *const u64 as u64, 0, 8, 0, 0]) };
 }
 
+/// Every signal blocked in the calling thread until dropped, which restores
+/// the mask it found: a thread started meanwhile inherits the full mask.
+pub struct BlockedSignals(u64);
+
+impl BlockedSignals {
+    pub fn all() -> BlockedSignals {
+        let set = !0u64;
+        let mut old = 0u64;
+        // SAFETY: both are 8-byte kernel sigsets alive for the call.
+        unsafe {
+            raw_syscall(
+                libc::SYS_rt_sigprocmask,
+                [libc::SIG_BLOCK as u64, &set as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0],
+            )
+        };
+        BlockedSignals(old)
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: an 8-byte kernel sigset alive for the call; the old mask is not asked for.
+        unsafe {
+            raw_syscall(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &self.0 as *const u64 as u64, 0, 8, 0, 0])
+        };
+    }
+}
+
 /// Unblocks `signals`.
 pub fn unblock_signals(signals: &[i32]) {
     set_sigmask(signals, libc::SIG_UNBLOCK);

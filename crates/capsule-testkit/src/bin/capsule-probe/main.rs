@@ -25,7 +25,9 @@ mod procs;
 mod resources;
 
 use files::{cmd_open_exe, cmd_stat, cmd_write_ro, try_write};
-use ns::{cmd_connect_abstract, cmd_connect_tcp, cmd_connect_unix, cmd_ipc, cmd_ns_inodes, cmd_timens, hostname};
+use ns::{
+    cmd_connect_abstract, cmd_connect_tcp, cmd_connect_unix, cmd_ipc, cmd_leak_tcp, cmd_ns_inodes, cmd_timens, hostname,
+};
 use process::{cmd_fds, cmd_ids, cmd_rlimits, cmd_stdio_kind, cmd_tiocsti, cmd_write_bytes};
 use procs::{cmd_daemon, cmd_fork_many, cmd_kill_all, cmd_sleep_tree};
 use resources::{
@@ -102,7 +104,7 @@ fn usage() -> ! {
         "usage: capsule-probe SUBCOMMAND [ARGS]\n\
          subcommands: exit N | signal SIG | sleep MS | hold TAG | write-bytes N [PATH] |\n\
          env | cwd | ids | rlimits | fds | stdio-kind | kill-all [EXIT] | tiocsti CHAR |\n\
-         open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT | bind-tcp PORT | listen-tcp PORT MS |\n\
+         open-exe [--write] | write-ro PATH... | connect-tcp [HOST:]PORT | bind-tcp PORT | listen-tcp PORT MS | leak-tcp PORT |\n\
          connect-abstract NAME | daemon MARKER | sleep-tree MARKER [N] |\n\
          hostname | sethostname NAME | ipc-check KEY | ipc-create KEY |\n\
          ns-inodes | timens | fork-many MAX | stat PATH... | cat PATH |\n\
@@ -207,6 +209,7 @@ fn main() {
             out("listen", io_res(&l));
             std::thread::sleep(Duration::from_millis(parse(arg(rest, 1))));
         }
+        "leak-tcp" => cmd_leak_tcp(parse(arg(rest, 0))),
         "connect-abstract" => cmd_connect_abstract(arg(rest, 0)),
         "connect-unix" => cmd_connect_unix(arg(rest, 0)),
         "daemon" => cmd_daemon(arg(rest, 0)),

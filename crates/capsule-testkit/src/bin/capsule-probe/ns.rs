@@ -95,3 +95,35 @@ pub(crate) fn cmd_timens() {
     unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     out("boottime_s", ts.tv_sec);
 }
+
+/// Listens on 127.0.0.1:PORT and leaves the listener in flight in a Unix
+/// socket cycle (its fd and the receiving end's own, queued on that end),
+/// which outlives the process until the kernel's collector runs.
+pub(crate) fn cmd_leak_tcp(port: u16) {
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind(("127.0.0.1", port));
+    out("listen", io_res(&l));
+    let Ok(l) = l else { return };
+    let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap_or_else(|e| die(&format!("socketpair: {e}")));
+    let fds = [l.as_raw_fd(), b.as_raw_fd()];
+    let mut cbuf = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: b"x".as_ptr() as *mut libc::c_void, iov_len: 1 };
+    // SAFETY: msghdr is plain data; every pointer set below stays valid for the sendmsg.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(&fds) as u32) } as usize;
+    // SAFETY: msg_control points at cbuf, large enough for one header with two fds.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(&fds) as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c) as *mut i32, 2);
+    }
+    // SAFETY: a's fd is open; msg is fully set up above.
+    let r = unsafe { libc::sendmsg(a.as_raw_fd(), &msg, 0) };
+    out("leak", res(r as i64));
+}

@@ -1,0 +1,243 @@
+//! Loopback networks kept for reuse: at most one per slot (a running run or
+//! a PID 1 prepared ahead), so that concurrent runs never share one, and
+//! none created or torn down per run (docs/latency.md: a network per run
+//! was 38 % of a run's CPU, most of it under `rtnl_mutex` and on the
+//! kernel's single-threaded teardown queue).
+//!
+//! A network is owned by the supervisor's user namespace, where a run's
+//! program has no capability: it can change no address, route or sysctl
+//! there. What a run leaves in it is sockets (its processes are gone when
+//! its PID 1 is reaped, their sockets with them but for a close still in
+//! progress, or one held in flight by a Unix socket cycle until the
+//! kernel's collector runs): a keeper thread reads the network's count of
+//! sockets in use per protocol (`/proc/net/protocols`, kept open from inside
+//! it) and takes the network back only when every count is as it was when
+//! the network was made, else drops it. TIME_WAIT is off in these networks (a loopback has no
+//! delayed duplicates to guard against), so a closed connection leaves
+//! nothing behind. What carries over is the network's statistics
+//! (`/proc/net/snmp`, `/proc/net/dev`): `Config::fresh_network` when even
+//! that must not (docs/network-reuse.md).
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::SysError;
+use crate::sys;
+
+/// A kept network: the namespace, its `/proc/net/protocols` (opened from
+/// inside it) and the sockets in use per protocol when it was made.
+pub(crate) struct Kept {
+    ns: OwnedFd,
+    protocols: std::fs::File,
+    made: Vec<u64>,
+}
+
+enum Job {
+    /// Make a network and put it with the idle ones.
+    Make,
+    /// A run that used this network is over: keep it if nothing is left in it.
+    Check(Kept),
+}
+
+struct Shared {
+    idle: Mutex<Vec<Kept>>,
+    /// Networks made or being made and not dropped: idle, in use, queued.
+    alive: AtomicUsize,
+    /// Why the keeper could not make or check a network, if it could not.
+    failed: Mutex<Option<String>>,
+}
+
+/// The pool; lives on the supervisor's thread.
+pub(crate) struct NetPool {
+    shared: Arc<Shared>,
+    jobs: Sender<Job>,
+    max: usize,
+}
+
+/// A network lent to one PID 1; goes back to the keeper when dropped (only
+/// once that PID 1 is gone: see `Prepared`'s drop).
+pub(crate) struct Lent {
+    kept: Option<Kept>,
+    jobs: Sender<Job>,
+    shared: Arc<Shared>,
+}
+
+impl Lent {
+    pub(crate) fn fd(&self) -> RawFd {
+        self.kept.as_ref().expect("only None while dropped").ns.as_raw_fd()
+    }
+
+    /// Gives the network up rather than back (its PID 1 may still be in it).
+    pub(crate) fn forget(mut self) {
+        self.kept = None;
+        self.shared.alive.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            let _ = self.jobs.send(Job::Check(kept));
+        }
+    }
+}
+
+impl NetPool {
+    /// Starts the keeper thread; `max` networks at most (the slots).
+    pub(crate) fn start(max: usize) -> Result<NetPool, SysError> {
+        let shared = Arc::new(Shared { idle: Mutex::default(), alive: AtomicUsize::new(0), failed: Mutex::default() });
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let keeper = shared.clone();
+        // No signal for the keeper: the supervisor's signalfds need them blocked in every thread.
+        let _blocked = sys::BlockedSignals::all();
+        std::thread::Builder::new()
+            .name("capsule-netkeep".into())
+            .spawn(move || {
+                for job in rx {
+                    keeper.run(job);
+                }
+            })
+            .map_err(|e| SysError::new("clone3 (network keeper thread)", e.raw_os_error().unwrap_or(libc::EAGAIN)))?;
+        Ok(NetPool { shared, jobs, max })
+    }
+
+    /// A kept network for a PID 1, if one is idle; else None (PID 1 makes
+    /// its own, as with `fresh_network`) and, while under `max`, the keeper
+    /// is asked for another, for later runs.
+    pub(crate) fn take(&self) -> Option<Lent> {
+        let kept = self.shared.idle.lock().expect("keeper alive").pop();
+        if kept.is_none() && self.shared.failed.lock().expect("keeper alive").is_none() {
+            let alive = self.shared.alive.load(SeqCst);
+            if alive < self.max && self.shared.alive.compare_exchange(alive, alive + 1, SeqCst, SeqCst).is_ok() {
+                let _ = self.jobs.send(Job::Make);
+            }
+        }
+        kept.map(|kept| Lent { kept: Some(kept), jobs: self.jobs.clone(), shared: self.shared.clone() })
+    }
+
+    /// Networks alive (idle, lent or being made or checked).
+    #[cfg(test)]
+    pub(crate) fn alive(&self) -> usize {
+        self.shared.alive.load(SeqCst)
+    }
+}
+
+impl Shared {
+    fn run(&self, job: Job) {
+        let kept = match job {
+            Job::Make => match make() {
+                Ok(kept) => Some(kept),
+                Err(e) => {
+                    *self.failed.lock().expect("not poisoned") = Some(e.to_string());
+                    None
+                }
+            },
+            Job::Check(kept) => clean(&kept).then_some(kept),
+        };
+        match kept {
+            Some(kept) => self.idle.lock().expect("not poisoned").push(kept),
+            None => {
+                self.alive.fetch_sub(1, SeqCst);
+            }
+        }
+    }
+}
+
+/// Whether no socket is left in a network a run has used. A close still in
+/// progress gets a moment (a loopback finishes it within microseconds).
+fn clean(kept: &Kept) -> bool {
+    for wait in [0, 1, 10] {
+        std::thread::sleep(Duration::from_millis(wait));
+        match in_use(&kept.protocols) {
+            Ok(now) if now == kept.made => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// The `sockets` column of a network's `/proc/net/protocols`: its sockets
+/// in use, per protocol (one file read; the kernel's socket diagnostics
+/// would walk the host-wide TCP and UDP tables instead).
+fn in_use(mut protocols: &std::fs::File) -> std::io::Result<Vec<u64>> {
+    use std::io::{Read, Seek};
+    protocols.rewind()?;
+    let mut text = String::new();
+    protocols.read_to_string(&mut text)?;
+    let bad = || std::io::Error::from_raw_os_error(libc::EPROTO);
+    text.lines().skip(1).map(|l| l.split_whitespace().nth(2).and_then(|n| n.parse().ok()).ok_or_else(bad)).collect()
+}
+
+/// Makes a network with only `lo`, up, and TIME_WAIT off, on the keeper
+/// thread (which moves into it: network namespaces are per thread, and the
+/// keeper never needs another).
+fn make() -> Result<Kept, SysError> {
+    sys::unshare(libc::CLONE_NEWNET).map_err(|e| SysError::new("unshare(CLONE_NEWNET)", e))?;
+    sys::loopback_up().map_err(|e| SysError::new("ioctl(SIOCSIFFLAGS, lo up)", e))?;
+    // /proc/sys/net is the opening thread's network's.
+    const TW: &str = "/proc/sys/net/ipv4/tcp_max_tw_buckets";
+    std::fs::write(TW, "0").map_err(|e| SysError::new("write", e.raw_os_error().unwrap_or(libc::EIO)).path(TW))?;
+    let ns = sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC, 0)
+        .map_err(|e| SysError::new("open", e).path("/proc/thread-self/ns/net"))?;
+    const PROTOCOLS: &str = "/proc/thread-self/net/protocols";
+    let io = |e: std::io::Error| SysError::new("read", e.raw_os_error().unwrap_or(libc::EIO)).path(PROTOCOLS);
+    let protocols = std::fs::File::open(PROTOCOLS).map_err(io)?;
+    let made = in_use(&protocols).map_err(io)?;
+    Ok(Kept { ns, protocols, made })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn take_soon(pool: &NetPool) -> Lent {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(lent) = pool.take() {
+                return lent;
+            }
+            assert!(std::time::Instant::now() < deadline, "the keeper made no network");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn inode(fd: RawFd) -> u64 {
+        std::fs::metadata(format!("/proc/self/fd/{fd}")).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap()
+    }
+
+    #[test]
+    fn networks_are_made_on_demand_lent_once_and_taken_back_clean() {
+        if sys::geteuid() != 0 {
+            return; // the keeper's unshare(CLONE_NEWNET) needs root outside a user namespace (the suite runs as root)
+        }
+        let pool = NetPool::start(2).unwrap();
+        let a = take_soon(&pool);
+        let b = take_soon(&pool);
+        assert_ne!(inode(a.fd()), inode(b.fd()), "one network lent twice at once");
+        assert!(pool.take().is_none(), "more than the maximum made");
+        assert_eq!(pool.alive(), 2);
+        let kept = inode(a.fd());
+        drop(a);
+        let again = take_soon(&pool);
+        assert_eq!(inode(again.fd()), kept, "a clean network was not taken back");
+        // A network left with a socket in it is dropped, and another made in its place.
+        let ns =
+            sys::open(&std::ffi::CString::new(format!("/proc/self/fd/{}", again.fd())).unwrap(), libc::O_RDONLY, 0)
+                .unwrap();
+        let dirty = std::thread::spawn(move || {
+            sys::setns(ns.as_raw_fd(), libc::CLONE_NEWNET).unwrap();
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+        })
+        .join()
+        .unwrap();
+        drop(again);
+        let next = take_soon(&pool);
+        assert_ne!(inode(next.fd()), kept, "a network with a socket left in it was lent again");
+        assert!(pool.alive() <= 2);
+        drop(dirty);
+    }
+}
