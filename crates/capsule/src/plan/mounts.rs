@@ -257,7 +257,7 @@ impl Parents {
                 loop {
                     let parent = cur.parent()?;
                     // (A directory recorded already is known to be one.)
-                    let is_dir = self.list.iter().any(|p| p.dir == parent)
+                    let is_dir = self.list.iter().any(|p| p.dir.as_os_str() == parent.as_os_str())
                         || match sys::stat_path(&cstr(parent), true) {
                             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => true,
                             Err(libc::ENOENT) => false,
@@ -274,7 +274,7 @@ impl Parents {
                 }
             }
         };
-        let i = match self.list.iter().position(|p| p.dir == dir) {
+        let i = match self.list.iter().position(|p| p.dir.as_os_str() == dir.as_os_str()) {
             Some(i) => i,
             None => {
                 self.list.push(Parent::record(dir, self.now));
@@ -319,8 +319,18 @@ impl Stamp {
 pub(crate) struct Listing {
     dir: PathBuf,
     /// The first components below `dir` of the paths asked about, sorted.
-    wanted: Vec<std::ffi::OsString>,
+    wanted: Vec<Vec<u8>>,
     present: Vec<bool>,
+}
+
+/// The first component of `path` below `dir`, if `path` is beneath it
+/// (clean absolute paths, compared as bytes: every run asks this of each
+/// default secret).
+fn first_below<'a>(path: &'a Path, dir: &Path) -> Option<&'a [u8]> {
+    let (p, d) = (path.as_os_str().as_encoded_bytes(), dir.as_os_str().as_encoded_bytes());
+    let rest = p.strip_prefix(d.strip_suffix(b"/").unwrap_or(d))?.strip_prefix(b"/")?;
+    let first = rest.split(|&b| b == b'/').next()?;
+    (!first.is_empty()).then_some(first)
 }
 
 impl Listing {
@@ -331,11 +341,7 @@ impl Listing {
     /// none is beneath it, or `dir` cannot be read (each path is then
     /// looked up on its own).
     pub(crate) fn read<'a>(dir: &Path, paths: impl Iterator<Item = &'a Path>) -> Option<Listing> {
-        use std::os::unix::ffi::OsStrExt;
-        let mut wanted: Vec<std::ffi::OsString> = paths
-            .filter_map(|p| p.strip_prefix(dir).ok()?.components().next())
-            .map(|c| c.as_os_str().to_os_string())
-            .collect();
+        let mut wanted: Vec<Vec<u8>> = paths.filter_map(|p| first_below(p, dir)).map(<[u8]>::to_vec).collect();
         wanted.sort_unstable();
         wanted.dedup();
         if wanted.is_empty() {
@@ -352,7 +358,7 @@ impl Listing {
             }
             for name in sys::dirent_names(&buf[..n]) {
                 let name = name.ok()?;
-                if let Ok(i) = wanted.binary_search_by(|w| w.as_bytes().cmp(name)) {
+                if let Ok(i) = wanted.binary_search_by(|w| w.as_slice().cmp(name)) {
                     present[i] = true;
                 }
                 entries += 1;
@@ -366,10 +372,8 @@ impl Listing {
 
     /// Whether `path` is known not to exist (false: not known).
     pub(crate) fn absent(&self, path: &Path) -> bool {
-        let Some(first) = path.strip_prefix(&self.dir).ok().and_then(|rest| rest.components().next()) else {
-            return false;
-        };
-        match self.wanted.binary_search_by(|w| w.as_os_str().cmp(first.as_os_str())) {
+        let Some(first) = first_below(path, &self.dir) else { return false };
+        match self.wanted.binary_search_by(|w| w.as_slice().cmp(first)) {
             Ok(i) => !self.present[i],
             Err(_) => false,
         }
@@ -1009,6 +1013,17 @@ mod tests {
         let plan = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).unwrap();
         assert!(plan.parents.iter().any(|p| !p.unchanged()));
         assert!(sources_unchanged(&plan.sources, &plan.parents, me));
+    }
+
+    #[test]
+    fn first_component_below() {
+        let f =
+            |p: &str, d: &str| first_below(Path::new(p), Path::new(d)).map(|b| String::from_utf8(b.to_vec()).unwrap());
+        assert_eq!(f("/home/user/.aws/credentials", "/home/user").as_deref(), Some(".aws"));
+        assert_eq!(f("/home/user/.netrc", "/home/user/").as_deref(), Some(".netrc"));
+        assert_eq!(f("/home/user/.netrc", "/home/u"), None, "a sibling with a common prefix");
+        assert_eq!(f("/home/user", "/home/user"), None);
+        assert_eq!(f("/etc/x", "/").as_deref(), Some("etc"));
     }
 
     #[test]
