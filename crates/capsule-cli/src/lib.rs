@@ -46,3 +46,20 @@ pub fn cli_of(only: Option<&str>) -> Command {
     }
     c
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn version_names_the_commit() {
+        let v = super::cli_of(None).render_version();
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        // Built from a git checkout (the test runs in the one it was built from): that commit.
+        let expected = commit.unwrap_or_else(|| "unknown".into());
+        assert_eq!(v, format!("capsule {} (commit {expected})\n", env!("CARGO_PKG_VERSION")));
+    }
+}
