@@ -121,6 +121,69 @@ else
   skip "apparmor-abi-4.0: apparmor_parser $(apparmor_parser --version | sed -n '1s/.*version //p') has no abi 4.0 (/etc/apparmor.d/abi/4.0 is missing): $profile's abi 4.0 and userns, rules are not checked here" allowed
 fi
 
+# --- the maintainer scripts' AppArmor decisions -------------------------------------
+# In a mount namespace of its own, with AppArmor's files faked on tmpfs
+# (/sys/module/apparmor, /sys/kernel/security/apparmor) and a stand-in
+# apparmor_parser that logs its arguments and parses abi 4.0 or not.
+dpkg-deb -e "$deb" "$scratch/control"
+cat >"$scratch/fake-aa.sh" <<'FAKE'
+set -eu
+s=$1 control=$2
+mkdir -p "$s/fakebin"
+cat >"$s/fakebin/apparmor_parser" <<'PARSER'
+#!/bin/sh
+echo "$*" >>"$AA_LOG"
+case " $* " in *" -Q "*) [ "$AA_ABI4" = 1 ] ;; *) exit 0 ;; esac
+PARSER
+chmod 755 "$s/fakebin/apparmor_parser"
+export PATH="$s/fakebin:$PATH" AA_LOG="$s/aa.log"
+: >"$AA_LOG"
+mount -t tmpfs none /sys/module
+mount -t tmpfs none /sys/kernel/security
+# AppArmor absent: nothing is run.
+AA_ABI4=1 sh "$control/postinst" configure
+[ ! -s "$AA_LOG" ] || { echo "postinst ran apparmor_parser without AppArmor: $(cat "$AA_LOG")"; exit 1; }
+mkdir -p /sys/module/apparmor/parameters /sys/kernel/security/apparmor
+echo N >/sys/module/apparmor/parameters/enabled
+AA_ABI4=1 sh "$control/postinst" configure
+[ ! -s "$AA_LOG" ] || { echo "postinst ran apparmor_parser with AppArmor disabled: $(cat "$AA_LOG")"; exit 1; }
+echo Y >/sys/module/apparmor/parameters/enabled
+# Active, but the parser is older than abi 4.0: parsed, not loaded.
+AA_ABI4=0 sh "$control/postinst" configure 2>"$s/postinst.err"
+[ "$(cat "$AA_LOG")" = "-Q -K /etc/apparmor.d/capsule" ] || { echo "postinst with an AppArmor 3 parser ran: $(cat "$AA_LOG")"; exit 1; }
+grep -q "not loaded: this AppArmor parser does not understand it" "$s/postinst.err" || { echo "postinst did not say why it did not load"; exit 1; }
+# Active, abi 4.0 understood: loaded (replaced), without a cache.
+: >"$AA_LOG"
+AA_ABI4=1 sh "$control/postinst" configure
+[ "$(tr '\n' ';' <"$AA_LOG")" = "-Q -K /etc/apparmor.d/capsule;-r -K /etc/apparmor.d/capsule;" ] || { echo "postinst with an AppArmor 4 parser ran: $(cat "$AA_LOG")"; exit 1; }
+: >"$AA_LOG"
+AA_ABI4=1 sh "$control/postinst" abort-upgrade
+[ ! -s "$AA_LOG" ] || { echo "postinst abort-upgrade loaded the profile"; exit 1; }
+# prerm remove unloads what is loaded, by name; nothing else.
+printf 'bwrap (unconfined)\ncapsule-cli (unconfined)\n' >/sys/kernel/security/apparmor/profiles
+: >/sys/kernel/security/apparmor/.remove
+sh "$control/prerm" upgrade
+[ ! -s /sys/kernel/security/apparmor/.remove ] || { echo "prerm upgrade unloaded a profile"; exit 1; }
+sh "$control/prerm" remove
+[ "$(cat /sys/kernel/security/apparmor/.remove)" = capsule-cli ] || { echo "prerm remove wrote '$(cat /sys/kernel/security/apparmor/.remove)' to .remove"; exit 1; }
+printf 'capsule (unconfined)\n' >/sys/kernel/security/apparmor/profiles
+sh "$control/prerm" remove
+[ "$(cat /sys/kernel/security/apparmor/.remove)" = capsule ] || { echo "prerm remove did not unload capsule"; exit 1; }
+printf 'bwrap (unconfined)\n' >/sys/kernel/security/apparmor/profiles
+: >/sys/kernel/security/apparmor/.remove
+sh "$control/prerm" remove
+[ ! -s /sys/kernel/security/apparmor/.remove ] || { echo "prerm remove unloaded a profile that is not loaded"; exit 1; }
+FAKE
+if [ ! -d /etc/apparmor.d ]; then
+  # postinst looks for the installed profile, a stand-in on a tmpfs there.
+  skip "maintainer-scripts: /etc/apparmor.d is missing (apt-get install apparmor)"
+else
+  out=$(unshare -m --propagation private -- sh -c '
+    mount -t tmpfs none /etc/apparmor.d && : >/etc/apparmor.d/capsule && sh "$@"' \
+    fake-aa "$scratch/fake-aa.sh" "$scratch" "$scratch/control" 2>&1) || fail "maintainer scripts: $out"
+  pass "maintainer scripts: no AppArmor or disabled: nothing; AppArmor 3 parser: not loaded, says why; AppArmor 4: apparmor_parser -r -K; prerm remove unloads what is loaded"
+fi
+
 # --- install, use as the test user, purge ----------------------------------------------
 if ! grep -q "^$user:" /etc/passwd; then
   useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
