@@ -98,7 +98,7 @@ impl AppArmor {
                     Some(Err(e)) => format!("{PROFILES_LIST} cannot be read by this user ({e})"),
                     _ => format!("{PROFILES_LIST} is missing"),
                 };
-                let state = if self.packaged() {
+                let state = if self.packaged() && self.label.is_some() {
                     "not loaded (this program runs unconfined)"
                 } else if self.installed {
                     "installed; whether it is loaded is not known here"
@@ -184,6 +184,10 @@ mod tests {
         assert_eq!(a.loaded(), None);
         assert!(a.why().contains("is not loaded (this program runs unconfined)"), "{}", a.why());
         assert!(a.why().contains("cannot be read by this user (Permission denied"), "{}", a.why());
+        assert_eq!(a.fix(), "sudo apparmor_parser -r /etc/apparmor.d/capsule");
+        // Without its label, this program's confinement is not known either.
+        let a = AppArmor { label: None, ..a };
+        assert!(a.why().contains("installed; whether it is loaded is not known here"), "{}", a.why());
         assert_eq!(a.fix(), "sudo apparmor_parser -r /etc/apparmor.d/capsule");
         // Elsewhere: a profile for this program's directory.
         let a = state(Some(Err("Permission denied (os error 13)")), "unconfined", true, "/opt/capsule/bin/capsule-cli");
