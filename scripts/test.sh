@@ -62,8 +62,16 @@ cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_
 # The black-box suites of `capsule run` once more, served by agents (the
 # warm supervisor `capsule run` reuses by default; the passes above fork a
 # supervisor per run, which is what most of their checks are about).
-# Last on this machine: its agents idle out 3 s after.
+# Last of the cargo suites here: its agents idle out 3 s after.
 CAPSULE_TEST_AGENT=1 cargo test -p capsule-cli --test cli --test isolation --test filesystem --test seccomp --test landlock --test shell --test layer_run --test judging_io --test netlog "$@"
+
+# The release packages (issue 23): scripts/package.sh's .deb and tarball,
+# built from this tree (a release build of capsule-cli), checked, installed,
+# used as the test user and purged (scripts/test-package.sh; root only).
+scripts/test-package.sh
+# A clone builds without the system's libseccomp (issue 23), once the
+# seccomp filters no longer link it:
+# scripts/test-fresh-build.sh
 
 # --- the cgroup v2 stage, in the VM -------------------------------------------
 # As root there, the harness gives each capsule invocation a delegated scope

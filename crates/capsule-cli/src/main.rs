@@ -1,50 +1,13 @@
-//! The `capsule` command: the top-level parser and the dispatch to the
-//! subcommands, one file each under `cmd/`.
+//! The `capsule` command: the dispatch to the subcommands (the parser and
+//! the subcommands are the library's, src/lib.rs).
 
 use std::process::ExitCode;
 
 use capsule::result::EXIT_CAPSULE_ERROR;
-use clap::Command;
+use capsule_cli::{cli_of, cmd, SUBCOMMANDS};
 
 #[cfg(debug_assertions)]
 mod alloc_guard;
-mod cmd;
-mod pty;
-
-/// The subcommands, built on demand: a command line names one, and
-/// building only that one halves clap's share of a `capsule run`
-/// (~150 µs for all of them).
-/// Builds one subcommand's parser.
-type Build = fn() -> Command;
-
-const SUBCOMMANDS: [(&str, Build); 10] = [
-    ("run", cmd::run::command),
-    ("shell", cmd::shell::command),
-    ("serve", cmd::serve::command),
-    ("interact", cmd::interact::command),
-    ("layer", cmd::layer::command),
-    ("presets", cmd::presets::command),
-    ("judge", cmd::judge::command),
-    ("agent", cmd::agent::command),
-    ("supervise", cmd::supervise::command),
-    ("check", cmd::check::command),
-];
-
-/// The whole command line interface, or with `only` the one subcommand
-/// the command line names.
-fn cli_of(only: Option<&str>) -> Command {
-    let mut c = Command::new("capsule")
-        .version(env!("CARGO_PKG_VERSION"))
-        .about("Run untrusted programs in an unprivileged Linux sandbox")
-        .subcommand_required(true)
-        .arg_required_else_help(true);
-    for (name, make) in SUBCOMMANDS {
-        if only.is_none_or(|o| o == name) {
-            c = c.subcommand(make());
-        }
-    }
-    c
-}
 
 fn main() -> ExitCode {
     #[cfg(debug_assertions)]

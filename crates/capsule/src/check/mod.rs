@@ -6,6 +6,7 @@
 //! Required items decide [`can_run`]; the others degrade capsule and are
 //! reported as warnings, still with their fix.
 
+mod apparmor;
 mod cgroups;
 mod features;
 mod userns;
@@ -67,18 +68,22 @@ struct Host {
     max_user_namespaces: Option<u64>,
     unprivileged_userns_clone: Option<u64>,
     apparmor_restrict_userns: Option<u64>,
+    /// Read where AppArmor restricts user namespaces, default elsewhere.
+    apparmor: apparmor::AppArmor,
 }
 
 impl Host {
     fn read() -> Host {
         let ids = probe::ids();
+        let apparmor_restrict_userns = read_u64("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
         Host {
             kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
             euid: ids.euid,
             user: user_name(ids.euid),
             max_user_namespaces: read_u64("/proc/sys/user/max_user_namespaces"),
             unprivileged_userns_clone: read_u64("/proc/sys/kernel/unprivileged_userns_clone"),
-            apparmor_restrict_userns: read_u64("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+            apparmor_restrict_userns,
+            apparmor: if apparmor_restrict_userns == Some(1) { apparmor::AppArmor::read() } else { Default::default() },
         }
     }
 }

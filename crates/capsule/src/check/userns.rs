@@ -46,11 +46,15 @@ pub(super) fn root_item(ids: &probe::Ids, uid_map: Option<&str>, devnull_owner: 
 pub(super) fn userns_item(outcome: &Outcome, host: &Host) -> CheckItem {
     const NAME: &str = "user-namespaces";
     match outcome {
-        Ok(()) => CheckItem::ok(
-            NAME,
-            true,
-            format!("unshare(CLONE_NEWUSER) works and uid/gid maps `0 {} 1` can be written", host.euid),
-        ),
+        Ok(()) => {
+            let note =
+                if host.apparmor_restrict_userns == Some(1) { host.apparmor.allowed_note() } else { String::new() };
+            CheckItem::ok(
+                NAME,
+                true,
+                format!("unshare(CLONE_NEWUSER) works and uid/gid maps `0 {} 1` can be written{note}", host.euid),
+            )
+        }
         Err(f) => {
             let (why, fix) = diagnose_userns(f, host);
             CheckItem::problem(NAME, true, format!("{f}{why}"), Some(fix))
@@ -83,17 +87,7 @@ fn diagnose_userns(f: &Failure, host: &Host) -> (String, String) {
         );
     }
     if host.apparmor_restrict_userns == Some(1) && host.euid != 0 {
-        return (
-            "; kernel.apparmor_restrict_unprivileged_userns is 1 (AppArmor denies capabilities in new user \
-             namespaces of unconfined programs)"
-                .into(),
-            format!(
-                "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 {SYSCTL_PERSIST}, or load an AppArmor \
-                 profile for the capsule binary that grants `userns,` (e.g. /etc/apparmor.d/capsule: \
-                 `abi <abi/4.0>, include <tunables/global> profile capsule /usr/local/bin/capsule flags=(unconfined) \
-                 {{ userns, }}`, then `apparmor_parser -r /etc/apparmor.d/capsule`)"
-            ),
-        );
+        return (host.apparmor.why(), host.apparmor.fix());
     }
     match (f.step, f.errno) {
         (Step::UnshareUser, libc::EINVAL) => {
@@ -220,6 +214,7 @@ pub(super) fn ns_flag_name(ns: Namespace) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::apparmor;
     use crate::check::tests::host;
     use crate::check::CheckStatus;
 
@@ -261,9 +256,27 @@ mod tests {
         let (_, fix) = diagnose_userns(&f, &Host { unprivileged_userns_clone: Some(0), ..host() });
         assert!(fix.starts_with("sysctl -w kernel.unprivileged_userns_clone=1"));
         let map = Failure { step: Step::UidMap, arg: 1, errno: libc::EPERM, kernel_msg: None };
-        let (_, fix) = diagnose_userns(&map, &Host { apparmor_restrict_userns: Some(1), ..host() });
-        assert!(fix.starts_with("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"));
-        assert!(fix.contains("userns,"));
+        // Restricted by AppArmor (Ubuntu 23.10+), the packaged profile installed but not loaded: the
+        // cause, the profile's state and the command that loads it.
+        let apparmor = apparmor::AppArmor {
+            profiles: Some(Ok("unprivileged_userns (enforce)\n".into())),
+            label: Some("unconfined".into()),
+            installed: true,
+            exe: "/usr/bin/capsule-cli".into(),
+        };
+        let restricted = Host { apparmor_restrict_userns: Some(1), apparmor, ..host() };
+        let (why, fix) = diagnose_userns(&map, &restricted);
+        assert!(why.starts_with("; kernel.apparmor_restrict_unprivileged_userns is 1"), "{why}");
+        assert!(why.contains("/etc/apparmor.d/capsule is installed but not loaded"), "{why}");
+        assert_eq!(fix, "sudo apparmor_parser -r /etc/apparmor.d/capsule");
+        let item = userns_item(&Err(map.clone()), &restricted);
+        assert_eq!(item.status, CheckStatus::Fail);
+        assert_eq!(item.fix.as_deref(), Some("sudo apparmor_parser -r /etc/apparmor.d/capsule"));
+        // Allowed all the same: the profile that allows it is named.
+        let confined =
+            apparmor::AppArmor { label: Some("capsule-cli (unconfined)".into()), ..restricted.apparmor.clone() };
+        let item = userns_item(&Ok(()), &Host { apparmor: confined, ..restricted });
+        assert!(item.detail.ends_with("(AppArmor restricts user namespaces; the profile `capsule-cli` allows them)"));
         let (why, fix) = diagnose_userns(&f, &host());
         assert!(why.contains("denied") && fix.contains("seccomp"));
         let item = userns_item(&Err(f), &host());

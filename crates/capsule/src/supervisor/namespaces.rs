@@ -34,7 +34,7 @@ pub fn userns_hint(errno: i32) -> String {
         return "user namespaces are disabled: sysctl -w user.max_user_namespaces=15000".into();
     }
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        return "AppArmor restricts unprivileged user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or give capsule an AppArmor profile that allows `userns`".into();
+        return "AppArmor restricts unprivileged user namespaces and no profile grants capsule `userns,`: `capsule check` says whether capsule's profile (/etc/apparmor.d/capsule) is loaded and the command that fixes it".into();
     }
     match errno {
         libc::ENOSPC => "too many user namespaces: raise user.max_user_namespaces".into(),
