@@ -316,10 +316,11 @@ impl Stamp {
 /// plan is prepared and when a PID 1 prepared ahead is checked before use
 /// and its parents cannot vouch: one `getdents64` pass, nothing kept but
 /// the names asked about.
-pub(crate) struct Listing {
-    dir: PathBuf,
-    /// The first components below `dir` of the paths asked about, sorted.
-    wanted: Vec<Vec<u8>>,
+pub(crate) struct Listing<'a> {
+    dir: &'a Path,
+    /// The first components below `dir` of the paths asked about, sorted
+    /// (borrowed from them: no copy per secret per run).
+    wanted: Vec<&'a [u8]>,
     present: Vec<bool>,
 }
 
@@ -333,15 +334,15 @@ fn first_below<'a>(path: &'a Path, dir: &Path) -> Option<&'a [u8]> {
     (!first.is_empty()).then_some(first)
 }
 
-impl Listing {
+impl<'a> Listing<'a> {
     /// Directories bigger than this are not listed (stat each path then).
     const MAX: usize = 4096;
 
     /// Lists `dir` for the first components of `paths` beneath it. None:
     /// none is beneath it, or `dir` cannot be read (each path is then
     /// looked up on its own).
-    pub(crate) fn read<'a>(dir: &Path, paths: impl Iterator<Item = &'a Path>) -> Option<Listing> {
-        let mut wanted: Vec<Vec<u8>> = paths.filter_map(|p| first_below(p, dir)).map(<[u8]>::to_vec).collect();
+    pub(crate) fn read(dir: &'a Path, paths: impl Iterator<Item = &'a Path>) -> Option<Listing<'a>> {
+        let mut wanted: Vec<&[u8]> = paths.filter_map(|p| first_below(p, dir)).collect();
         wanted.sort_unstable();
         wanted.dedup();
         if wanted.is_empty() {
@@ -358,7 +359,7 @@ impl Listing {
             }
             for name in sys::dirent_names(&buf[..n]) {
                 let name = name.ok()?;
-                if let Ok(i) = wanted.binary_search_by(|w| w.as_slice().cmp(name)) {
+                if let Ok(i) = wanted.binary_search_by(|w| (*w).cmp(name)) {
                     present[i] = true;
                 }
                 entries += 1;
@@ -367,13 +368,13 @@ impl Listing {
                 return None;
             }
         }
-        Some(Listing { dir: dir.to_path_buf(), wanted, present })
+        Some(Listing { dir, wanted, present })
     }
 
     /// Whether `path` is known not to exist (false: not known).
     pub(crate) fn absent(&self, path: &Path) -> bool {
-        let Some(first) = first_below(path, &self.dir) else { return false };
-        match self.wanted.binary_search_by(|w| w.as_slice().cmp(first)) {
+        let Some(first) = first_below(path, self.dir) else { return false };
+        match self.wanted.binary_search_by(|w| (*w).cmp(first)) {
             Ok(i) => !self.present[i],
             Err(_) => false,
         }
@@ -751,7 +752,7 @@ impl MountPlan {
                         let stamp = if listed.is_some() { None } else { Stamp::of_path(path) };
                         let parent = match stamp {
                             Some(_) => None,
-                            None => parents.vouch(path, listed.map(|l| l.dir.as_path())),
+                            None => parents.vouch(path, listed.map(|l| l.dir)),
                         };
                         sources.push(Source {
                             path: path.clone(),
