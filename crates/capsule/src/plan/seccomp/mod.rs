@@ -1,6 +1,7 @@
 //! Seccomp: the run's policy (`default`, `strict`, `compile`, the language
-//! allowlists `python`, `jvm`, `go`, `bash`, `none` or a policy file), compiled once per supervisor into a
-//! classic-BPF program (our own compiler, `compile.rs`), which the tracee installs last, right before execve.
+//! allowlists `python`, `jvm`, `go`, `bash`, `none` or a policy file),
+//! compiled once per supervisor by `compile.rs` into a classic-BPF program,
+//! which the tracee installs last, right before execve.
 //!
 //! A policy is a TOML (or JSON) document (docs/seccomp.md): a default
 //! action, an action for the non-native ABIs (i386, x32) and rules by

@@ -457,7 +457,7 @@ fn net_log_under_none_covers_every_abi() {
     assert_eq!(net_call(i386, 102, &[0x1_0000_000b, 0, 0, 0, 0, 0]), Some((NetCall::Sendto, Abi::I386, true)));
     assert_eq!(net_call(i386, 102, &[1, 0, 0, 0, 0, 0]), None);
     assert_eq!(net_call(x, 41, &[0; 6]), None);
-    // The numbers are the ones libseccomp knows.
+    // The numbers are the kernel's.
     assert_eq!(syscall_name(i386, 362), "i386:connect");
     assert_eq!(syscall_name(i386, 369), "i386:sendto");
     assert_eq!(syscall_name(i386, 370), "i386:sendmsg");
@@ -873,6 +873,7 @@ fn big_policies_jump_through_ja() {
     let f = compile_text("big", &text, false).unwrap();
     assert!(f.program.iter().any(|i| i.code == BPF_JA), "{f:?}");
     check_meaning("big", &text);
+    assert_kernel_accepts("big", &f.program);
     let everything: Vec<&str> = (0..480).filter_map(names::x86_64_name).collect();
     let text = format!(
         "default_action = \"kill\"\n[[rule]]\nsyscall = {everything:?}\naction = \"allow\"\nargs = [{{ index = 3, op = \"masked_eq\", mask = 1, value = 0 }}]\n"
@@ -880,6 +881,7 @@ fn big_policies_jump_through_ja() {
     let f = compile_text("every syscall", &text, false).unwrap();
     assert!(f.program.len() < 4096 && f.program.iter().any(|i| i.code == BPF_JA), "{f:?}");
     check_meaning("every syscall", &text);
+    assert_kernel_accepts("every syscall", &f.program);
 }
 
 #[test]
@@ -950,4 +952,43 @@ fn syscall_table() {
     assert_eq!(syscall_name(AUDIT_ARCH_I386, 456), "i386:futex_requeue");
     assert_eq!(syscall_name(AUDIT_ARCH_I386, -1), "i386:syscall -1");
     assert_eq!(syscall_name(x, -1), "syscall -1");
+}
+
+/// The kernel's checker takes `prog`: a forked child installs it, with
+/// `exit_group` allowed ahead of it (jumps are relative: the program's own
+/// stay as they are) so that the child can report.
+fn assert_kernel_accepts(what: &str, prog: &[libc::sock_filter]) {
+    let i = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let mut with_exit =
+        vec![i(BPF_LD_W_ABS, 0, 0, 0), i(BPF_JEQ_K, 0, 1, libc::SYS_exit_group as u32), i(BPF_RET_K, 0, 0, RET_ALLOW)];
+    with_exit.extend_from_slice(prog);
+    let prog = &with_exit;
+    // SAFETY: the child makes only system calls (no allocation, no lock)
+    // before _exit, as a forked child of a multi-threaded process may.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        let ok = crate::sys::seccomp_install(prog, false).is_ok();
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a live local.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{what}: the kernel refused it ({status:#x})");
+}
+
+#[test]
+fn the_kernel_accepts_every_filter() {
+    let all = Guards { ports: true, vsock: true, keep_size: true };
+    for (name, _) in BUILTIN_POLICIES {
+        let f = compile(&name.parse().unwrap()).unwrap();
+        assert_kernel_accepts(name, &f.program);
+        assert_kernel_accepts(name, &with_net_log(&with_guards(&f, all).unwrap()).unwrap().program);
+    }
+    for (i, text) in POLICIES.iter().enumerate() {
+        assert_kernel_accepts(&format!("policy {i}"), &compile_text("t", text, false).unwrap().program);
+    }
 }
