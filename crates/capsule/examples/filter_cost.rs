@@ -1,4 +1,4 @@
-//! Prints each built-in policy's BPF length, how long libseccomp took to
+//! Prints each built-in policy's BPF length, how long capsule took to
 //! compile it (the first compile in this process), and what installing it costs:
 //! 200 forked children each install the filter once and report the time
 //! the seccomp(2) call took; the median and the 10th percentile.

@@ -14,6 +14,7 @@ pub(crate) const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 pub(crate) const RET_ACTION_FULL: u32 = 0xffff_0000;
 pub(crate) const RET_ALLOW: u32 = 0x7fff_0000;
 pub(crate) const RET_LOG: u32 = 0x7ffc_0000;
+pub(crate) const RET_ERRNO: u32 = 0x0005_0000;
 pub(crate) const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 
 // Classic BPF opcodes a seccomp filter may use.
@@ -29,6 +30,7 @@ pub(crate) const BPF_STX: u16 = 0x03;
 pub(crate) const BPF_TAX: u16 = 0x07;
 pub(crate) const BPF_TXA: u16 = 0x87;
 pub(crate) const BPF_ALU: u16 = 0x04;
+pub(crate) const BPF_ALU_AND_K: u16 = 0x54;
 pub(crate) const BPF_JMP: u16 = 0x05;
 pub(crate) const BPF_JA: u16 = 0x05;
 pub(crate) const BPF_JEQ_K: u16 = 0x15;
@@ -127,6 +129,8 @@ pub(crate) fn run_bpf_probe(prog: &[libc::sock_filter], data: &[u8; 64]) -> Opti
     }
 }
 
+/// `__X32_SYSCALL_BIT`: x32 calls are AUDIT_ARCH_X86_64 with this bit in
+/// the number.
 pub(crate) const X32: u32 = 0x4000_0000;
 /// x86_64 numbers (x32: with the X32 bit).
 pub(crate) const NR_CONNECT: u32 = 42;

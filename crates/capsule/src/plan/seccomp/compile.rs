@@ -1,17 +1,17 @@
-//! Compiling a parsed policy with libseccomp: names and argument conditions
-//! checked, the automatic NEW_LISTENER rule, the BPF read back.
+//! Compiling a parsed policy into classic BPF: names and argument
+//! conditions checked, the automatic NEW_LISTENER rule, a binary tree over
+//! the syscall numbers.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 
-use libseccomp::{ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
-
+use super::epilogue::{assemble, Asm, Target};
+use super::names;
 use super::policy::{Action, ArgCond, Op, Policy};
 use super::Filter;
-use crate::sys;
+use crate::sys::seccomp::{AUDIT_ARCH_X86_64, X32};
 
 /// One rule after validation and expansion: single syscall, conditions
-/// ready for libseccomp.
+/// checked.
 #[derive(Debug, Clone)]
 struct Flat {
     /// Which rule of the file (`rule[3]`), or `automatic NEW_LISTENER rule`.
@@ -19,13 +19,28 @@ struct Flat {
     /// The rule came from the policy (not added by capsule).
     user: bool,
     name: String,
-    nr: i32,
+    nr: u32,
     action: Action,
     conds: Vec<Cond>,
 }
 
-/// One comparison for libseccomp: (argument index, op, value).
-type Cond = (u32, ScmpCompareOp, u64);
+/// One comparison: the argument's index and what it must satisfy.
+type Cond = (u32, Cmp);
+
+/// A comparison of one 64-bit argument (unsigned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cmp {
+    Eq(u64),
+    Ne(u64),
+    Lt(u64),
+    Le(u64),
+    Gt(u64),
+    Ge(u64),
+    /// `(arg & mask) == value`.
+    Masked(u64, u64),
+    /// The low 32 bits are none of these.
+    NotIn(Vec<u32>),
+}
 
 const SECCOMP_SET_MODE_FILTER: u64 = 1;
 const SECCOMP_FILTER_FLAG_NEW_LISTENER: u64 = 1 << 3;
@@ -38,7 +53,7 @@ pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
     });
     // Names first: report every unknown one at once.
     let mut unknown = Vec::new();
-    let mut resolved: Vec<Vec<(String, i32)>> = Vec::new();
+    let mut resolved: Vec<Vec<(String, u32)>> = Vec::new();
     for (i, r) in p.rules.iter().enumerate() {
         let mut v = Vec::new();
         if r.syscall.names().is_empty() {
@@ -57,18 +72,16 @@ pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
     }
     let mut flat = Vec::new();
     for (i, (r, names)) in p.rules.iter().zip(&resolved).enumerate() {
-        let expanded = expand_conds(&r.args).map_err(|e| format!("rule[{i}].{e}"))?;
+        let conds = conditions(&r.args).map_err(|e| format!("rule[{i}].{e}"))?;
         for (name, nr) in names {
-            for conds in &expanded {
-                flat.push(Flat {
-                    source: format!("rule[{i}]"),
-                    user: true,
-                    name: name.clone(),
-                    nr: *nr,
-                    action: r.action,
-                    conds: conds.clone(),
-                });
-            }
+            flat.push(Flat {
+                source: format!("rule[{i}]"),
+                user: true,
+                name: name.clone(),
+                nr: *nr,
+                action: r.action,
+                conds: conds.clone(),
+            });
         }
     }
     let notify =
@@ -77,45 +90,25 @@ pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
         flat = guard_new_listener(flat)?;
     }
     check_conflicts(&flat, p.default_action)?;
-
-    let ctx_err = |what: &str, e: libseccomp::error::SeccompError| format!("libseccomp: {what}: {e}");
-    let mut ctx = ScmpFilterContext::new(p.default_action.scmp()).map_err(|e| ctx_err("creating the filter", e))?;
-    ctx.set_act_badarch(non_native.scmp()).map_err(|e| ctx_err("setting the non-native action", e))?;
-    // A binary tree over the syscall numbers instead of a chain: the
-    // kernel emulates the filter once per syscall number and ABI when it
-    // is installed (to fill its action cache), and converts and JITs every
-    // instruction, for every run.
-    ctx.set_ctl_optimize(2).map_err(|e| ctx_err("asking for the binary-tree layout", e))?;
-    for f in &flat {
-        if f.action == p.default_action {
-            // Only automatic rules get here (see check_conflicts): the
-            // default action covers them.
-            continue;
-        }
-        let cmps: Vec<ScmpArgCompare> = f.conds.iter().map(|&(i, op, v)| ScmpArgCompare::new(i, op, v)).collect();
-        ctx.add_rule_conditional_exact(f.action.scmp(), ScmpSyscall::from(f.nr), &cmps)
-            .map_err(|e| format!("{} ({} `{}`): libseccomp refuses the rule: {e}", f.source, f.name, f.action))?;
+    // Only automatic rules have the default action here (see
+    // check_conflicts): the default covers them.
+    flat.retain(|f| f.action != p.default_action);
+    let program = assemble(&generate(p.default_action, non_native, &flat)).map_err(|e| format!("assembling: {e}"))?;
+    // BPF_MAXINSNS.
+    if program.len() > 4096 {
+        return Err(format!("the filter has {} instructions; the kernel takes at most 4096", program.len()));
     }
-    let program = export(&ctx)?;
     Ok(Filter { program, notify, net_log_from: 0 })
 }
 
-/// The x86_64 number of a syscall name (pseudo-syscalls of other ABIs are
-/// unknown).
-pub(super) fn native_nr(name: &str) -> Option<i32> {
-    if name.is_empty() || name.contains('\0') {
-        return None;
-    }
-    let s = ScmpSyscall::from_name_by_arch(name, ScmpArch::X8664).ok()?;
-    let nr = i32::from(s);
-    (nr >= 0).then_some(nr)
+/// The x86_64 number of a syscall name.
+pub(super) fn native_nr(name: &str) -> Option<u32> {
+    names::x86_64_nr(name)
 }
 
-/// The conditions of a rule, as one or more conjunctions for libseccomp
-/// (a `not_in` becomes several).
-fn expand_conds(args: &[ArgCond]) -> Result<Vec<Vec<Cond>>, String> {
-    let mut base = Vec::new();
-    let mut not_in: Option<(u32, Vec<u32>)> = None;
+/// The conditions of a rule, checked.
+fn conditions(args: &[ArgCond]) -> Result<Vec<Cond>, String> {
+    let mut conds = Vec::new();
     let mut seen = [false; 6];
     for (j, a) in args.iter().enumerate() {
         let at = |m: String| format!("args[{j}]: {m}");
@@ -143,23 +136,20 @@ fn expand_conds(args: &[ArgCond]) -> Result<Vec<Vec<Cond>>, String> {
                         at(format!("`not_in` compares the low 32 bits: {:#x} does not fit in 32 bits", v.0))
                     })?);
                 }
-                if not_in.is_some() {
-                    return Err(at("only one `not_in` per rule".into()));
-                }
-                not_in = Some((a.index, v32));
+                conds.push((a.index, Cmp::NotIn(v32)));
             }
             op => {
                 if a.values.is_some() {
                     return Err(at("`values` is only for `not_in`".into()));
                 }
                 let Some(value) = a.value else { return Err(at("the condition needs a `value`".into())) };
-                let sop = match op {
-                    Op::Eq => ScmpCompareOp::Equal,
-                    Op::Ne => ScmpCompareOp::NotEqual,
-                    Op::Lt => ScmpCompareOp::Less,
-                    Op::Le => ScmpCompareOp::LessOrEqual,
-                    Op::Gt => ScmpCompareOp::Greater,
-                    Op::Ge => ScmpCompareOp::GreaterEqual,
+                let cmp = match op {
+                    Op::Eq => Cmp::Eq(value.0),
+                    Op::Ne => Cmp::Ne(value.0),
+                    Op::Lt => Cmp::Lt(value.0),
+                    Op::Le => Cmp::Le(value.0),
+                    Op::Gt => Cmp::Gt(value.0),
+                    Op::Ge => Cmp::Ge(value.0),
                     Op::MaskedEq => {
                         let Some(mask) = a.mask else {
                             return Err(at("`masked_eq` needs a `mask`".into()));
@@ -170,77 +160,33 @@ fn expand_conds(args: &[ArgCond]) -> Result<Vec<Vec<Cond>>, String> {
                                 value.0, mask.0
                             )));
                         }
-                        ScmpCompareOp::MaskedEqual(mask.0)
+                        Cmp::Masked(mask.0, value.0)
                     }
                     Op::NotIn => unreachable!("handled above"),
                 };
                 if a.mask.is_some() && op != Op::MaskedEq {
                     return Err(at("`mask` is only for `masked_eq`".into()));
                 }
-                base.push((a.index, sop, value.0));
+                conds.push((a.index, cmp));
             }
         }
     }
-    let Some((index, values)) = not_in else { return Ok(vec![base]) };
-    let mut cubes = Vec::new();
-    not_in_cover(&values, 0, 0, &mut cubes);
-    Ok(cubes
-        .into_iter()
-        .map(|(mask, value)| {
-            let mut c = base.clone();
-            c.push((index, ScmpCompareOp::MaskedEqual(u64::from(mask)), u64::from(value)));
-            c
-        })
-        .collect())
-}
-
-/// Covers the 32-bit values outside `values` with masked comparisons
-/// `(x & mask) == value`, starting from the cube where the bits of
-/// `fixed_mask` equal `fixed_value`: disjoint cubes whose union is exactly
-/// the complement (libseccomp allows one comparison per argument, so a
-/// "none of these" becomes several rules).
-pub(super) fn not_in_cover(values: &[u32], fixed_mask: u32, fixed_value: u32, out: &mut Vec<(u32, u32)>) {
-    let inside: Vec<u32> = values.iter().copied().filter(|v| v & fixed_mask == fixed_value).collect();
-    if inside.is_empty() {
-        out.push((fixed_mask, fixed_value));
-        return;
-    }
-    if fixed_mask == u32::MAX {
-        return;
-    }
-    // A free bit on which every value inside agrees: its other side is free
-    // of values, one cube; else split on the lowest free bit.
-    let free = !fixed_mask;
-    let agree = (0..32)
-        .map(|b| 1u32 << b)
-        .find(|&bit| free & bit != 0 && (inside.iter().all(|v| v & bit != 0) || inside.iter().all(|v| v & bit == 0)));
-    match agree {
-        Some(bit) => {
-            let side = inside[0] & bit;
-            out.push((fixed_mask | bit, fixed_value | (side ^ bit)));
-            not_in_cover(values, fixed_mask | bit, fixed_value | side, out);
-        }
-        None => {
-            let bit = 1u32 << free.trailing_zeros();
-            not_in_cover(values, fixed_mask | bit, fixed_value, out);
-            not_in_cover(values, fixed_mask | bit, fixed_value | bit, out);
-        }
-    }
+    Ok(conds)
 }
 
 /// With user notifications in the filter, `seccomp(SECCOMP_SET_MODE_FILTER,
 /// flags with SECCOMP_FILTER_FLAG_NEW_LISTENER)` must fail with EPERM: a
 /// newer filter's listener is asked first and could let our `kill`ed calls
 /// through. The policy's own rules for `seccomp` are narrowed to the other
-/// calls (split into disjoint rules: libseccomp lets an unconditional rule
-/// override conditional ones). `op` and `flags` are `unsigned int` in the
+/// calls (split into rules disjoint from the automatic one, so their order
+/// does not matter). `op` and `flags` are `unsigned int` in the
 /// kernel: only their low 32 bits count.
 fn guard_new_listener(flat: Vec<Flat>) -> Result<Vec<Flat>, String> {
-    let nr = native_nr("seccomp").ok_or("libseccomp does not know `seccomp`")?;
-    let op_is_filter = (0u32, ScmpCompareOp::MaskedEqual(0xffff_ffff), SECCOMP_SET_MODE_FILTER);
-    let with_listener =
-        (1u32, ScmpCompareOp::MaskedEqual(SECCOMP_FILTER_FLAG_NEW_LISTENER), SECCOMP_FILTER_FLAG_NEW_LISTENER);
-    let no_listener = (1u32, ScmpCompareOp::MaskedEqual(SECCOMP_FILTER_FLAG_NEW_LISTENER), 0);
+    let nr = libc::SYS_seccomp as u32;
+    let op_is_filter = (0u32, Cmp::Masked(0xffff_ffff, SECCOMP_SET_MODE_FILTER));
+    let other_op = (0u32, Cmp::NotIn(vec![SECCOMP_SET_MODE_FILTER as u32]));
+    let with_listener = (1u32, Cmp::Masked(SECCOMP_FILTER_FLAG_NEW_LISTENER, SECCOMP_FILTER_FLAG_NEW_LISTENER));
+    let no_listener = (1u32, Cmp::Masked(SECCOMP_FILTER_FLAG_NEW_LISTENER, 0));
     let eperm = Action::Errno(libc::EPERM as u16);
     // The policy refuses every `seccomp` call with EPERM already.
     if flat.iter().any(|f| f.nr == nr && f.conds.is_empty() && f.action == eperm) {
@@ -262,17 +208,13 @@ fn guard_new_listener(flat: Vec<Flat>) -> Result<Vec<Flat>, String> {
         }
         // Any op without the listener flag...
         let mut a = f.clone();
-        a.conds.push(no_listener);
+        a.conds.push(no_listener.clone());
         out.push(a);
         // ...and every op but SECCOMP_SET_MODE_FILTER with it.
-        let mut cubes = Vec::new();
-        not_in_cover(&[SECCOMP_SET_MODE_FILTER as u32], 0, 0, &mut cubes);
-        for (mask, value) in cubes {
-            let mut b = f.clone();
-            b.conds.push((0, ScmpCompareOp::MaskedEqual(u64::from(mask)), u64::from(value)));
-            b.conds.push(with_listener);
-            out.push(b);
-        }
+        let mut b = f.clone();
+        b.conds.push(other_op.clone());
+        b.conds.push(with_listener.clone());
+        out.push(b);
     }
     out.push(Flat {
         source: "the automatic NEW_LISTENER rule".into(),
@@ -285,11 +227,11 @@ fn guard_new_listener(flat: Vec<Flat>) -> Result<Vec<Flat>, String> {
     Ok(out)
 }
 
-/// Rules libseccomp would silently drop or refuse: a policy rule with the
-/// default action; the same syscall unconditionally twice; an unconditional
-/// rule next to conditional ones (the unconditional one would win).
+/// Rules that would have no effect: a policy rule with the default action;
+/// the same syscall unconditionally twice; an unconditional rule next to
+/// conditional ones (the unconditional one would win).
 fn check_conflicts(flat: &[Flat], default: Action) -> Result<(), String> {
-    let mut by_nr: BTreeMap<i32, Vec<&Flat>> = BTreeMap::new();
+    let mut by_nr: BTreeMap<u32, Vec<&Flat>> = BTreeMap::new();
     for f in flat {
         if f.user && f.action == default {
             return Err(format!(
@@ -320,34 +262,222 @@ fn check_conflicts(flat: &[Flat], default: Action) -> Result<(), String> {
     Ok(())
 }
 
-/// libseccomp's BPF, read back from a memfd. (Not a pipe drained by a
-/// thread: the supervisor has a pending time namespace for its children,
-/// and Linux 6.1 refuses to create threads then.)
-fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
-    use std::io::{Seek, SeekFrom};
-    let fd = sys::memfd(c"capsule-bpf")
-        .map_err(|e| format!("memfd_create for the BPF: {}", std::io::Error::from_raw_os_error(e)))?;
-    ctx.export_bpf(&fd).map_err(|e| format!("libseccomp: exporting the BPF: {e}"))?;
-    let mut f = std::fs::File::from(fd);
-    let mut bytes = Vec::new();
-    f.seek(SeekFrom::Start(0))
-        .and_then(|_| f.read_to_end(&mut bytes))
-        .map_err(|e| format!("reading the BPF back: {e}"))?;
-    if bytes.is_empty() || bytes.len() % 8 != 0 {
-        return Err(format!("libseccomp exported {} bytes of BPF, not whole instructions", bytes.len()));
+/// Labels of the generated code (numbers; see [`Target`]).
+struct Labels(u32);
+
+impl Labels {
+    fn fresh(&mut self) -> u32 {
+        self.0 += 1;
+        self.0
     }
-    let program: Vec<libc::sock_filter> = bytes
-        .chunks_exact(8)
-        .map(|c| libc::sock_filter {
-            code: u16::from_ne_bytes([c[0], c[1]]),
-            jt: c[2],
-            jf: c[3],
-            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
-        })
-        .collect();
-    // BPF_MAXINSNS.
-    if program.len() > 4096 {
-        return Err(format!("the filter has {} instructions; the kernel takes at most 4096", program.len()));
+}
+
+/// The program: the ABI check, then a binary tree over the syscall
+/// numbers whose leaves return an action or check a syscall's arguments.
+/// The kernel emulates the filter once per syscall number and ABI when it
+/// is installed (to fill its action cache), and converts and JITs every
+/// instruction, for every run: a tree keeps both short.
+fn generate(default: Action, non_native: Action, flat: &[Flat]) -> Vec<Asm<u32>> {
+    use Asm::*;
+    let next = u32::NEXT;
+    let mut l = Labels(0);
+    let (native, number) = (l.fresh(), l.fresh());
+    // Another arch (i386 included) and x32 numbers get the non-native
+    // action; -1 (no call: a tracer skipping it) is no x32 number.
+    let mut code = vec![
+        Ld(4),
+        Jeq(AUDIT_ARCH_X86_64, native, next),
+        Ret(non_native.ret()),
+        Label(native),
+        Ld(0),
+        Jge(X32, next, number),
+        Jeq(u32::MAX, number, next),
+        Ret(non_native.ret()),
+        Label(number),
+    ];
+    let mut by_nr: BTreeMap<u32, Vec<&Flat>> = BTreeMap::new();
+    for f in flat {
+        by_nr.entry(f.nr).or_default().push(f);
     }
-    Ok(program)
+    tree(&segments(default, &by_nr), X32, &mut l, &mut code);
+    code
+}
+
+/// What a range of syscall numbers leads to.
+#[derive(Debug, Clone, Copy)]
+enum Leaf<'a> {
+    Ret(Action),
+    /// The rules of one syscall (with conditions), then the default.
+    Rules(&'a [&'a Flat], Action),
+}
+
+/// The numbers below X32 as ranges `[from, next from)` and their leaves,
+/// neighbours with the same action merged.
+fn segments<'a>(default: Action, by_nr: &'a BTreeMap<u32, Vec<&'a Flat>>) -> Vec<(u32, Leaf<'a>)> {
+    let mut segs: Vec<(u32, Leaf<'a>)> = Vec::new();
+    let mut push = |from: u32, leaf: Leaf<'a>| {
+        if segs.last().is_some_and(|&(start, _)| start == from) {
+            segs.pop();
+        }
+        match (segs.last(), leaf) {
+            (Some(&(_, Leaf::Ret(a))), Leaf::Ret(b)) if a == b => {}
+            _ => segs.push((from, leaf)),
+        }
+    };
+    push(0, Leaf::Ret(default));
+    for (&nr, rules) in by_nr {
+        let leaf = match rules.as_slice() {
+            [only] if only.conds.is_empty() => Leaf::Ret(only.action),
+            _ => Leaf::Rules(rules, default),
+        };
+        push(nr, leaf);
+        push(nr + 1, Leaf::Ret(default));
+    }
+    segs
+}
+
+/// At most this many numbers of a range with their own leaf are compared
+/// one by one (`jeq`) rather than split further.
+const CHAIN: usize = 4;
+
+/// The code for the numbers `segs` covers, up to `end`: a `jge` splitting
+/// them in halves, or, for a range where a few single numbers stand out of
+/// one action, a `jeq` for each (cheaper for the scattered numbers of an
+/// allowlist).
+fn tree(segs: &[(u32, Leaf)], end: u32, l: &mut Labels, code: &mut Vec<Asm<u32>>) {
+    use Asm::*;
+    match segs {
+        [] => {}
+        [(_, leaf)] => body(leaf, l, code),
+        _ => match background(segs, end) {
+            Some(bg) => {
+                let singles: Vec<(u32, Leaf, u32)> = segs
+                    .iter()
+                    .filter(|(_, leaf)| !matches!(leaf, Leaf::Ret(a) if *a == bg))
+                    .map(|&(nr, leaf)| (nr, leaf, l.fresh()))
+                    .collect();
+                // One `ret` per action: numbers that return the same share it.
+                let mut targets: Vec<(Leaf, u32)> = Vec::new();
+                for &(nr, leaf, own) in &singles {
+                    let to = match leaf {
+                        Leaf::Ret(a) => match targets.iter().find(|(t, _)| matches!(t, Leaf::Ret(b) if *b == a)) {
+                            Some(&(_, to)) => to,
+                            None => {
+                                targets.push((leaf, own));
+                                own
+                            }
+                        },
+                        Leaf::Rules(..) => {
+                            targets.push((leaf, own));
+                            own
+                        }
+                    };
+                    code.push(Jeq(nr, to, u32::NEXT));
+                }
+                code.push(Ret(bg.ret()));
+                for (leaf, label) in targets {
+                    code.push(Label(label));
+                    body(&leaf, l, code);
+                }
+            }
+            None => {
+                let mid = segs.len() / 2;
+                let right = l.fresh();
+                code.push(Jge(segs[mid].0, right, u32::NEXT));
+                tree(&segs[..mid], segs[mid].0, l, code);
+                code.push(Label(right));
+                tree(&segs[mid..], end, l, code);
+            }
+        },
+    }
+}
+
+/// The action of `segs` but for at most [`CHAIN`] single numbers, if any:
+/// each range wider than one number returns it.
+fn background(segs: &[(u32, Leaf)], end: u32) -> Option<Action> {
+    let mut bg = None;
+    for (i, &(from, leaf)) in segs.iter().enumerate() {
+        let to = segs.get(i + 1).map_or(end, |s| s.0);
+        if to - from > 1 {
+            match leaf {
+                Leaf::Ret(a) if bg.is_none_or(|b| b == a) => bg = Some(a),
+                _ => return None,
+            }
+        }
+    }
+    let bg = bg?;
+    // The others are single numbers.
+    let singles = segs.iter().filter(|(_, leaf)| !matches!(leaf, Leaf::Ret(a) if *a == bg)).count();
+    (singles <= CHAIN).then_some(bg)
+}
+
+/// A leaf: its action, or a syscall's rules in the file's order (the first
+/// whose conditions all hold decides), then the default.
+fn body(leaf: &Leaf, l: &mut Labels, code: &mut Vec<Asm<u32>>) {
+    use Asm::*;
+    match leaf {
+        Leaf::Ret(a) => code.push(Ret(a.ret())),
+        Leaf::Rules(rules, default) => {
+            for f in *rules {
+                let fail = l.fresh();
+                for (index, cmp) in &f.conds {
+                    condition(*index, cmp, fail, l, code);
+                }
+                code.extend([Ret(f.action.ret()), Label(fail)]);
+            }
+            code.push(Ret(default.ret()));
+        }
+    }
+}
+
+/// Falls through when argument `index` satisfies `cmp`, else jumps to
+/// `fail`. The 64-bit comparisons take the upper half first (x86_64 is
+/// little-endian: it is the word at offset 4 of the argument).
+fn condition(index: u32, cmp: &Cmp, fail: u32, l: &mut Labels, code: &mut Vec<Asm<u32>>) {
+    use Asm::*;
+    let next = u32::NEXT;
+    let (lo, hi) = (16 + 8 * index, 20 + 8 * index);
+    let halves = |v: u64| ((v >> 32) as u32, v as u32);
+    let ok = l.fresh();
+    match *cmp {
+        Cmp::Eq(v) => {
+            let (vh, vl) = halves(v);
+            code.extend([Ld(hi), Jeq(vh, next, fail), Ld(lo), Jeq(vl, next, fail)]);
+        }
+        Cmp::Ne(v) => {
+            let (vh, vl) = halves(v);
+            code.extend([Ld(hi), Jeq(vh, next, ok), Ld(lo), Jeq(vl, fail, next)]);
+        }
+        // Above in the upper half: holds (or fails); equal: the lower
+        // half decides.
+        Cmp::Gt(v) | Cmp::Ge(v) => {
+            let (vh, vl) = halves(v);
+            code.extend([Ld(hi), Jgt(vh, ok, next), Jeq(vh, next, fail), Ld(lo)]);
+            code.push(if matches!(cmp, Cmp::Gt(_)) { Jgt(vl, next, fail) } else { Jge(vl, next, fail) });
+        }
+        Cmp::Lt(v) | Cmp::Le(v) => {
+            let (vh, vl) = halves(v);
+            code.extend([Ld(hi), Jgt(vh, fail, next), Jeq(vh, next, ok), Ld(lo)]);
+            code.push(if matches!(cmp, Cmp::Lt(_)) { Jge(vl, fail, next) } else { Jgt(vl, fail, next) });
+        }
+        Cmp::Masked(m, v) => {
+            // A half the mask leaves out always matches (the value has no
+            // bits outside the mask).
+            for (off, mh, vh) in [(hi, (m >> 32) as u32, (v >> 32) as u32), (lo, m as u32, v as u32)] {
+                if mh == 0 {
+                    continue;
+                }
+                code.push(Ld(off));
+                if mh != u32::MAX {
+                    code.push(And(mh));
+                }
+                code.push(Jeq(vh, next, fail));
+            }
+        }
+        Cmp::NotIn(ref values) => {
+            code.push(Ld(lo));
+            code.extend(values.iter().map(|&v| Jeq(v, fail, next)));
+        }
+    }
+    code.push(Label(ok));
 }

@@ -1,6 +1,7 @@
 //! Seccomp: the run's policy (`default`, `strict`, `compile`, the language
-//! allowlists `python`, `jvm`, `go`, `bash`, `none` or a policy file), compiled once per supervisor with libseccomp into a
-//! classic-BPF program, which the tracee installs last, right before execve.
+//! allowlists `python`, `jvm`, `go`, `bash`, `none` or a policy file),
+//! compiled once per supervisor by `compile.rs` into a classic-BPF program,
+//! which the tracee installs last, right before execve.
 //!
 //! A policy is a TOML (or JSON) document (docs/seccomp.md): a default
 //! action, an action for the non-native ABIs (i386, x32) and rules by
@@ -22,14 +23,13 @@
 mod compile;
 mod epilogue;
 mod guards;
+mod names;
 mod netlog;
 mod policy;
 #[cfg(test)]
 mod tests;
 
 use std::path::Path;
-
-use libseccomp::{ScmpArch, ScmpSyscall};
 
 pub use self::compile::compile_policy;
 pub use self::guards::{with_guards, Guards};
@@ -38,7 +38,7 @@ use self::policy::{parse_json, parse_toml};
 pub use self::policy::{Action, ArgCond, OneOrMany, Op, Policy, Rule, Value};
 pub use crate::proto::policy::{PolicyError, PolicyName};
 use crate::sys;
-use crate::sys::seccomp::{run_bpf_probe, seccomp_data, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, RET_ALLOW};
+use crate::sys::seccomp::{run_bpf_probe, seccomp_data, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, RET_ALLOW, X32};
 
 /// A compiled classic-BPF program.
 #[derive(Clone, Default)]
@@ -137,16 +137,16 @@ fn is_json(path: &Path) -> bool {
 /// `i386:open` / `x32:read` for non-native ABIs, or `syscall 999` when
 /// unknown.
 pub fn syscall_name(arch: u32, nr: i32) -> String {
-    const X32_SYSCALL_BIT: i32 = 0x4000_0000;
-    let (abi, prefix) = match arch {
-        AUDIT_ARCH_X86_64 if nr >= X32_SYSCALL_BIT => (ScmpArch::X32, "x32:"),
-        AUDIT_ARCH_X86_64 => (ScmpArch::X8664, ""),
-        AUDIT_ARCH_I386 => (ScmpArch::X86, "i386:"),
+    let n = u32::try_from(nr).ok();
+    let (name, prefix) = match arch {
+        AUDIT_ARCH_X86_64 if nr >= X32 as i32 => (n.and_then(|n| names::x32_name(n - X32)), "x32:"),
+        AUDIT_ARCH_X86_64 => (n.and_then(names::x86_64_name), ""),
+        AUDIT_ARCH_I386 => (n.and_then(names::i386_name), "i386:"),
         _ => return format!("syscall {nr} (audit arch {arch:#x})"),
     };
-    match ScmpSyscall::from(nr).get_name_by_arch(abi) {
-        Ok(name) if !name.is_empty() => format!("{prefix}{name}"),
-        _ => format!("{prefix}syscall {nr}"),
+    match name {
+        Some(name) => format!("{prefix}{name}"),
+        None => format!("{prefix}syscall {nr}"),
     }
 }
 

@@ -2,8 +2,9 @@
 //! for the non-native ABIs and rules by syscall name with optional argument
 //! conditions, as TOML or JSON.
 
-use libseccomp::ScmpAction;
 use serde::{Deserialize, Deserializer};
+
+use crate::sys::seccomp::{RET_ALLOW, RET_ERRNO, RET_LOG, RET_USER_NOTIF};
 
 /// A policy document (docs/seccomp.md).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -111,12 +112,13 @@ impl<'de> Deserialize<'de> for Action {
 }
 
 impl Action {
-    pub(super) fn scmp(self) -> ScmpAction {
+    /// What the filter returns for it.
+    pub(super) fn ret(self) -> u32 {
         match self {
-            Action::Allow => ScmpAction::Allow,
-            Action::Errno(n) => ScmpAction::Errno(n.into()),
-            Action::Kill => ScmpAction::Notify,
-            Action::Log => ScmpAction::Log,
+            Action::Allow => RET_ALLOW,
+            Action::Errno(n) => RET_ERRNO | u32::from(n),
+            Action::Kill => RET_USER_NOTIF,
+            Action::Log => RET_LOG,
         }
     }
 }
@@ -219,7 +221,7 @@ pub enum Op {
     Ge,
     MaskedEq,
     /// The low 32 bits are none of `values` (for arguments the kernel reads
-    /// as `unsigned int`); compiled into several masked_eq rules.
+    /// as `unsigned int`).
     NotIn,
 }
 

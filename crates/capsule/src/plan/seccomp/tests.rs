@@ -1,7 +1,8 @@
 //! The seccomp module's tests: the built-in policies and policy files
 //! compiled and run through a BPF interpreter, the epilogues, the errors.
 
-use super::compile::{native_nr, not_in_cover};
+use super::compile::native_nr;
+use super::policy::{parse_toml, ArgCond, Op};
 use super::*;
 use crate::child::is_net_log;
 use crate::sys::seccomp::*;
@@ -18,7 +19,7 @@ fn run(prog: &[libc::sock_filter], arch: u32, nr: i32, args: [u64; 6]) -> u32 {
 }
 
 fn nr(name: &str) -> i32 {
-    native_nr(name).unwrap()
+    native_nr(name).unwrap() as i32
 }
 
 fn native(f: &Filter, name: &str, args: [u64; 6]) -> u32 {
@@ -380,20 +381,6 @@ fn duplicates_and_conflicts() {
     assert!(e.contains("would be ignored"), "{e}");
 }
 
-#[test]
-fn not_in_cover_is_exact() {
-    let values = [0u32, 8, 0x20000, 0x20008, 0xffff_ffff];
-    let mut cubes = Vec::new();
-    not_in_cover(&values, 0, 0, &mut cubes);
-    let covered = |x: u32| cubes.iter().filter(|(m, v)| x & m == *v).count();
-    for x in values {
-        assert_eq!(covered(x), 0, "{x:#x}");
-    }
-    for x in [1u32, 7, 9, 0x10, 0x20001, 0x40000, 0x8000_0000, 0xffff_fffe, 0x7fff_ffff, 0x12345678] {
-        assert_eq!(covered(x), 1, "{x:#x}");
-    }
-}
-
 /// A network-log filter's verdict on a call: (action, from the log).
 fn net(f: &Filter, arch: u32, nr: i32, args: [u64; 6]) -> (u32, bool) {
     let data = seccomp_data(nr, arch, 0x7fff_1234_5678, &args);
@@ -470,7 +457,7 @@ fn net_log_under_none_covers_every_abi() {
     assert_eq!(net_call(i386, 102, &[0x1_0000_000b, 0, 0, 0, 0, 0]), Some((NetCall::Sendto, Abi::I386, true)));
     assert_eq!(net_call(i386, 102, &[1, 0, 0, 0, 0, 0]), None);
     assert_eq!(net_call(x, 41, &[0; 6]), None);
-    // The numbers are the ones libseccomp knows.
+    // The numbers are the kernel's.
     assert_eq!(syscall_name(i386, 362), "i386:connect");
     assert_eq!(syscall_name(i386, 369), "i386:sendto");
     assert_eq!(syscall_name(i386, 370), "i386:sendmsg");
@@ -633,4 +620,375 @@ fn syscall_names() {
     assert_eq!(syscall_name(AUDIT_ARCH_X86_64, 0x4000_0000), "x32:read");
     assert_eq!(syscall_name(AUDIT_ARCH_X86_64, 99999), "syscall 99999");
     assert!(syscall_name(0x1234, 1).starts_with("syscall 1"));
+}
+
+/// What a policy means for one call, read off the document itself (not
+/// the compiler's rules): the ABI check, the automatic NEW_LISTENER rule
+/// where the policy uses `kill`, then the first rule, in the file's order,
+/// naming the call whose conditions all hold, else the default. `nrs`:
+/// the numbers each rule names.
+fn intended(p: &Policy, nrs: &[Vec<u32>], arch: u32, nr: u32, args: &[u64; 6]) -> u32 {
+    let non_native = p.non_native_action.unwrap_or(match p.default_action {
+        Action::Allow | Action::Log => Action::Errno(libc::ENOSYS as u16),
+        a => a,
+    });
+    if arch != AUDIT_ARCH_X86_64 || (nr >= X32 && nr != u32::MAX) {
+        return non_native.ret();
+    }
+    let kill =
+        [p.default_action, non_native].contains(&Action::Kill) || p.rules.iter().any(|r| r.action == Action::Kill);
+    if kill && nr == libc::SYS_seccomp as u32 && args[0] as u32 == 1 && args[1] & 8 != 0 {
+        return ret_errno(libc::EPERM);
+    }
+    let holds = |c: &ArgCond| {
+        let a = args[c.index as usize];
+        let v = c.value.map(|v| v.0).unwrap_or(0);
+        match c.op {
+            Op::Eq => a == v,
+            Op::Ne => a != v,
+            Op::Lt => a < v,
+            Op::Le => a <= v,
+            Op::Gt => a > v,
+            Op::Ge => a >= v,
+            Op::MaskedEq => a & c.mask.unwrap().0 == v,
+            Op::NotIn => c.values.as_ref().unwrap().iter().all(|x| x.0 != a & 0xffff_ffff),
+        }
+    };
+    for (r, rule_nrs) in p.rules.iter().zip(nrs) {
+        if rule_nrs.contains(&nr) && r.args.iter().all(holds) {
+            return r.action.ret();
+        }
+    }
+    p.default_action.ret()
+}
+
+/// xorshift64: inputs that differ from run to run of the loop, the same
+/// in every test run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn args(&mut self) -> [u64; 6] {
+        std::array::from_fn(|_| self.next())
+    }
+}
+
+/// Runs `text`'s filter over many calls and checks each verdict against
+/// [`intended`]: every number of every ABI with a few argument vectors, and
+/// the native numbers with conditions with arguments made of the policy's
+/// own constants and their neighbours (each half off by one, the other
+/// half set).
+fn check_meaning(what: &str, text: &str) {
+    let p = parse_toml(text).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let f = compile_text(what, text, false).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let named: Vec<Vec<u32>> =
+        p.rules.iter().map(|r| r.syscall.names().iter().map(|n| nr(n) as u32).collect()).collect();
+    let mut consts = vec![0u64, 1, 8, u64::MAX];
+    let mut hot = vec![libc::SYS_seccomp as u32];
+    for r in &p.rules {
+        for c in &r.args {
+            for v in c.value.iter().chain(&c.mask).chain(c.values.iter().flatten()) {
+                consts.extend([v.0, !v.0]);
+            }
+        }
+        if !r.args.is_empty() {
+            hot.extend(r.syscall.names().iter().map(|n| native_nr(n).unwrap()));
+        }
+    }
+    let mut near = Vec::new();
+    for v in consts {
+        let up = 1 << 32;
+        for w in [
+            v,
+            v.wrapping_add(1),
+            v.wrapping_sub(1),
+            v.wrapping_add(up),
+            v.wrapping_sub(up),
+            v | !0xffff_ffff,
+            v & 0xffff_ffff,
+            v << 32,
+        ] {
+            if !near.contains(&w) {
+                near.push(w);
+            }
+        }
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut nrs: Vec<u32> = (0..480).collect();
+    nrs.extend([0x3fff_ffff, X32, X32 | 1, X32 | 41, X32 | 514, 0x7fff_ffff, 0x8000_0000, u32::MAX]);
+    let mut checked = 0;
+    for arch in [AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, 0xc000_00b7] {
+        for &n in &nrs {
+            let mut inputs = vec![[0; 6], [u64::MAX; 6], rng.args()];
+            if arch == AUDIT_ARCH_X86_64 && hot.contains(&n) {
+                for i in 0..6 {
+                    for &w in &near {
+                        let mut a = if rng.next() % 2 == 0 { rng.args() } else { [0; 6] };
+                        a[i] = w;
+                        inputs.push(a);
+                    }
+                }
+                for _ in 0..200 {
+                    inputs.push(std::array::from_fn(|_| near[rng.next() as usize % near.len()]));
+                }
+            }
+            for args in inputs {
+                let got = run(&f.program, arch, n as i32, args);
+                assert_eq!(
+                    got,
+                    intended(&p, &named, arch, n, &args),
+                    "{what}: arch {arch:#x} nr {n:#x} args {args:x?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 3 * nrs.len() * 3, "{what}: {checked}");
+}
+
+#[test]
+fn builtin_policies_mean_what_they_say() {
+    for (name, text) in BUILTIN_POLICIES {
+        check_meaning(name, text);
+    }
+}
+
+/// Every comparison, 64-bit values with both halves set, `log` and `allow`
+/// for the other ABIs, overlapping rules (the first wins), rules for
+/// `seccomp` next to the NEW_LISTENER rule.
+const POLICIES: &[&str] = &[
+    r#"default_action = "errno EPERM"
+non_native_action = "log"
+[[rule]]
+syscall = "openat"
+action = "allow"
+args = [{ index = 0, op = "lt", value = "0x100000005" }, { index = 1, op = "le", value = "0xffffffff00000003" }, { index = 2, op = "gt", value = "0x80000000" }]
+[[rule]]
+syscall = "openat"
+action = "errno 13"
+args = [{ index = 3, op = "ge", value = "0x1fffffffe" }, { index = 4, op = "ne", value = "0x700000007" }, { index = 5, op = "masked_eq", mask = "0xf0000000f", value = "0x100000001" }]
+[[rule]]
+syscall = "mkdir"
+action = "kill"
+args = [{ index = 1, op = "not_in", values = [0, 1, 0x80000000, 0xffffffff, 0x5412] }, { index = 0, op = "eq", value = 3 }]
+[[rule]]
+syscall = "mkdir"
+action = "allow"
+args = [{ index = 0, op = "ne", value = 3 }, { index = 2, op = "not_in", values = [7] }]
+[[rule]]
+syscall = ["close", "fsync"]
+action = "allow"
+args = [{ index = 0, op = "le", value = 0 }]
+[[rule]]
+syscall = "dup"
+action = "allow"
+args = [{ index = 0, op = "ge", value = "0xffffffffffffffff" }]
+[[rule]]
+syscall = "dup2"
+action = "allow"
+args = [{ index = 0, op = "lt", value = "0x100000000" }]
+[[rule]]
+syscall = "dup3"
+action = "log"
+args = [{ index = 0, op = "gt", value = "0xffffffff" }]
+[[rule]]
+syscall = "dup3"
+action = "allow"
+args = [{ index = 0, op = "gt", value = "0xfffffff0" }]
+[[rule]]
+syscall = ["getpid", "getppid", "gettid", "exit_group", "exit", "brk", "mmap", "munmap", "read"]
+action = "allow"
+[[rule]]
+syscall = ["mseal", "futex_requeue", "io_pgetevents"]
+action = "errno 0"
+"#,
+    r#"default_action = "kill"
+non_native_action = "allow"
+[[rule]]
+syscall = "seccomp"
+action = "allow"
+args = [{ index = 2, op = "eq", value = 0 }]
+[[rule]]
+syscall = "seccomp"
+action = "errno EINVAL"
+args = [{ index = 2, op = "ne", value = 0 }]
+[[rule]]
+syscall = "ioctl"
+action = "allow"
+args = [{ index = 1, op = "masked_eq", mask = 0, value = 0 }]
+[[rule]]
+syscall = "personality"
+action = "log"
+args = [{ index = 0, op = "masked_eq", mask = "0xffffffff00000000", value = "0x100000000" }]
+"#,
+    r#"default_action = "allow"
+[[rule]]
+syscall = "seccomp"
+action = "kill"
+[[rule]]
+syscall = "read"
+action = "errno EIO"
+args = [{ index = 0, op = "masked_eq", mask = "0xff00", value = "0x1200" }]
+"#,
+    r#"default_action = "log"
+[[rule]]
+syscall = "seccomp"
+action = "errno EPERM"
+[[rule]]
+syscall = "write"
+action = "kill"
+"#,
+];
+
+#[test]
+fn policy_files_mean_what_they_say() {
+    for (i, text) in POLICIES.iter().enumerate() {
+        check_meaning(&format!("policy {i}"), text);
+    }
+}
+
+#[test]
+fn big_policies_jump_through_ja() {
+    // A `not_in` longer than a conditional jump reaches, and a rule with
+    // conditions for every syscall: the tree's and the rules' far targets
+    // go through `ja`.
+    let values: Vec<String> = (0..300).map(|v| (v * 7).to_string()).collect();
+    let mut text = format!(
+        "default_action = \"kill\"\n[[rule]]\nsyscall = \"ioctl\"\naction = \"errno EPERM\"\nargs = [{{ index = 1, op = \"not_in\", values = [{}] }}]\n",
+        values.join(", ")
+    );
+    for n in ["read", "write", "openat", "close", "mmap", "brk", "futex", "getpid", "clone", "wait4", "kill"] {
+        for k in 0..12 {
+            text += &format!(
+                "[[rule]]\nsyscall = \"{n}\"\naction = \"errno {}\"\nargs = [{{ index = 0, op = \"eq\", value = {k} }}, {{ index = 1, op = \"gt\", value = \"0x{k}00000000\" }}]\n",
+                k + 1
+            );
+        }
+    }
+    let f = compile_text("big", &text, false).unwrap();
+    assert!(f.program.iter().any(|i| i.code == BPF_JA), "{f:?}");
+    check_meaning("big", &text);
+    assert_kernel_accepts("big", &f.program);
+    let everything: Vec<&str> = (0..480).filter_map(names::x86_64_name).collect();
+    let text = format!(
+        "default_action = \"kill\"\n[[rule]]\nsyscall = {everything:?}\naction = \"allow\"\nargs = [{{ index = 3, op = \"masked_eq\", mask = 1, value = 0 }}]\n"
+    );
+    let f = compile_text("every syscall", &text, false).unwrap();
+    assert!(f.program.len() < 4096 && f.program.iter().any(|i| i.code == BPF_JA), "{f:?}");
+    check_meaning("every syscall", &text);
+    assert_kernel_accepts("every syscall", &f.program);
+}
+
+#[test]
+fn not_in_is_exact() {
+    let text = r#"
+        default_action = "allow"
+        [[rule]]
+        syscall = "personality"
+        action = "errno EPERM"
+        args = [{ index = 0, op = "not_in", values = [0, 8, 0x20000, 0x20008, 0xffffffff] }]
+    "#;
+    let f = compile_text("t", text, false).unwrap();
+    for x in [0u64, 8, 0x20000, 0x20008, 0xffff_ffff, 0x5_0000_0008] {
+        assert_eq!(native(&f, "personality", [x, 0, 0, 0, 0, 0]), RET_ALLOW, "{x:#x}");
+    }
+    for x in [1u64, 7, 9, 0x10, 0x20001, 0x40000, 0x8000_0000, 0xffff_fffe, 0x7fff_ffff, 0x1_1234_5678] {
+        assert_eq!(native(&f, "personality", [x, 0, 0, 0, 0, 0]), ret_errno(libc::EPERM), "{x:#x}");
+    }
+}
+
+#[test]
+fn no_call_is_not_x32() {
+    // -1 (a tracer skipping the call) has the x32 bit but is no x32 call.
+    for (name, _) in BUILTIN_POLICIES {
+        let f = compile(&name.parse().unwrap()).unwrap();
+        let p = parse_toml(BUILTIN_POLICIES.iter().find(|b| b.0 == name).unwrap().1).unwrap();
+        assert_eq!(run(&f.program, AUDIT_ARCH_X86_64, -1, [0; 6]), p.default_action.ret(), "{name}");
+    }
+}
+
+#[test]
+fn syscall_table() {
+    // Names and numbers are unique both ways.
+    let mut seen = std::collections::BTreeMap::new();
+    for n in 0..1024u32 {
+        if let Some(name) = names::x86_64_name(n) {
+            assert_eq!(native_nr(name), Some(n), "{name}");
+            assert!(seen.insert(name, n).is_none(), "{name} twice");
+        }
+    }
+    assert!(seen.len() > 360, "{}", seen.len());
+    for (name, nr) in [
+        ("read", 0),
+        ("socket", 41),
+        ("seccomp", 317),
+        ("io_pgetevents", 333),
+        ("create_module", 174),
+        ("futex_requeue", 456),
+        ("map_shadow_stack", 453),
+        ("mseal", 462),
+    ] {
+        assert_eq!(native_nr(name), Some(nr), "{name}");
+    }
+    for bad in ["socketcall", "SYS_read", "Read", "", "read\0", "sigaction"] {
+        assert_eq!(native_nr(bad), None, "{bad:?}");
+    }
+    // x32: the native names but for the calls x32 has its own entries for.
+    let x = AUDIT_ARCH_X86_64;
+    assert_eq!(syscall_name(x, (X32 | 512) as i32), "x32:rt_sigaction");
+    assert_eq!(syscall_name(x, (X32 | 547) as i32), "x32:pwritev2");
+    assert_eq!(syscall_name(x, (X32 | 13) as i32), format!("x32:syscall {}", X32 | 13));
+    assert_eq!(syscall_name(x, (X32 | 548) as i32), format!("x32:syscall {}", X32 | 548));
+    assert_eq!(syscall_name(x, (X32 | 41) as i32), "x32:socket");
+    // i386, holes included.
+    assert_eq!(syscall_name(AUDIT_ARCH_I386, 0), "i386:restart_syscall");
+    assert_eq!(syscall_name(AUDIT_ARCH_I386, 11), "i386:execve");
+    assert_eq!(syscall_name(AUDIT_ARCH_I386, 222), "i386:syscall 222");
+    assert_eq!(syscall_name(AUDIT_ARCH_I386, 456), "i386:futex_requeue");
+    assert_eq!(syscall_name(AUDIT_ARCH_I386, -1), "i386:syscall -1");
+    assert_eq!(syscall_name(x, -1), "syscall -1");
+}
+
+/// The kernel's checker takes `prog`: a forked child installs it, with
+/// `exit_group` allowed ahead of it (jumps are relative: the program's own
+/// stay as they are) so that the child can report.
+fn assert_kernel_accepts(what: &str, prog: &[libc::sock_filter]) {
+    let i = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let mut with_exit =
+        vec![i(BPF_LD_W_ABS, 0, 0, 0), i(BPF_JEQ_K, 0, 1, libc::SYS_exit_group as u32), i(BPF_RET_K, 0, 0, RET_ALLOW)];
+    with_exit.extend_from_slice(prog);
+    let prog = &with_exit;
+    // SAFETY: the child makes only system calls (no allocation, no lock)
+    // before _exit, as a forked child of a multi-threaded process may.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        let ok = crate::sys::seccomp_install(prog, false).is_ok();
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a live local.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{what}: the kernel refused it ({status:#x})");
+}
+
+#[test]
+fn the_kernel_accepts_every_filter() {
+    let all = Guards { ports: true, vsock: true, keep_size: true };
+    for (name, _) in BUILTIN_POLICIES {
+        let f = compile(&name.parse().unwrap()).unwrap();
+        assert_kernel_accepts(name, &f.program);
+        assert_kernel_accepts(name, &with_net_log(&with_guards(&f, all).unwrap()).unwrap().program);
+    }
+    for (i, text) in POLICIES.iter().enumerate() {
+        assert_kernel_accepts(&format!("policy {i}"), &compile_text("t", text, false).unwrap().program);
+    }
 }
