@@ -185,7 +185,7 @@ measure() {
                         [[ $c == ns+cg ]] && extra=("$floor_base")
                         line=$(as_bench "$stage/scalefloor" "$c" "$p" "$runs" /bin/true "${extra[@]}") ||
                             die "scalefloor $c $p failed in round $r"
-                        read -r _ _ per _ tput <<<"$line"
+                        read -r _ _ per _ tput _ <<<"$line"
                         printf '{"round": %d, "parallel": %d, "config": "%s", "runs": %d, "per_sec": %s}\n' \
                             "$r" "$p" "$c" "$per" "$tput" >>"$out/floor.jsonl"
                         ;;
