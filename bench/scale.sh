@@ -44,7 +44,9 @@
 #   host view's tree and pivot_root, the Landlock ruleset, a network
 #   namespace kept per worker and joined, PID 1's own user namespace and
 #   ucounts, the tracee in one more user namespace with capsule's default
-#   seccomp filter, then execve, wait, reap;
+#   seccomp filter, then execve, wait, reap; each PID 1 prepared while the
+#   run before goes on and reaped after the next has started, as capsule's
+#   supervisor does;
 # - sandbox+net floor: the same with a network namespace made per run
 #   (unshare, lo up), as capsule does by default (scalefloor `sandbox+net`);
 # - capsule, library: `capsule-bench throughput --parallel P --window 2P`

@@ -60,7 +60,7 @@
  *       capsule's default today (Config::own_network).
  *   SCALEFLOOR_WITHOUT=PART,... (sandbox modes only) leaves parts out, to
  *       attribute the cost: seccomp, landlock, tree (the mount tree and
- *       pivot; the mount namespace and procfs stay), net (no network join),
+ *       pivot; the mount namespace and procfs stay), net (`sandbox`: no join),
  *       ipcuts (the IPC and UTS namespaces), pid1-userns (PID 1's own user
  *       namespace, its maps and the ucounts), ucounts, tracee-userns (the
  *       tracee's user namespace and maps), caps (the capability drops),
