@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The benchmark of issue 22 (throughput that scales with cores): runs of
 # /bin/true per second for P = 1, 2, 4, ... up to 2× the CPU count, bare,
-# the kernel's two floors, and capsule through the library and through
+# the kernel's floors, and capsule through the library and through
 # `capsule serve`, with and without cgroups, all in one interleaved run as
 # an unprivileged user; every column also as a ratio to the ns floor of the
-# same P and round. Prints a markdown section (for docs/benchmarks-scale.md).
+# same P and round, and capsule's also to the two sandbox floors. Prints a
+# markdown section (for docs/benchmarks-scale.md).
 #
 # Usage (from anywhere in the repository):
 #   bench/scale.sh [--vm] [--parallel LIST] [--rounds N] [--runs N] [--warmup N]
@@ -36,6 +37,18 @@
 # - ns+cg floor: the same plus mkdir of a fresh cgroup per run (memory and
 #   pids controllers, as capsule's), CLONE_INTO_CGROUP, rmdir after the reap
 #   (scalefloor `ns+cg`);
+# - sandbox floor: the kernel work of a default capsule run with none of
+#   capsule's user-space logic (scalefloor `sandbox`; bench/scalefloor.c's
+#   header lists it): PID 1 in a long-lived parent's user namespace, IPC
+#   and UTS namespaces, a detached procfs, a new mount namespace with the
+#   host view's tree and pivot_root, the Landlock ruleset, a network
+#   namespace kept per worker and joined, PID 1's own user namespace and
+#   ucounts, the tracee in one more user namespace with capsule's default
+#   seccomp filter, then execve, wait, reap; each PID 1 prepared while the
+#   run before goes on and reaped after the next has started, as capsule's
+#   supervisor does;
+# - sandbox+net floor: the same with a network namespace made per run
+#   (unshare, lo up), as capsule does by default (scalefloor `sandbox+net`);
 # - capsule, library: `capsule-bench throughput --parallel P --window 2P`
 #   (crates/capsule-testkit/bench/capsule-bench.rs: a sandbox with
 #   `parallel` P, 2P runs in flight, results taken in order), with
@@ -47,7 +60,8 @@
 # and then the RUNS timed ones. Method: ROUNDS rounds; in each, P by P, every
 # column once, their order rotated by one per round and P. A cell is the
 # median over the rounds and, in brackets, the median of the per-round
-# ratios to the ns floor of the same P and their range.
+# ratios to the ns floor of the same P and their range; a second table gives
+# capsule's per-round ratios to the sandbox and sandbox+net floors.
 #
 # As root (the normal way): builds capsule, capsule-cli and capsule-bench
 # with `cargo build --release`, compiles bench/scalefloor.c, creates the
@@ -148,9 +162,9 @@ busy_now() {
 # (raw data, writable by the user), as_bench, plist, rounds, runs, warmup;
 # cg_base and floor_base empty when the cgroup columns are skipped.
 measure() {
-    local configs=(bare ns lib serve) r p i k n c per line w
+    local configs=(bare ns sandbox sandbox+net lib serve) r p i k n c per line w
     if [[ -n $cg_base ]]; then
-        configs=(bare ns ns+cg lib lib-cg serve serve-cg)
+        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg serve serve-cg)
     fi
     local -a ps
     IFS=, read -r -a ps <<<"$plist"
@@ -168,12 +182,12 @@ measure() {
             for ((k = 0; k < n; k++)); do
                 c=${configs[(r - 1 + i + k) % n]}
                 case $c in
-                    bare | ns | ns+cg)
+                    bare | ns | ns+cg | sandbox | sandbox+net)
                         local extra=()
                         [[ $c == ns+cg ]] && extra=("$floor_base")
                         line=$(as_bench "$stage/scalefloor" "$c" "$p" "$runs" /bin/true "${extra[@]}") ||
                             die "scalefloor $c $p failed in round $r"
-                        read -r _ _ per _ tput <<<"$line"
+                        read -r _ _ per _ tput _ <<<"$line"
                         printf '{"round": %d, "parallel": %d, "config": "%s", "runs": %d, "per_sec": %s}\n' \
                             "$r" "$p" "$c" "$per" "$tput" >>"$out/floor.jsonl"
                         ;;
@@ -324,8 +338,9 @@ import json, statistics as st, sys
 from collections import defaultdict
 
 out, plist, with_cg = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], sys.argv[3] == "1"
-cols = [("bare", "bare"), ("ns", "ns floor"), ("ns+cg", "ns+cg floor"), ("lib", "capsule, library"),
-        ("lib-cg", "capsule, library, cgroups"), ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups")]
+cols = [("bare", "bare"), ("ns", "ns floor"), ("ns+cg", "ns+cg floor"), ("sandbox", "sandbox floor"),
+        ("sandbox+net", "sandbox+net floor"), ("lib", "capsule, library"), ("lib-cg", "capsule, library, cgroups"),
+        ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups")]
 v = defaultdict(dict)  # (P, config) -> {round: runs/s}
 for line in open(f"{out}/floor.jsonl"):
     x = json.loads(line)
@@ -344,17 +359,17 @@ def rate(x):  # runs/s; a decimal where they are few (the VM)
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
-def ratios(p, c):
-    ns = v[(p, "ns")]
-    return [v[(p, c)][r] / ns[r] for r in v[(p, c)] if r in ns]
+def ratios(p, c, base="ns"):
+    b = v[(p, base)]
+    return [v[(p, c)][r] / b[r] for r in v[(p, c)] if r in b]
 
 
-def ratio(p, c):
-    return st.median(ratios(p, c))
+def ratio(p, c, base="ns"):
+    return st.median(ratios(p, c, base))
 
 
-def spread(p, c):  # the per-round ratios' range, where there are several
-    rr = ratios(p, c)
+def spread(p, c, base="ns"):  # the per-round ratios' range, where there are several
+    rr = ratios(p, c, base)
     return f"; {min(rr):.2f}–{max(rr):.2f}" if len(rr) > 1 else ""
 
 
@@ -368,6 +383,22 @@ for p in plist:
         m = st.median(v[(p, c)].values())
         cells.append(f"{rate(m)}/s" if c == "ns" else f"{rate(m)}/s ({ratio(p, c):.2f}×{spread(p, c)})")
     L.append(f"| {p} | " + " | ".join(cells) + " |")
+
+# capsule against the floors that do its kernel work: the sandbox floor
+# (a kept network joined) and the sandbox+net floor (a network per run).
+S = ["", "capsule's throughput as a ratio to the sandbox floors of the same P and round (median; range):", "",
+     "| P | " + " | ".join(f"{name} / {fl}" for c, name in cols[5:] for fl in ("sandbox", "sandbox+net")
+                          if any(v[(p, c)] for p in plist)) + " |"]
+S.append("|---:|" + "---:|" * (S[-1].count("|") - 2))
+for p in plist:
+    cells = []
+    for c, _ in cols[5:]:
+        if not any(v[(q, c)] for q in plist):
+            continue
+        for fl in ("sandbox", "sandbox+net"):
+            cells.append(f"{ratio(p, c, fl):.2f}×{spread(p, c, fl)}" if v[(p, c)] and v[(p, fl)] else "–")
+    S.append(f"| {p} | " + " | ".join(cells) + " |")
+L += S
 
 # The issue's targets that this run can speak to.
 T = ["", "| Target of issue 22 | This run | Met? |", "|:---|:---|:---|"]
