@@ -91,8 +91,9 @@ die() { printf 'bench/scale.sh: %s\n' "$*" >&2; exit 1; }
 log() { printf '==> %s\n' "$*" >&2; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Beside this script: bench/ in the repository, the staging directory in the VM.
 # shellcheck source=bench/lib.sh
-. "$repo/bench/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 vm_mode=false
 inner=false
 plist=${PARALLEL:-}
@@ -308,6 +309,7 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 cg_base="" floor_base="" skip_reason=""
 if $vm_mode; then
     install -m 0755 "${BASH_SOURCE[0]}" "$stage/scale.sh"
+    install -m 0644 "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$stage/lib.sh"
     log "in the VM ($vm, $vm_cpus CPUs)"
     start=$(date +%s)
     (cd "$stage" && "$vm" --as-root --cpus "$vm_cpus" --mem "$vm_mem" --timeout "$vm_timeout" -- \
