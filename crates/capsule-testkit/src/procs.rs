@@ -131,6 +131,9 @@ pub fn procs_exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStats {
     pub fds: usize,
+    /// Of `fds`, those to network namespaces: a supervisor keeps one per
+    /// kept network (docs/network-reuse.md), at most 3 × parallel + 1.
+    pub net_fds: usize,
     pub rss_kib: u64,
     /// The anonymous part of RSS: the process's own memory, whatever the
     /// size of its binary's text (a test build's is several MiB).
@@ -154,15 +157,20 @@ pub fn proc_stats(pid: i32) -> ProcStats {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {k}"))
     };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
+    let links: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|l| l.display().to_string())
+        .collect();
+    let fds = links.len();
+    let net_fds = links.iter().filter(|l| l.starts_with("net:[")).count();
     let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .map(|m| m.lines().count())
         .unwrap_or_else(|e| panic!("/proc/{pid}/mountinfo: {e}"));
     let kids: Vec<ProcInfo> = all_procs().into_iter().filter(|p| p.ppid == pid).collect();
     ProcStats {
         fds,
+        net_fds,
         rss_kib: field("VmRSS:"),
         anon_kib: field("RssAnon:"),
         hwm_kib: field("VmHWM:"),

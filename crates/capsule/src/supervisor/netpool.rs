@@ -10,9 +10,9 @@
 //! its PID 1 is reaped, their sockets with them but for a close still in
 //! progress, or one held in flight by a Unix socket cycle until the
 //! kernel's collector runs): a keeper thread reads the network's count of
-//! sockets in use per protocol (`/proc/net/protocols`, kept open from inside
-//! it) and takes the network back only when every count is as it was when
-//! the network was made, else drops it. TIME_WAIT is off in these networks (a loopback has no
+//! sockets in use per protocol (`/proc/net/protocols`, from inside it) and
+//! takes the network back only when every count is as it was when the
+//! network was made, else drops it. TIME_WAIT is off in these networks (a loopback has no
 //! delayed duplicates to guard against), so a closed connection leaves
 //! nothing behind. What carries over is the network's statistics
 //! (`/proc/net/snmp`, `/proc/net/dev`): `Config::fresh_network` when even
@@ -27,11 +27,10 @@ use std::time::Duration;
 use crate::error::SysError;
 use crate::sys;
 
-/// A kept network: the namespace, its `/proc/net/protocols` (opened from
-/// inside it) and the sockets in use per protocol when it was made.
+/// A kept network (one descriptor: the supervisor holds one per network)
+/// and its sockets in use per protocol when it was made.
 pub(crate) struct Kept {
     ns: OwnedFd,
-    protocols: std::fs::File,
     made: Vec<u64>,
 }
 
@@ -149,9 +148,13 @@ impl Shared {
 /// Whether no socket is left in a network a run has used. A close still in
 /// progress gets a moment (a loopback finishes it within microseconds).
 fn clean(kept: &Kept) -> bool {
+    // The keeper enters the network to read its file (it owns it: the supervisor's user namespace does).
+    if sys::setns(kept.ns.as_raw_fd(), libc::CLONE_NEWNET).is_err() {
+        return false;
+    }
     for wait in [0, 1, 10] {
         std::thread::sleep(Duration::from_millis(wait));
-        match in_use(&kept.protocols) {
+        match in_use() {
             Ok(now) if now == kept.made => return true,
             Ok(_) => {}
             Err(_) => return false,
@@ -160,17 +163,17 @@ fn clean(kept: &Kept) -> bool {
     false
 }
 
-/// The `sockets` column of a network's `/proc/net/protocols`: its sockets
-/// in use, per protocol (one file read; the kernel's socket diagnostics
-/// would walk the host-wide TCP and UDP tables instead).
-fn in_use(mut protocols: &std::fs::File) -> std::io::Result<Vec<u64>> {
-    use std::io::{Read, Seek};
-    protocols.rewind()?;
-    let mut text = String::new();
-    protocols.read_to_string(&mut text)?;
+/// The `sockets` column of the keeper's network's `/proc/net/protocols`:
+/// its sockets in use, per protocol (one file read; the kernel's socket
+/// diagnostics would walk the host-wide TCP and UDP tables instead).
+fn in_use() -> std::io::Result<Vec<u64>> {
+    let text = std::fs::read_to_string(PROTOCOLS)?;
     let bad = || std::io::Error::from_raw_os_error(libc::EPROTO);
     text.lines().skip(1).map(|l| l.split_whitespace().nth(2).and_then(|n| n.parse().ok()).ok_or_else(bad)).collect()
 }
+
+/// The calling thread's network's protocol table.
+const PROTOCOLS: &str = "/proc/thread-self/net/protocols";
 
 /// Makes a network with only `lo`, up, and TIME_WAIT off, on the keeper
 /// thread (which moves into it: network namespaces are per thread, and the
@@ -183,11 +186,9 @@ fn make() -> Result<Kept, SysError> {
     std::fs::write(TW, "0").map_err(|e| SysError::new("write", e.raw_os_error().unwrap_or(libc::EIO)).path(TW))?;
     let ns = sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC, 0)
         .map_err(|e| SysError::new("open", e).path("/proc/thread-self/ns/net"))?;
-    const PROTOCOLS: &str = "/proc/thread-self/net/protocols";
     let io = |e: std::io::Error| SysError::new("read", e.raw_os_error().unwrap_or(libc::EIO)).path(PROTOCOLS);
-    let protocols = std::fs::File::open(PROTOCOLS).map_err(io)?;
-    let made = in_use(&protocols).map_err(io)?;
-    Ok(Kept { ns, protocols, made })
+    let made = in_use().map_err(io)?;
+    Ok(Kept { ns, made })
 }
 
 #[cfg(test)]
