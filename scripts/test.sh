@@ -19,6 +19,15 @@ if ! command -v cargo >/dev/null; then
     [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
   done
 fi
+# Under `sudo` (README), HOME is root's: use the toolchain rustup installed
+# for the user who ran sudo (its RUSTUP_HOME; cargo's caches stay root's).
+if ! command -v cargo >/dev/null && [ -n "${SUDO_USER:-}" ]; then
+  h=$(getent passwd "$SUDO_USER" | cut -d: -f6)
+  if [ -n "$h" ] && [ -x "$h/.cargo/bin/cargo" ]; then
+    export PATH="$h/.cargo/bin:$PATH"
+    [ -d "$h/.rustup" ] && export RUSTUP_HOME="${RUSTUP_HOME:-$h/.rustup}"
+  fi
+fi
 command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 strict=${CAPSULE_TEST_STRICT:-0}
 
