@@ -64,7 +64,8 @@ if ! curl -sSfI --max-time 20 https://sh.rustup.rs >/dev/null 2>&1; then
   install_block=${install_block//https:\/\/sh.rustup.rs/https://static.rust-lang.org/rustup/rustup-init.sh}
 fi
 
-# Runs "$@" as root inside the root $dir/root.
+# Runs "$@" as root inside the root $dir/root. /tmp stays on the root's
+# disk, as on a fresh Debian 12 or Ubuntu 24.04; /run is a tmpfs there too.
 enter() {
   unshare --mount --pid --fork --propagation private -- /bin/bash -euc '
     r=$1; shift
@@ -72,7 +73,6 @@ enter() {
     mount -t proc proc "$r/proc"
     mount --rbind /dev "$r/dev"
     mount --rbind /sys "$r/sys"
-    mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
     mount -t tmpfs -o mode=0755 tmpfs "$r/run"
     mkdir -p "$r/.oldroot"
     cd "$r"
