@@ -5,12 +5,14 @@
 # HEAD there, and runs as `reader` README's Set-up install block and its
 # first command (judging the example) exactly as written, then, with
 # --suite, its second one (`sudo scripts/test.sh`). Not part of CI: it
-# downloads a distribution. About 5 minutes without --suite (docs/install-check.md).
+# downloads a distribution. About 5 minutes and 2.6 GB in DIR without
+# --suite; with it about 8 GB (docs/install-check.md).
 #
 # usage (as root): scripts/check-fresh-machine.sh [--suite] [--keep] [debian12|ubuntu24.04] [DIR]
 #   DIR        where the root goes (default /var/tmp/capsule-fresh-DISTRO; emptied first)
 #   --suite    also run README's command 2, the whole test suite
-#   --keep     keep DIR afterwards (default: removed when everything passed)
+#   --keep     keep DIR afterwards (default: removed when everything passed;
+#              kept, for a look, when a step failed)
 # Environment: DEBIAN_MIRROR, UBUNTU_MIRROR; UBUNTU_KEYRING (default
 # /usr/share/keyrings/ubuntu-archive-keyring.gpg, package ubuntu-keyring).
 #
@@ -36,6 +38,9 @@ for a in "$@"; do
   esac
 done
 dir=${dir:-/var/tmp/capsule-fresh-$distro}
+case "$(realpath -m "$dir")" in
+  / | /home | /root | /tmp | /var | /var/tmp | /work) echo "check-fresh-machine.sh: $dir would be emptied: name a directory of its own" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "check-fresh-machine.sh: run it as root (mmdebstrap, mounts)" >&2; exit 1; }
 for tool in mmdebstrap unshare pivot_root git curl; do
   command -v "$tool" >/dev/null || { echo "check-fresh-machine.sh: $tool is missing (apt-get install mmdebstrap util-linux git curl)" >&2; exit 1; }
