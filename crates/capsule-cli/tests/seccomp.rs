@@ -205,6 +205,30 @@ fn compile_runs_build_tools() {
     check_build("compile");
 }
 
+/// A socket pair, the one socket `compile` allows, carries data with
+/// send/recv (rustc 1.75 receives with recvfrom); another family still kills.
+#[test]
+fn compile_sends_and_receives_on_a_socket_pair() {
+    require!("compile_sends_and_receives_on_a_socket_pair", userns_available());
+    require!("compile_sends_and_receives_on_a_socket_pair", have_compilers());
+    let dir = Scratch::new("seccomp-pair");
+    let src = r#"#include <stdio.h>
+#include <sys/socket.h>
+int main(void) {
+    int sv[2]; char c = 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 2;
+    if (sendto(sv[0], "x", 1, 0, 0, 0) != 1) return 3;
+    if (recvfrom(sv[1], &c, 1, 0, 0, 0) != 1) return 4;
+    printf("got %c\n", c);
+    return 0;
+}
+"#;
+    let bin = build(&dir, "pair", src, false, &["-static"]).display().to_string();
+    let out = run("compile", &[], &[&bin]);
+    assert_exited_ok(&out);
+    assert!(out.stdout.contains("got x"), "{}", out.describe());
+}
+
 #[test]
 fn strict_runs_c_and_cxx_solutions() {
     require!("strict_runs_c_and_cxx_solutions", userns_available());
