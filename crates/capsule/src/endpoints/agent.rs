@@ -27,9 +27,10 @@
 //! ([`crate::supervisor::AgentLife::host_mounts`]).
 //!
 //! Each run keeps what a one-shot run had of its own: PID, mount, user,
-//! cgroup, IPC and UTS namespaces, and a loopback-only network namespace
-//! (`Config::own_network`), so concurrent `capsule run`s cannot reach each
-//! other over 127.0.0.1 nor collide on a port.
+//! cgroup, IPC and UTS namespaces, and a loopback-only network namespace no
+//! concurrent run shares (`Config::own_network`; kept and lent to one run
+//! at a time, docs/network-reuse.md), so concurrent `capsule run`s cannot
+//! reach each other over 127.0.0.1 nor collide on a port.
 //!
 //! `CAPSULE_AGENT=off` (or `--no-agent`) forks a supervisor per run;
 //! `CAPSULE_AGENT_IDLE=SECONDS` sets the idle time; `capsule agent
