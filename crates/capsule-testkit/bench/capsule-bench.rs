@@ -811,7 +811,12 @@ fn kib(v: Option<&String>) -> Option<u64> {
 /// (a non-dumpable process's fd directory and mountinfo are root's).
 fn snapshot(pid: i32, runs_done: usize) -> Value {
     let st = proc_status(pid);
-    let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok().map(|d| d.count());
+    let links: Option<Vec<String>> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()
+        .map(|d| d.flatten().filter_map(|e| fs::read_link(e.path()).ok()).map(|l| l.display().to_string()).collect());
+    let fds = links.as_ref().map(Vec::len);
+    // The kept networks (docs/network-reuse.md): made on demand, at most 3 × parallel + 1.
+    let net_fds = links.as_ref().map(|l| l.iter().filter(|l| l.starts_with("net:[")).count());
     let mounts = fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok().map(|s| s.lines().count());
     let mut children = 0;
     let mut zombies = 0;
@@ -831,7 +836,7 @@ fn snapshot(pid: i32, runs_done: usize) -> Value {
         "kind": "memory", "runs_done": runs_done,
         "rss_kib": kib(st.get("VmRSS")), "hwm_kib": kib(st.get("VmHWM")),
         "threads": st.get("Threads").and_then(|s| s.parse::<u64>().ok()),
-        "fds": fds, "mounts": mounts, "children": children, "zombies": zombies,
+        "fds": fds, "net_fds": net_fds, "mounts": mounts, "children": children, "zombies": zombies,
     })
 }
 
