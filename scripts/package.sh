@@ -9,11 +9,8 @@
 # dpkg-deb, gzip and tar; runs as any user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v cargo >/dev/null; then
-  for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
-    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
-  done
-fi
+# shellcheck source=scripts/cargo-env.sh
+. scripts/cargo-env.sh
 for tool in cargo dpkg-deb gzip tar file; do
   command -v "$tool" >/dev/null || { echo "package.sh: $tool not found" >&2; exit 1; }
 done

@@ -8,11 +8,8 @@
 # running it is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v cargo >/dev/null; then
-  for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
-    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
-  done
-fi
+# shellcheck source=scripts/cargo-env.sh
+. scripts/cargo-env.sh
 why=""
 if [ "$(id -u)" != 0 ]; then
   why="hiding the system's libseccomp needs root (unshare -m)"

@@ -14,22 +14,8 @@
 # tests. Extra arguments go to the host `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Under `sudo` (README), HOME is root's: without a rustup toolchain of
-# root's, use the one rustup installed for the user who ran sudo (its
-# RUSTUP_HOME; cargo's caches stay root's), before any distribution cargo
-# on PATH (Debian's `rustc` recommends an older one).
-if [ -n "${SUDO_USER:-}" ] && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
-  h=$(getent passwd "$SUDO_USER" | cut -d: -f6)
-  if [ -n "$h" ] && [ -x "$h/.cargo/bin/cargo" ]; then
-    export PATH="$h/.cargo/bin:$PATH"
-    [ -d "$h/.rustup" ] && export RUSTUP_HOME="${RUSTUP_HOME:-$h/.rustup}"
-  fi
-fi
-if ! command -v cargo >/dev/null; then
-  for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
-    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
-  done
-fi
+# shellcheck source=scripts/cargo-env.sh
+. scripts/cargo-env.sh
 command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 strict=${CAPSULE_TEST_STRICT:-0}
 
