@@ -502,24 +502,22 @@ fn related(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether a hidden `path` lies in a fresh tmpfs of the plan (the host
-/// view's /tmp or /run) that no other operation or rule mounts into, over
-/// or beneath: it is empty when PID 1 builds the tree, so the cover would
-/// find nothing (every default secret when `$HOME` is in /tmp).
-fn in_fresh_tmpfs(ops: &[Op], actions: &[Action], path: &Path) -> bool {
+/// view's /tmp or /run) that no other operation mounts into, over or
+/// beneath, nor any rule of `acting` (the paths of the rules other than
+/// hides) acts on: it is empty when PID 1 builds the tree, so the cover
+/// would find nothing (every default secret when `$HOME` is in /tmp).
+fn in_fresh_tmpfs(ops: &[Op], acting: &[&[u8]], path: &Path) -> bool {
     let p = path.as_os_str().as_encoded_bytes();
+    // Most hidden paths (a home elsewhere) end here, without a scan.
+    if !under(p, b"/tmp") && !under(p, b"/run") {
+        return false;
+    }
     let fresh = ops.iter().position(|op| {
         matches!(op, Op::Tmpfs { dst, .. } if matches!(dst.to_bytes(), b"/tmp" | b"/run") && under(p, dst.to_bytes()) && p != dst.to_bytes())
     });
     let Some(at) = fresh else { return false };
     let others = ops.iter().enumerate().any(|(i, op)| i != at && related(p, op.dst().to_bytes()));
-    let rules = actions.iter().any(|a| match a {
-        Action::Hide { .. } => false,
-        Action::Save { path: q, .. }
-        | Action::Reveal { path: q, .. }
-        | Action::Writable { path: q }
-        | Action::HostReadOnly { path: q } => related(p, q.as_os_str().as_encoded_bytes()),
-    });
-    !others && !rules
+    !others && !acting.iter().any(|q| related(p, q))
 }
 
 fn cstr(p: &Path) -> CString {
@@ -738,13 +736,23 @@ impl MountPlan {
                 Listing::read(h, hidden.iter().copied()).or_else(|| Listing::read(h.parent()?, hidden.iter().copied()))
             })
             .collect();
+        let acting: Vec<&[u8]> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Hide { .. } => None,
+                Action::Save { path, .. }
+                | Action::Reveal { path, .. }
+                | Action::Writable { path }
+                | Action::HostReadOnly { path } => Some(path.as_os_str().as_encoded_bytes()),
+            })
+            .collect();
         let mut parents = Parents { list: Vec::new(), now };
         let mut saved_at: Vec<Option<PathBuf>> = vec![None; fsrules::slots(&actions)];
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         for action in actions.iter() {
             match action {
                 Action::Hide { path, holes } => {
-                    if in_fresh_tmpfs(&ops, &actions[..], path) {
+                    if in_fresh_tmpfs(&ops, &acting, path) {
                         continue; // nothing there, nothing can be
                     }
                     if !shadowed(spec, path) {
