@@ -19,7 +19,7 @@
 //! that must not (docs/network-reuse.md).
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,8 +45,10 @@ struct Shared {
     idle: Mutex<Vec<Kept>>,
     /// Networks made or being made and not dropped: idle, in use, queued.
     alive: AtomicUsize,
-    /// Why the keeper could not make or check a network, if it could not.
-    failed: Mutex<Option<String>>,
+    /// The keeper could not make a network: no more are asked for (each
+    /// PID 1 then makes its own, and fails the run with the reason if it
+    /// cannot either).
+    failed: AtomicBool,
 }
 
 /// The pool; lives on the supervisor's thread.
@@ -87,7 +89,8 @@ impl Drop for Lent {
 impl NetPool {
     /// Starts the keeper thread; `max` networks at most (the slots).
     pub(crate) fn start(max: usize) -> Result<NetPool, SysError> {
-        let shared = Arc::new(Shared { idle: Mutex::default(), alive: AtomicUsize::new(0), failed: Mutex::default() });
+        let shared =
+            Arc::new(Shared { idle: Mutex::default(), alive: AtomicUsize::new(0), failed: AtomicBool::new(false) });
         let (jobs, rx) = mpsc::channel::<Job>();
         let keeper = shared.clone();
         // No signal for the keeper: the supervisor's signalfds need them blocked in every thread.
@@ -108,7 +111,7 @@ impl NetPool {
     /// is asked for another, for later runs.
     pub(crate) fn take(&self) -> Option<Lent> {
         let kept = self.shared.idle.lock().expect("keeper alive").pop();
-        if kept.is_none() && self.shared.failed.lock().expect("keeper alive").is_none() {
+        if kept.is_none() && !self.shared.failed.load(SeqCst) {
             let alive = self.shared.alive.load(SeqCst);
             if alive < self.max && self.shared.alive.compare_exchange(alive, alive + 1, SeqCst, SeqCst).is_ok() {
                 let _ = self.jobs.send(Job::Make);
@@ -127,13 +130,11 @@ impl NetPool {
 impl Shared {
     fn run(&self, job: Job) {
         let kept = match job {
-            Job::Make => match make() {
-                Ok(kept) => Some(kept),
-                Err(e) => {
-                    *self.failed.lock().expect("not poisoned") = Some(e.to_string());
-                    None
-                }
-            },
+            Job::Make => {
+                let made = make();
+                self.failed.fetch_or(made.is_none(), SeqCst);
+                made
+            }
             Job::Check(kept) => clean(&kept).then_some(kept),
         };
         match kept {
@@ -178,17 +179,15 @@ const PROTOCOLS: &str = "/proc/thread-self/net/protocols";
 /// Makes a network with only `lo`, up, and TIME_WAIT off, on the keeper
 /// thread (which moves into it: network namespaces are per thread, and the
 /// keeper never needs another).
-fn make() -> Result<Kept, SysError> {
-    sys::unshare(libc::CLONE_NEWNET).map_err(|e| SysError::new("unshare(CLONE_NEWNET)", e))?;
-    sys::loopback_up().map_err(|e| SysError::new("ioctl(SIOCSIFFLAGS, lo up)", e))?;
+fn make() -> Option<Kept> {
+    // Which step failed is not kept: a PID 1 that makes its own network then reports it for its run.
+    sys::unshare(libc::CLONE_NEWNET).ok()?;
+    sys::loopback_up().ok()?;
     // /proc/sys/net is the opening thread's network's.
-    const TW: &str = "/proc/sys/net/ipv4/tcp_max_tw_buckets";
-    std::fs::write(TW, "0").map_err(|e| SysError::new("write", e.raw_os_error().unwrap_or(libc::EIO)).path(TW))?;
-    let ns = sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC, 0)
-        .map_err(|e| SysError::new("open", e).path("/proc/thread-self/ns/net"))?;
-    let io = |e: std::io::Error| SysError::new("read", e.raw_os_error().unwrap_or(libc::EIO)).path(PROTOCOLS);
-    let made = in_use().map_err(io)?;
-    Ok(Kept { ns, made })
+    std::fs::write("/proc/sys/net/ipv4/tcp_max_tw_buckets", "0").ok()?;
+    let ns = sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok()?;
+    let made = in_use().ok()?;
+    Some(Kept { ns, made })
 }
 
 #[cfg(test)]
