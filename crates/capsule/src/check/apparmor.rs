@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::layer::quote_path;
+
 /// Where the packages install the profile.
 pub const PROFILE_FILE: &str = "/etc/apparmor.d/capsule";
 /// The profile names in it, one per binary.
@@ -78,7 +80,8 @@ impl AppArmor {
         let mut why = "; kernel.apparmor_restrict_unprivileged_userns is 1: AppArmor denies capabilities in new \
                        user namespaces to programs whose profile does not grant `userns,`"
             .to_string();
-        let exe = self.exe.display();
+        // Quoted: a path or label with control characters is shown, not acted on by the terminal.
+        let exe = quote_path(&self.exe);
         why.push_str(&match (self.confined_by(), self.loaded()) {
             (Some(p), _) => format!("; this program ({exe}) runs under the profile `{p}` and is still denied"),
             (None, Some(true)) if self.packaged() => format!(
