@@ -702,6 +702,52 @@ fn serve_spares_follow_the_host() {
     s.finish().assert_code(0);
 }
 
+/// Served runs are built on the mount template (the host root and /dev
+/// made once, copied per run): each sees the tree a one-shot run (built
+/// from the host view, no template) sees, mount for mount, hidden paths
+/// covered (on the template the scratch tmpfs for the covers is detached
+/// again), and nothing any earlier run wrote to /tmp, /run or /dev/shm.
+#[test]
+fn serve_runs_on_the_mount_template_see_the_one_shot_tree() {
+    require!("serve_runs_on_the_mount_template_see_the_one_shot_tree", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("template");
+    dir.mkdir("secret");
+    dir.write("secret/key", b"KEY\n");
+    dir.write("token", b"TOKEN\n");
+    let (secret, token) = (dir.join("secret"), dir.join("token"));
+    // Mount point, type, options and super options (not ids or devices),
+    // sorted; what is hidden; what earlier runs left.
+    let script = format!(
+        "awk '{{for (i = 7; $i != \"-\"; i++); print $5, $(i+1), $6, $(i+3)}}' /proc/self/mountinfo | sort; \
+         echo hidden: $(ls -A {s}) $(cat {t}); echo left: $(ls -A /tmp) $(ls -A /run) $(ls -A /dev/shm); \
+         touch /tmp/a /run/a /dev/shm/a",
+        s = secret.display(),
+        t = token.display()
+    );
+    let filesystem = json!({"hide": [secret, token]});
+    let mut spec = sh(&script);
+    spec["filesystem"] = filesystem;
+    spec["stdout"] = json!({"capture": 1 << 20});
+    let mut s = serve(&["--parallel", "2"]);
+    let mut served = Vec::new();
+    for i in 0..4 {
+        let r = s.run(json!(i), spec.clone());
+        assert_exited(&r, 0);
+        served.push(r["stdout"]["text"].as_str().unwrap_or_default().to_string());
+        // Time for spares, so that later runs take one prepared ahead.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    s.finish().assert_code(0);
+    let (s_, t_) = (secret.to_str().unwrap(), token.to_str().unwrap());
+    let out = capsule(&["run", "--no-agent", "--hide", s_, "--hide", t_, "--", "/bin/sh", "-c", &script]).run();
+    out.assert_code(0);
+    for (i, text) in served.iter().enumerate() {
+        assert!(text.contains("hidden:\nleft:\n"), "run {i} saw a hidden file or an earlier run's: {text}");
+        assert_eq!(text, &out.stdout, "run {i}'s tree differs from the one-shot run's");
+    }
+}
+
 /// kill: the run ends at once with status `killed` and its result;
 /// cancel: its processes are gone and it is answered `"cancelled"`; a
 /// queued run cancelled never runs; unknown ids are errors.

@@ -26,6 +26,7 @@ mod tracee;
 mod wait;
 
 // What the supervisor uses.
+pub(crate) use mounts::build_template;
 pub(crate) use netlog::{Dest, NetLog, CAPACITY, DATA, INVALID, UNREADABLE};
 pub(crate) use pid1::{pid1, Pid1};
 pub(crate) use shared::{

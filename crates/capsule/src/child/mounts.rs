@@ -139,10 +139,11 @@ pub(crate) fn take(cell: &Cell<RawFd>) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { sys::reclaim_fd(fd) })
 }
 
-/// Builds a minimal /dev on the directory `at`. Everything is created
-/// through the new tmpfs's own fd: `at` keeps pointing at the directory
-/// the tmpfs covers.
-pub(crate) fn build_dev(at: &OwnedFd, nodes: &[Cell<RawFd>; 5]) -> SysResult<()> {
+/// Builds a minimal /dev on the directory `at`, with a tmpfs on /dev/shm
+/// unless `shm` is false (the mount template's /dev: each run mounts its
+/// own). Everything is created through the new tmpfs's own fd: `at` keeps
+/// pointing at the directory the tmpfs covers.
+pub(crate) fn build_dev(at: &OwnedFd, nodes: &[Cell<RawFd>; 5], shm: bool) -> SysResult<()> {
     let dev = tmpfs(c"1048576", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
     let d = dev.as_raw_fd();
     for name in DEVICES {
@@ -164,11 +165,18 @@ pub(crate) fn build_dev(at: &OwnedFd, nodes: &[Cell<RawFd>; 5]) -> SysResult<()>
         let target = sys::openat(d, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         sys::move_mount_fd(node.as_raw_fd(), target.as_raw_fd())?;
     }
-    let shm_at = sys::openat(d, c"shm", libc::O_PATH | libc::O_DIRECTORY, 0)?;
-    let shm = tmpfs(c"67108864", c"1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
-    sys::move_mount_fd(shm.as_raw_fd(), shm_at.as_raw_fd())?;
+    if shm {
+        let shm_at = sys::openat(d, c"shm", libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        mount_shm(&shm_at)?;
+    }
     // Populated: nothing may be added to /dev from inside.
     sys::mount_setattr(d, false, MOUNT_ATTR_RDONLY, 0)
+}
+
+/// Mounts a fresh /dev/shm on the directory `at`.
+fn mount_shm(at: &OwnedFd) -> SysResult<()> {
+    let shm = tmpfs(c"67108864", c"1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+    sys::move_mount_fd(shm.as_raw_fd(), at.as_raw_fd())
 }
 
 /// State PID 1 carries through the build.
@@ -178,11 +186,14 @@ pub(crate) struct Build {
     /// The run's procfs, attached at the first `/proc` (later ones bind it).
     proc_fd: RawFd,
     proc_attached: Cell<Option<usize>>,
+    /// Built on the mount template: /dev is there but for /dev/shm, and
+    /// the /proc mounts come last.
+    on_template: bool,
 }
 
 impl Build {
     pub(crate) fn new(proc_fd: RawFd) -> Self {
-        Build { root: None, scratch: None, proc_fd, proc_attached: Cell::new(None) }
+        Build { root: None, scratch: None, proc_fd, proc_attached: Cell::new(None), on_template: false }
     }
 }
 
@@ -239,19 +250,99 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         }
     }
     if plan.needs_scratch {
-        // An empty read-only file to bind over hidden files. It must be
-        // attached somewhere to be cloned; the old root's /tmp of this
-        // private namespace goes away with the old root.
-        let scratch = tmpfs(c"4096", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
-            .map_err(|e| Fail::new(Step::Scratch, e))?;
-        drop(
-            sys::openat(scratch.as_raw_fd(), c"empty", libc::O_CREAT | libc::O_WRONLY, 0o444)
-                .map_err(|e| Fail::new(Step::Scratch, e))?,
-        );
-        // ... and an empty one to bind over hidden directories.
-        sys::mkdirat(scratch.as_raw_fd(), c"dir", 0o555).map_err(|e| Fail::new(Step::Scratch, e))?;
-        sys::move_mount_to_path(scratch.as_raw_fd(), c"/tmp").map_err(|e| Fail::new(Step::Scratch, e))?;
-        b.scratch = Some(scratch);
+        // It must be attached somewhere to be cloned; the old root's /tmp
+        // of this private namespace goes away with the old root.
+        b.scratch = Some(scratch(c"/tmp")?);
+    }
+    Ok(())
+}
+
+/// The scratch tmpfs, attached at `at`: an empty read-only file to bind
+/// over hidden files, and an empty directory to bind over hidden directories.
+fn scratch(at: &CStr) -> Result<OwnedFd, Fail> {
+    let fail = |e| Fail::new(Step::Scratch, e);
+    let scratch = tmpfs(c"4096", c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC).map_err(fail)?;
+    drop(sys::openat(scratch.as_raw_fd(), c"empty", libc::O_CREAT | libc::O_WRONLY, 0o444).map_err(fail)?);
+    sys::mkdirat(scratch.as_raw_fd(), c"dir", 0o555).map_err(fail)?;
+    sys::move_mount_to_path(scratch.as_raw_fd(), at).map_err(fail)?;
+    Ok(scratch)
+}
+
+/// The mount template (`supervisor::template`), built once per supervisor
+/// on a thread of its own that has just entered a mount namespace of its
+/// own: the host root cloned read-only and /dev with its device nodes
+/// (/dev/shm left to each run), pivoted into. Everything in it is
+/// read-only; what a run writes to is mounted fresh in its copy.
+pub(crate) fn build_template() -> Result<(), Fail> {
+    let nodes = [const { Cell::new(-1) }; 5];
+    let built = build_template_with(&nodes);
+    // The nodes not attached (a failure half-way) are this thread's, i.e.
+    // the supervisor's, descriptors.
+    for cell in &nodes {
+        drop(take(cell));
+    }
+    built
+}
+
+fn build_template_with(nodes: &[Cell<RawFd>; 5]) -> Result<(), Fail> {
+    let root = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
+        .map_err(|e| Fail::new(Step::RootClone, e))?;
+    sys::mount_setattr(root.as_raw_fd(), true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)
+        .map_err(|e| Fail::new(Step::RootClone, e))?;
+    clone_devices(nodes).map_err(|e| Fail::new(Step::Dev, e))?;
+    sys::move_mount_to_path(root.as_raw_fd(), c"/").map_err(|e| Fail::new(Step::AttachRoot, e))?;
+    let at = mount_point(root.as_raw_fd(), c"/dev", false).map_err(|e| Fail::new(Step::MountPoint, e))?;
+    build_dev(&at, nodes, false).map_err(|e| Fail::new(Step::Dev, e))?;
+    pivot(root.as_raw_fd())
+}
+
+/// PID 1's steps 8 and 9 on the mount template: a copy of its namespace
+/// (so no clone of the host root, no /dev to build, no pivot), then the
+/// operations of the run's own. The scratch tmpfs waits on /proc, where
+/// nothing else is until the run's procfs, and is detached before that.
+pub(crate) fn build_on_template(template: RawFd, plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
+    sys::setns(template, libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::MountTemplate, e))?;
+    // Not needed any more, and not to be shared with the tracee.
+    sys::close(template);
+    sys::unshare(libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::MountTemplate, e))?;
+    let root = sys::open(c"/", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| Fail::new(Step::MountTemplate, e))?;
+    if plan.needs_scratch {
+        b.scratch = Some(scratch(TEMPLATE_SCRATCH)?);
+    }
+    b.on_template = true;
+    apply_ops(plan, b, root.as_raw_fd())?;
+    if b.scratch.take().is_some() {
+        sys::umount_detach(TEMPLATE_SCRATCH).map_err(|e| Fail::new(Step::Scratch, e))?;
+    }
+    for (i, op) in plan.ops.iter().enumerate() {
+        if let Op::Proc { dst, name } = op {
+            attach_proc(plan, b, root.as_raw_fd(), i, dst, *name)?;
+        }
+    }
+    sys::chdir(c"/").map_err(|e| Fail::new(Step::MountTemplate, e))
+}
+
+/// Where the scratch tmpfs waits in a tree built on the mount template.
+const TEMPLATE_SCRATCH: &CStr = c"/proc";
+
+/// Attaches the run's procfs at `dst` (operation `i`): the first time the
+/// procfs itself, later a clone of the first.
+fn attach_proc(plan: &MountPlan, b: &Build, root: RawFd, i: usize, dst: &CStr, name: u32) -> Result<(), Fail> {
+    let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, name))?;
+    let res = match b.proc_attached.get() {
+        // The run's procfs is attached once; further /proc
+        // mounts are clones of it.
+        None => sys::move_mount_fd(b.proc_fd, at.as_raw_fd()),
+        Some(first) => {
+            let Op::Proc { dst: first_dst, .. } = &plan.ops[first] else { unreachable!() };
+            sys::open_in_root(root, first_dst, libc::O_PATH | libc::O_DIRECTORY, 0)
+                .and_then(|f| sys::open_tree(f.as_raw_fd(), c"", OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32))
+                .and_then(|c| sys::move_mount_fd(c.as_raw_fd(), at.as_raw_fd()))
+        }
+    };
+    res.map_err(|e| Fail::at(Step::Proc, e, name))?;
+    if b.proc_attached.get().is_none() {
+        b.proc_attached.set(Some(i));
     }
     Ok(())
 }
@@ -353,29 +444,18 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 let fs = tmpfs(size, mode, *attrs).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
                 sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Tmpfs, e, *name))?;
             }
-            Op::Proc { dst, name } => {
-                let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
-                let res = match b.proc_attached.get() {
-                    // The run's procfs is attached once; further /proc
-                    // mounts are clones of it.
-                    None => sys::move_mount_fd(b.proc_fd, at.as_raw_fd()),
-                    Some(first) => {
-                        let Op::Proc { dst: first_dst, .. } = &plan.ops[first] else { unreachable!() };
-                        sys::open_in_root(root, first_dst, libc::O_PATH | libc::O_DIRECTORY, 0)
-                            .and_then(|f| {
-                                sys::open_tree(f.as_raw_fd(), c"", OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32)
-                            })
-                            .and_then(|c| sys::move_mount_fd(c.as_raw_fd(), at.as_raw_fd()))
-                    }
-                };
-                res.map_err(|e| Fail::at(Step::Proc, e, *name))?;
-                if b.proc_attached.get().is_none() {
-                    b.proc_attached.set(Some(i));
-                }
+            // On the template, after the scratch tmpfs has left /proc.
+            Op::Proc { .. } if b.on_template => {}
+            Op::Proc { dst, name } => attach_proc(plan, b, root, i, dst, *name)?,
+            // The template has /dev (at /dev: `supervisor::template::fits`) but for /dev/shm's tmpfs.
+            Op::Dev { name, .. } if b.on_template => {
+                sys::open_in_root(root, c"/dev/shm", libc::O_PATH | libc::O_DIRECTORY, 0)
+                    .and_then(|at| mount_shm(&at))
+                    .map_err(|e| Fail::at(Step::Dev, e, *name))?;
             }
             Op::Dev { dst, nodes, name } => {
                 let at = mount_point(root, dst, false).map_err(|e| Fail::at(Step::MountPoint, e, *name))?;
-                build_dev(&at, nodes).map_err(|e| Fail::at(Step::Dev, e, *name))?;
+                build_dev(&at, nodes, true).map_err(|e| Fail::at(Step::Dev, e, *name))?;
             }
             Op::Dir { dst, name } => {
                 mkdir_p(root, dst).map_err(|e| Fail::at(Step::Dir, e, *name))?;

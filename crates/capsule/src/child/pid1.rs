@@ -68,14 +68,20 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     let p = proc.as_raw_fd();
     // 7. Clone the bind sources from the resolved descriptors: open_tree clones only from its own mount namespace.
     mounts::clone_binds(&plan.mounts)?;
-    // 8. A mount namespace of the run's own: the tracee's user namespace will lock every mount in it.
-    sys::unshare(libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::UserNamespace, e))?;
-    // 9. Build the tree from the host view: the other sources, the new root, the operations in order, the pivot.
     let mut build = Build::new(p);
-    mounts::clone_sources(&plan.mounts, &mut build)?;
-    let root = mounts::attach_root(&build)?;
-    mounts::apply_ops(&plan.mounts, &build, root)?;
-    mounts::pivot(root)?;
+    if plan.mount_template >= 0 {
+        // 8-9. A copy of the mount template's namespace (the host root and /dev, built once), then the run's own
+        //      operations: the same tree, without a second copy of the host's mounts or a pivot.
+        mounts::build_on_template(plan.mount_template, &plan.mounts, &mut build)?;
+    } else {
+        // 8. A mount namespace of the run's own: the tracee's user namespace will lock every mount in it.
+        sys::unshare(libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::UserNamespace, e))?;
+        // 9. Build the tree from the host view: the other sources, the new root, the operations in order, the pivot.
+        mounts::clone_sources(&plan.mounts, &mut build)?;
+        let root = mounts::attach_root(&build)?;
+        mounts::apply_ops(&plan.mounts, &build, root)?;
+        mounts::pivot(root)?;
+    }
     // 10. Landlock's ruleset after the pivot, so that its paths resolve in the run's tree.
     let ruleset = landlock::build(&plan.landlock)?;
     // 11. Join the run's network last: a one-shot supervisor creates it while PID 1 builds the tree.

@@ -140,6 +140,9 @@ pub(crate) struct Plan {
     /// pidfd of the supervisor, to notice its death.
     pub supervisor_pidfd: RawFd,
     pub mounts: MountPlan,
+    /// The mount template's namespace (`supervisor::template`) when the
+    /// tree is built on it, else -1.
+    pub mount_template: RawFd,
     /// The Landlock ruleset PID 1 builds and the tracee enforces.
     pub landlock: crate::plan::landlock::Plan,
     pub last_cap: u32,

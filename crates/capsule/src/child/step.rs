@@ -41,6 +41,7 @@ steps! {
     ProcMount => "creating the run's /proc (fsopen proc)",
     BindSource => "cloning a bind mount source (open_tree)",
     UserNamespace => "creating PID 1's namespaces (unshare)",
+    MountTemplate => "entering a copy of the mount template (setns, unshare CLONE_NEWNS)",
     RootClone => "cloning the host root (open_tree /)",
     RootTmpfs => "creating the empty root tmpfs",
     Fuse => "starting fuse-overlayfs for a --root layer (it failed: run the command named here, in `unshare -Urm`, to see why)",

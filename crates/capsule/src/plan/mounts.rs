@@ -472,7 +472,7 @@ fn shadowed(spec: &RunSpec, path: &Path) -> bool {
 
 impl Op {
     /// Where the operation acts in the run's tree.
-    fn dst(&self) -> &CStr {
+    pub(crate) fn dst(&self) -> &CStr {
         match self {
             Op::Bind { dst, .. }
             | Op::Tmpfs { dst, .. }

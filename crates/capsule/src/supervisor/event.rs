@@ -133,6 +133,16 @@ pub(crate) enum Token {
 /// does not preempt it (docs/latency.md, "Where a served run waits").
 pub(crate) const SPARE_DELAY: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// A PID 1 that is done (or killed), kept with the zombies until it has
+/// exited and is reaped.
+pub(crate) fn bury(mut p: Prepared) -> Prepared {
+    p.buried = Some(std::time::Instant::now());
+    p
+}
+
+/// How long an exiting PID 1 holds back new runs (`Loop::exits_behind`).
+pub(crate) const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The event loop's state.
 pub(crate) struct Loop {
     pub(crate) conns: Vec<Option<Conn>>,
@@ -178,6 +188,12 @@ impl Loop {
             let mut wait = (timeout >= 0).then(|| std::time::Duration::from_millis(timeout as u64));
             if let Some(from) = self.spares_from {
                 let left = from.saturating_duration_since(std::time::Instant::now());
+                wait = Some(wait.map_or(left, |w| w.min(left)));
+            }
+            if !self.queue.is_empty() && self.exits_behind(sup) {
+                // Until the oldest of them stops counting, if none exits before.
+                let oldest = self.zombies.iter().filter_map(|z| z.buried).min();
+                let left = oldest.map_or(EXIT_PATIENCE, |t| EXIT_PATIENCE.saturating_sub(t.elapsed()));
                 wait = Some(wait.map_or(left, |w| w.min(left)));
             }
             match sys::ppoll(&mut pfds, wait) {
@@ -368,7 +384,11 @@ impl Loop {
     /// Starts queued requests, collects finished runs, keeps the spares.
     pub(crate) fn schedule(&mut self, sup: &mut Supervisor) {
         self.collect(sup);
+        self.reap_spares_and_zombies();
         while let Some(front) = self.queue.front() {
+            if self.exits_behind(sup) {
+                break;
+            }
             match front.pair {
                 // The interactor starts right after its solution, whatever
                 // the count: the two talk to each other.
@@ -393,7 +413,9 @@ impl Loop {
             !p.cancelled || running.iter().any(|r| part(r.req.pair)) || queue.iter().any(|q| part(q.pair))
         });
         self.reap_spares_and_zombies();
-        self.keep_spares(sup);
+        if !self.exits_behind(sup) {
+            self.keep_spares(sup);
+        }
     }
 
     /// Starts one request, or answers it with an error.
@@ -417,7 +439,7 @@ impl Loop {
                 break;
             }
             kill_prepared(&s);
-            self.zombies.push(s);
+            self.zombies.push(bury(s));
         }
         // Runs to come are prepared like this one (kept only when the shape
         // changes: no copy of the spec per request).
@@ -441,7 +463,7 @@ impl Loop {
         if filter.is_none() {
             if let Err(msg) = sup.filters.get(&req.spec).map(|f| p.late_filter = Some(f)) {
                 kill_prepared(&p);
-                self.zombies.push(p);
+                self.zombies.push(bury(p));
                 return self.reply(req, RunResult::error(msg));
             }
         }
@@ -468,7 +490,7 @@ impl Loop {
             }
             Err(msg) => {
                 kill_prepared(&p);
-                self.zombies.push(p);
+                self.zombies.push(bury(p));
                 self.reply(req, RunResult::error(msg));
             }
         }
@@ -650,7 +672,7 @@ impl Loop {
                 && !r.cancelled
             {
                 r.req.retried = true;
-                self.zombies.push(r.p);
+                self.zombies.push(bury(r.p));
                 self.queue.push_front(r.req);
                 continue;
             }
@@ -716,8 +738,20 @@ impl Loop {
             } else if !r.cancelled {
                 self.answer(r.req.conn, &r.req.cid, &result, r.req.notify.take());
             }
-            self.zombies.push(r.p);
+            self.zombies.push(bury(r.p));
         }
+    }
+
+    /// Too many PID 1s are still exiting to start another: each holds its
+    /// plan, stacks and arena until then, and an exit waits for an RCU
+    /// grace period (the mount namespace's teardown) that a loaded machine
+    /// can delay by milliseconds, while starting a run need not (on the
+    /// mount template): without this bound they pile up, and the memory
+    /// with them. One stuck for a second (a hostile run's) stops counting,
+    /// so that it cannot stall the supervisor.
+    pub(crate) fn exits_behind(&self, sup: &Supervisor) -> bool {
+        let recent = |z: &&Prepared| z.buried.is_some_and(|t| t.elapsed() < EXIT_PATIENCE);
+        self.zombies.iter().filter(recent).count() > 2 * sup.config.parallel + 1
     }
 
     pub(crate) fn reap_spares_and_zombies(&mut self) {
@@ -769,7 +803,7 @@ impl Loop {
             if self.spares[k].shape != *shape {
                 let s = self.spares.swap_remove(k);
                 kill_prepared(&s);
-                self.zombies.push(s);
+                self.zombies.push(bury(s));
             } else {
                 k += 1;
             }

@@ -61,6 +61,7 @@ mod outcome;
 mod prepare;
 mod relay;
 mod requests;
+mod template;
 
 pub use conn::*;
 use event::*;
@@ -68,6 +69,7 @@ use filters::*;
 pub use handoff::*;
 use netpool::*;
 use prepare::*;
+use template::MountTemplate;
 
 /// The loopback-only network namespace of the supervisor.
 pub(crate) enum Net {
@@ -113,6 +115,8 @@ pub struct Supervisor {
     /// The caller's homes (`~` of the filesystem rules, where the default
     /// secrets are), found once.
     pub(crate) home: crate::host::fsrules::Homes,
+    /// The host view's mount tree, built once for the runs to copy.
+    pub(crate) mount_template: MountTemplate,
 }
 
 impl Supervisor {
@@ -243,6 +247,8 @@ impl Supervisor {
             affinity: sys::affinity().ok().filter(|set| sys::cpus_in(set) > 1),
             landlock_abi: crate::plan::landlock::probe(),
             home: p.home,
+            // `serve` turns it on unless the supervisor serves one run.
+            mount_template: MountTemplate::Off,
             fusectl,
             agent_dirs: crate::host::identity::agent_dirs(p.host_uid),
         })
@@ -272,6 +278,9 @@ impl Supervisor {
             Mode::Once => (true, None, None),
             Mode::Agent(life) => (false, Some(life), None),
         };
+        if !once {
+            self.mount_template = MountTemplate::Untried;
+        }
         let mut l = Loop {
             conns: conns.into_iter().map(Some).collect(),
             listener,

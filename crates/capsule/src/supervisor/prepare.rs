@@ -92,6 +92,8 @@ pub(crate) struct Prepared {
     pub(crate) net_log: Option<Rc<Arena<NetLog>>>,
     /// poll reported its result byte or pidfd since it was last looked at.
     pub(crate) signalled: bool,
+    /// When it joined the PID 1s waited for (`Loop::bury`).
+    pub(crate) buried: Option<std::time::Instant>,
     /// The run's layers, locked until its PID 1 is gone.
     pub(crate) layers: Option<crate::plan::overlay::LayerPlan>,
     /// The kept network PID 1 joined, given back once PID 1 is gone.
@@ -331,6 +333,8 @@ impl Supervisor {
             keep_fds.extend([f.prog_dir, f.cpu_stat, f.kill]);
         }
         keep_fds.extend(mounts.fds());
+        let mount_template = self.mount_template.for_plan(&mounts).unwrap_or(-1);
+        keep_fds.push(mount_template);
         let fusectl = self.fusectl.as_ref().map_or(-1, |f| f.as_raw_fd());
         keep_fds.push(fusectl);
         keep_fds.retain(|&fd| fd > 2);
@@ -349,6 +353,7 @@ impl Supervisor {
                 spec.tcp_bind.as_deref(),
             ),
             mounts,
+            mount_template,
             last_cap: self.last_cap,
             cgroup: cgroup.as_ref().map(RunCgroup::raw_fds),
             go_sock: go_child.as_raw_fd(),
@@ -410,6 +415,7 @@ impl Supervisor {
         let _ = pid;
         Ok(Prepared {
             signalled: false,
+            buried: None,
             shape,
             pidfd,
             run: Some(run),

@@ -387,11 +387,11 @@ impl Loop {
     pub(crate) fn shutdown(&mut self) {
         for r in self.running.drain(..) {
             kill_prepared(&r.p);
-            self.zombies.push(r.p);
+            self.zombies.push(bury(r.p));
         }
         for s in self.spares.drain(..) {
             kill_prepared(&s);
-            self.zombies.push(s);
+            self.zombies.push(bury(s));
         }
         for mut z in self.zombies.drain(..) {
             let _ = sys::pidfd_wait(z.pidfd.as_raw_fd());

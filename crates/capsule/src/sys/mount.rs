@@ -151,6 +151,13 @@ pub fn pivot_root_cwd() -> SysResult<()> {
         .map(drop)
 }
 
+/// umount2(path, MNT_DETACH).
+pub fn umount_detach(path: &CStr) -> SysResult<()> {
+    // SAFETY: path is NUL-terminated.
+    cvt(unsafe { raw_syscall(libc::SYS_umount2, [path.as_ptr() as u64, libc::MNT_DETACH as u64, 0, 0, 0, 0]) })
+        .map(drop)
+}
+
 pub fn umount_detach_cwd() -> SysResult<()> {
     // SAFETY: path is NUL-terminated.
     cvt(unsafe { raw_syscall(libc::SYS_umount2, [c".".as_ptr() as u64, libc::MNT_DETACH as u64, 0, 0, 0, 0]) })
