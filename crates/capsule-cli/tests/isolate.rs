@@ -233,6 +233,9 @@ impl Meta {
         self.secs("time-wall");
         let rss: u64 = self.must("max-rss").parse().expect("max-rss in KB");
         assert!(rss > 0 && rss < 4 << 20, "max-rss:{rss} (KB)");
+        for csw in ["csw-voluntary", "csw-forced"] {
+            self.must(csw).parse::<u64>().unwrap_or_else(|e| panic!("{csw}: {e} in {}", self.1));
+        }
     }
 }
 
@@ -276,6 +279,25 @@ fn cms_cycle_ok() {
     let line = out.stderr.trim();
     assert!(line.starts_with("OK (") && line.ends_with(" sec wall)"), "{}", out.describe());
     assert!(dir.join("box/output.txt").is_file());
+    iso.cleanup();
+}
+
+/// csw-voluntary counts the program's own waits: a program that sleeps
+/// 20 times gives up the CPU at least 20 times.
+#[test]
+fn context_switches_are_counted() {
+    require!("context_switches_are_counted", userns_available());
+    let iso = Iso::new("iso-csw", 18);
+    iso.init();
+    iso.put("sol", sol());
+    let meta = iso.scratch.join("m");
+    let script = "for i in $(seq 20); do sleep 0.01; done";
+    let out = iso.cmd(&[&format!("-M{}", meta.display()), "-p", "--run", "--", "/bin/sh", "-c", script]).run();
+    out.assert_code(0);
+    let meta = Meta::parse(&std::fs::read_to_string(meta).unwrap());
+    meta.assert_stats();
+    let v: u64 = meta.must("csw-voluntary").parse().unwrap();
+    assert!(v >= 20, "{}", meta.1);
     iso.cleanup();
 }
 

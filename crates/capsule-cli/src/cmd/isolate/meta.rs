@@ -39,6 +39,9 @@ pub fn report(r: &RunResult, c: Checked) -> Report {
     let wall_ms = r.wall_time_ms.max(0.0).floor() as u64;
     let mut stats =
         format!("time:{}\ntime-wall:{}\nmax-rss:{}\n", secs(cpu_ms), secs(wall_ms), r.peak_memory_bytes / 1024);
+    if let (Some(v), Some(f)) = (r.csw_voluntary, r.csw_forced) {
+        stats.push_str(&format!("csw-voluntary:{v}\ncsw-forced:{f}\n"));
+    }
     if c.cg && r.accounting == Accounting::Cgroup {
         stats.push_str(&format!("cg-mem:{}\n", r.peak_memory_bytes / 1024));
         if r.status == Status::MemoryLimit {
@@ -98,9 +101,14 @@ mod tests {
     fn fields_and_units() {
         let mut r = result(Status::Exited);
         r.exit_code = Some(0);
+        (r.csw_voluntary, r.csw_forced) = (Some(5), Some(2));
         let rep = report(&r, Checked::default());
         assert_eq!(rep.code, 0);
-        assert!(rep.meta.starts_with("time:1.210\ntime-wall:1.500\nmax-rss:3072\n"), "{}", rep.meta);
+        assert!(
+            rep.meta.starts_with("time:1.210\ntime-wall:1.500\nmax-rss:3072\ncsw-voluntary:5\ncsw-forced:2\n"),
+            "{}",
+            rep.meta
+        );
         assert!(rep.meta.ends_with("exitcode:0\n"));
         assert_eq!(rep.line, "OK (1.210 sec real, 1.500 sec wall)");
         r.exit_code = Some(3);
