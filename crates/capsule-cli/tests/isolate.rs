@@ -782,7 +782,7 @@ fn silent_verbose_version_help() {
 fn bad_and_refused_options_exit_2_naming_them() {
     require!("bad_and_refused_options_exit_2_naming_them", userns_available());
     let iso = Iso::new("iso-bad", 24);
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["--bogus", "--init"], "isolate: unrecognized option '--bogus'"),
         (&["-Z", "--init"], "isolate: invalid option -- 'Z'"),
         (&["--tty-hack", "--init"], "isolate: option '--tty-hack' is not supported by capsule isolate"),
@@ -790,6 +790,7 @@ fn bad_and_refused_options_exit_2_naming_them() {
         (&["--as-uid=5", "--init"], "isolate: option '--as-uid' is not supported by capsule isolate"),
         (&["--as-gid=5", "--init"], "isolate: option '--as-gid' is not supported by capsule isolate"),
         (&["--core=10", "--init"], "isolate: option '--core=10' is not supported by capsule isolate"),
+        (&["--no-cg-timing", "--init"], "isolate: option '--no-cg-timing' is not supported by capsule isolate"),
         (&["--time"], "isolate: option '--time' requires an argument"),
         (&[], "Please specify an isolate command (e.g. --init, --run)."),
         (&["--init", "--cleanup"], "Only one command is allowed."),
