@@ -811,6 +811,63 @@ fn bad_and_refused_options_exit_2_naming_them() {
     iso.cleanup();
 }
 
+/// Judge0's `isolate_job.rb` without cgroups: -s, short options with
+/// separate values, the meta file in the box, `-p60`, `-m`, `-E`,
+/// `-d /etc:noexec`, a bash script as the program.
+#[test]
+fn judge0_cycle() {
+    require!("judge0_cycle", userns_available());
+    let iso = Iso::new("iso-judge0", 2147483646);
+    let out = iso.cmd(&["--init"]).run();
+    out.assert_code(0);
+    let workdir = out.stdout.trim().to_string();
+    let boxdir = format!("{workdir}/box/");
+    iso.put_text("run", "read a b\necho $((a + b)); echo \"home=$HOME\" >&2; ls /etc/passwd\n");
+    iso.put_text("stdin.txt", "5 6\n");
+    let meta = format!("{boxdir}meta.txt");
+    let args = [
+        "-s",
+        "-i",
+        "stdin.txt",
+        "-o",
+        "stdout.txt",
+        "-r",
+        "stderr.txt",
+        "-M",
+        &meta,
+        "-t",
+        "5",
+        "-x",
+        "1",
+        "-w",
+        "10",
+        "-k",
+        "64000",
+        "-p60",
+        "-m",
+        "512000",
+        "-f",
+        "1024",
+        "-E",
+        &format!("HOME={workdir}"),
+        "-d",
+        "/etc:noexec",
+        "--run",
+        "--",
+        "/bin/bash",
+        "run",
+    ];
+    let out = iso.cmd(&args).run();
+    out.assert_code(0);
+    assert_eq!(out.stderr, "", "-s: no status line");
+    let meta = Meta::parse(&std::fs::read_to_string(&meta).unwrap());
+    meta.assert_stats();
+    assert_eq!(meta.get("status"), None, "{}", meta.1);
+    assert_eq!(iso.read("stdout.txt"), "11\n/etc/passwd\n");
+    assert_eq!(iso.read("stderr.txt"), format!("home={workdir}\n"));
+    iso.cmd(&["--cleanup"]).run().assert_code(0);
+}
+
 /// A binary named `isolate` (a link to `capsule`) is `capsule isolate`.
 #[test]
 fn invoked_as_isolate() {
@@ -880,6 +937,44 @@ fn cgroup_cms_cycle() {
     let cg_mem: u64 = meta.must("cg-mem").parse().unwrap();
     assert!(cg_mem > 0 && cg_mem < 262144, "{}", meta.1);
     assert_eq!(meta.get("cg-oom-killed"), None);
+    // CMS's own layout: its home directory bound over /box, every path
+    // given inside the sandbox; then its deleting cleanup (a chmod run in
+    // the box, then --cleanup).
+    let home = iso.scratch.mkdir("home");
+    std::fs::copy(sol(), home.join("solution")).unwrap();
+    chown_to_user(&home.join("solution"));
+    std::fs::write(home.join("input.txt"), "1 2\n").unwrap();
+    chown_to_user(&home.join("input.txt"));
+    let meta_path = iso.scratch.join("run.meta.1");
+    let h = home.display().to_string();
+    let out = iso
+        .cmd(&[
+            &format!("--dir=/box={h}:rw"),
+            "--fsize=1024",
+            "--stdin=/box/input.txt",
+            "--stack=65536",
+            "--cg-mem=262144",
+            "--stdout=/box/output.txt",
+            "--processes",
+            "--stderr=/box/err.txt",
+            "--time=2",
+            "--wall-time=10",
+            "--extra-time=0.5",
+            &format!("--meta={}", meta_path.display()),
+            "--run",
+            "--",
+            "./solution",
+        ])
+        .run();
+    out.assert_code(0);
+    assert_eq!(std::fs::read_to_string(home.join("output.txt")).unwrap(), "3\n");
+    let meta = Meta::parse(&std::fs::read_to_string(&meta_path).unwrap());
+    meta.assert_stats();
+    assert_eq!(meta.must("exitcode"), "0");
+    meta.must("cg-mem");
+    let out = iso.cmd(&[&format!("--dir=/box={h}:rw"), "--run", "--", "/bin/chmod", "777", "-R", "/box"]).run();
+    out.assert_code(0);
+    assert_eq!(std::fs::metadata(home.join("output.txt")).unwrap().permissions().mode() & 0o777, 0o777);
     // Without --cg: another control group mode, refused.
     let plain = iso.other(30, false);
     let out = plain.cmd(&["--run", "--", "./sol", "exit", "0"]).run();
