@@ -56,6 +56,8 @@ cargo test -p capsule-cli --test cgroups "$@" degraded_
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.
 cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_
+# `capsule isolate` (issue 26); its `--cg` cases (`cgroup_*`) run in the VM stage.
+cargo test -p capsule-cli --test isolate "$@" -- --skip cgroup_
 # The black-box suites of `capsule run` once more, served by agents (the
 # warm supervisor `capsule run` reuses by default; the passes above fork a
 # supervisor per run, which is what most of their checks are about).
@@ -101,6 +103,8 @@ else
   vm_tests="-p capsule-cli --test cgroups"
   # The hostile suite's fork and memory bombs.
   vm_hostile="cargo test --offline -p capsule-cli --test hostile cgroup_"
+  # ... and `capsule isolate --cg` (issue 26).
+  vm_hostile="$vm_hostile && cargo test --offline -p capsule-cli --test isolate cgroup_"
 fi
 vm_env=()
 [ -n "${CARGO_TARGET_DIR:-}" ] && vm_env=(--env CARGO_TARGET_DIR)

@@ -13,7 +13,8 @@
 //!    the command line, the directory and the environment with stdin,
 //!    stdout and stderr attached (`ClientMsg::Command`). The agent parses
 //!    it with `capsule-cli`'s own parser and runs it, or declines.
-//! 2. Anything else (another subcommand, no agent yet, a declined
+//! 2. Anything else (another subcommand, `isolate` — also this program run
+//!    under the name `isolate`, a link —, no agent yet, a declined
 //!    command, agents turned off, an unusual environment): execute
 //!    `capsule-cli`, the full command-line tool, which must sit in the
 //!    same directory as this program, with the same arguments and
@@ -225,6 +226,11 @@ const OWN_PROCESS: [&[u8]; 12] = [
 /// status, or None where `capsule-cli` must do it.
 fn through_agent(start: &Start, cli: &CStr) -> Option<i32> {
     if start.argc < 3 || start.arg(1) != b"run" {
+        return None;
+    }
+    // Named `isolate` (a link): isolate's command line, capsule-cli's to parse.
+    let name = start.arg(0);
+    if name.rsplit(|&b| b == b'/').next() == Some(b"isolate".as_slice()) {
         return None;
     }
     // capsule refuses root: capsule-cli says so.

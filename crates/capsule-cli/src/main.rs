@@ -19,6 +19,16 @@ fn main() -> ExitCode {
         // Agents plan the front end's command lines with the CLI's parser.
         capsule::endpoints::resume_main(&fd, Some(cmd::run::plan))
     }
+    // isolate's command line: `capsule isolate ...`, or this binary run
+    // under the name `isolate` (a link).
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let invoked = args.first().map(|a| a.rsplit('/').next().unwrap_or(a));
+    if invoked == Some(cmd::isolate::NAME) {
+        return cmd::isolate::main(&args[1..]);
+    }
+    if first.as_deref() == Some(std::ffi::OsStr::new("isolate")) {
+        return cmd::isolate::main(&args[2..]);
+    }
     let only = first.as_ref().and_then(|a| a.to_str()).filter(|a| SUBCOMMANDS.iter().any(|(n, _)| n == a));
     let matches = match cli_of(only).try_get_matches() {
         Ok(m) => m,
@@ -39,6 +49,7 @@ fn main() -> ExitCode {
         Some(("agent", m)) => cmd::agent::run(m),
         Some(("judge", m)) => cmd::judge::run(m),
         Some(("supervise", _)) => return cmd::supervise::run(),
+        Some(("isolate", _)) => unreachable!("dispatched before clap"),
         _ => unreachable!("subcommand_required"),
     };
     match res {

@@ -11,6 +11,7 @@ use clap::{Arg, ArgAction, ArgMatches};
 pub mod agent;
 pub mod check;
 pub mod interact;
+pub mod isolate;
 pub mod judge;
 pub mod layer;
 pub mod presets;

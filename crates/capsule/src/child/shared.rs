@@ -74,6 +74,9 @@ pub(crate) struct Shared {
     pub cpu_user_us: AtomicU64,
     pub cpu_system_us: AtomicU64,
     pub max_rss_kib: AtomicU64,
+    /// Voluntary and forced context switches of everything PID 1 reaped.
+    pub csw_voluntary: AtomicU64,
+    pub csw_forced: AtomicU64,
     /// The program cgroup's `user_usec + system_usec` right before execve.
     pub cgroup_cpu_us_at_exec: AtomicU64,
     /// The tracee's own CPU time right before execve (capsule's set-up in

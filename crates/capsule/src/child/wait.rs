@@ -279,6 +279,9 @@ pub(crate) fn reaped(plan: &Plan, shared: &Shared, tracee: i32, pid: i32, status
     shared.cpu_user_us.store(user, SeqCst);
     shared.cpu_system_us.store(system, SeqCst);
     shared.max_rss_kib.store(rss, SeqCst);
+    let (voluntary, forced) = sys::csw_children();
+    shared.csw_voluntary.store(voluntary, SeqCst);
+    shared.csw_forced.store(forced, SeqCst);
     // The result is complete: tell the supervisor now, not when this
     // process has finished exiting (tearing down the namespaces takes a
     // while and happens after the result is on its way).

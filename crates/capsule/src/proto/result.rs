@@ -116,6 +116,13 @@ pub struct RunResult {
     /// no room for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net_log_dropped: Option<u64>,
+    /// Voluntary context switches of the run's processes (rusage
+    /// `ru_nvcsw` of everything its PID 1 reaped), for runs that happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csw_voluntary: Option<u64>,
+    /// Context switches the kernel forced on them (`ru_nivcsw`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csw_forced: Option<u64>,
 }
 
 /// One destination of the network log.
@@ -220,6 +227,8 @@ impl RunResult {
             landlock: None,
             net_log: None,
             net_log_dropped: None,
+            csw_voluntary: None,
+            csw_forced: None,
         }
     }
 

@@ -53,6 +53,8 @@ impl Supervisor {
             landlock: crate::proto::result::Enforcement::from_u32(shared.landlock.load(SeqCst)),
             net_log: None,
             net_log_dropped: None,
+            csw_voluntary: Some(shared.csw_voluntary.load(SeqCst)),
+            csw_forced: Some(shared.csw_forced.load(SeqCst)),
         };
         if let Some(log) = &r.p.net_log {
             let (entries, dropped) = log.entries();

@@ -360,15 +360,25 @@ pub fn rusage_self() -> (u64, u64, u64) {
     rusage(libc::RUSAGE_SELF)
 }
 
+/// Context switches of all reaped children of the caller: (voluntary, forced).
+pub fn csw_children() -> (u64, u64) {
+    let ru = raw_rusage(libc::RUSAGE_CHILDREN);
+    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
+}
+
 fn rusage(who: i32) -> (u64, u64, u64) {
+    let ru = raw_rusage(who);
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    (us(ru.ru_utime), us(ru.ru_stime), ru.ru_maxrss as u64)
+}
+
+fn raw_rusage(who: i32) -> libc::rusage {
     let mut ru = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru is a writable rusage buffer (glibc's struct is the
     // kernel's on x86_64); `who` (RUSAGE_CHILDREN is -1) is sign-extended.
     unsafe { raw_syscall(libc::SYS_getrusage, [who as u64, ru.as_mut_ptr() as u64, 0, 0, 0, 0]) };
     // SAFETY: zeroed rusage is a valid value and getrusage fills it.
-    let ru = unsafe { ru.assume_init() };
-    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-    (us(ru.ru_utime), us(ru.ru_stime), ru.ru_maxrss as u64)
+    unsafe { ru.assume_init() }
 }
 
 pub fn prctl(option: i32, arg2: u64) -> SysResult<()> {

@@ -1,0 +1,1031 @@
+//! `capsule isolate`: isolate's command line and meta file, driven the way
+//! CMS's `IsolateSandbox` drives isolate (init, copy the compiled solution
+//! and its input into the box, run with `--meta`, `--dir`, limits, read
+//! the meta file, cleanup), and every option of docs/isolate.md's table.
+//!
+//! The `cgroup_*` tests (`--cg`, `--cg-mem`, the memory limit, `--cg-timing`,
+//! `--extra-time` on the group's CPU time, `--print-cg-root`) need a
+//! delegated cgroup v2 hierarchy: they run in the VM stage of
+//! scripts/test.sh and skip elsewhere (see tests/cgroups.rs).
+
+use capsule_testkit as common;
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The solution every test compiles once: one mode per case.
+const SOL: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+extern char **environ;
+static void lim(const char *n, int r) {
+  struct rlimit l; getrlimit(r, &l);
+  if (l.rlim_cur == RLIM_INFINITY) printf("%s=unlimited\n", n); else printf("%s=%llu\n", n, (unsigned long long)l.rlim_cur);
+}
+int main(int argc, char **argv) {
+  const char *m = argc > 1 ? argv[1] : "sum";
+  if (!strcmp(m, "sum")) { long a, b; if (scanf("%ld %ld", &a, &b) != 2) return 9; printf("%ld\n", a + b); return 0; }
+  if (!strcmp(m, "exit")) return atoi(argv[2]);
+  if (!strcmp(m, "segv")) { *(volatile int *)0 = 1; return 0; }
+  if (!strcmp(m, "spin")) { for (volatile unsigned long i = 0;; i++) {} }
+  if (!strcmp(m, "sleep")) { sleep(atoi(argv[2])); return 0; }
+  if (!strcmp(m, "write")) { static char buf[1024]; memset(buf, 'x', sizeof buf);
+    for (int i = 0; i < atoi(argv[2]); i++) if (write(1, buf, sizeof buf) < 0) { printf("write failed errno=%d\n", errno); return 1; }
+    return 0; }
+  if (!strcmp(m, "uring")) { char p[120] = {0}; long r = syscall(SYS_io_uring_setup, 1, p);
+    printf("io_uring_setup=%ld errno=%d\n", r, r < 0 ? errno : 0); return 0; }
+  if (!strcmp(m, "i386")) { long r; __asm__ volatile("int $0x80" : "=a"(r) : "a"(20L) : "memory"); printf("i386_getpid=%ld\n", r); return 0; }
+  if (!strcmp(m, "alloc")) { long n = atol(argv[2]);
+    for (long i = 0; i < n; i++) { char *p = malloc(1 << 20); if (!p) { printf("malloc failed at %ld MB\n", i); fflush(stdout); return 7; } memset(p, 1, 1 << 20); }
+    printf("allocated %ld MB\n", n); return 0; }
+  if (!strcmp(m, "fork")) { pid_t p = fork(); if (p < 0) { printf("fork failed errno=%d\n", errno); return 0; }
+    if (p == 0) _exit(0); waitpid(p, 0, 0); printf("fork ok\n"); return 0; }
+  if (!strcmp(m, "env")) { for (char **e = environ; *e; e++) printf("%s\n", *e); return 0; }
+  if (!strcmp(m, "pwd")) { char b[4096]; printf("%s\n", getcwd(b, sizeof b)); return 0; }
+  if (!strcmp(m, "ls")) { DIR *d = opendir(argv[2]); if (!d) { printf("opendir errno=%d\n", errno); return 1; }
+    struct dirent *e; while ((e = readdir(d))) if (e->d_name[0] != '.') printf("%s\n", e->d_name); return 0; }
+  if (!strcmp(m, "special")) { if (symlink(argv[2], argv[3]) || mkfifo(argv[4], 0600)) { printf("errno=%d\n", errno); return 1; } return 0; }
+  if (!strcmp(m, "touch")) { int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { printf("open errno=%d\n", errno); return 1; } write(fd, "x", 1); close(fd); return 0; }
+  if (!strcmp(m, "limits")) { lim("stack", RLIMIT_STACK); lim("nofile", RLIMIT_NOFILE); lim("as", RLIMIT_AS); lim("fsize", RLIMIT_FSIZE); return 0; }
+  if (!strcmp(m, "streams")) { fprintf(stdout, "to-stdout\n"); fflush(stdout); fprintf(stderr, "to-stderr\n"); return 0; }
+  if (!strcmp(m, "cat")) { char b[4096]; ssize_t n; while ((n = read(0, b, sizeof b)) > 0) write(1, b, n); return 0; }
+  if (!strcmp(m, "file")) { FILE *f = fopen(argv[2], "r"); if (!f) { printf("fopen errno=%d\n", errno); return 1; }
+    char b[4096]; size_t n; while ((n = fread(b, 1, sizeof b, f)) > 0) fwrite(b, 1, n, stdout); return 0; }
+  if (!strcmp(m, "exec")) { execv(argv[2], argv + 2); printf("execv errno=%d\n", errno); return 1; }
+  return 99;
+}
+"#;
+
+/// The solution, compiled once (static, so that it runs with `-D` too),
+/// kept under the scratch root by the hash of its source.
+fn sol() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        SOL.hash(&mut h);
+        let dir = Path::new(SCRATCH_ROOT).join(format!("isolate-sol-{:016x}", h.finish()));
+        let bin = dir.join("sol");
+        if !bin.exists() {
+            let tmp = Path::new(SCRATCH_ROOT).join(unique("isolate-sol"));
+            std::fs::create_dir_all(&tmp).unwrap();
+            std::fs::write(tmp.join("sol.c"), SOL).unwrap();
+            let o = Command::new("gcc")
+                .args(["-O1", "-static", "-o"])
+                .arg(tmp.join("sol"))
+                .arg(tmp.join("sol.c"))
+                .output()
+                .expect("gcc (apt-get install gcc libc6-dev)");
+            assert!(o.status.success(), "compiling the solution: {}", String::from_utf8_lossy(&o.stderr));
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            // Another test binary may have won the race: either copy is fine.
+            let _ = std::fs::rename(&tmp, &dir);
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        bin
+    })
+}
+
+/// A box root of the test's own, and the box id it uses.
+struct Iso {
+    scratch: std::sync::Arc<Scratch>,
+    id: u32,
+    cg: bool,
+    bin: Option<PathBuf>,
+}
+
+impl Iso {
+    fn new(tag: &str, id: u32) -> Iso {
+        Iso { scratch: std::sync::Arc::new(Scratch::new(tag)), id, cg: false, bin: None }
+    }
+
+    /// Another box (or mode) under the same root.
+    fn other(&self, id: u32, cg: bool) -> Iso {
+        Iso { scratch: self.scratch.clone(), id, cg, bin: self.bin.clone() }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.scratch.join("root")
+    }
+
+    /// `capsule isolate [--cg] -b ID ARGS`.
+    fn cmd(&self, args: &[&str]) -> Cmd {
+        let mut c = match &self.bin {
+            Some(b) => {
+                let mut c = capsule::<&str>(&[]);
+                c.binary(b);
+                c
+            }
+            None => capsule(&["isolate"]),
+        };
+        if self.cg {
+            c.arg("--cg");
+        }
+        c.arg(format!("--box-id={}", self.id)).args(args);
+        c.env(ROOT_ENV, &self.root().display().to_string());
+        c
+    }
+
+    /// `--init`: the box directory it printed.
+    fn init(&self) -> PathBuf {
+        let out = self.cmd(&["--init"]).run();
+        out.assert_code(0);
+        let dir = PathBuf::from(out.stdout.trim());
+        assert_eq!(dir, self.root().join(self.id.to_string()), "{}", out.describe());
+        assert!(dir.join("box").is_dir(), "{}", out.describe());
+        dir
+    }
+
+    /// Copies a host file into the box (as CMS does before a run).
+    fn put(&self, name: &str, from: &Path) {
+        let to = self.root().join(self.id.to_string()).join("box").join(name);
+        std::fs::copy(from, &to).unwrap();
+        chown_to_user(&to);
+    }
+
+    fn put_text(&self, name: &str, text: &str) {
+        let to = self.root().join(self.id.to_string()).join("box").join(name);
+        std::fs::write(&to, text).unwrap();
+        chown_to_user(&to);
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.root().join(self.id.to_string()).join("box").join(name)).unwrap_or_default()
+    }
+
+    /// `--meta=FILE ARGS --run -- ./sol SOL_ARGS` after copying the solution
+    /// in: the exit status, the meta file's fields and what was printed.
+    fn run(&self, args: &[&str], sol_args: &[&str]) -> (Out, Meta) {
+        self.put("sol", sol());
+        let meta = self.scratch.join(&unique("run.meta"));
+        let mut c = self.cmd(&[&format!("--meta={}", meta.display())]);
+        c.args(args).args(&["--run", "--", "./sol"]).args(sol_args);
+        let out = c.run();
+        let text = std::fs::read_to_string(&meta).unwrap_or_default();
+        (out, Meta::parse(&text))
+    }
+
+    fn cleanup(&self) {
+        self.cmd(&["--cleanup"]).run().assert_code(0);
+        assert!(!self.root().join(self.id.to_string()).exists());
+    }
+}
+
+const ROOT_ENV: &str = "CAPSULE_ISOLATE_ROOT";
+
+/// A meta file, as CMS reads it (`key:value` lines, a key may repeat).
+#[derive(Debug)]
+struct Meta(HashMap<String, Vec<String>>, String);
+
+impl Meta {
+    fn parse(text: &str) -> Meta {
+        let mut m: HashMap<String, Vec<String>> = HashMap::new();
+        for line in text.lines() {
+            let (k, v) = line.split_once(':').unwrap_or_else(|| panic!("not a meta line: {line:?} in {text:?}"));
+            m.entry(k.to_string()).or_default().push(v.to_string());
+        }
+        Meta(m, text.to_string())
+    }
+
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(|v| {
+            assert_eq!(v.len(), 1, "{k} repeated in {}", self.1);
+            v[0].as_str()
+        })
+    }
+
+    #[track_caller]
+    fn must(&self, k: &str) -> &str {
+        self.get(k).unwrap_or_else(|| panic!("no `{k}` in the meta file:\n{}", self.1))
+    }
+
+    /// A `time`-like field: seconds with exactly 3 decimals.
+    #[track_caller]
+    fn secs(&self, k: &str) -> f64 {
+        let v = self.must(k);
+        let (_, frac) = v.split_once('.').unwrap_or_else(|| panic!("{k}:{v} has no decimals"));
+        assert_eq!(frac.len(), 3, "{k}:{v} must have 3 decimals");
+        v.parse().unwrap()
+    }
+
+    /// The fields every finished run has, in isolate's units.
+    #[track_caller]
+    fn assert_stats(&self) {
+        self.secs("time");
+        self.secs("time-wall");
+        let rss: u64 = self.must("max-rss").parse().expect("max-rss in KB");
+        assert!(rss > 0 && rss < 4 << 20, "max-rss:{rss} (KB)");
+        for csw in ["csw-voluntary", "csw-forced"] {
+            self.must(csw).parse::<u64>().unwrap_or_else(|e| panic!("{csw}: {e} in {}", self.1));
+        }
+    }
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().collect()
+}
+
+/// The whole CMS cycle for a correct solution: init, copy in, run with
+/// the meta file, a directory rule and limits, read output and meta, cleanup.
+#[test]
+fn cms_cycle_ok() {
+    require!("cms_cycle_ok", userns_available());
+    let iso = Iso::new("iso-ok", 7);
+    let dir = iso.init();
+    iso.put_text("input.txt", "2 40\n");
+    let extra = iso.scratch.mkdir("extra");
+    std::fs::write(extra.join("data"), "d").unwrap();
+    let rule = format!("--dir=/extra={}", extra.display());
+    let (out, meta) = iso.run(
+        &[
+            &rule,
+            "--time=5",
+            "--wall-time=10",
+            "--extra-time=6",
+            "--fsize=1024",
+            "--stack=65536",
+            "--processes",
+            "--stdin=/box/input.txt",
+            "--stdout=/box/output.txt",
+        ],
+        &["sum"],
+    );
+    out.assert_code(0);
+    assert_eq!(iso.read("output.txt"), "42\n");
+    meta.assert_stats();
+    assert_eq!(meta.must("exitcode"), "0");
+    for absent in ["status", "message", "killed", "exitsig", "cg-mem", "cg-oom-killed"] {
+        assert_eq!(meta.get(absent), None, "{absent} in {}", meta.1);
+    }
+    // isolate's status line.
+    let line = out.stderr.trim();
+    assert!(line.starts_with("OK (") && line.ends_with(" sec wall)"), "{}", out.describe());
+    assert!(dir.join("box/output.txt").is_file());
+    iso.cleanup();
+}
+
+/// csw-voluntary counts the program's own waits: a program that sleeps
+/// 20 times gives up the CPU at least 20 times.
+#[test]
+fn context_switches_are_counted() {
+    require!("context_switches_are_counted", userns_available());
+    let iso = Iso::new("iso-csw", 18);
+    iso.init();
+    iso.put("sol", sol());
+    let meta = iso.scratch.join("m");
+    let script = "for i in $(seq 20); do sleep 0.01; done";
+    let out = iso.cmd(&[&format!("-M{}", meta.display()), "-p", "--run", "--", "/bin/sh", "-c", script]).run();
+    out.assert_code(0);
+    let meta = Meta::parse(&std::fs::read_to_string(meta).unwrap());
+    meta.assert_stats();
+    let v: u64 = meta.must("csw-voluntary").parse().unwrap();
+    assert!(v >= 20, "{}", meta.1);
+    iso.cleanup();
+}
+
+#[test]
+fn wrong_exit_code_is_re() {
+    require!("wrong_exit_code_is_re", userns_available());
+    let iso = Iso::new("iso-re", 1);
+    iso.init();
+    let (out, meta) = iso.run(&[], &["exit", "3"]);
+    out.assert_code(1);
+    meta.assert_stats();
+    assert_eq!(meta.must("exitcode"), "3");
+    assert_eq!(meta.must("status"), "RE");
+    assert_eq!(meta.must("message"), "Exited with error status 3");
+    assert_eq!(meta.get("killed"), None);
+    assert_eq!(out.stderr.trim(), "Exited with error status 3");
+    iso.cleanup();
+}
+
+#[test]
+fn signal_is_sg() {
+    require!("signal_is_sg", userns_available());
+    let iso = Iso::new("iso-sg", 2);
+    iso.init();
+    let (out, meta) = iso.run(&[], &["segv"]);
+    out.assert_code(1);
+    meta.assert_stats();
+    assert_eq!(meta.must("exitsig"), "11");
+    assert_eq!(meta.must("status"), "SG");
+    assert_eq!(meta.must("message"), "Caught fatal signal 11");
+    assert_eq!(meta.get("exitcode"), None);
+    iso.cleanup();
+}
+
+#[test]
+fn cpu_time_limit_is_to() {
+    require!("cpu_time_limit_is_to", userns_available());
+    let iso = Iso::new("iso-to", 3);
+    iso.init();
+    let (out, meta) = iso.run(&["-t", "0.2", "-w", "30"], &["spin"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("status"), "TO");
+    assert_eq!(meta.must("message"), "Time limit exceeded");
+    assert!(meta.secs("time") > 0.2, "{}", meta.1);
+    assert_eq!(meta.get("exitcode"), None);
+    assert_eq!(out.stderr.trim(), "Time limit exceeded");
+    iso.cleanup();
+}
+
+#[test]
+fn wall_time_limit_is_to_and_killed() {
+    require!("wall_time_limit_is_to_and_killed", userns_available());
+    let iso = Iso::new("iso-wall", 4);
+    iso.init();
+    let t = Instant::now();
+    let (out, meta) = iso.run(&["--wall-time=0.5"], &["sleep", "20"]);
+    out.assert_code(1);
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(meta.must("status"), "TO");
+    assert_eq!(meta.must("message"), "Time limit exceeded (wall clock)");
+    assert_eq!(meta.must("killed"), "1");
+    let wall = meta.secs("time-wall");
+    assert!((0.5..5.0).contains(&wall), "{}", meta.1);
+    assert!(meta.secs("time") < 0.5, "{}", meta.1);
+    iso.cleanup();
+}
+
+#[test]
+fn output_limit_is_sigxfsz() {
+    require!("output_limit_is_sigxfsz", userns_available());
+    let iso = Iso::new("iso-fsize", 5);
+    iso.init();
+    let (out, meta) = iso.run(&["-f", "64", "-o", "out.txt"], &["write", "1000"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("status"), "SG");
+    assert_eq!(meta.must("exitsig"), "25");
+    assert_eq!(std::fs::metadata(iso.root().join("5/box/out.txt")).unwrap().len(), 64 * 1024);
+    iso.cleanup();
+}
+
+/// isolate forbids io_uring (ENOSYS) and non-native ABIs; the program gets
+/// an error and goes on, as there.
+#[test]
+fn forbidden_call_fails_and_the_program_goes_on() {
+    require!("forbidden_call_fails_and_the_program_goes_on", userns_available());
+    let iso = Iso::new("iso-sys", 6);
+    iso.init();
+    let (out, meta) = iso.run(&["-o", "out.txt"], &["uring"]);
+    out.assert_code(0);
+    assert_eq!(meta.must("exitcode"), "0");
+    assert_eq!(iso.read("out.txt"), format!("io_uring_setup=-1 errno={}\n", libc::ENOSYS));
+    // The i386 ABI: refused by default, allowed with --syscalls=0.
+    let (out, _) = iso.run(&["-o", "out.txt"], &["i386"]);
+    out.assert_code(0);
+    let r: i64 = iso.read("out.txt").trim().strip_prefix("i386_getpid=").unwrap().parse().unwrap();
+    if r == -(libc::ENOSYS as i64) && !Path::new("/proc/sys/abi").exists() {
+        eprintln!("SKIP forbidden_call (i386 half): no i386 emulation");
+        return;
+    }
+    assert!(r < 0, "the i386 ABI ran: {r}");
+    let (out, _) = iso.run(&["-o", "out.txt", "--syscalls=0"], &["i386"]);
+    out.assert_code(0);
+    let r: i64 = iso.read("out.txt").trim().strip_prefix("i386_getpid=").unwrap().parse().unwrap();
+    if r == -(libc::ENOSYS as i64) {
+        eprintln!("SKIP forbidden_call (--syscalls=0 half): the kernel has no i386 emulation");
+    } else {
+        assert!(r > 0, "--syscalls=0 still refused the i386 ABI: {r}");
+    }
+    iso.cleanup();
+}
+
+#[test]
+fn address_space_limit() {
+    require!("address_space_limit", userns_available());
+    let iso = Iso::new("iso-mem", 8);
+    iso.init();
+    let (out, meta) = iso.run(&["-m", "65536", "-o", "o"], &["alloc", "200"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("exitcode"), "7");
+    assert!(iso.read("o").starts_with("malloc failed"), "{}", iso.read("o"));
+    let (out, _) = iso.run(&["-o", "o"], &["alloc", "200"]);
+    out.assert_code(0);
+    iso.cleanup();
+}
+
+#[test]
+fn rlimit_options() {
+    require!("rlimit_options", userns_available());
+    let iso = Iso::new("iso-rl", 9);
+    iso.init();
+    let (out, _) = iso.run(&["-o", "o"], &["limits"]);
+    out.assert_code(0);
+    let default = iso.read("o");
+    // isolate: 1024 open files, an unlimited stack (where the caller may have one).
+    assert!(default.contains("nofile=1024\n"), "{default}");
+    let (out, _) = iso.run(&["-o", "o", "-k", "2048", "-n", "64", "-m", "1048576", "-f", "10"], &["limits"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), "stack=2097152\nnofile=64\nas=1073741824\nfsize=10240\n");
+    let (out, _) = iso.run(&["-o", "o", "--open-files=0"], &["limits"]);
+    out.assert_code(0);
+    assert!(!iso.read("o").contains("nofile=1024\n"), "{}", iso.read("o"));
+    iso.cleanup();
+}
+
+#[test]
+fn processes_default_one() {
+    require!("processes_default_one", userns_available());
+    let iso = Iso::new("iso-p", 10);
+    iso.init();
+    let (out, _) = iso.run(&["-o", "o"], &["fork"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), format!("fork failed errno={}\n", libc::EAGAIN));
+    for p in ["-p", "-p2", "--processes=2"] {
+        let (out, _) = iso.run(&["-o", "o", p], &["fork"]);
+        out.assert_code(0);
+        assert_eq!(iso.read("o"), "fork ok\n", "{p}");
+    }
+    iso.cleanup();
+}
+
+#[test]
+fn quota_is_a_per_file_limit_and_says_so() {
+    require!("quota_is_a_per_file_limit_and_says_so", userns_available());
+    let iso = Iso::new("iso-q", 11);
+    let out = iso.cmd(&["-q", "16,100", "--init"]).run();
+    out.assert_code(0);
+    assert!(out.stderr.contains("each file a run writes is limited to 16 KB"), "{}", out.describe());
+    assert!(out.stderr.contains("the number of inodes is not limited"), "{}", out.describe());
+    let (out, meta) = iso.run(&["-o", "o"], &["write", "100"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("exitsig"), "25");
+    // -s keeps --init quiet.
+    let out = iso.cmd(&["-s", "-q", "16,100", "--init"]).run();
+    out.assert_code(0);
+    assert_eq!(out.stderr, "");
+    iso.cleanup();
+}
+
+#[test]
+fn default_dirs_and_removing_them() {
+    require!("default_dirs_and_removing_them", userns_available());
+    let iso = Iso::new("iso-dirs", 12);
+    iso.init();
+    let (out, _) = iso.run(&["-o", "o"], &["ls", "/"]);
+    out.assert_code(0);
+    let mut want = vec!["bin", "box", "dev", "lib", "proc", "tmp", "usr"];
+    if Path::new("/lib64").is_dir() {
+        want.push("lib64");
+    }
+    let mut got = lines(&iso.read("o")).into_iter().map(str::to_string).collect::<Vec<_>>();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    let (out, _) = iso.run(&["-o", "o", "-d", "/usr=", "--dir=bin="], &["ls", "/"]);
+    out.assert_code(0);
+    assert!(!iso.read("o").contains("usr") && !iso.read("o").contains("bin"), "{}", iso.read("o"));
+    // -D: only what the rules say.
+    let (out, _) = iso.run(&["-o", "o", "-D", "-d", "box=./box:rw"], &["ls", "/"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), "box\n");
+    let (out, _) = iso.run(&["-o", "o"], &["ls", "/dev"]);
+    out.assert_code(0);
+    assert!(iso.read("o").contains("null") && iso.read("o").contains("shm"), "{}", iso.read("o"));
+    iso.cleanup();
+}
+
+#[test]
+fn dir_rule_options() {
+    require!("dir_rule_options", userns_available());
+    let iso = Iso::new("iso-opts", 13);
+    iso.init();
+    let host = iso.scratch.mkdir("host");
+    let h = host.display().to_string();
+    // Read-only by default.
+    let (out, _) = iso.run(&["-o", "o", &format!("-d/data={h}")], &["touch", "/data/f"]);
+    out.assert_code(1);
+    assert_eq!(iso.read("o"), format!("open errno={}\n", libc::EROFS));
+    // rw: the write lands on the host.
+    let (out, _) = iso.run(&["-o", "o", &format!("-d/data={h}:rw")], &["touch", "/data/f"]);
+    out.assert_code(0);
+    assert!(host.join("f").is_file());
+    // noexec.
+    std::fs::copy(sol(), host.join("sol2")).unwrap();
+    let (out, _) = iso.run(&["-o", "o", &format!("-d/data={h}:noexec")], &["exec", "/data/sol2", "exit", "0"]);
+    out.assert_code(1);
+    assert_eq!(iso.read("o"), format!("execv errno={}\n", libc::EACCES));
+    let (out, _) = iso.run(&["-o", "o", &format!("-d/data={h}:norec")], &["exec", "/data/sol2", "exit", "0"]);
+    out.assert_code(0);
+    // maybe: a missing directory is skipped; without it, an error (XX).
+    let (out, meta) = iso.run(&["-o", "o", "-d", "/nope=/does/not/exist:maybe"], &["ls", "/"]);
+    out.assert_code(0);
+    assert!(!iso.read("o").contains("nope"));
+    assert_eq!(meta.must("exitcode"), "0");
+    let (out, meta) = iso.run(&["-d", "/nope=/does/not/exist"], &["ls", "/"]);
+    out.assert_code(2);
+    assert_eq!(meta.must("status"), "XX");
+    assert!(meta.must("message").contains("/does/not/exist"), "{}", meta.1);
+    // fs: a procfs and a tmpfs where asked.
+    let (out, _) =
+        iso.run(&["-o", "o", "-d", "/myproc=proc:fs", "-d", "/scratch=tmpfs:fs:rw"], &["ls", "/myproc/self"]);
+    out.assert_code(0);
+    assert!(lines(&iso.read("o")).contains(&"status"), "{}", iso.read("o"));
+    let (out, _) = iso.run(&["-o", "o", "-d", "/scratch=tmpfs:fs:rw"], &["touch", "/scratch/x"]);
+    out.assert_code(0);
+    // dev (with rw): devices usable.
+    let (out, _) = iso.run(&["-o", "o", "-d", "/hostdev=/dev:dev:rw"], &["touch", "/hostdev/null"]);
+    out.assert_code(0);
+    let out = iso.cmd(&["-d", "/hostdev=/dev:dev", "--run", "--", "./sol"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.contains("Invalid directory rule '/hostdev=/dev:dev'"), "{}", out.describe());
+    // tmp: a directory of the box's own, kept between runs until --init/--cleanup.
+    let (out, _) = iso.run(&["-o", "o", "-d", "/work:tmp"], &["touch", "/work/kept"]);
+    out.assert_code(0);
+    let (out, _) = iso.run(&["-o", "o", "-d", "/work:tmp"], &["ls", "/work"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), "kept\n");
+    // Syntax errors are usage errors naming the rule.
+    let out = iso.cmd(&["-d", "/x:bogus", "--run", "--", "./sol"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.starts_with("Invalid directory rule '/x:bogus': Unknown option 'bogus'"), "{}", out.describe());
+    iso.cleanup();
+}
+
+#[test]
+fn environment_rules() {
+    require!("environment_rules", userns_available());
+    let iso = Iso::new("iso-env", 14);
+    iso.init();
+    let run_env = |args: &[&str], env: &[(&str, &str)]| {
+        iso.put("sol", sol());
+        let mut c = iso.cmd(&["-o", "o"]);
+        c.args(args).args(&["--run", "--", "./sol", "env"]);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.run().assert_code(0);
+        let mut v: Vec<String> = lines(&iso.read("o")).iter().map(|s| s.to_string()).collect();
+        v.retain(|l| !l.starts_with("PATH="));
+        v.sort();
+        v
+    };
+    assert_eq!(run_env(&[], &[("FOO", "1")]), ["LIBC_FATAL_STDERR_=1"]);
+    assert_eq!(
+        run_env(&["-E", "FOO", "-E", "BAR=2", "--env=MISSING"], &[("FOO", "1")]),
+        ["BAR=2", "FOO=1", "LIBC_FATAL_STDERR_=1"]
+    );
+    let full = run_env(&["-e", "-E", "FOO="], &[("FOO", "1"), ("KEEP", "k")]);
+    assert!(full.contains(&"KEEP=k".to_string()) && !full.iter().any(|l| l.starts_with("FOO=")), "{full:?}");
+    iso.cleanup();
+}
+
+#[test]
+fn chdir_and_stdio() {
+    require!("chdir_and_stdio", userns_available());
+    let iso = Iso::new("iso-io", 15);
+    let dir = iso.init();
+    std::fs::create_dir(dir.join("box/sub")).unwrap();
+    chown_to_user(&dir.join("box/sub"));
+    iso.put("sol", sol());
+    // The program runs from the new directory (isolate does no PATH lookup
+    // of its own: ./sol would be /box/sub/sol); stdio stays relative to /box.
+    iso.cmd(&["-c", "sub", "-o", "o", "--run", "--", "/box/sol", "pwd"]).run().assert_code(0);
+    assert_eq!(iso.read("o"), "/box/sub\n");
+    iso.cmd(&["--chdir=/tmp", "-o", "o", "--run", "--", "/box/sol", "pwd"]).run().assert_code(0);
+    assert_eq!(iso.read("o"), "/tmp\n");
+    iso.put_text("in", "hello\n");
+    let (out, _) = iso.run(&["-i", "in", "-o", "o"], &["cat"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), "hello\n");
+    let (out, _) = iso.run(&["-o", "o", "-r", "e"], &["streams"]);
+    out.assert_code(0);
+    assert_eq!((iso.read("o").as_str(), iso.read("e").as_str()), ("to-stdout\n", "to-stderr\n"));
+    let (out, _) = iso.run(&["-o", "o", "--stderr-to-stdout"], &["streams"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), "to-stdout\nto-stderr\n");
+    // Inherited streams without -i/-o/-r.
+    let (out, _) = iso.run(&[], &["streams"]);
+    out.assert_code(0);
+    assert_eq!(out.stdout, "to-stdout\n");
+    assert!(out.stderr.starts_with("to-stderr\nOK ("), "{}", out.describe());
+    // /dev/null through the default /dev rule.
+    let (out, _) = iso.run(&["-i", "/dev/null", "-o", "o"], &["cat"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), "");
+    // A missing input: isolate's error, status XX.
+    let (out, meta) = iso.run(&["-i", "missing"], &["cat"]);
+    out.assert_code(2);
+    assert_eq!(meta.must("status"), "XX");
+    assert_eq!(meta.must("message"), "open(\"missing\"): No such file or directory");
+    // A read-only directory cannot take an output.
+    let (out, meta) = iso.run(&["-o", "/usr/o"], &["cat"]);
+    out.assert_code(2);
+    assert_eq!(meta.must("message"), "open(\"/usr/o\"): Read-only file system");
+    iso.cleanup();
+}
+
+/// A link the program leaves in the box never leads a later run's stdio or
+/// the caller out of the box; without --special-files it is removed.
+#[test]
+fn links_the_program_made_are_not_followed() {
+    require!("links_the_program_made_are_not_followed", userns_available());
+    let iso = Iso::new("iso-links", 16);
+    let dir = iso.init();
+    let victim = iso.scratch.write("victim", b"precious");
+    let v = victim.display().to_string();
+    let (out, _) = iso.run(&[], &["special", &v, "out", "fifo"]);
+    out.assert_code(0);
+    assert!(!dir.join("box/out").exists() && std::fs::symlink_metadata(dir.join("box/out")).is_err());
+    assert!(std::fs::symlink_metadata(dir.join("box/fifo")).is_err());
+    let (out, _) = iso.run(&["--special-files"], &["special", &v, "out", "fifo"]);
+    out.assert_code(0);
+    assert!(std::fs::symlink_metadata(dir.join("box/out")).unwrap().file_type().is_symlink());
+    // The link resolves inside the box: the host file is untouched.
+    let (out, meta) = iso.run(&["--special-files", "-o", "out"], &["streams"]);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(out.code == Some(2) || out.code == Some(0), "{}", out.describe());
+    if out.code == Some(2) {
+        assert!(meta.must("message").starts_with("open(\"out\")"), "{}", meta.1);
+    }
+    let (out, meta) = iso.run(&["--special-files", "-i", "fifo"], &["cat"]);
+    out.assert_code(2);
+    assert!(meta.must("message").contains("FIFO"), "{}", meta.1);
+    // A meta file that is a link is not written through.
+    let link = iso.scratch.join("meta-link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let out = iso.cmd(&[&format!("--meta={}", link.display()), "--run", "--", "./sol", "exit", "0"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.contains("Failed to open metafile"), "{}", out.describe());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    iso.cleanup();
+}
+
+/// Interface names in a `/proc/net/dev` text.
+fn interfaces(dev: &str) -> Vec<String> {
+    let mut v: Vec<String> =
+        dev.lines().skip(2).filter_map(|l| l.split_once(':')).map(|(n, _)| n.trim().to_string()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn share_net() {
+    require!("share_net", userns_available());
+    let iso = Iso::new("iso-net", 17);
+    iso.init();
+    let (out, _) = iso.run(&["-o", "o"], &["file", "/proc/self/net/dev"]);
+    out.assert_code(0);
+    assert_eq!(interfaces(&iso.read("o")), ["lo"]);
+    let host = interfaces(&std::fs::read_to_string("/proc/self/net/dev").unwrap());
+    let (out, _) = iso.run(&["-o", "o", "--share-net"], &["file", "/proc/self/net/dev"]);
+    out.assert_code(0);
+    assert_eq!(interfaces(&iso.read("o")), host);
+    iso.cleanup();
+}
+
+#[test]
+fn boxes_lock_wait_and_are_independent() {
+    require!("boxes_lock_wait_and_are_independent", userns_available());
+    let a = Iso::new("iso-a", 20);
+    let b = a.other(21, false);
+    a.init();
+    b.init();
+    a.put("sol", sol());
+    b.put("sol", sol());
+    // Two boxes at once: both sleep 1 s, together well under 2 s each.
+    let t = Instant::now();
+    let ra = a.cmd(&["-o", "o", "--run", "--", "./sol", "sleep", "1"]).spawn();
+    let rb = b.cmd(&["-o", "o", "--run", "--", "./sol", "sleep", "1"]).spawn();
+    // The same box at once: busy, exit 2.
+    std::thread::sleep(Duration::from_millis(200));
+    let busy = a.cmd(&["--run", "--", "./sol", "exit", "0"]).run();
+    busy.assert_code(2);
+    assert_eq!(busy.stderr.trim(), "This box is currently in use by another process");
+    let waited = a.cmd(&["--wait", "-s", "--run", "--", "./sol", "exit", "0"]).run();
+    waited.assert_code(0);
+    // Each box's run took its own second: not one after the other.
+    for r in [ra.wait(), rb.wait()] {
+        r.assert_code(0);
+        assert!(r.elapsed < Duration::from_millis(1900), "{}", r.describe());
+    }
+    assert!(t.elapsed() < Duration::from_secs(10));
+    a.put_text("mine", "a");
+    assert!(!b.root().join("21/box/mine").exists());
+    // --init again resets the box.
+    a.init();
+    assert!(!a.root().join("20/box/mine").exists());
+    a.cleanup();
+    // After cleanup: no box, isolate's message, status XX.
+    let out = a.cmd(&["-M", "-", "--run", "--", "./sol", "exit", "0"]).run();
+    out.assert_code(2);
+    let meta = Meta::parse(&out.stdout);
+    assert_eq!(meta.must("status"), "XX");
+    assert_eq!(meta.must("message"), "Box not found, did you run `isolate --init'?");
+    // Cleanup twice is fine.
+    a.cleanup();
+    b.cleanup();
+}
+
+#[test]
+fn exec_failure_is_exit_127() {
+    require!("exec_failure_is_exit_127", userns_available());
+    let iso = Iso::new("iso-exec", 22);
+    iso.init();
+    let out = iso.cmd(&["-M", "-", "--run", "--", "./missing"]).run();
+    out.assert_code(1);
+    let meta = Meta::parse(&out.stdout);
+    assert_eq!(meta.must("exitcode"), "127");
+    assert_eq!(meta.must("status"), "RE");
+    assert!(out.stderr.starts_with("execve(\"./missing\"): No such file or directory\n"), "{}", out.describe());
+    iso.cleanup();
+}
+
+#[test]
+fn silent_verbose_version_help() {
+    require!("silent_verbose_version_help", userns_available());
+    let iso = Iso::new("iso-sv", 23);
+    let out = iso.cmd(&["-v", "--init"]).run();
+    out.assert_code(0);
+    assert!(out.stderr.contains("Preparing sandbox"), "{}", out.describe());
+    let (out, _) = iso.run(&["-s"], &["exit", "3"]);
+    out.assert_code(1);
+    assert_eq!(out.stderr, "");
+    let (out, _) = iso.run(&["-v"], &["exit", "0"]);
+    out.assert_code(0);
+    assert!(out.stderr.contains("Binding /usr on usr"), "{}", out.describe());
+    let out = iso.cmd(&["--version"]).run();
+    out.assert_code(0);
+    assert!(out.stdout.starts_with("The process isolator 2."), "{}", out.describe());
+    let out = iso.cmd(&["--help"]).run();
+    out.assert_code(0);
+    assert!(out.stdout.contains("--box-id") && out.stdout.contains("--cg-mem"), "{}", out.describe());
+    let out = iso.cmd(&["--check-config"]).run();
+    out.assert_code(0);
+    let out = iso.cmd(&["-v", "--cleanup"]).run();
+    out.assert_code(0);
+    assert!(out.stderr.contains("Deleting sandbox"), "{}", out.describe());
+    let out = iso.cmd(&["-v", "--cleanup"]).run();
+    assert!(out.stderr.contains("Nothing to do -- box did not exist"), "{}", out.describe());
+}
+
+#[test]
+fn bad_and_refused_options_exit_2_naming_them() {
+    require!("bad_and_refused_options_exit_2_naming_them", userns_available());
+    let iso = Iso::new("iso-bad", 24);
+    let cases: [(&[&str], &str); 13] = [
+        (&["--bogus", "--init"], "isolate: unrecognized option '--bogus'"),
+        (&["-Z", "--init"], "isolate: invalid option -- 'Z'"),
+        (&["--tty-hack", "--init"], "isolate: option '--tty-hack' is not supported by capsule isolate"),
+        (&["--inherit-fds", "--init"], "isolate: option '--inherit-fds' is not supported by capsule isolate"),
+        (&["--as-uid=5", "--init"], "isolate: option '--as-uid' is not supported by capsule isolate"),
+        (&["--as-gid=5", "--init"], "isolate: option '--as-gid' is not supported by capsule isolate"),
+        (&["--core=10", "--init"], "isolate: option '--core=10' is not supported by capsule isolate"),
+        (&["--no-cg-timing", "--init"], "isolate: option '--no-cg-timing' is not supported by capsule isolate"),
+        (&["--time"], "isolate: option '--time' requires an argument"),
+        (&[], "Please specify an isolate command (e.g. --init, --run)."),
+        (&["--init", "--cleanup"], "Only one command is allowed."),
+        (&["--cg-mem=1000", "--run", "x"], "Options related to control groups require --cg to be set."),
+        (&["--run"], "--run mode requires a command to run"),
+    ];
+    for (args, msg) in cases {
+        let out = iso.cmd(args).run();
+        out.assert_code(2);
+        assert!(out.stderr.starts_with(msg), "{args:?}: {}", out.describe());
+        assert!(out.stderr.contains("Try 'isolate --help' for more information."), "{}", out.describe());
+    }
+    let out = iso.cmd(&["--core=0", "--init"]).run();
+    out.assert_code(0);
+    let out = iso.cmd(&["--cg-timing", "--run", "x"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.starts_with("Options related to control groups require --cg"), "{}", out.describe());
+    iso.cleanup();
+}
+
+/// Judge0's `isolate_job.rb` without cgroups: -s, short options with
+/// separate values, the meta file in the box, `-p60`, `-m`, `-E`,
+/// `-d /etc:noexec`, a bash script as the program.
+#[test]
+fn judge0_cycle() {
+    require!("judge0_cycle", userns_available());
+    let iso = Iso::new("iso-judge0", 2147483646);
+    let out = iso.cmd(&["--init"]).run();
+    out.assert_code(0);
+    let workdir = out.stdout.trim().to_string();
+    let boxdir = format!("{workdir}/box/");
+    iso.put_text("run", "read a b\necho $((a + b)); echo \"home=$HOME\" >&2; ls /etc/passwd\n");
+    iso.put_text("stdin.txt", "5 6\n");
+    let meta = format!("{boxdir}meta.txt");
+    let args = [
+        "-s",
+        "-i",
+        "stdin.txt",
+        "-o",
+        "stdout.txt",
+        "-r",
+        "stderr.txt",
+        "-M",
+        &meta,
+        "-t",
+        "5",
+        "-x",
+        "1",
+        "-w",
+        "10",
+        "-k",
+        "64000",
+        "-p60",
+        "-m",
+        "512000",
+        "-f",
+        "1024",
+        "-E",
+        &format!("HOME={workdir}"),
+        "-d",
+        "/etc:noexec",
+        "--run",
+        "--",
+        "/bin/bash",
+        "run",
+    ];
+    let out = iso.cmd(&args).run();
+    out.assert_code(0);
+    assert_eq!(out.stderr, "", "-s: no status line");
+    let meta = Meta::parse(&std::fs::read_to_string(&meta).unwrap());
+    meta.assert_stats();
+    assert_eq!(meta.get("status"), None, "{}", meta.1);
+    assert_eq!(iso.read("stdout.txt"), "11\n/etc/passwd\n");
+    assert_eq!(iso.read("stderr.txt"), format!("home={workdir}\n"));
+    iso.cmd(&["--cleanup"]).run().assert_code(0);
+}
+
+/// A binary named `isolate` (a link to `capsule`) is `capsule isolate`.
+#[test]
+fn invoked_as_isolate() {
+    require!("invoked_as_isolate", userns_available());
+    let mut iso = Iso::new("iso-link", 25);
+    let link = iso.scratch.join("isolate");
+    std::os::unix::fs::symlink(&h().capsule, &link).unwrap();
+    iso.bin = Some(link);
+    iso.init();
+    iso.put_text("input.txt", "1 2\n");
+    let (out, meta) = iso.run(&["-i", "input.txt", "-o", "output.txt"], &["sum"]);
+    out.assert_code(0);
+    assert_eq!(meta.must("exitcode"), "0");
+    assert_eq!(iso.read("output.txt"), "3\n");
+    // `run` as the first argument is isolate's (an argument), never
+    // capsule's subcommand for the caller's agent, even with one running.
+    let tag = unique("iso-agent");
+    // (The same CAPSULE_* variables: the agent's identity.)
+    let root = iso.root().display().to_string();
+    let agent = |c: &mut Cmd| {
+        c.env("CAPSULE_AGENT", "on").env("CAPSULE_AGENT_IDLE", "3").env("CAPSULE_TEST_TAG", &tag).env(ROOT_ENV, &root);
+    };
+    let mut start = capsule(&["run", "-q", "--", "/bin/true"]);
+    agent(&mut start);
+    start.run().assert_code(0);
+    let mut c = capsule(&["run", "/bin/true"]);
+    c.binary(iso.bin.as_ref().unwrap());
+    agent(&mut c);
+    let out = c.run();
+    out.assert_code(2);
+    assert!(out.stderr.starts_with("Please specify an isolate command"), "{}", out.describe());
+    iso.cleanup();
+}
+
+/// Without delegated cgroups, `--cg` fails as isolate does where it has
+/// none; with them it works (both ways checked by where this runs).
+#[test]
+fn cg_needs_cgroups() {
+    require!("cg_needs_cgroups", userns_available());
+    let mut iso = Iso::new("iso-cgneed", 26);
+    iso.cg = true;
+    let out = iso.cmd(&["--init"]).run();
+    if cgroups_available().is_ok() {
+        out.assert_code(0);
+        iso.cleanup();
+    } else {
+        out.assert_code(2);
+        assert!(out.stderr.starts_with("Control groups are not available"), "{}", out.describe());
+    }
+}
+
+/// A box made with --cg is used with --cg only, as in isolate.
+#[test]
+fn cgroup_cms_cycle() {
+    require_cgroups!("cgroup_cms_cycle");
+    let mut iso = Iso::new("iso-cg", 30);
+    iso.cg = true;
+    iso.init();
+    iso.put_text("input.txt", "20 22\n");
+    let (out, meta) = iso.run(
+        &["--processes", "--cg-mem=262144", "-t", "5", "-w", "10", "-i", "input.txt", "-o", "output.txt"],
+        &["sum"],
+    );
+    out.assert_code(0);
+    assert_eq!(iso.read("output.txt"), "42\n");
+    meta.assert_stats();
+    let cg_mem: u64 = meta.must("cg-mem").parse().unwrap();
+    assert!(cg_mem > 0 && cg_mem < 262144, "{}", meta.1);
+    assert_eq!(meta.get("cg-oom-killed"), None);
+    // CMS's own layout: its home directory bound over /box, every path
+    // given inside the sandbox; then its deleting cleanup (a chmod run in
+    // the box, then --cleanup).
+    let home = iso.scratch.mkdir("home");
+    std::fs::copy(sol(), home.join("solution")).unwrap();
+    chown_to_user(&home.join("solution"));
+    std::fs::write(home.join("input.txt"), "1 2\n").unwrap();
+    chown_to_user(&home.join("input.txt"));
+    let meta_path = iso.scratch.join("run.meta.1");
+    let h = home.display().to_string();
+    let out = iso
+        .cmd(&[
+            &format!("--dir=/box={h}:rw"),
+            "--fsize=1024",
+            "--stdin=/box/input.txt",
+            "--stack=65536",
+            "--cg-mem=262144",
+            "--stdout=/box/output.txt",
+            "--processes",
+            "--stderr=/box/err.txt",
+            "--time=2",
+            "--wall-time=10",
+            "--extra-time=0.5",
+            &format!("--meta={}", meta_path.display()),
+            "--run",
+            "--",
+            "./solution",
+        ])
+        .run();
+    out.assert_code(0);
+    assert_eq!(std::fs::read_to_string(home.join("output.txt")).unwrap(), "3\n");
+    let meta = Meta::parse(&std::fs::read_to_string(&meta_path).unwrap());
+    meta.assert_stats();
+    assert_eq!(meta.must("exitcode"), "0");
+    meta.must("cg-mem");
+    let out = iso.cmd(&[&format!("--dir=/box={h}:rw"), "--run", "--", "/bin/chmod", "777", "-R", "/box"]).run();
+    out.assert_code(0);
+    assert_eq!(std::fs::metadata(home.join("output.txt")).unwrap().permissions().mode() & 0o777, 0o777);
+    // Without --cg: another control group mode, refused.
+    let plain = iso.other(30, false);
+    let out = plain.cmd(&["--run", "--", "./sol", "exit", "0"]).run();
+    out.assert_code(2);
+    assert_eq!(out.stderr.trim(), "This box was initialized with an incompatible control group mode");
+    iso.cleanup();
+}
+
+#[test]
+fn cgroup_memory_limit() {
+    require_cgroups!("cgroup_memory_limit");
+    let mut iso = Iso::new("iso-cgmem", 31);
+    iso.cg = true;
+    iso.init();
+    let (out, meta) = iso.run(&["--cg-mem=65536", "-o", "o"], &["alloc", "512"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("cg-oom-killed"), "1", "{}", meta.1);
+    assert_eq!(meta.must("status"), "SG", "{}", meta.1);
+    assert_eq!(meta.must("exitsig"), "9", "{}", meta.1);
+    let cg_mem: u64 = meta.must("cg-mem").parse().unwrap();
+    assert!((32768..=65536 + 1024).contains(&cg_mem), "{}", meta.1);
+    iso.cleanup();
+}
+
+/// With --cg, -t counts the whole group's CPU time and kills at once (not
+/// in whole seconds), -x lets it run on to the extra time; --cg-timing is
+/// accepted.
+#[test]
+fn cgroup_time_and_extra_time() {
+    require_cgroups!("cgroup_time_and_extra_time");
+    let mut iso = Iso::new("iso-cgtime", 32);
+    iso.cg = true;
+    iso.init();
+    let (out, meta) = iso.run(&["--cg-timing", "-t", "0.2", "-w", "20"], &["spin"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("status"), "TO");
+    assert_eq!(meta.must("killed"), "1");
+    let t = meta.secs("time");
+    assert!((0.2..0.9).contains(&t), "{}", meta.1);
+    let (out, meta) = iso.run(&["-t", "0.2", "-x", "1", "-w", "20"], &["spin"]);
+    out.assert_code(1);
+    assert_eq!(meta.must("status"), "TO");
+    assert!(meta.secs("time") >= 1.0, "{}", meta.1);
+    iso.cleanup();
+}
+
+#[test]
+fn cgroup_print_cg_root() {
+    require_cgroups!("cgroup_print_cg_root");
+    let iso = Iso::new("iso-cgroot", 33);
+    let out = iso.cmd(&["--print-cg-root"]).run();
+    out.assert_code(0);
+    assert!(out.stdout.starts_with("/sys/fs/cgroup/"), "{}", out.describe());
+}
