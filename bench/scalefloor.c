@@ -34,12 +34,13 @@
  *       awaited, and PID 1 reaped (waitid on the pidfd) once the next run
  *       has started, as capsule answers before PID 1 has finished exiting.
  *       PID 1: parent-death signal, new IPC and UTS namespaces, a
- *       detached procfs (fsopen, hidepid=2), a new mount namespace, the
- *       host view's tree (open_tree of / recursive and read-only, the five
- *       device nodes cloned, the root attached, the procfs on /proc, a
- *       tmpfs /dev with the nodes, shm tmpfs and four symlinks made
- *       read-only, tmpfs /tmp and /run), pivot_root and the old root
- *       detached, the Landlock ruleset (capsule's nine path rules), setns
+ *       detached procfs (fsopen, hidepid=2), a copy of the worker's mount
+ *       template (setns into it, unshare(CLONE_NEWNS): the host root
+ *       cloned read-only and a read-only tmpfs /dev with the five device
+ *       nodes and four symlinks, pivoted into, built once per worker before
+ *       the clock, as capsule's long-lived supervisors do), then the run's
+ *       own mounts (the procfs on /proc, tmpfs /dev/shm, /tmp and /run),
+ *       the Landlock ruleset (capsule's nine path rules), setns
  *       into the kept network, its own user namespace (maps 0 0 1), the 12
  *       ucounts sysctls, non-dumpable, a SIGCHLD signalfd, then the tracee:
  *       clone(CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID |
@@ -58,6 +59,11 @@
  *       the same, but PID 1 makes a network namespace of its own per run
  *       (unshare(CLONE_NEWNET), lo up) instead of joining the kept one:
  *       capsule's default today (Config::own_network).
+ *   SCALEFLOOR_TREE=clone (sandbox modes only): the tree built per run as
+ *       capsule did before its mount template (and still does for a
+ *       one-shot run): a new mount namespace, open_tree of / recursive and
+ *       read-only, the device nodes cloned, the root attached, /dev built,
+ *       the run's mounts, pivot_root and the old root detached.
  *   SCALEFLOOR_WITHOUT=PART,... (sandbox modes only) leaves parts out, to
  *       attribute the cost: seccomp, landlock, tree (the mount tree and
  *       pivot; the mount namespace and procfs stay), net (`sandbox`: no join),
@@ -318,6 +324,8 @@ static const struct {
 /* The worker's state, shared with its PID 1s and tracees (CLONE_VM). */
 static int cap_last_cap;
 static int kept_net = -1, self_pidfd = -1;
+/* The worker's mount template (a mount namespace), or -1: SCALEFLOOR_TREE=clone. */
+static int tmpl_ns = -1;
 static char tracee_uid_map[32], tracee_gid_map[32];
 
 /* A run slot: one run's descriptors, results and stacks. A worker cycles
@@ -478,6 +486,97 @@ static void build_tree(int proc) {
     close(root);
 }
 
+/* The worker's mount template (capsule's supervisor/template.rs): the root
+ * clone and /dev without its shm tmpfs, pivoted into, in a namespace a child
+ * builds and the worker keeps by a descriptor. Not timed. */
+static void build_template(void) {
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0)
+        die("pipe2");
+    pid_t c = fork();
+    if (c < 0)
+        die("fork");
+    if (c == 0) {
+        sys_ok(unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (the template)");
+        int root = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        sys_ok(root, "open_tree /");
+        set_attr(root, AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "mount_setattr /");
+        int nodes[5];
+        for (int i = 0; i < 5; i++) {
+            nodes[i] = open_tree(AT_FDCWD, host_nodes[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+            sys_ok(nodes[i], host_nodes[i]);
+            set_attr(nodes[i], 0, MOUNT_ATTR_NOSUID, host_nodes[i]);
+        }
+        sys_ok(move_mount(root, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH), "attaching the root");
+        int at = open_beneath(root, "/dev");
+        int dev = new_tmpfs("1048576", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        for (int i = 0; i < 5; i++) {
+            int f = openat(dev, dev_nodes[i], O_CREAT | O_WRONLY | O_EXCL | O_CLOEXEC, 0666);
+            sys_ok(f, dev_nodes[i]);
+            close(f);
+        }
+        sys_ok(mkdirat(dev, "shm", 01777), "mkdir /dev/shm");
+        sys_ok(symlinkat("/proc/self/fd", dev, "fd"), "symlink");
+        sys_ok(symlinkat("/proc/self/fd/0", dev, "stdin"), "symlink");
+        sys_ok(symlinkat("/proc/self/fd/1", dev, "stdout"), "symlink");
+        sys_ok(symlinkat("/proc/self/fd/2", dev, "stderr"), "symlink");
+        attach(dev, at, "attaching /dev");
+        for (int i = 0; i < 5; i++) {
+            int t = openat(dev, dev_nodes[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            sys_ok(t, dev_nodes[i]);
+            attach(nodes[i], t, "attaching a device node");
+        }
+        set_attr(dev, 0, MOUNT_ATTR_RDONLY, "making /dev read-only");
+        sys_ok(fchdir(root), "fchdir");
+        sys_ok(syscall(SYS_pivot_root, ".", "."), "pivot_root");
+        sys_ok(umount2(".", MNT_DETACH), "detaching the old root");
+        char b = 1;
+        if (write(ready[1], &b, 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(ready[1]);
+    char b;
+    if (read(ready[0], &b, 1) != 1) {
+        fprintf(stderr, "scalefloor: building the mount template failed\n");
+        exit(1);
+    }
+    close(ready[0]);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)c);
+    tmpl_ns = open(path, O_RDONLY | O_CLOEXEC);
+    sys_ok(tmpl_ns, path);
+    kill(c, SIGKILL);
+    waitpid(c, NULL, 0);
+}
+
+/* PID 1's steps 8-9 on the template: the run's own mounts in its copy, in
+ * capsule's order (/dev/shm, /tmp, /run, the procfs last). */
+static void tree_fresh_parts(int proc) {
+    int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    sys_ok(root, "open /");
+    static const struct {
+        const char *at, *size, *mode;
+        unsigned attrs;
+    } fresh[] = {
+        {"/dev/shm", "67108864", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV},
+        {"/tmp", "134217728", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV},
+        {"/run", "16777216", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC},
+    };
+    for (size_t i = 0; i < sizeof fresh / sizeof fresh[0]; i++) {
+        int at = open_beneath(root, fresh[i].at);
+        int fs = new_tmpfs(fresh[i].size, fresh[i].mode, fresh[i].attrs);
+        attach(fs, at, fresh[i].at);
+        close(fs);
+        close(at);
+    }
+    int at = open_beneath(root, "/proc");
+    attach(proc, at, "attaching /proc");
+    close(at);
+    close(root);
+}
+
 /* PID 1's step 10: the ruleset and its path rules. */
 static int build_ruleset(void) {
     struct ll_ruleset_attr attr = {.fs = ll_fs, .scoped = ll_scoped};
@@ -590,7 +689,7 @@ static int pid1_main(void *arg) {
     struct slot *s = arg;
     prctl(PR_SET_NAME, "floor-pid1");
     /* Only this run's descriptors (not the other slots', nor the worker's ends of this one's). */
-    int keep[] = {self_pidfd, kept_net, s->go[1], s->done[1], s->control};
+    int keep[] = {self_pidfd, kept_net, s->go[1], s->done[1], s->control, tmpl_ns};
     int n = sizeof keep / sizeof keep[0];
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && keep[j] < keep[j - 1]; j--) {
@@ -625,9 +724,16 @@ static int pid1_main(void *arg) {
     s->proc = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
     sys_ok(s->proc, "fsmount proc");
     close(fs);
-    sys_ok(unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)");
-    if (!(without & W_TREE))
-        build_tree(s->proc);
+    if (tmpl_ns >= 0 && !(without & W_TREE)) {
+        sys_ok(setns(tmpl_ns, CLONE_NEWNS), "setns (the mount template)");
+        close(tmpl_ns);
+        sys_ok(unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)");
+        tree_fresh_parts(s->proc);
+    } else {
+        sys_ok(unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)");
+        if (!(without & W_TREE))
+            build_tree(s->proc);
+    }
     s->ruleset = without & W_LANDLOCK ? -1 : build_ruleset();
     if (net_per_run) {
         sys_ok(unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)");
@@ -752,6 +858,13 @@ static void sandbox_supervisor(char **argv) {
  * itself for PID 1 to watch, non-dumpable, the stacks. */
 static void sandbox_worker_setup(void) {
     char line[64];
+    const char *tree = getenv("SCALEFLOOR_TREE");
+    if (tree && strcmp(tree, "clone") != 0) {
+        fprintf(stderr, "scalefloor: SCALEFLOOR_TREE: unknown value '%s' (only 'clone')\n", tree);
+        exit(1);
+    }
+    if (!tree && !(without & W_TREE))
+        build_template();
     if (!net_per_run && !(without & W_NET)) {
         /* The kept network, made by a helper in this user namespace (the worker stays in the host's). */
         int ready[2], hold[2];
