@@ -49,12 +49,16 @@ class AsyncHandle:
 
     async def kill(self) -> bool:
         """Kill the run now; its result (``killed``) still comes. False if it had ended."""
+        if self._sb._dead is not None:
+            raise self._sb._dead
         if self._fut.done():
             return False
         return await self._sb._control("kill", self.id)
 
     async def cancel(self) -> bool:
         """Discard the run; :meth:`wait` then raises :class:`Cancelled`. False if it had ended."""
+        if self._sb._dead is not None:
+            raise self._sb._dead
         if self._fut.done():
             return False
         return await self._sb._control("cancel", self.id)

@@ -89,6 +89,8 @@ class Handle:
         return self._control("cancel")
 
     def _control(self, what: str) -> bool:
+        if self._sb._dead is not None:
+            raise self._sb._dead
         if self._waiter.done():
             return False
         ok = self._sb._control(what, self.id)

@@ -1,0 +1,89 @@
+"""1,000 pipelined runs from 8 threads and from asyncio, every result
+matched to its request (each run echoes its own token)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Dict, List
+
+import capsule_sandbox as cs
+from conftest import arun
+
+RUNS = 1000
+THREADS = 8
+
+
+def test_thousand_runs_from_eight_threads(capsule_bin: str) -> None:
+    got: Dict[str, str] = {}
+    errors: List[BaseException] = []
+    lock = threading.Lock()
+    with cs.Sandbox(parallel=2, capsule=capsule_bin) as sb:
+        def worker(t: int) -> None:
+            try:
+                # Each thread keeps several runs in flight, then waits in an order of its own.
+                handles = []
+                for i in range(t, RUNS, THREADS):
+                    token = f"run-{i}"
+                    handles.append((token, sb.submit(["/bin/echo", token], stdout=cs.Capture(64))))
+                    if len(handles) >= 8:
+                        tok, h = handles.pop(len(handles) // 2)
+                        r = h.wait(60)
+                        assert r.stdout is not None
+                        with lock:
+                            got[tok] = r.stdout.text
+                for tok, h in reversed(handles):
+                    r = h.wait(60)
+                    assert r.stdout is not None
+                    with lock:
+                        got[tok] = r.stdout.text
+            except BaseException as e:  # noqa: B902 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not errors, errors[0]
+    assert len(got) == RUNS
+    assert all(text == f"{tok}\n" for tok, text in got.items()), [(k, v) for k, v in got.items() if v != k + "\n"]
+
+
+def test_thousand_runs_from_asyncio(capsule_bin: str) -> None:
+    async def main() -> List[str]:
+        async with cs.AsyncSandbox(parallel=2, capsule=capsule_bin) as asb:
+            sem = asyncio.Semaphore(64)
+
+            async def one(i: int) -> str:
+                async with sem:
+                    r = await asb.run(["/bin/echo", f"run-{i}"], stdout=cs.Capture(64))
+                    assert r.ok and r.stdout is not None
+                    return r.stdout.text
+            return await asyncio.gather(*(one(i) for i in range(RUNS)))
+    texts = arun(main())
+    assert texts == [f"run-{i}\n" for i in range(RUNS)]
+
+
+def test_the_event_loop_is_never_blocked(capsule_bin: str) -> None:
+    # While 40 runs of 50 ms go through 2 slots, a ticker keeps ticking every 10 ms.
+    async def main() -> int:
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            loop = asyncio.get_running_loop()
+            while not stop:
+                t = loop.time()
+                await asyncio.sleep(0.01)
+                assert loop.time() - t < 0.5, "the event loop was blocked"
+                ticks += 1
+        async with cs.AsyncSandbox(parallel=2, capsule=capsule_bin) as asb:
+            tk = asyncio.ensure_future(ticker())
+            rs = await asyncio.gather(*(asb.run(["/bin/sleep", "0.05"]) for _ in range(40)))
+            stop = True
+            await tk
+        assert all(r.ok for r in rs)
+        return ticks
+    assert arun(main()) >= 20
