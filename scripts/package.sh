@@ -110,3 +110,12 @@ tar -C "$out/tar" --owner=0 --group=0 --numeric-owner --sort=name -czf "$tarball
 rm -rf "$gen" "$root" "$out/tar"
 echo "package.sh: $deb"
 echo "package.sh: $tarball"
+
+# --- the Python wheel and sdist (python/build_wheel.py, standard library only) --
+# The platform wheel carries these static binaries: `pip install` of it alone
+# gives a working sandbox; the sdist finds capsule on PATH.
+if command -v python3 >/dev/null; then
+  python3 python/build_wheel.py --bins "$bin" --out "$out" --sdist | sed 's/^/package.sh: /'
+else
+  echo "package.sh: python3 not found: no Python wheel" >&2
+fi
