@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,6 +37,13 @@ import capsule_sandbox as cs  # noqa: E402
 
 TRUE = ["/bin/true"]
 WINDOW = 16
+CPU: Dict[str, List[float]] = {}
+"""The Python process's own CPU time (all threads) per run, by configuration."""
+
+
+def cpu_now() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def rust(bench: str, capsule: str, mode: str, runs: int, parallel: int, window: int) -> float:
@@ -55,6 +63,7 @@ def py_sync(capsule: str, runs: int, parallel: int, window: int) -> float:
     with cs.Sandbox(parallel=parallel, capsule=capsule) as sb:
         for _ in range(20):
             sb.run(TRUE)
+        c = cpu_now()
         t = time.perf_counter()
         if window == 1:
             for _ in range(runs):
@@ -66,7 +75,9 @@ def py_sync(capsule: str, runs: int, parallel: int, window: int) -> float:
                 assert q.popleft().wait().ok
                 if i + window < runs:
                     q.append(sb.submit(TRUE))
-        return (time.perf_counter() - t) / runs
+        secs = time.perf_counter() - t
+        CPU.setdefault(f"sync {window}", []).append((cpu_now() - c) / runs)
+        return secs / runs
 
 
 def py_async(capsule: str, runs: int, parallel: int, window: int) -> float:
@@ -74,6 +85,7 @@ def py_async(capsule: str, runs: int, parallel: int, window: int) -> float:
         async with cs.AsyncSandbox(parallel=parallel, capsule=capsule) as asb:
             for _ in range(20):
                 await asb.run(TRUE)
+            c = cpu_now()
             t = time.perf_counter()
             if window == 1:
                 for _ in range(runs):
@@ -84,7 +96,9 @@ def py_async(capsule: str, runs: int, parallel: int, window: int) -> float:
                     assert (await q.popleft().wait()).ok
                     if i + window < runs:
                         q.append(await asb.submit(TRUE))
-            return (time.perf_counter() - t) / runs
+            secs = time.perf_counter() - t
+            CPU.setdefault(f"async {window}", []).append((cpu_now() - c) / runs)
+            return secs / runs
     return asyncio.run(main())
 
 
@@ -141,6 +155,10 @@ def main() -> None:
               f"throughput {ratio('tput rust-serve', 'tput ' + k):.3f}x Rust over serve "
               f"(+{extra_us('tput ' + k, 'tput rust-serve'):.1f} us per run), "
               f"{ratio('tput rust-lib', 'tput ' + k):.3f}x the library")
+    for k, v in sorted(CPU.items()):
+        mode, window = k.split()
+        print(f"- the Python process's CPU time per run, {mode}, {'one at a time' if window == '1' else window + ' in flight'}: "
+              f"{statistics.median(v) * 1e6:.1f} us (median of the rounds; min {min(v) * 1e6:.1f})")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python client's checks (issue 25), a stage of scripts/test.sh:
-#   1. mypy --strict on the package and its tests;
+#   1. mypy --strict on the package, its tests and tools;
 #   2. the pytest suite against the checkout's real `capsule serve`
 #      (the debug build test.sh made; $CAPSULE_BIN), as the unprivileged
 #      user capsule-test when root (capsule refuses root);
@@ -36,7 +36,7 @@ trap 'rm -rf "$stage"' EXIT
 chmod 755 "$stage"
 mkdir "$stage/bin" "$stage/dist" "$stage/bare"
 for b in capsule capsule-cli; do install -m 755 "$debug/$b" "$stage/bin/$b"; done
-cp -r src tests pyproject.toml "$stage/"
+cp -r src tests pyproject.toml bench.py build_wheel.py "$stage/"
 find "$stage" -name __pycache__ -prune -exec rm -rf {} +
 
 as_user() {
@@ -73,7 +73,7 @@ if $cgroups; then
 fi
 
 echo "== python: mypy --strict"
-(cd "$stage" && MYPYPATH=src:tests "$py" -m mypy --strict --cache-dir /dev/null src/capsule_sandbox tests)
+(cd "$stage" && MYPYPATH=src:tests "$py" -m mypy --strict --cache-dir /dev/null src/capsule_sandbox tests bench.py build_wheel.py)
 
 echo "== python: pytest against $debug/capsule serve"
 (cd "$stage" && as_user "${base_env[@]}" CAPSULE_BIN="$stage/bin/capsule" PYTHONPATH="$stage/src" \
