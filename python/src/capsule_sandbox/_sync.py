@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import select
 import socket
 import subprocess
 import threading
+import time
 from types import TracebackType
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Type, Union, cast
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
 
 from . import _proto
 from ._binary import find_capsule
@@ -20,29 +23,12 @@ _Outcome = Union[Dict[str, Any], BaseException]
 
 
 class _Waiter:
-    """One request's response, handed from the reader thread to its waiters."""
+    """One request's response, once it is in (or the exception to raise)."""
 
-    __slots__ = ("_lock", "_outcome")
+    __slots__ = ("outcome",)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._outcome: Optional[_Outcome] = None
-
-    def set(self, outcome: _Outcome) -> None:
-        self._outcome = outcome
-        self._lock.release()
-
-    def done(self) -> bool:
-        return self._outcome is not None
-
-    def get(self, timeout: Optional[float]) -> _Outcome:
-        if self._outcome is None:
-            if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
-                raise TimeoutError(f"no response within {timeout} s")
-            self._lock.release()
-        assert self._outcome is not None
-        return self._outcome
+        self.outcome: Optional[_Outcome] = None
 
 
 class Handle:
@@ -59,8 +45,11 @@ class Handle:
         self._value: Optional[Union[Result, InteractResult]] = None
 
     def done(self) -> bool:
-        """Whether the response has arrived (or the server is gone)."""
-        return self._waiter.done()
+        """Whether the response has arrived (or the server is gone); reads
+        what the server has sent so far, without waiting."""
+        if self._waiter.outcome is None:
+            self._sb._poll()
+        return self._waiter.outcome is not None
 
     def wait(self, timeout: Optional[float] = None) -> Any:
         """The run's :class:`Result` (an :class:`InteractResult` for a pair).
@@ -71,7 +60,7 @@ class Handle:
         """
         if self._value is not None:
             return self._value
-        o = self._waiter.get(timeout)
+        o = self._sb._wait_for(self._waiter, timeout)
         if isinstance(o, BaseException):
             raise o
         v = _proto.outcome(o, self._interact)
@@ -91,10 +80,9 @@ class Handle:
     def _control(self, what: str) -> bool:
         if self._sb._dead is not None:
             raise self._sb._dead
-        if self._waiter.done():
+        if self._waiter.outcome is not None:
             return False
-        ok = self._sb._control(what, self.id)
-        return ok
+        return self._sb._control(what, self.id)
 
     def __repr__(self) -> str:
         return f"<capsule_sandbox.Handle id={self.id} {'done' if self.done() else 'pending'}>"
@@ -106,6 +94,12 @@ class Sandbox:
     ``Sandbox(parallel=N)`` starts ``capsule serve --parallel N`` with JSON
     lines on pipes; :meth:`connect` talks to a ``capsule serve --listen``
     socket instead. Thread-safe: any number of threads may submit and wait.
+
+    There is no reader thread: a thread waiting for a result reads the
+    server's responses itself and hands the others' to them (one reader at
+    a time; the others wait on a condition), so a result reaches a lone
+    caller with no thread switch. The server buffers its responses, so
+    runs submitted and not yet waited for never stall it.
     """
 
     def __init__(self, parallel: int = 1, *, capsule: Optional[str] = None, prepare: bool = True,
@@ -117,16 +111,20 @@ class Sandbox:
         """The binary the server runs from (None for a connected socket)."""
         self._init_state()
         self._proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
-            [self.capsule or "capsule", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=None if env is None else dict(env))
+            [self.capsule or "capsule", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, bufsize=0, env=None if env is None else dict(env))
         self._sock: Optional[socket.socket] = None
         self._what = f"capsule serve (pid {self._proc.pid})"
         self._wfile: IO[bytes] = cast(IO[bytes], self._proc.stdin)
         self._rfile: IO[bytes] = cast(IO[bytes], self._proc.stdout)
+        self._wfd = self._wfile.fileno()
+        self._rfd = self._rfile.fileno()
+        self._pollobj.register(self._rfd, select.POLLIN)
+        # The server's stderr, kept for SupervisorDied's message (a thread
+        # that only ever blocks in read, so the server never blocks on it).
         self._stderr_thread: Optional[threading.Thread] = threading.Thread(
             target=self._drain_stderr, args=(self._proc.stderr,), name="capsule-serve-stderr", daemon=True)
         self._stderr_thread.start()
-        self._start_reader()
 
     @classmethod
     def connect(cls, path: str) -> Sandbox:
@@ -145,24 +143,25 @@ class Sandbox:
             raise SupervisorDied(f"cannot connect to capsule serve at {os.fspath(path)!r}: {e}") from e
         self._sock = sock
         self._what = f"the connection to capsule serve at {os.fspath(path)!r}"
-        self._wfile = sock.makefile("wb")
-        self._rfile = sock.makefile("rb")
-        self._start_reader()
+        self._wfile = self._rfile = cast(IO[bytes], None)
+        self._wfd = self._rfd = sock.fileno()
+        self._pollobj.register(self._rfd, select.POLLIN)
         return self
 
     def _init_state(self) -> None:
-        self._plock = threading.Lock()
-        self._wlock = threading.Lock()
+        self._plock = threading.Lock()  # the pending table and _dead; never held across I/O
+        self._wlock = threading.Lock()  # one writer at a time
+        self._cv = threading.Condition(threading.Lock())  # the reader's role; followers wait here
+        self._reading = False
+        self._pollobj = select.poll()
+        self._buf = b""
+        self._eof = False
         self._pending: Dict[int, _Waiter] = {}
         self._next_id = 1
         self._dead: Optional[SupervisorDied] = None
         self._closing = False
         self._notices: List[str] = []
         self._stderr_tail = b""
-
-    def _start_reader(self) -> None:
-        self._reader = threading.Thread(target=self._read_loop, name="capsule-serve-reader", daemon=True)
-        self._reader.start()
 
     # --- requests ---------------------------------------------------------
 
@@ -205,7 +204,7 @@ class Sandbox:
                 pass
             raise
 
-    def _submit(self, key: str, body: Any, interact: bool) -> Handle:
+    def _register(self) -> Tuple[int, _Waiter]:
         w = _Waiter()
         with self._plock:
             if self._dead is not None:
@@ -213,6 +212,10 @@ class Sandbox:
             rid = self._next_id
             self._next_id = rid + 1
             self._pending[rid] = w
+        return rid, w
+
+    def _submit(self, key: str, body: Any, interact: bool) -> Handle:
+        rid, w = self._register()
         try:
             line = _proto.encode({"id": rid, key: body})
         except RunError:
@@ -225,65 +228,153 @@ class Sandbox:
     def _send(self, rid: int, line: bytes) -> None:
         try:
             with self._wlock:
-                self._wfile.write(line)
-                self._wfile.flush()
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(self._wfd, view):]
         except (OSError, ValueError) as e:
             with self._plock:
                 self._pending.pop(rid, None)
-            self._died(f"writing to {self._what}: {e}")
-            self._reader.join(5.0)
+            # What the server said before it went, and why it went.
+            self._drain_to_eof(f"writing to {self._what}: {e}")
             raise self._dead or SupervisorDied(f"{self._what} is gone") from None
 
     def _control(self, what: str, target: int) -> bool:
-        w = _Waiter()
-        with self._plock:
-            if self._dead is not None:
-                raise self._dead
-            rid = self._next_id
-            self._next_id = rid + 1
-            self._pending[rid] = w
+        rid, w = self._register()
         self._send(rid, _proto.encode({"id": rid, what: target}))
-        o = w.get(None)
+        o = self._wait_for(w, None)
         if isinstance(o, BaseException):
             raise o
         # An error: no such run in flight, as it ended meanwhile.
         return o.get("ok") is True
 
-    # --- the reader thread -----------------------------------------------
+    # --- reading responses: whoever waits reads ------------------------------
 
-    def _read_loop(self) -> None:
-        readline = self._rfile.readline
+    def _wait_for(self, w: _Waiter, timeout: Optional[float]) -> _Outcome:
+        """``w``'s outcome, reading responses (or waiting for the thread that
+        reads them) until it is in; ``TimeoutError`` after ``timeout`` s."""
+        o = w.outcome
+        if o is not None:
+            return o
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        cv = self._cv
+        while True:
+            with cv:
+                while w.outcome is None and self._reading:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"no response within {timeout} s")
+                    cv.wait(left)
+                if w.outcome is not None:
+                    return w.outcome
+                self._reading = True
+            try:
+                while w.outcome is None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"no response within {timeout} s")
+                    if self._eof:
+                        w.outcome = self._dead or SupervisorDied(f"{self._what} ended")
+                        break
+                    self._read(left, w)
+            finally:
+                with cv:
+                    self._reading = False
+                    cv.notify_all()
+            return w.outcome
+
+    def _poll(self) -> None:
+        """Reads what has arrived, without waiting (unless another thread reads)."""
+        with self._cv:
+            if self._reading:
+                return
+            self._reading = True
+        try:
+            while self._read(0.0, None):
+                pass
+        finally:
+            with self._cv:
+                self._reading = False
+                self._cv.notify_all()
+
+    def _read(self, timeout: Optional[float], mine: Optional[_Waiter]) -> bool:
+        """One read from the server (after waiting up to ``timeout`` s for
+        data) and the responses it completes dispatched; False if none came."""
+        if self._eof:
+            return False
+        if timeout is not None:
+            if not self._pollobj.poll(max(0, math.ceil(timeout * 1000))):
+                return False
+        try:
+            data = os.read(self._rfd, 1 << 16)
+        except OSError as e:
+            self._eof = True
+            self._died(f"reading from {self._what}: {e}")
+            return True
+        if not data:
+            self._eof = True
+            if self._buf:
+                self._notices.append(f"an unterminated last line {self._buf[:200]!r}")
+            self._died(f"{self._what} ended")
+            return True
+        buf = self._buf + data if self._buf else data
+        end = buf.rfind(b"\n")
+        if end < 0:
+            if len(buf) > _proto.READ_LIMIT:
+                self._eof = True
+                self._died(f"{self._what} sent a line longer than {_proto.READ_LIMIT} bytes")
+            self._buf = buf
+            return True
+        self._buf = buf[end + 1:]
+        others = False
         loads = json.loads
         pending = self._pending
-        plock = self._plock
-        why = f"{self._what} ended"
+        for line in buf[:end].split(b"\n"):
+            try:
+                msg = loads(line)
+                rid = msg["id"]
+            except (ValueError, TypeError, KeyError):
+                self._notices.append(f"unreadable response {line[:200]!r}")
+                continue
+            with self._plock:
+                w = pending.pop(rid, None) if type(rid) is int else None
+            if w is None:
+                # id null: a line the server could not attribute (a refused peer).
+                if rid is None and isinstance(msg, dict):
+                    self._notices.append(str(msg.get("error")))
+                continue
+            w.outcome = msg
+            if w is not mine:
+                others = True
+        if others:
+            with self._cv:
+                self._cv.notify_all()
+        return True
+
+    def _drain_to_eof(self, why: str, timeout: Optional[float] = 5.0) -> None:
+        # The server is going: what it still sends reaches its handles, then
+        # the rest of them get SupervisorDied.
+        with self._cv:
+            while self._reading:
+                self._cv.wait()
+            self._reading = True
         try:
-            while True:
-                line = readline(_proto.READ_LIMIT)
-                if not line:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self._eof:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
                     break
-                try:
-                    msg = loads(line)
-                    rid = msg["id"]
-                except (ValueError, TypeError, KeyError):
-                    self._notices.append(f"unreadable response {line[:200]!r}")
-                    continue
-                with plock:
-                    w = pending.pop(rid, None) if type(rid) is int else None
-                if w is None:
-                    # id null: a line the server could not attribute (a refused peer).
-                    if rid is None and isinstance(msg, dict):
-                        self._notices.append(str(msg.get("error")))
-                    continue
-                w.set(msg)
-        except (OSError, ValueError) as e:
-            why = f"reading from {self._what}: {e}"
-        self._died(why)
+                self._read(left, None)
+        finally:
+            with self._cv:
+                self._reading = False
+                self._cv.notify_all()
+        if self._eof:
+            self._died(why)
 
     def _drain_stderr(self, f: IO[bytes]) -> None:
         while True:
             try:
-                chunk = f.read1(1 << 16) if hasattr(f, "read1") else f.read(1 << 16)
+                chunk = f.read(1 << 16)
             except (OSError, ValueError):
                 break
             if not chunk:
@@ -308,7 +399,9 @@ class Sandbox:
             pending = list(self._pending.values())
             self._pending.clear()
         for w in pending:
-            w.set(self._dead)
+            w.outcome = self._dead
+        with self._cv:
+            self._cv.notify_all()
 
     # --- lifetime ---------------------------------------------------------
 
@@ -321,24 +414,19 @@ class Sandbox:
         """Finish: the server completes the runs already submitted (their
         results still reach their handles), then exits. ``timeout`` bounds
         the wait, after which the server is killed."""
+        if self._closing:
+            return
         self._closing = True
         if self._sock is not None:
             # A socket client's runs are killed when it hangs up: wait for them first.
             with self._plock:
                 waiting = list(self._pending.values())
-            for w in waiting:
-                try:
-                    w.get(timeout)
-                except TimeoutError:
-                    break
             try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
+                for w in waiting:
+                    self._wait_for(w, timeout)
+            except TimeoutError:
                 pass
-            self._reader.join(timeout)
-            self._wfile.close()
-            self._rfile.close()
-            self._sock.close()
+            self._shutdown_socket()
             return
         assert self._proc is not None
         with self._wlock:
@@ -346,27 +434,33 @@ class Sandbox:
                 self._wfile.close()
             except OSError:
                 pass
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        # The end of its input: the server finishes its runs, writes their
+        # results (read here, so a full pipe never holds it) and exits.
+        self._drain_to_eof("this Sandbox is closed", timeout)
+        if not self._eof:
             self._proc.kill()
-            self._proc.wait()
-        self._reader.join()
+            self._drain_to_eof("this Sandbox is closed")
+        self._proc.wait()
         self._rfile.close()
+
+    def _shutdown_socket(self) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._drain_to_eof("this Sandbox is closed")
+        self._sock.close()
 
     def terminate(self) -> None:
         """Stop now: the server kills its runs; pending handles raise :class:`SupervisorDied`."""
-        self._closing = True
         if self._proc is not None:
+            self._closing = False
             self._proc.terminate()
             self.close()
-        elif self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._reader.join()
-            self._sock.close()
+        elif self._sock is not None and not self._closing:
+            self._closing = True
+            self._shutdown_socket()
 
     def __enter__(self) -> Sandbox:
         return self
