@@ -41,9 +41,17 @@ CPU: Dict[str, List[float]] = {}
 """The Python process's own CPU time (all threads) per run, by configuration."""
 
 
-def cpu_now() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
+TOTAL: Dict[str, List[float]] = {}
+"""CPU time per run of everything, client, server and runs (warm-up included), by configuration."""
+
+
+def cpu_now(who: int = resource.RUSAGE_SELF) -> float:
+    ru = resource.getrusage(who)
     return ru.ru_utime + ru.ru_stime
+
+
+def cpu_all() -> float:
+    return cpu_now(resource.RUSAGE_SELF) + cpu_now(resource.RUSAGE_CHILDREN)
 
 
 def rust(bench: str, capsule: str, mode: str, runs: int, parallel: int, window: int) -> float:
@@ -52,7 +60,9 @@ def rust(bench: str, capsule: str, mode: str, runs: int, parallel: int, window: 
             "--warmup", "20", "--capsule", capsule]
     if mode == "throughput":
         argv.append("--no-bare")
+    c = cpu_all()
     out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True).stdout
+    TOTAL.setdefault(f"{mode} {window}", []).append((cpu_all() - c) / (runs + 20))
     m = re.search(r"(\d+)/s \((\d+) runs in ([0-9.]+) s", out)
     if not m:
         sys.exit(f"bench.py: unexpected capsule-bench output {out!r}")
@@ -60,6 +70,13 @@ def rust(bench: str, capsule: str, mode: str, runs: int, parallel: int, window: 
 
 
 def py_sync(capsule: str, runs: int, parallel: int, window: int) -> float:
+    c0 = cpu_all()
+    secs = py_sync_runs(capsule, runs, parallel, window)
+    TOTAL.setdefault(f"sync {window}", []).append((cpu_all() - c0) / (runs + 20))
+    return secs
+
+
+def py_sync_runs(capsule: str, runs: int, parallel: int, window: int) -> float:
     with cs.Sandbox(parallel=parallel, capsule=capsule) as sb:
         for _ in range(20):
             sb.run(TRUE)
@@ -81,6 +98,13 @@ def py_sync(capsule: str, runs: int, parallel: int, window: int) -> float:
 
 
 def py_async(capsule: str, runs: int, parallel: int, window: int) -> float:
+    c0 = cpu_all()
+    secs = py_async_runs(capsule, runs, parallel, window)
+    TOTAL.setdefault(f"async {window}", []).append((cpu_all() - c0) / (runs + 20))
+    return secs
+
+
+def py_async_runs(capsule: str, runs: int, parallel: int, window: int) -> float:
     async def main() -> float:
         async with cs.AsyncSandbox(parallel=parallel, capsule=capsule) as asb:
             for _ in range(20):
@@ -155,6 +179,15 @@ def main() -> None:
               f"throughput {ratio('tput rust-serve', 'tput ' + k):.3f}x Rust over serve "
               f"(+{extra_us('tput ' + k, 'tput rust-serve'):.1f} us per run), "
               f"{ratio('tput rust-lib', 'tput ' + k):.3f}x the library")
+    for w in ("1", str(WINDOW)):
+        base = statistics.median(TOTAL[f"serve {w}"])
+        lib = statistics.median(TOTAL[f"throughput {w}"])
+        what = "one at a time" if w == "1" else f"{w} in flight"
+        print(f"- CPU time per run of client, server and runs together, {what}: Rust library {lib * 1e6:.1f} us, "
+              f"Rust over serve {base * 1e6:.1f} us, " + ", ".join(
+                  f"Python {m} {statistics.median(TOTAL[f'{m} {w}']) * 1e6:.1f} us "
+                  f"(+{(statistics.median(TOTAL[f'{m} {w}']) - base) * 1e6:.1f} over Rust over serve)"
+                  for m in ("sync", "async")))
     for k, v in sorted(CPU.items()):
         mode, window = k.split()
         print(f"- the Python process's CPU time per run, {mode}, {'one at a time' if window == '1' else window + ' in flight'}: "

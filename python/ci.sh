@@ -47,7 +47,7 @@ as_user() {
     "$@"
   fi
 }
-pytest_args=(-p no:cacheprovider -q -o "cache_dir=$stage/.cache")
+pytest_args=(-p no:cacheprovider -q --durations=5 -o "cache_dir=$stage/.cache")
 [ -n "${CAPSULE_PY_TESTS:-}" ] && pytest_args+=(-k "$CAPSULE_PY_TESTS")
 base_env=(env -i PATH=/usr/bin:/bin HOME="$stage" LANG=C.UTF-8 CAPSULE_TEST_STRICT="${CAPSULE_TEST_STRICT:-0}")
 

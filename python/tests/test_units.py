@@ -50,8 +50,9 @@ def test_spec_building(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
                 limits=cs.Limits(wall_time=1.5, cpu_time="300ms", memory="256M", pids=16,
                                  extra={"stack": "8M"}),
                 seccomp="strict", share_net=True)
+    assert _proto.encode({"id": 1, "spec": s}).decode().startswith(f'{{"id":1,"spec":{{"argv":["./a.out","{tmp_path}"]')
     assert s == {
-        "argv": ["./a.out", str(tmp_path)],
+        "argv": ["./a.out", tmp_path],
         "stdin": str(tmp_path / "1.in"),
         "stdout": {"capture": 65536},
         "stderr": {"pipe": str(tmp_path / "err")},

@@ -9,7 +9,6 @@ request is written at once, the rest of it when the pipe has room.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -297,19 +296,13 @@ class AsyncSandbox:
                 self._gone(f"{self._what} sent a line longer than {_proto.READ_LIMIT} bytes")
             return
         self._buf = buf[end + 1:]
-        loads = json.loads
         pending = self._pending
-        for line in buf[:end].split(b"\n"):
-            try:
-                msg = loads(line)
-                rid = msg["id"]
-            except (ValueError, TypeError, KeyError):
-                self._notices.append(f"unreadable response {line[:200]!r}")
-                continue
+        for msg in _proto.decode_lines(buf[:end].decode(errors="replace"), self._notices):
+            rid = msg.get("id") if type(msg) is dict else None
             fut = pending.pop(rid, None) if type(rid) is int else None
             if fut is None:
                 # id null: a line the server could not attribute (a refused peer).
-                if rid is None and isinstance(msg, dict):
+                if rid is None and type(msg) is dict:
                     self._notices.append(str(msg.get("error")))
                 continue
             if not fut.done():

@@ -35,8 +35,12 @@ def spec(argv: SpecLike, *, stdin: Stream = None, stdout: Stream = None, stderr:
     Any other field of the protocol's run spec goes in ``fields`` by its
     name (``share_net=True``, ``mounts=[...]``, ``empty_root=True``, ...).
     """
-    if isinstance(argv, Mapping):
-        s: Dict[str, Any] = dict(argv)
+    s: Dict[str, Any]
+    if type(argv) is list:
+        # The common case, without the ABC checks (paths are made strings when encoded).
+        s = {"argv": argv[:]}
+    elif isinstance(argv, Mapping):
+        s = dict(argv)
     elif isinstance(argv, (str, bytes, os.PathLike)):
         raise TypeError("argv must be a list of strings (or a spec dict), not a single string")
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import select
@@ -23,12 +22,15 @@ _Outcome = Union[Dict[str, Any], BaseException]
 
 
 class _Waiter:
-    """One request's response, once it is in (or the exception to raise)."""
+    """One request's response, once it is in (or the exception to raise);
+    ``lock``, made when a thread first waits on it as a follower, is
+    released to wake that thread (its response came, or it is to read)."""
 
-    __slots__ = ("outcome",)
+    __slots__ = ("outcome", "lock")
 
     def __init__(self) -> None:
         self.outcome: Optional[_Outcome] = None
+        self.lock: Optional[threading.Lock] = None
 
 
 class Handle:
@@ -151,8 +153,8 @@ class Sandbox:
     def _init_state(self) -> None:
         self._plock = threading.Lock()  # the pending table and _dead; never held across I/O
         self._wlock = threading.Lock()  # one writer at a time
-        self._cv = threading.Condition(threading.Lock())  # the reader's role; followers wait here
-        self._reading = False
+        self._rlock = threading.Lock()  # the reader's role
+        self._followers: Dict[int, _Waiter] = {}  # threads waiting while another reads, by id(waiter); _plock
         self._pollobj = select.poll()
         self._buf = b""
         self._eof = False
@@ -252,49 +254,84 @@ class Sandbox:
     def _wait_for(self, w: _Waiter, timeout: Optional[float]) -> _Outcome:
         """``w``'s outcome, reading responses (or waiting for the thread that
         reads them) until it is in; ``TimeoutError`` after ``timeout`` s."""
-        o = w.outcome
-        if o is not None:
-            return o
+        try:
+            return self._wait_loop(w, timeout)
+        finally:
+            if self._followers:
+                self._pass_role()
+
+    def _wait_loop(self, w: _Waiter, timeout: Optional[float]) -> _Outcome:
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        cv = self._cv
-        while True:
-            with cv:
-                while w.outcome is None and self._reading:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise TimeoutError(f"no response within {timeout} s")
-                    cv.wait(left)
+        while w.outcome is None:
+            if self._rlock.acquire(False):
+                try:
+                    while w.outcome is None:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            raise TimeoutError(f"no response within {timeout} s")
+                        if self._eof:
+                            w.outcome = self._dead or SupervisorDied(f"{self._what} ended")
+                            break
+                        self._read(left, w)
+                finally:
+                    self._rlock.release()
+                break
+            # Another thread reads: wait until it hands over the response, or the role.
+            with self._plock:
                 if w.outcome is not None:
-                    return w.outcome
-                self._reading = True
-            try:
-                while w.outcome is None:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise TimeoutError(f"no response within {timeout} s")
-                    if self._eof:
-                        w.outcome = self._dead or SupervisorDied(f"{self._what} ended")
-                        break
-                    self._read(left, w)
-            finally:
-                with cv:
-                    self._reading = False
-                    cv.notify_all()
-            return w.outcome
+                    break
+                if w.lock is None:
+                    w.lock = threading.Lock()
+                w.lock.acquire(False)
+                self._followers[id(w)] = w
+            if self._rlock.acquire(False):
+                # The reader left meanwhile.
+                self._rlock.release()
+                with self._plock:
+                    self._followers.pop(id(w), None)
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            got = w.lock.acquire(True, -1 if left is None else max(left, 0.0))
+            with self._plock:
+                self._followers.pop(id(w), None)
+            if not got and w.outcome is None:
+                raise TimeoutError(f"no response within {timeout} s")
+        assert w.outcome is not None
+        return w.outcome
+
+    def _pass_role(self) -> None:
+        """If nobody reads, a waiting thread is woken to."""
+        if self._rlock.acquire(False):
+            self._rlock.release()
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        with self._plock:
+            if not self._followers:
+                return
+            _, w = self._followers.popitem()
+        assert w.lock is not None
+        w.lock.release()
+
+    def _wake(self, w: _Waiter) -> None:
+        # ``w``'s outcome is in: wake its thread if it waits as a follower.
+        with self._plock:
+            if self._followers.pop(id(w), None) is None:
+                return
+        assert w.lock is not None
+        w.lock.release()
 
     def _poll(self) -> None:
         """Reads what has arrived, without waiting (unless another thread reads)."""
-        with self._cv:
-            if self._reading:
-                return
-            self._reading = True
+        if not self._rlock.acquire(False):
+            return
         try:
             while self._read(0.0, None):
                 pass
         finally:
-            with self._cv:
-                self._reading = False
-                self._cv.notify_all()
+            self._rlock.release()
+            if self._followers:
+                self._pass_role()
 
     def _read(self, timeout: Optional[float], mine: Optional[_Waiter]) -> bool:
         """One read from the server (after waiting up to ``timeout`` s for
@@ -325,38 +362,26 @@ class Sandbox:
             self._buf = buf
             return True
         self._buf = buf[end + 1:]
-        others = False
-        loads = json.loads
         pending = self._pending
-        for line in buf[:end].split(b"\n"):
-            try:
-                msg = loads(line)
-                rid = msg["id"]
-            except (ValueError, TypeError, KeyError):
-                self._notices.append(f"unreadable response {line[:200]!r}")
-                continue
-            with self._plock:
+        plock = self._plock
+        for msg in _proto.decode_lines(buf[:end].decode(errors="replace"), self._notices):
+            rid = msg.get("id") if type(msg) is dict else None
+            with plock:
                 w = pending.pop(rid, None) if type(rid) is int else None
             if w is None:
                 # id null: a line the server could not attribute (a refused peer).
-                if rid is None and isinstance(msg, dict):
+                if rid is None and type(msg) is dict:
                     self._notices.append(str(msg.get("error")))
                 continue
             w.outcome = msg
-            if w is not mine:
-                others = True
-        if others:
-            with self._cv:
-                self._cv.notify_all()
+            if w is not mine and self._followers:
+                self._wake(w)
         return True
 
     def _drain_to_eof(self, why: str, timeout: Optional[float] = 5.0) -> None:
         # The server is going: what it still sends reaches its handles, then
         # the rest of them get SupervisorDied.
-        with self._cv:
-            while self._reading:
-                self._cv.wait()
-            self._reading = True
+        self._rlock.acquire()
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             while not self._eof:
@@ -365,9 +390,9 @@ class Sandbox:
                     break
                 self._read(left, None)
         finally:
-            with self._cv:
-                self._reading = False
-                self._cv.notify_all()
+            self._rlock.release()
+            if self._followers:
+                self._pass_role()
         if self._eof:
             self._died(why)
 
@@ -400,8 +425,7 @@ class Sandbox:
             self._pending.clear()
         for w in pending:
             w.outcome = self._dead
-        with self._cv:
-            self._cv.notify_all()
+            self._wake(w)
 
     # --- lifetime ---------------------------------------------------------
 

@@ -38,6 +38,9 @@ class Status(str, enum.Enum):
         return str(self.value)
 
 
+_STATUSES: Dict[Any, Status] = {m.value: m for m in Status}
+
+
 def _duration(v: Duration) -> Union[float, str]:
     # The protocol reads a number as milliseconds; Python's unit is the second.
     if isinstance(v, str):
@@ -122,34 +125,93 @@ class Output:
 
 class Result:
     """A run that happened, whatever its status; ``raw`` is the whole
-    result object, fields this version does not know included."""
+    result object, fields this version does not know included. The fields
+    are read from ``raw`` when asked for."""
 
-    __slots__ = ("raw", "status", "exit_code", "signal", "wall_time_ms", "cpu_user_ms", "cpu_system_ms",
-                 "peak_memory_bytes", "accounting", "pids_peak", "killed_by_limit", "error", "syscall",
-                 "syscall_args", "landlock", "stdout", "stderr", "net_log")
+    __slots__ = ("raw", "status", "_stdout", "_stderr")
 
     def __init__(self, raw: Dict[str, Any]) -> None:
         self.raw = raw
-        g = raw.get
-        self.status: Status = Status(g("status"))
-        self.exit_code: Optional[int] = g("exit_code")
-        self.signal: Optional[str] = g("signal")
-        self.wall_time_ms: float = g("wall_time_ms", 0.0)
-        self.cpu_user_ms: float = g("cpu_user_ms", 0.0)
-        self.cpu_system_ms: float = g("cpu_system_ms", 0.0)
-        self.peak_memory_bytes: Optional[int] = g("peak_memory_bytes")
-        self.accounting: Optional[str] = g("accounting")
-        self.pids_peak: Optional[int] = g("pids_peak")
-        self.killed_by_limit: bool = g("killed_by_limit", False)
-        self.error: Optional[str] = g("error")
-        self.syscall: Optional[str] = g("syscall")
-        self.syscall_args: Optional[List[int]] = g("syscall_args")
-        self.landlock: Optional[str] = g("landlock")
-        out = g("stdout")
-        self.stdout: Optional[Output] = Output(out) if out is not None else None
-        err = g("stderr")
-        self.stderr: Optional[Output] = Output(err) if err is not None else None
-        self.net_log: Optional[List[Any]] = g("net_log")
+        st = raw.get("status")
+        self.status: Status = _STATUSES.get(st) or Status(st)
+        self._stdout: Optional[Output] = None
+        self._stderr: Optional[Output] = None
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.raw.get("exit_code")
+
+    @property
+    def signal(self) -> Optional[str]:
+        return self.raw.get("signal")
+
+    @property
+    def wall_time_ms(self) -> float:
+        v: float = self.raw.get("wall_time_ms", 0.0)
+        return v
+
+    @property
+    def cpu_user_ms(self) -> float:
+        v: float = self.raw.get("cpu_user_ms", 0.0)
+        return v
+
+    @property
+    def cpu_system_ms(self) -> float:
+        v: float = self.raw.get("cpu_system_ms", 0.0)
+        return v
+
+    @property
+    def peak_memory_bytes(self) -> Optional[int]:
+        return self.raw.get("peak_memory_bytes")
+
+    @property
+    def accounting(self) -> Optional[str]:
+        """``cgroup`` or ``rusage``: where the CPU and memory figures come from."""
+        return self.raw.get("accounting")
+
+    @property
+    def pids_peak(self) -> Optional[int]:
+        return self.raw.get("pids_peak")
+
+    @property
+    def killed_by_limit(self) -> bool:
+        v: bool = self.raw.get("killed_by_limit", False)
+        return v
+
+    @property
+    def error(self) -> Optional[str]:
+        return self.raw.get("error")
+
+    @property
+    def syscall(self) -> Optional[str]:
+        """``forbidden-syscall``: the call the seccomp policy stopped."""
+        return self.raw.get("syscall")
+
+    @property
+    def syscall_args(self) -> Optional[List[int]]:
+        return self.raw.get("syscall_args")
+
+    @property
+    def landlock(self) -> Optional[str]:
+        return self.raw.get("landlock")
+
+    @property
+    def net_log(self) -> Optional[List[Any]]:
+        return self.raw.get("net_log")
+
+    @property
+    def stdout(self) -> Optional[Output]:
+        """The captured stdout (``None`` unless the spec captured it)."""
+        if self._stdout is None and self.raw.get("stdout") is not None:
+            self._stdout = Output(self.raw["stdout"])
+        return self._stdout
+
+    @property
+    def stderr(self) -> Optional[Output]:
+        """The captured stderr (``None`` unless the spec captured it)."""
+        if self._stderr is None and self.raw.get("stderr") is not None:
+            self._stderr = Output(self.raw["stderr"])
+        return self._stderr
 
     @property
     def cpu_time_ms(self) -> float:
@@ -159,7 +221,7 @@ class Result:
     @property
     def ok(self) -> bool:
         """Exited with status 0."""
-        return self.status is Status.EXITED and self.exit_code == 0
+        return self.status is Status.EXITED and self.raw.get("exit_code") == 0
 
     def __repr__(self) -> str:
         more = ""
