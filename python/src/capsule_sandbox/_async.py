@@ -176,8 +176,18 @@ class AsyncSandbox:
                   timeout: Optional[float] = None, **fields: Any) -> Result:
         """Run and await the :class:`Result` (see :meth:`Sandbox.run`)."""
         s = spec(argv, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits, seccomp=seccomp, **fields)
-        h = await self._submit("spec", s, False)
-        return cast(Result, await self._wait(h, timeout))
+        if not self._started:
+            await self.start()
+        h = self._submit_now("spec", s, False)
+        if timeout is not None:
+            return cast(Result, await self._wait(h, timeout))
+        try:
+            msg = await h._fut
+        except asyncio.CancelledError:
+            self._abandon(h)
+            raise
+        r = h._value = _proto.outcome(msg, False)
+        return cast(Result, r)
 
     async def submit_interact(self, solution: SpecLike, interactor: SpecLike) -> AsyncHandle:
         """Start an interactive pair without waiting."""
@@ -196,13 +206,16 @@ class AsyncSandbox:
             else:
                 msg = await asyncio.wait_for(h._fut, timeout)
         except (asyncio.CancelledError, asyncio.TimeoutError):
-            # The caller gave up on it: so does the server.
-            if h._fut.cancelled() and self._dead is None:
-                self._send({"id": self._new_id(), "cancel": h.id})
+            self._abandon(h)
             raise
         v = _proto.outcome(msg, h._interact)
         h._value = v
         return v
+
+    def _abandon(self, h: AsyncHandle) -> None:
+        # The caller gave up on the run: so does the server.
+        if h._fut.cancelled() and self._dead is None:
+            self._send({"id": self._new_id(), "cancel": h.id})
 
     def _new_id(self) -> int:
         rid = self._next_id
@@ -212,6 +225,9 @@ class AsyncSandbox:
     async def _submit(self, key: str, body: Any, interact: bool) -> AsyncHandle:
         if not self._started:
             await self.start()
+        return self._submit_now(key, body, interact)
+
+    def _submit_now(self, key: str, body: Any, interact: bool) -> AsyncHandle:
         if self._dead is not None:
             raise self._dead
         rid = self._new_id()
