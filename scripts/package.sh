@@ -2,7 +2,9 @@
 # Builds capsule's release packages from this tree into target/package/:
 #   capsule_VERSION_amd64.deb          (dpkg-deb; install with dpkg -i or apt install ./FILE)
 #   capsule-VERSION-x86_64-linux.tar.gz (the same files as a /usr/local tree)
-# Both hold the static binaries capsule and capsule-cli (no Depends: no
+#   capsule_sandbox-VERSION-py3-none-manylinux...x86_64.whl and .tar.gz
+#                                      (the Python client, its wheel with both binaries: python/build_wheel.py)
+# The .deb and the tarball hold the static binaries capsule and capsule-cli (no Depends: no
 # library is loaded at run time), man pages and bash/zsh/fish completions
 # made from capsule-cli's parser (crates/capsule-docgen), the AppArmor
 # profile deploy/apparmor/capsule, README and docs. Needs a Rust toolchain,

@@ -125,7 +125,7 @@ def test_interact(sb: cs.Sandbox) -> None:
                     interactor=sh('echo 41; read y; [ "$y" = 42 ] && echo right >&2'))
     assert p.first_to_exit in ("solution", "interactor")
     assert p.solution.ok and p.interactor.ok, p.raw
-    p = sb.interact(solution={"argv": ["sleep", "10"], "limits": {"wall_time": "5s"}},
+    p = sb.interact(solution={"argv": ["sleep", "10"], "limits": {"wall_time": "1s"}},
                     interactor=sh("exit 1"))
     assert p.first_to_exit == "interactor" and p.interactor.exit_code == 1, p.raw
     with pytest.raises(cs.RunError, match="solution"):
