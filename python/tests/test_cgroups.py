@@ -5,7 +5,7 @@ and with CAPSULE_TEST_CGROUPS=1 a machine without cgroups fails them."""
 from __future__ import annotations
 
 import os
-import sys
+import shutil
 from typing import Iterator
 
 import pytest
@@ -26,7 +26,9 @@ def csb(capsule_bin: str) -> Iterator[cs.Sandbox]:
 
 
 def test_memory_limit(csb: cs.Sandbox) -> None:
-    r = csb.run([sys.executable, "-c", "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096])"],
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    assert py is not None, "no python3 in /usr/bin or /bin"
+    r = csb.run([py, "-c", "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096])"],
                 limits=cs.Limits(memory="64M", wall_time=20))
     assert r.status is cs.Status.MEMORY_LIMIT and r.killed_by_limit, r.raw
     assert r.peak_memory_bytes is not None and r.peak_memory_bytes <= 64 << 20

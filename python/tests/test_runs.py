@@ -4,8 +4,8 @@ give, captures, files, interactive pairs, bad specs, the socket server."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -51,7 +51,10 @@ def test_output_limit(sb: cs.Sandbox, tmp_path: Path) -> None:
 
 
 def test_forbidden_syscall(sb: cs.Sandbox) -> None:
-    r = sb.run([sys.executable, "-c", "import socket; socket.socket()"], seccomp="python")
+    # The system's python3 (the sandbox's environment is PATH alone).
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    assert py is not None, "no python3 in /usr/bin or /bin"
+    r = sb.run([py, "-c", "import socket; socket.socket()"], seccomp="python")
     assert r.status is cs.Status.FORBIDDEN_SYSCALL and r.syscall == "socket", r.raw
     assert r.syscall_args is not None and len(r.syscall_args) == 6
 
