@@ -87,3 +87,28 @@ def test_the_event_loop_is_never_blocked(capsule_bin: str) -> None:
         assert all(r.ok for r in rs)
         return ticks
     assert arun(main()) >= 20
+
+
+def test_run_from_eight_threads_at_once(capsule_bin: str) -> None:
+    # run() from many threads: one reads for itself, the others wait for it
+    # to hand over their results or its role; every result is its own.
+    errors: List[BaseException] = []
+    with cs.Sandbox(parallel=2, capsule=capsule_bin) as sb:
+        def worker(t: int) -> None:
+            try:
+                for i in range(40):
+                    token = f"t{t}-{i}"
+                    if i % 3 == 0:
+                        r = sb.run(["/bin/echo", token], stdout=cs.Capture(64), timeout=60)
+                    else:
+                        r = sb.run(["/bin/sh", "-c", 'echo "$0"', token], stdout=cs.Capture(64))
+                    assert r.stdout is not None and r.stdout.text == token + "\n", (token, r.raw)
+            except BaseException as e:  # noqa: B902 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not errors, errors[0]

@@ -183,9 +183,51 @@ class Sandbox:
         ``timeout`` bounds the wait; when it passes the run is cancelled and
         ``TimeoutError`` raised (``limits.wall_time`` is the run's own limit).
         """
-        h = self.submit(argv, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits, seccomp=seccomp,
-                        **fields)
+        if (type(argv) is list and stdin is None and stdout is None and stderr is None and limits is None
+                and seccomp is None and not fields):
+            s: Dict[str, Any] = {"argv": argv[:]}
+        else:
+            s = spec(argv, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits, seccomp=seccomp, **fields)
+        if timeout is None and self._rlock.acquire(False):
+            # Nobody else reads: submit and read for ourselves, without a
+            # handle's layers (the common case of a lone caller, docs/python.md).
+            try:
+                rid, w = self._register()
+                self._send_held(rid, s)
+                while w.outcome is None:
+                    if self._eof:
+                        w.outcome = self._dead or SupervisorDied(f"{self._what} ended")
+                        break
+                    self._read(None, w)
+            finally:
+                self._rlock.release()
+                if self._followers:
+                    self._pass_role()
+            o = w.outcome
+            if isinstance(o, BaseException):
+                raise o
+            return cast(Result, _proto.outcome(o, False))
+        h = self._submit("spec", s, False)
         return cast(Result, self._wait(h, timeout))
+
+    def _send_held(self, rid: int, s: Dict[str, Any]) -> None:
+        # _submit's writing, for a caller that holds the reader's role.
+        try:
+            line = _proto.encode({"id": rid, "spec": s})
+        except RunError:
+            with self._plock:
+                self._pending.pop(rid, None)
+            raise
+        try:
+            with self._wlock:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(self._wfd, view):]
+        except (OSError, ValueError) as e:
+            with self._plock:
+                self._pending.pop(rid, None)
+            self._drain_held(f"writing to {self._what}: {e}", 5.0)
+            raise self._dead or SupervisorDied(f"{self._what} is gone") from None
 
     def submit_interact(self, solution: SpecLike, interactor: SpecLike) -> Handle:
         """Start an interactive pair (docs/interactive.md) without waiting."""
@@ -379,20 +421,23 @@ class Sandbox:
         return True
 
     def _drain_to_eof(self, why: str, timeout: Optional[float] = 5.0) -> None:
-        # The server is going: what it still sends reaches its handles, then
-        # the rest of them get SupervisorDied.
         self._rlock.acquire()
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._eof:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._read(left, None)
+            self._drain_held(why, timeout)
         finally:
             self._rlock.release()
             if self._followers:
                 self._pass_role()
+
+    def _drain_held(self, why: str, timeout: Optional[float]) -> None:
+        # The server is going: what it still sends reaches its handles, then
+        # the rest of them get SupervisorDied. The caller holds the role.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._eof:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            self._read(left, None)
         if self._eof:
             self._died(why)
 
