@@ -77,7 +77,7 @@ def test_the_event_loop_is_never_blocked(capsule_bin: str) -> None:
             while not stop:
                 t = loop.time()
                 await asyncio.sleep(0.01)
-                assert loop.time() - t < 0.5, "the event loop was blocked"
+                assert loop.time() - t < 2.0, "the event loop was blocked"
                 ticks += 1
         async with cs.AsyncSandbox(parallel=2, capsule=capsule_bin) as asb:
             tk = asyncio.ensure_future(ticker())
