@@ -25,8 +25,15 @@ user=capsule-test
 cgroups=false
 [ "${1:-}" = --cgroups ] && cgroups=true
 
+# Without them the stage is skipped, saying why; a failure under
+# CAPSULE_TEST_STRICT=1 (CI), like test.sh's other skips.
 for m in pytest mypy venv; do
-  "$py" -c "import $m" 2>/dev/null || { echo "python/ci.sh: $py has no $m module (apt-get install python3-pytest mypy python3-venv)" >&2; exit 1; }
+  if ! "$py" -c "import $m" 2>/dev/null; then
+    why="$py has no $m module (apt-get install python3-pytest mypy python3-venv python3-pip python3-setuptools python3-wheel)"
+    [ "${CAPSULE_TEST_STRICT:-0}" = 1 ] && { echo "python/ci.sh: $why (CAPSULE_TEST_STRICT=1)" >&2; exit 1; }
+    echo "SKIP the Python client's tests: $why"
+    exit 0
+  fi
 done
 
 # Everything the test user runs, world-readable under /var/tmp (the
