@@ -2,7 +2,9 @@
 # Builds capsule's release packages from this tree into target/package/:
 #   capsule_VERSION_amd64.deb          (dpkg-deb; install with dpkg -i or apt install ./FILE)
 #   capsule-VERSION-x86_64-linux.tar.gz (the same files as a /usr/local tree)
-# Both hold the static binaries capsule and capsule-cli (no Depends: no
+#   capsule_sandbox-VERSION-py3-none-manylinux...x86_64.whl and .tar.gz
+#                                      (the Python client, its wheel with both binaries: python/build_wheel.py)
+# The .deb and the tarball hold the static binaries capsule and capsule-cli (no Depends: no
 # library is loaded at run time), man pages and bash/zsh/fish completions
 # made from capsule-cli's parser (crates/capsule-docgen), the AppArmor
 # profile deploy/apparmor/capsule, README and docs. Needs a Rust toolchain,
@@ -110,3 +112,12 @@ tar -C "$out/tar" --owner=0 --group=0 --numeric-owner --sort=name -czf "$tarball
 rm -rf "$gen" "$root" "$out/tar"
 echo "package.sh: $deb"
 echo "package.sh: $tarball"
+
+# --- the Python wheel and sdist (python/build_wheel.py, standard library only) --
+# The platform wheel carries these static binaries: `pip install` of it alone
+# gives a working sandbox; the sdist finds capsule on PATH.
+if command -v python3 >/dev/null; then
+  python3 python/build_wheel.py --bins "$bin" --out "$out" --sdist | sed 's/^/package.sh: /'
+else
+  echo "package.sh: python3 not found: no Python wheel" >&2
+fi

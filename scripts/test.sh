@@ -72,6 +72,12 @@ scripts/test-package.sh
 # filters are compiled in Rust.
 scripts/test-fresh-build.sh
 
+# The Python client capsule-sandbox (issue 25): mypy --strict, its pytest
+# suite against this tree's `capsule serve` as the test user, its wheel and
+# sdist installed with pip and used with no capsule on PATH (python/ci.sh;
+# about a minute). Its cgroup tests run in the VM below.
+python/ci.sh
+
 # --- the cgroup v2 stage, in the VM -------------------------------------------
 # As root there, the harness gives each capsule invocation a delegated scope
 # of its own and runs capsule as the VM user; CAPSULE_TEST_CGROUPS=1 makes a
@@ -135,5 +141,5 @@ for k in $(printf '%s\n' "$oldest" "$newest" | uniq); do
     umount /boot "$boot"
     rmdir "$boot"
     exit $rc' "$k" "$vm" --as-root --timeout 1200 "${vm_env[@]}" -- bash -c \
-    "uname -r; export CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1; cargo test --offline $vm_tests && $vm_hostile"
+    "uname -r; export CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1; cargo test --offline $vm_tests && $vm_hostile && python/ci.sh --cgroups"
 done

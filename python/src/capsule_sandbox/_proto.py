@@ -1,0 +1,129 @@
+"""The JSON-lines protocol of ``capsule serve`` (docs/protocol.md), shared
+by the threaded and the asyncio clients."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from ._errors import Cancelled, RunError
+from ._types import InteractResult, Result
+
+MAX_LINE = 1 << 20
+"""The server's longest request line."""
+STDERR_TAIL = 16 << 10
+"""How much of the server's stderr a SupervisorDied message may quote."""
+READ_LIMIT = 1 << 30
+"""The longest response line read (16 MiB captures, JSON-escaped, fit)."""
+
+
+
+def _default(o: Any) -> Any:
+    # Paths go as strings; anything else JSON has no form for is an error.
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    raise TypeError(f"{o!r} ({type(o).__name__}) has no JSON form")
+
+
+# The json module's C encoder and scanner, called directly: most of a
+# request's cost in Python is the module's Python-level wrapping around
+# them (docs/python.md, "Cost"). The plain module where they are missing.
+_enc: Any = importlib.import_module("json.encoder")
+_c_encoder: Optional[Callable[[Any, int], List[str]]] = None
+if _enc.c_make_encoder is not None:
+    _c_encoder = _enc.c_make_encoder(None, _default, _enc.encode_basestring, None, ":", ",", False, False, False)
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_default).encode
+
+_scanner: Any = importlib.import_module("json.scanner")
+_scan: Optional[Callable[[str, int], Tuple[Any, int]]] = None
+if _scanner.c_make_scanner is not None:
+    _scan = _scanner.c_make_scanner(json.JSONDecoder())
+
+
+def decode_lines(text: str, notices: List[str]) -> List[Any]:
+    """The JSON values of complete response lines; an unreadable line is
+    noted in ``notices`` and skipped."""
+    out: List[Any] = []
+    scan = _scan
+    i, n = 0, len(text)
+    while i < n:
+        nl = text.find("\n", i)
+        if nl < 0:
+            nl = n
+        try:
+            if scan is not None:
+                v, end = scan(text, i)
+                if end != nl and text[end:nl].strip():
+                    raise ValueError("trailing characters")
+            else:
+                v = json.loads(text[i:nl])
+            out.append(v)
+        except (StopIteration, ValueError, RecursionError):
+            notices.append(f"unreadable response {text[i:min(nl, i + 200)]!r}")
+        i = nl + 1
+    return out
+
+
+def encode(msg: Dict[str, Any]) -> bytes:
+    """One request line; a :class:`RunError` if the server could not read it."""
+    try:
+        if _c_encoder is not None:
+            line = ("".join(_c_encoder(msg, 0)) + "\n").encode()
+        else:
+            line = (_dumps(msg) + "\n").encode()
+    except (TypeError, ValueError, RecursionError) as e:
+        raise RunError(f"invalid spec: not JSON: {e}", msg.get("id")) from None
+    if len(line) > MAX_LINE:
+        raise RunError(f"invalid spec: the request is {len(line)} bytes, longer than the server's "
+                       f"{MAX_LINE}-byte request lines", msg.get("id"))
+    return line
+
+
+def server_args(parallel: int, prepare: bool, network: Optional[str], cgroup: Optional[str],
+                require_cgroups: bool, no_cgroups: bool, extra: Sequence[str]) -> List[str]:
+    """``capsule serve``'s arguments for a Sandbox's options."""
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ValueError(f"parallel must be a positive number of runs, not {parallel!r}")
+    args = ["serve", "--parallel", str(parallel)]
+    if not prepare:
+        args.append("--no-prepare")
+    if network is not None:
+        if network not in ("shared", "fresh"):
+            raise ValueError(f"network must be None, 'shared' or 'fresh', not {network!r}")
+        args.append(f"--{network}-network")
+    if cgroup is not None:
+        args += ["--cgroup", cgroup]
+    if require_cgroups:
+        args.append("--require-cgroups")
+    if no_cgroups:
+        args.append("--no-cgroups")
+    args += list(extra)
+    return args
+
+
+def outcome(msg: Dict[str, Any], interact: bool) -> Union[Result, InteractResult]:
+    """A response to a run or interact request: its result, or the error raised."""
+    r = msg.get("result")
+    if r is not None:
+        return InteractResult(r) if interact else Result(r)
+    err = msg.get("error")
+    if err == "cancelled":
+        raise Cancelled("cancelled", msg.get("id"))
+    if isinstance(err, str):
+        raise RunError(err, msg.get("id"))
+    raise RunError(f"unexpected response from capsule serve: {msg!r}", msg.get("id"))
+
+
+def death_message(what: str, status: Optional[int], stderr: bytes, notices: Sequence[str]) -> str:
+    """Why the server is gone, in its own words where it left any."""
+    msg = what
+    if status is not None:
+        msg += f" (killed by signal {-status})" if status < 0 else f" (exit status {status})"
+    for n in notices:
+        msg += f"; it said: {n}"
+    tail = stderr.decode(errors="replace").strip()
+    if tail:
+        msg += f"; its stderr: {tail}"
+    return msg
