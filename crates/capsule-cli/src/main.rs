@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         Some(("presets", m)) => cmd::presets::run(m),
         Some(("agent", m)) => cmd::agent::run(m),
         Some(("judge", m)) => cmd::judge::run(m),
+        Some(("worker", m)) => cmd::worker::run(m),
         Some(("supervise", _)) => return cmd::supervise::run(),
         _ => unreachable!("subcommand_required"),
     };
