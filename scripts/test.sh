@@ -56,6 +56,8 @@ cargo test -p capsule-cli --test cgroups "$@" degraded_
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.
 cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_
+# `capsule worker` on a redis-server the tests start (docs/scale-out.md).
+cargo test -p capsule-cli --test worker "$@"
 # The black-box suites of `capsule run` once more, served by agents (the
 # warm supervisor `capsule run` reuses by default; the passes above fork a
 # supervisor per run, which is what most of their checks are about).
