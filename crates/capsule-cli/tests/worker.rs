@@ -582,3 +582,143 @@ fn worker_bad_options() {
     out.assert_code(125);
     assert!(out.stderr.contains("--redis `http://x`"), "{}", out.describe());
 }
+
+/// Jobs per second through 2 workers (`--parallel 1` each) against the
+/// same work without the queue: 1,000 `/bin/true` run jobs against
+/// `capsule serve --parallel 2`, and 100 a+b judge jobs (C,
+/// examples/aplusb, 10 tests each) against `capsule judge`, 2 at a time;
+/// rounds interleaved, their order rotated. Prints a table for
+/// docs/benchmarks.md. BENCH_ROUNDS (default 3) rounds.
+#[test]
+#[ignore]
+fn bench_worker_vs_serve() {
+    require!("bench_worker_vs_serve", redis_available());
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let (nrun, njudge) = (1000, 100);
+    let r = Redis::start();
+    let opts = ["--parallel", "1", "--claim-idle", "30s"];
+    let workers = [worker(&r, "b1", &opts), worker(&r, "b2", &opts)];
+    wait_ready(&r, &["b1", "b2"]);
+    let mut serve = capsule(&["serve", "--parallel", "2"])
+        .stdio(Stdio::piped(), Stdio::piped(), Stdio::piped())
+        .timeout(Duration::from_secs(3600))
+        .spawn();
+    let mut serve_in = serve.child.stdin.take().unwrap();
+    // The problem, staged for the test user.
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/aplusb");
+    let stage = Scratch::new("bench-aplusb");
+    let source = std::fs::read_to_string(examples.join("solutions/ok.c")).unwrap();
+    stage.write("ok.c", source.as_bytes());
+    let tests_dir = stage.mkdir("tests");
+    let mut tests = Vec::new();
+    for i in 1..=10 {
+        let input = std::fs::read_to_string(examples.join(format!("tests/{i}.in"))).unwrap();
+        let output = std::fs::read_to_string(examples.join(format!("tests/{i}.out"))).unwrap();
+        stage.write(&format!("tests/{i}.in"), input.as_bytes());
+        stage.write(&format!("tests/{i}.out"), output.as_bytes());
+        tests.push(json!({"name": i.to_string(), "input": input, "output": output}));
+    }
+    let judge_body = json!({"lang": "c", "source": source, "tests": tests}).to_string();
+    let mut c = r.con();
+    let mut seq = 0usize;
+
+    // Time from the first job added to the last result.
+    let mut through_workers = |kind: &str, body: &str, n: usize| -> f64 {
+        let base: usize = c.xlen("capsule:results").unwrap();
+        let t0 = Instant::now();
+        let mut p = redis::pipe();
+        for _ in 0..n {
+            seq += 1;
+            p.cmd("XADD")
+                .arg("capsule:jobs")
+                .arg("*")
+                .arg("id")
+                .arg(seq)
+                .arg("kind")
+                .arg(kind)
+                .arg("body")
+                .arg(body)
+                .ignore();
+        }
+        p.query::<()>(&mut c).unwrap();
+        loop {
+            let have: usize = c.xlen("capsule:results").unwrap();
+            if have >= base + n {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        n as f64 / t0.elapsed().as_secs_f64()
+    };
+    let mut through_serve = |n: usize| -> f64 {
+        use std::io::Write;
+        let t0 = Instant::now();
+        let mut batch = String::new();
+        for i in 0..n {
+            batch.push_str(&format!("{{\"id\":{i},\"spec\":{{\"argv\":[\"/bin/true\"]}}}}\n"));
+        }
+        serve_in.write_all(batch.as_bytes()).unwrap();
+        serve_in.flush().unwrap();
+        for _ in 0..n {
+            let l = serve.next_line(Duration::from_secs(60)).expect("a response");
+            assert!(l.contains("\"result\""), "{l}");
+        }
+        n as f64 / t0.elapsed().as_secs_f64()
+    };
+    let ok_c = stage.join("ok.c").display().to_string();
+    let tdir = tests_dir.display().to_string();
+    let direct_judge = |n: usize| -> f64 {
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..n / 2 {
+                        let out = capsule(&["judge", "--lang", "c", &ok_c, "--tests", &tdir]).run();
+                        out.assert_code(0);
+                    }
+                });
+            }
+        });
+        n as f64 / t0.elapsed().as_secs_f64()
+    };
+
+    let names = ["run: 2 workers", "run: capsule serve --parallel 2", "judge: 2 workers", "judge: capsule judge x2"];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 4];
+    let run_body = json!({"argv": ["/bin/true"]}).to_string();
+    for round in 0..rounds {
+        for k in 0..4 {
+            let which = (k + round) % 4;
+            let rate = match which {
+                0 => through_workers("run", &run_body, nrun),
+                1 => through_serve(nrun),
+                2 => through_workers("judge", &judge_body, njudge),
+                _ => direct_judge(njudge),
+            };
+            eprintln!("round {round}: {}: {rate:.1} jobs/s", names[which]);
+            rates[which].push(rate);
+        }
+    }
+    let verdicts: Vec<Res> = results(&mut c).into_iter().filter(|r| r.result.get("verdict").is_some()).collect();
+    assert!(verdicts.iter().all(|r| r.result["verdict"] == "OK"), "a judge job failed");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    println!("| Work | Jobs/s (median of {rounds}) | Per round |");
+    println!("|:---|---:|:---|");
+    for (i, n) in names.iter().enumerate() {
+        let per: Vec<String> = rates[i].iter().map(|r| format!("{r:.1}")).collect();
+        println!("| {n} | {:.1} | {} |", median(&rates[i]), per.join(", "));
+    }
+    println!(
+        "worker / serve (run): {:.2}; workers / capsule judge (judge): {:.2}",
+        median(&rates[0]) / median(&rates[1]),
+        median(&rates[2]) / median(&rates[3])
+    );
+    drop(serve_in);
+    serve.wait();
+    for w in workers {
+        stop(w);
+    }
+}
