@@ -224,6 +224,9 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     let mut group_ok = false;
     let mut cursor = "0-0".to_string();
     let mut next_claim = Instant::now();
+    let started = Instant::now();
+    // A read failed: its reply (jobs delivered to us) may be lost.
+    let mut lost = false;
     while signals.wait(Duration::ZERO) == 0 {
         let free = o.parallel - shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
         if free == 0 {
@@ -237,7 +240,14 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
             }
             group_ok = true;
         }
-        let got = if Instant::now() >= next_claim {
+        let got = if lost {
+            let known = shared.running.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let r = link.with(&sleep, |c| queue::orphans(c, &o.names, &known, started.elapsed(), free));
+            if let Ok(d) = &r {
+                lost = d.len() == free;
+            }
+            r
+        } else if Instant::now() >= next_claim {
             let r = link.with(&sleep, |c| queue::claim_idle(c, &o.names, o.claim_idle, &cursor, free));
             if let Ok((_, next)) = &r {
                 // A full scan done: the next one after a while.
@@ -256,6 +266,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
                 if e.contains("NOGROUP") {
                     group_ok = false;
                 }
+                lost = true;
                 continue;
             }
         };
@@ -352,7 +363,22 @@ fn job_thread(rx: &Mutex<mpsc::Receiver<Delivery>>, shared: &Shared, sup: &job::
                 why.lines().next().unwrap_or_default()
             );
         }
-        while link.with(&std::thread::sleep, |c| queue::post(c, &shared.names, &d, &j.id, &outcome.result)).is_err() {}
+        // Until it is in: an attempt whose reply was lost may have been
+        // carried out (then the job is no longer pending).
+        let mut again = false;
+        loop {
+            if again {
+                match link.with(&std::thread::sleep, |c| queue::is_pending(c, &shared.names, &d.entry)) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(_) => continue,
+                }
+            }
+            if link.with(&std::thread::sleep, |c| queue::post(c, &shared.names, &d, &j.id, &outcome.result)).is_ok() {
+                break;
+            }
+            again = true;
+        }
         {
             let mut s = shared.stats.lock().unwrap_or_else(|e| e.into_inner());
             s.done += 1;

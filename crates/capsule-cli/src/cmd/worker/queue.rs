@@ -62,9 +62,9 @@ impl Link {
         Link { client, con: None, who, backoff: Duration::ZERO, read_timeout }
     }
 
-    /// Runs `f` on a connection; an error is logged, drops the connection
-    /// and waits the backoff (`sleep`, which may end early) before the
-    /// error is returned.
+    /// Runs `f` on a connection; an error is logged and waits the backoff
+    /// (`sleep`, which may end early) before it is returned; one of the
+    /// connection drops it.
     pub fn with<T>(
         &mut self,
         sleep: &dyn Fn(Duration),
@@ -74,10 +74,10 @@ impl Link {
             Some(c) => f(c),
             None => match self.connect() {
                 Ok(mut c) => {
-                    let r = f(&mut c);
                     if self.backoff > Duration::ZERO {
                         eprintln!("capsule worker: {}: connected to Redis again", self.who);
                     }
+                    let r = f(&mut c);
                     self.con = Some(c);
                     r
                 }
@@ -90,14 +90,15 @@ impl Link {
                 Ok(v)
             }
             Err(e) => {
-                // A server's error reply leaves the connection usable.
-                let broken = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
-                if broken || self.con.is_none() {
+                // A server's error reply leaves the connection usable; it
+                // is waited for all the same, so a caller that retries
+                // never spins.
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
                     self.con = None;
-                    self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
-                    eprintln!("capsule worker: {}: Redis: {e}; trying again in {:?}", self.who, self.backoff);
-                    sleep(self.backoff);
                 }
+                self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
+                eprintln!("capsule worker: {}: Redis: {e}; trying again in {:?}", self.who, self.backoff);
+                sleep(self.backoff);
                 Err(e.to_string())
             }
         }
@@ -195,6 +196,41 @@ pub fn claim_idle(
         out.push(Delivery { entry: s.id.clone(), fields: fields_of(s), delivery });
     }
     Ok((out, reply.next_stream_id))
+}
+
+/// Jobs pending on this consumer that it does not know of (`known`),
+/// delivered less than `within` ago (by this process, not an earlier one
+/// of the same name): their delivery's reply was lost (a connection cut
+/// mid-reply, a read interrupted by a stop and continue). Returned with
+/// their delivery counts, unchanged: they never ran. At most `count`.
+pub fn orphans(
+    c: &mut Connection,
+    n: &Names,
+    known: &std::collections::BTreeSet<String>,
+    within: Duration,
+    count: usize,
+) -> RedisResult<Vec<Delivery>> {
+    let pending: Vec<(String, String, u64, u64)> =
+        redis::cmd("XPENDING").arg(&n.stream).arg(&n.group).arg("-").arg("+").arg(1000).arg(&n.consumer).query(c)?;
+    let mut out = Vec::new();
+    for (entry, _, idle, delivery) in pending {
+        if out.len() == count || known.contains(&entry) || idle >= within.as_millis() as u64 {
+            continue;
+        }
+        let found: redis::streams::StreamRangeReply = c.xrange(&n.stream, &entry, &entry)?;
+        // An entry deleted from the stream meanwhile: nothing to run.
+        if let Some(s) = found.ids.first() {
+            out.push(Delivery { entry, fields: fields_of(s), delivery });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the job is still pending (not yet acknowledged by anyone).
+pub fn is_pending(c: &mut Connection, n: &Names, entry: &str) -> RedisResult<bool> {
+    let p: Vec<(String, String, u64, u64)> =
+        redis::cmd("XPENDING").arg(&n.stream).arg(&n.group).arg(entry).arg(entry).arg(1).query(c)?;
+    Ok(!p.is_empty())
 }
 
 /// Records a delivery in the job's history.
