@@ -287,10 +287,14 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
                 }
                 continue;
             }
+            // One of our own running jobs, claimed back after a stall of
+            // its heartbeat: it runs already.
+            if !shared.running.lock().unwrap_or_else(|e| e.into_inner()).insert(d.entry.clone()) {
+                continue;
+            }
             if let Err(e) = link.with(&sleep, |c| queue::record(c, &o.names, &d)) {
                 eprintln!("capsule worker: job entry {}: its delivery is not in its history: {e}", d.entry);
             }
-            shared.running.lock().unwrap_or_else(|e| e.into_inner()).insert(d.entry.clone());
             tx.send(d).expect("the job threads outlive the reader");
         }
     }
