@@ -58,6 +58,8 @@ cargo test -p capsule-cli --test cgroups "$@" degraded_
 cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_
 # `capsule isolate` (issue 26); its `--cg` cases (`cgroup_*`) run in the VM stage.
 cargo test -p capsule-cli --test isolate "$@" -- --skip cgroup_
+# `capsule worker` on a redis-server the tests start (docs/scale-out.md).
+cargo test -p capsule-cli --test worker "$@"
 # The black-box suites of `capsule run` once more, served by agents (the
 # warm supervisor `capsule run` reuses by default; the passes above fork a
 # supervisor per run, which is what most of their checks are about).

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         Some(("presets", m)) => cmd::presets::run(m),
         Some(("agent", m)) => cmd::agent::run(m),
         Some(("judge", m)) => cmd::judge::run(m),
+        Some(("worker", m)) => cmd::worker::run(m),
         Some(("supervise", _)) => return cmd::supervise::run(),
         Some(("isolate", _)) => unreachable!("dispatched before clap"),
         _ => unreachable!("subcommand_required"),

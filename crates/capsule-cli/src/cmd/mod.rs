@@ -19,6 +19,7 @@ pub mod run;
 pub mod serve;
 pub mod shell;
 pub mod supervise;
+pub mod worker;
 
 pub fn pair(id: &'static str, a: &'static str, b: &'static str, help: &'static str) -> Arg {
     Arg::new(id)

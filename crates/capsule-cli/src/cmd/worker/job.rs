@@ -1,0 +1,484 @@
+//! One job of `capsule worker` (docs/scale-out.md): its stream entry read
+//! (`id`, `kind`, `body`), carried out, and its result as the JSON object
+//! the worker posts. `run` jobs go through the worker's one supervisor, as
+//! `capsule serve` runs them; `judge` jobs are judged by crates/capsule-judge
+//! exactly as `capsule judge` judges, from files written to a private
+//! temporary directory. A job that cannot run gets an `error` object
+//! naming why, never a panic.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use capsule::proto::lines::{parse_line, LineRequest};
+use capsule::sandbox::{Config, Sandbox};
+use capsule::spec::RunSpec;
+use capsule::units::{parse_duration, parse_size};
+use capsule::Status;
+use capsule_judge::{io_reason, Checker, Options, Report};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Largest `body` accepted.
+pub const MAX_BODY: usize = 64 << 20;
+
+/// What a stream entry asks for, once read.
+#[derive(Debug)]
+pub enum Work {
+    Run(Box<RunSpec>),
+    Judge(Box<JudgeJob>),
+}
+
+/// A stream entry: the job's id (empty when it has none) and what to do,
+/// or why it cannot be done.
+#[derive(Debug)]
+pub struct Job {
+    pub id: String,
+    pub kind: String,
+    pub work: Result<Work, String>,
+}
+
+/// A job's result: the object posted, the key it counts under in the
+/// statistics (a run's status, a verdict, or `error`), and whether it
+/// failed (an `error` object: the job could not be carried out).
+#[derive(Debug)]
+pub struct Outcome {
+    pub result: Value,
+    pub status: String,
+    pub failed: bool,
+}
+
+impl Outcome {
+    pub fn error(why: impl Into<String>) -> Outcome {
+        Outcome { result: json!({ "error": why.into() }), status: "error".into(), failed: true }
+    }
+}
+
+/// Reads an entry's fields: exactly `id`, `kind` (`run` or `judge`) and
+/// `body` (JSON).
+pub fn parse(fields: &BTreeMap<String, Vec<u8>>) -> Job {
+    let text = |k: &str| fields.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
+    let id = text("id").unwrap_or_default();
+    let kind = text("kind").unwrap_or_default();
+    let work = (|| {
+        if let Some(k) = fields.keys().find(|k| !["id", "kind", "body"].contains(&k.as_str())) {
+            return Err(format!("unknown field `{}` in the job (a job has `id`, `kind` and `body`)", k.escape_debug()));
+        }
+        if id.is_empty() {
+            return Err("the job has no `id` field".to_string());
+        }
+        let body = fields.get("body").ok_or("the job has no `body` field")?;
+        if body.len() > MAX_BODY {
+            return Err(format!("the job's body is {} bytes, more than the {} accepted", body.len(), MAX_BODY));
+        }
+        let body: Value = serde_json::from_slice(body).map_err(|e| format!("the job's body is not JSON: {e}"))?;
+        match kind.as_str() {
+            "run" => run_spec(body).map(Work::Run),
+            "judge" => judge_job(body).map(|j| Work::Judge(Box::new(j))),
+            "" => Err("the job has no `kind` field (run or judge)".to_string()),
+            k => Err(format!("unknown kind `{}` (run or judge)", k.escape_debug())),
+        }
+    })();
+    Job { id, kind, work }
+}
+
+/// A `run` body: a `capsule serve` run spec, read by the same parser.
+fn run_spec(body: Value) -> Result<Box<RunSpec>, String> {
+    let line = serde_json::to_vec(&json!({ "id": null, "spec": body })).expect("serializable");
+    match parse_line(&line) {
+        Ok(LineRequest::Run { spec, .. }) => Ok(spec),
+        Ok(_) => unreachable!("a line with `spec` is a run"),
+        Err(e) => Err(e.message),
+    }
+}
+
+/// A `judge` body: `capsule judge`'s input, inline.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeBody {
+    pub lang: String,
+    pub source: String,
+    pub tests: Vec<TestBody>,
+    #[serde(default)]
+    pub checker: Option<CheckerBody>,
+    #[serde(default)]
+    pub time: Option<Amount>,
+    #[serde(default)]
+    pub memory: Option<Amount>,
+    #[serde(default)]
+    pub output_limit: Option<Amount>,
+    /// An interactor program's text (a script starting with `#!`).
+    #[serde(default)]
+    pub interactor: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestBody {
+    pub name: String,
+    pub input: String,
+    #[serde(default)]
+    pub output: Option<String>,
+}
+
+/// `"exact"`, `"tokens"`, `"float:EPS"`, or `{"program": "#!..."}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum CheckerBody {
+    Builtin(String),
+    Program { program: String },
+}
+
+/// A limit: a string with a unit (`"1s"`, `"256M"`) or a number
+/// (milliseconds, bytes), as in a profile.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    Number(u64),
+    Text(String),
+}
+
+/// A judge job, checked: `capsule judge`'s options but for the paths,
+/// which exist only once [`judge`] writes the files.
+#[derive(Debug)]
+pub struct JudgeJob {
+    body: JudgeBody,
+    checker: Option<Checker>,
+    time: Duration,
+    memory: u64,
+    output_limit: u64,
+}
+
+fn judge_job(body: Value) -> Result<JudgeJob, String> {
+    let body: JudgeBody = serde_path_to_error::deserialize(body).map_err(|e| match e.path().to_string().as_str() {
+        "." => format!("invalid judge job: {}", e.inner()),
+        p => format!("invalid judge job: {p}: {}", e.inner()),
+    })?;
+    // The limits as `capsule judge` checks them.
+    let time = match &body.time {
+        None => Duration::from_secs(1),
+        Some(Amount::Number(ms)) => Duration::from_millis(*ms),
+        Some(Amount::Text(t)) => parse_duration(t).map_err(|e| format!("time `{}`: {e}", t.escape_debug()))?,
+    };
+    if time.is_zero() || time > Duration::from_secs(3600) {
+        return Err(format!("time {time:?}: must be more than 0 and at most 1h"));
+    }
+    let size = |a: &Option<Amount>, what: &str, default: u64| match a {
+        None => Ok(default),
+        Some(Amount::Number(n)) => Ok(*n),
+        Some(Amount::Text(t)) => parse_size(t).map_err(|e| format!("{what} `{}`: {e}", t.escape_debug())),
+    };
+    let memory = size(&body.memory, "memory", 256 << 20)?;
+    if memory < 4 << 20 {
+        return Err(format!("memory {memory}: too little to start a program (at least 4M)"));
+    }
+    let output_limit = size(&body.output_limit, "output_limit", 64 << 20)?;
+    if output_limit == 0 {
+        return Err("output_limit 0: must be at least 1 byte".into());
+    }
+    let checker = match &body.checker {
+        None => Some(Checker::Exact),
+        Some(CheckerBody::Builtin(s)) => match s.as_str() {
+            "exact" | "tokens" => Some(Checker::parse(s)?),
+            s if s.starts_with("float") => Some(Checker::parse(s).map_err(|e| format!("checker: {e}"))?),
+            s => {
+                return Err(format!(
+                    "checker `{}`: not exact, tokens or float:EPS; a checker program is given as {{\"program\": \"#!...\"}}",
+                    s.escape_debug()
+                ))
+            }
+        },
+        Some(CheckerBody::Program { program }) => {
+            script("checker", program)?;
+            None
+        }
+    };
+    if body.interactor.is_some() && body.checker.is_some() {
+        return Err("checker and interactor: an interactor judges the solution itself; give one of them".into());
+    }
+    if let Some(i) = &body.interactor {
+        script("interactor", i)?;
+    }
+    if body.tests.is_empty() {
+        return Err("tests: a judge job needs at least one test".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, t) in body.tests.iter().enumerate() {
+        let ok = !t.name.is_empty()
+            && t.name.len() <= 100
+            && !t.name.starts_with('.')
+            && t.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !ok {
+            return Err(format!(
+                "tests[{i}].name `{}`: a test's name is 1 to 100 letters, digits, `.`, `_` or `-`, not starting with `.`",
+                t.name.escape_debug()
+            ));
+        }
+        if !seen.insert(t.name.as_str()) {
+            return Err(format!("tests[{i}].name `{}`: two tests have this name", t.name));
+        }
+        if t.output.is_none() && body.interactor.is_none() {
+            return Err(format!("tests[{i}] (`{}`): no `output` (only an interactive problem may omit it)", t.name));
+        }
+    }
+    Ok(JudgeJob { body, checker, time, memory, output_limit })
+}
+
+/// A checker's or interactor's text must be a script the kernel can
+/// start (`#!` and an interpreter).
+fn script(what: &str, text: &str) -> Result<(), String> {
+    if text.starts_with("#!") {
+        Ok(())
+    } else {
+        Err(format!("{what}: the program's text must start with `#!` and its interpreter (e.g. #!/usr/bin/python3)"))
+    }
+}
+
+/// The worker's supervisor for `run` jobs, started anew if it dies.
+pub struct Supervisor {
+    config: Config,
+    current: Mutex<Arc<Sandbox>>,
+}
+
+impl Supervisor {
+    pub fn start(config: Config) -> Result<Supervisor, capsule::Error> {
+        let sandbox = Sandbox::start(config.clone())?;
+        Ok(Supervisor { config, current: Mutex::new(Arc::new(sandbox)) })
+    }
+
+    fn get(&self) -> Arc<Sandbox> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces `dead` (unless another thread did already).
+    fn restart(&self, dead: &Arc<Sandbox>) -> Result<(), capsule::Error> {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::ptr_eq(&cur, dead) {
+            *cur = Arc::new(Sandbox::start(self.config.clone())?);
+        }
+        Ok(())
+    }
+}
+
+/// Carries out a job.
+pub fn execute(work: Work, sup: &Supervisor) -> Outcome {
+    match work {
+        Work::Run(spec) => run(*spec, sup),
+        Work::Judge(j) => judge(&j),
+    }
+}
+
+fn run(spec: RunSpec, sup: &Supervisor) -> Outcome {
+    for attempt in 0..2 {
+        let sandbox = sup.get();
+        match sandbox.run(spec.clone()).and_then(|h| h.wait()) {
+            Ok(r) if r.status == Status::Error => {
+                return Outcome::error(r.error.clone().unwrap_or_else(|| "the run failed".into()))
+            }
+            Ok(r) => {
+                let status = r.status.as_str().to_string();
+                let result = serde_json::to_value(&r).expect("serializable");
+                return Outcome { result, status, failed: false };
+            }
+            // The supervisor died (not the run): once more on a new one.
+            Err(capsule::Error::Supervisor(why)) if attempt == 0 => {
+                eprintln!("capsule worker: the supervisor died ({why}); starting another");
+                if let Err(e) = sup.restart(&sandbox) {
+                    return Outcome::error(format!("the supervisor died ({why}) and could not be restarted: {e}"));
+                }
+            }
+            Err(e) => return Outcome::error(e.to_string()),
+        }
+    }
+    unreachable!("the second attempt returns")
+}
+
+/// A private directory for one judge job, removed when dropped.
+struct JobDir(PathBuf);
+
+impl JobDir {
+    fn new() -> Result<JobDir, String> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let base = std::fs::canonicalize(std::env::temp_dir()).unwrap_or_else(|_| PathBuf::from("/tmp"));
+        for _ in 0..100 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let p = base.join(format!("capsule-worker.{}.{n}.{nanos:08x}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => return Ok(JobDir(p)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot create a job directory `{}`: {}; set TMPDIR to a writable directory",
+                        p.display(),
+                        io_reason(&e)
+                    ))
+                }
+            }
+        }
+        Err(format!("cannot create a job directory in `{}`", base.display()))
+    }
+
+    fn mkdir(&self, name: &str) -> Result<PathBuf, String> {
+        let p = self.0.join(name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&p)
+            .map_err(|e| format!("cannot create `{}`: {}", p.display(), io_reason(&e)))?;
+        Ok(p)
+    }
+}
+
+impl Drop for JobDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn write(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write `{}`: {}", path.display(), io_reason(&e)))
+}
+
+/// Writes the job's files and judges them as `capsule judge` would; the
+/// result is `capsule judge --json`'s object.
+fn judge(j: &JudgeJob) -> Outcome {
+    let dir = match JobDir::new() {
+        Ok(d) => d,
+        Err(e) => return Outcome::error(e),
+    };
+    let opts = match files(j, &dir) {
+        Ok(o) => o,
+        Err(e) => return Outcome::error(e),
+    };
+    let mut report = Report::default();
+    let outcome = capsule_judge::judge(&opts, &mut report, &mut |_| {});
+    let result = report.json(outcome.as_ref().err().map(String::as_str), Some(&opts));
+    match outcome {
+        Ok(()) => Outcome { status: report.verdict().code().to_string(), result, failed: false },
+        Err(_) => Outcome { result, status: "error".into(), failed: true },
+    }
+}
+
+fn files(j: &JudgeJob, dir: &JobDir) -> Result<Options, String> {
+    let b = &j.body;
+    let source = dir.0.join("solution");
+    write(&source, &b.source, 0o600)?;
+    let tests = dir.mkdir("tests")?;
+    for t in &b.tests {
+        write(&tests.join(format!("{}.in", t.name)), &t.input, 0o600)?;
+        if let Some(out) = &t.output {
+            write(&tests.join(format!("{}.out", t.name)), out, 0o600)?;
+        }
+    }
+    // Programs in a directory of their own: the judge shows a checker's or
+    // interactor's directory to it.
+    let bin = dir.mkdir("bin")?;
+    let checker = match (&j.checker, &b.checker) {
+        (Some(c), _) => c.clone(),
+        (None, Some(CheckerBody::Program { program })) => {
+            let p = bin.join("checker");
+            write(&p, program, 0o700)?;
+            Checker::Program(p)
+        }
+        (None, _) => unreachable!("a checker is built in or a program"),
+    };
+    let interactor = match &b.interactor {
+        Some(text) => {
+            let p = bin.join("interactor");
+            write(&p, text, 0o700)?;
+            Some(p)
+        }
+        None => None,
+    };
+    Ok(Options {
+        lang: b.lang.clone(),
+        source,
+        tests,
+        checker,
+        time: j.time,
+        memory: j.memory,
+        output_limit: j.output_limit,
+        interactor,
+        parallel: 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(kv: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect()
+    }
+
+    fn error(kv: &[(&str, &str)]) -> String {
+        parse(&fields(kv)).work.expect_err("an error")
+    }
+
+    #[test]
+    fn run_jobs_read_the_serve_spec() {
+        let j = parse(&fields(&[("id", "a"), ("kind", "run"), ("body", r#"{"argv": ["/bin/true"]}"#)]));
+        assert_eq!(j.id, "a");
+        match j.work {
+            Ok(Work::Run(spec)) => assert_eq!(spec.argv, ["/bin/true"]),
+            other => panic!("{other:?}"),
+        }
+        let e = error(&[("id", "a"), ("kind", "run"), ("body", r#"{"argv": ["x"], "wal_time": 1}"#)]);
+        assert!(e.starts_with("invalid spec: wal_time: unknown field `wal_time`"), "{e}");
+    }
+
+    #[test]
+    fn malformed_jobs_say_why() {
+        assert!(error(&[("kind", "run"), ("body", "{}")]).contains("no `id`"));
+        assert!(error(&[("id", "a"), ("body", "{}")]).contains("no `kind`"));
+        assert!(error(&[("id", "a"), ("kind", "run")]).contains("no `body`"));
+        assert!(error(&[("id", "a"), ("kind", "build"), ("body", "{}")]).contains("unknown kind `build`"));
+        assert!(error(&[("id", "a"), ("kind", "run"), ("body", "{")]).contains("not JSON"));
+        assert!(error(&[("id", "a"), ("kind", "run"), ("body", "{}"), ("x", "1")]).contains("unknown field `x`"));
+    }
+
+    fn judge_error(body: &str) -> String {
+        error(&[("id", "a"), ("kind", "judge"), ("body", body)])
+    }
+
+    #[test]
+    fn judge_jobs_are_checked_as_capsule_judge_checks() {
+        let ok = r#"{"lang": "c", "source": "int main(){}", "tests": [{"name": "1", "input": "", "output": ""}], "time": "2s", "memory": 67108864, "checker": "float:1e-6"}"#;
+        match parse(&fields(&[("id", "a"), ("kind", "judge"), ("body", ok)])).work {
+            Ok(Work::Judge(j)) => {
+                assert_eq!(j.time, Duration::from_secs(2));
+                assert_eq!(j.memory, 64 << 20);
+                assert_eq!(j.output_limit, 64 << 20);
+                assert!(matches!(j.checker, Some(Checker::Float(_))));
+            }
+            other => panic!("{other:?}"),
+        }
+        let t = r#""tests": [{"name": "1", "input": "", "output": ""}]"#;
+        assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "time": "0s"}}"#)).contains("time"));
+        assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "memory": "1M"}}"#)).contains("at least 4M"));
+        assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "checker": "./x"}}"#)).contains("program"));
+        assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "interactor": "int main"}}"#)).contains("#!"));
+        assert!(judge_error(r#"{"lang": "c", "source": "", "tests": []}"#).contains("at least one test"));
+        assert!(judge_error(r#"{"lang": "c", "source": "", "tests": [{"name": "../x", "input": "", "output": ""}]}"#)
+            .contains("tests[0].name"));
+        assert!(judge_error(r#"{"lang": "c", "source": "", "tests": [{"name": "1", "input": ""}]}"#)
+            .contains("no `output`"));
+        assert!(
+            judge_error(r#"{"lang": "c", "source": "", "tests": [], "extra": 1}"#).contains("unknown field `extra`")
+        );
+        assert!(judge_error(r#"{"source": ""}"#).contains("missing field `lang`"));
+    }
+}

@@ -1,0 +1,411 @@
+//! `capsule worker`: one of many workers behind a Redis stream
+//! (docs/scale-out.md). A consumer of a consumer group, holding one
+//! supervisor with `--parallel` slots: it reads jobs ([`job`]), carries
+//! them out, posts each result and then acknowledges the job ([`queue`]).
+//! Delivery is at least once: a running job's entry is kept fresh by a
+//! heartbeat, jobs idle longer than `--claim-idle` (their worker died) are
+//! claimed by live workers, and a job delivered `--max-deliveries` times
+//! goes to the dead-letter stream. SIGTERM or SIGINT stop reading, finish
+//! the running jobs, post and acknowledge them, and exit 0; a second one
+//! exits at once (the unacknowledged jobs are delivered again elsewhere).
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use capsule::sandbox::{Config, MAX_PARALLEL};
+use capsule::spec::RunSpec;
+use capsule::units::parse_duration;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde_json::json;
+
+mod job;
+mod queue;
+
+use queue::{Delivery, Link, Names};
+
+const AFTER: &str = "\
+Jobs are stream entries: XADD capsule:jobs * id ID kind run|judge body JSON
+  run:   body is a `capsule serve` run spec (docs/protocol.md)
+  judge: body is {\"lang\", \"source\", \"tests\": [{\"name\", \"input\", \"output\"}], \"checker\",
+         \"time\", \"memory\", \"output_limit\", \"interactor\"}, judged as `capsule judge` does
+Results: XADD capsule:results * id ID entry ENTRY worker NAME delivery N result JSON, then
+XACK of the job (in one transaction). Delivery is at least once: deduplicate by id.
+A running job is kept from other workers by a heartbeat; a job idle longer than
+--claim-idle (its worker died) is claimed by a live worker; one delivered
+--max-deliveries times goes to the dead-letter stream with its history.
+SIGTERM/SIGINT: stop reading, finish and acknowledge the running jobs, exit 0 (a second
+one exits at once). Redis going away is retried with backoff. docs/scale-out.md";
+
+fn opt(id: &'static str, name: &'static str, help: &'static str) -> Arg {
+    Arg::new(id).long(id).value_name(name).action(ArgAction::Set).help(help)
+}
+
+pub fn command() -> Command {
+    Command::new("worker")
+        .about("Do run and judge jobs from a Redis stream, as one of many workers (at-least-once delivery)")
+        .after_help(AFTER)
+        .arg(opt("redis", "URL", "Redis to connect to: redis://HOST:PORT/DB or unix:///PATH[?db=N]").required(true))
+        .arg(opt("stream", "KEY", "The stream of jobs").default_value("capsule:jobs"))
+        .arg(opt("group", "NAME", "The consumer group the workers share").default_value("capsule"))
+        .arg(opt("consumer", "NAME", "This worker's consumer name (default: HOSTNAME-PID)"))
+        .arg(opt("results", "KEY", "The stream results are added to").default_value("capsule:results"))
+        .arg(opt("dead", "KEY", "The dead-letter stream").default_value("capsule:dead"))
+        .arg(opt("parallel", "N", "Jobs at once (the supervisor's slots)").default_value("1"))
+        .arg(
+            opt("max-deliveries", "N", "Dead-letter a job after this many deliveries without a result")
+                .default_value("3"),
+        )
+        .arg(
+            opt("claim-idle", "DURATION", "Claim jobs of another worker idle this long (it died)").default_value("30s"),
+        )
+        .arg(Arg::new("stats").long("stats").action(ArgAction::SetTrue).help(
+            "Print the group's statistics (every worker's jobs done, running, failed, per status) as JSON and exit",
+        ))
+}
+
+/// The command line, checked.
+struct Opts {
+    url: String,
+    names: Names,
+    parallel: usize,
+    max_deliveries: u64,
+    claim_idle: Duration,
+}
+
+fn opts(m: &ArgMatches) -> Result<Opts> {
+    let get = |id: &str| m.get_one::<String>(id).cloned().unwrap_or_default();
+    for id in ["stream", "group", "results", "dead", "consumer"] {
+        if m.get_one::<String>(id).is_some_and(|v| v.is_empty()) {
+            bail!("--{id}: empty");
+        }
+    }
+    let parallel =
+        get("parallel").parse::<usize>().ok().filter(|n| (1..=MAX_PARALLEL).contains(n)).ok_or_else(|| {
+            anyhow!("--parallel {}: not a number of jobs between 1 and {MAX_PARALLEL}", get("parallel"))
+        })?;
+    let max_deliveries = get("max-deliveries")
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| anyhow!("--max-deliveries {}: not a number of at least 1", get("max-deliveries")))?;
+    let claim_idle =
+        parse_duration(&get("claim-idle")).map_err(|e| anyhow!("--claim-idle {}: {e}", get("claim-idle")))?;
+    if claim_idle < Duration::from_millis(100) || claim_idle > Duration::from_secs(86400) {
+        bail!("--claim-idle {}: must be between 100ms and 1 day", get("claim-idle"));
+    }
+    let consumer = match m.get_one::<String>("consumer") {
+        Some(c) => c.clone(),
+        None => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        }
+    };
+    Ok(Opts {
+        url: get("redis"),
+        names: Names {
+            stream: get("stream"),
+            group: get("group"),
+            consumer,
+            results: get("results"),
+            dead: get("dead"),
+        },
+        parallel,
+        max_deliveries,
+        claim_idle,
+    })
+}
+
+/// This worker's counts, for its statistics entry.
+#[derive(Default)]
+struct Stats {
+    done: u64,
+    failed: u64,
+    dead: u64,
+    statuses: BTreeMap<String, u64>,
+}
+
+/// What the threads share.
+struct Shared {
+    names: Names,
+    /// The entries dispatched and not yet acknowledged (for the heartbeat).
+    running: Mutex<BTreeSet<String>>,
+    /// Signalled when a job is acknowledged.
+    freed: Condvar,
+    stats: Mutex<Stats>,
+    stopping: AtomicBool,
+    started_ms: u64,
+    heartbeat: Duration,
+    parallel: usize,
+}
+
+impl Shared {
+    fn stats_json(&self) -> serde_json::Value {
+        let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner()).len();
+        json!({
+            "state": if self.stopping.load(Ordering::Relaxed) { if running == 0 { "stopped" } else { "stopping" } } else { "running" },
+            "done": s.done,
+            "running": running,
+            "failed": s.failed,
+            "dead": s.dead,
+            "statuses": s.statuses,
+            "parallel": self.parallel,
+            "pid": std::process::id(),
+            "started_ms": self.started_ms,
+            "updated_ms": queue::now_ms(),
+            "heartbeat_ms": self.heartbeat.as_millis() as u64,
+        })
+    }
+}
+
+pub fn run(m: &ArgMatches) -> Result<ExitCode> {
+    let o = opts(m)?;
+    let client = redis::Client::open(o.url.as_str()).map_err(|e| anyhow!("--redis `{}`: {e}", o.url.escape_debug()))?;
+    if m.get_flag("stats") {
+        let mut link = Link::new(client, "stats", Duration::from_secs(10));
+        let v = link
+            .with(&|_| {}, |c| queue::read_stats(c, &o.names))
+            .map_err(|e| anyhow!("reading the statistics from `{}`: {e}", o.url.escape_debug()))?;
+        println!("{}", serde_json::to_string_pretty(&v).expect("serializable"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Where a systemd user manager delegates cgroups, work in them (as
+    // `capsule judge` does).
+    super::restart_in_scope(&RunSpec::default())?;
+    // Blocked before any thread starts, so only the signalfd sees them.
+    let fd = capsule::sys::signalfd_for(&[libc::SIGTERM, libc::SIGINT])
+        .map_err(|e| anyhow!("signalfd: {}", capsule::error::errno_text(e)))?;
+    let signals = Signals { fd, seen: Cell::new(0) };
+    let exe = std::env::current_exe().context("cannot find the capsule binary")?;
+    let sup = job::Supervisor::start(Config { parallel: o.parallel, capsule_bin: Some(exe), ..Default::default() })
+        .map_err(|e| anyhow!("cannot start the sandbox: {e}"))?;
+    let sup = Arc::new(sup);
+    let shared = Arc::new(Shared {
+        names: o.names.clone(),
+        running: Mutex::new(BTreeSet::new()),
+        freed: Condvar::new(),
+        stats: Mutex::new(Stats::default()),
+        stopping: AtomicBool::new(false),
+        started_ms: queue::now_ms(),
+        heartbeat: (o.claim_idle / 4).max(Duration::from_millis(25)),
+        parallel: o.parallel,
+    });
+    eprintln!(
+        "capsule worker: `{}` in group `{}` of `{}`, {} at once",
+        o.names.consumer.escape_debug(),
+        o.names.group.escape_debug(),
+        o.names.stream.escape_debug(),
+        o.parallel
+    );
+
+    let (tx, rx) = mpsc::channel::<Delivery>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut threads = Vec::new();
+    for _ in 0..o.parallel {
+        let (rx, shared, sup, client) = (rx.clone(), shared.clone(), sup.clone(), client.clone());
+        threads.push(std::thread::spawn(move || job_thread(&rx, &shared, &sup, client)));
+    }
+    {
+        let (shared, client) = (shared.clone(), client.clone());
+        std::thread::spawn(move || heartbeat_thread(&shared, client));
+    }
+
+    let sleep = |d: Duration| {
+        signals.wait(d);
+    };
+    let block = Duration::from_millis(500);
+    let mut link = Link::new(client, "reader", block + Duration::from_secs(10));
+    let mut group_ok = false;
+    let mut cursor = "0-0".to_string();
+    let mut next_claim = Instant::now();
+    let started = Instant::now();
+    // A read failed: its reply (jobs delivered to us) may be lost.
+    let mut lost = false;
+    while signals.wait(Duration::ZERO) == 0 {
+        let free = o.parallel - shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
+        if free == 0 {
+            let g = shared.running.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = shared.freed.wait_timeout(g, Duration::from_millis(100));
+            continue;
+        }
+        if !group_ok {
+            if link.with(&sleep, |c| queue::ensure_group(c, &o.names)).is_err() {
+                continue;
+            }
+            group_ok = true;
+        }
+        let got = if lost {
+            let known = shared.running.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let r = link.with(&sleep, |c| queue::orphans(c, &o.names, &known, started.elapsed(), free));
+            if let Ok(d) = &r {
+                lost = d.len() == free;
+            }
+            r
+        } else if Instant::now() >= next_claim {
+            let r = link.with(&sleep, |c| queue::claim_idle(c, &o.names, o.claim_idle, &cursor, free));
+            if let Ok((_, next)) = &r {
+                // A full scan done: the next one after a while.
+                if next == "0-0" {
+                    next_claim = Instant::now() + (o.claim_idle / 4).max(Duration::from_millis(100));
+                }
+                cursor = next.clone();
+            }
+            r.map(|(d, _)| d)
+        } else {
+            link.with(&sleep, |c| queue::read_new(c, &o.names, free, block))
+        };
+        let deliveries = match got {
+            Ok(d) => d,
+            Err(e) => {
+                if e.contains("NOGROUP") {
+                    group_ok = false;
+                }
+                lost = true;
+                continue;
+            }
+        };
+        for d in deliveries {
+            if d.delivery > o.max_deliveries {
+                match link.with(&sleep, |c| queue::dead_letter(c, &o.names, &d, o.max_deliveries)) {
+                    Ok(()) => {
+                        eprintln!(
+                            "capsule worker: job entry {} delivered {} times without a result: moved to `{}`",
+                            d.entry,
+                            d.delivery - 1,
+                            o.names.dead.escape_debug()
+                        );
+                        shared.stats.lock().unwrap_or_else(|e| e.into_inner()).dead += 1;
+                    }
+                    // Still pending: claimed again later.
+                    Err(e) => eprintln!("capsule worker: cannot dead-letter job entry {}: {e}", d.entry),
+                }
+                continue;
+            }
+            // One of our own running jobs, claimed back after a stall of
+            // its heartbeat: it runs already.
+            if !shared.running.lock().unwrap_or_else(|e| e.into_inner()).insert(d.entry.clone()) {
+                continue;
+            }
+            if let Err(e) = link.with(&sleep, |c| queue::record(c, &o.names, &d)) {
+                eprintln!("capsule worker: job entry {}: its delivery is not in its history: {e}", d.entry);
+            }
+            tx.send(d).expect("the job threads outlive the reader");
+        }
+    }
+
+    // Stopping: no more reading; the running jobs finish and are posted.
+    shared.stopping.store(true, Ordering::Relaxed);
+    let n = shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
+    eprintln!("capsule worker: stopping: finishing {n} running job(s)");
+    drop(tx);
+    loop {
+        if shared.running.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            break;
+        }
+        if signals.wait(Duration::from_millis(50)) >= 2 {
+            eprintln!("capsule worker: stopped at once; the unfinished jobs will be delivered again");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let mut link = Link::new(link_client(&o.url)?, "stats", Duration::from_secs(5));
+    let _ = link.with(&|_| {}, |c| queue::put_stats(c, &o.names, &shared.stats_json()));
+    eprintln!("capsule worker: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn link_client(url: &str) -> Result<redis::Client> {
+    redis::Client::open(url).map_err(|e| anyhow!("--redis `{}`: {e}", url.escape_debug()))
+}
+
+/// SIGTERM and SIGINT, through a signalfd.
+struct Signals {
+    fd: OwnedFd,
+    seen: Cell<u32>,
+}
+
+impl Signals {
+    /// Waits up to `d` for a signal; how many came so far.
+    fn wait(&self, d: Duration) -> u32 {
+        let mut fds = [libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let _ = capsule::sys::poll(&mut fds, d.as_millis().min(i32::MAX as u128) as i32);
+        while capsule::sys::tty::next_signal(self.fd.as_raw_fd()).is_some() {
+            self.seen.set(self.seen.get() + 1);
+        }
+        self.seen.get()
+    }
+}
+
+/// Carries out the jobs it is given, posting each result until Redis takes it.
+fn job_thread(rx: &Mutex<mpsc::Receiver<Delivery>>, shared: &Shared, sup: &job::Supervisor, client: redis::Client) {
+    let mut link = Link::new(client, "results", Duration::from_secs(10));
+    loop {
+        let d = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(d) => d,
+            Err(_) => return,
+        };
+        let j = job::parse(&d.fields);
+        let outcome = match j.work {
+            Ok(w) => job::execute(w, sup),
+            Err(e) => job::Outcome::error(e),
+        };
+        if outcome.failed {
+            let why = outcome.result["error"].as_str().unwrap_or_default();
+            eprintln!(
+                "capsule worker: job `{}` (entry {}, {}): error: {}",
+                j.id.escape_debug(),
+                d.entry,
+                if j.kind.is_empty() { "no kind".into() } else { j.kind.escape_debug().to_string() },
+                why.lines().next().unwrap_or_default()
+            );
+        }
+        // Until it is in: an attempt whose reply was lost may have been
+        // carried out (then the job is no longer pending).
+        let mut again = false;
+        loop {
+            if again {
+                match link.with(&std::thread::sleep, |c| queue::is_pending(c, &shared.names, &d.entry)) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(_) => continue,
+                }
+            }
+            if link.with(&std::thread::sleep, |c| queue::post(c, &shared.names, &d, &j.id, &outcome.result)).is_ok() {
+                break;
+            }
+            again = true;
+        }
+        {
+            let mut s = shared.stats.lock().unwrap_or_else(|e| e.into_inner());
+            s.done += 1;
+            s.failed += outcome.failed as u64;
+            *s.statuses.entry(outcome.status).or_default() += 1;
+        }
+        shared.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&d.entry);
+        shared.freed.notify_all();
+    }
+}
+
+/// Keeps the running jobs' entries fresh and the statistics entry current.
+fn heartbeat_thread(shared: &Shared, client: redis::Client) {
+    let mut link = Link::new(client, "heartbeat", Duration::from_secs(10));
+    loop {
+        let entries: Vec<String> = shared.running.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+        let stats = shared.stats_json();
+        let _ = link.with(&std::thread::sleep, |c| {
+            if !entries.is_empty() {
+                queue::heartbeat(c, &shared.names, &entries)?;
+            }
+            queue::put_stats(c, &shared.names, &stats)
+        });
+        std::thread::sleep(shared.heartbeat);
+    }
+}
