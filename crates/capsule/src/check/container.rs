@@ -94,6 +94,16 @@ pub(super) fn container_fix(host: &Host, r: Refusal) -> Option<String> {
     ))
 }
 
+/// The fix for a mount refused in the probes' own namespace inside a
+/// container: its AppArmor profile's where one confines this process, else
+/// its seccomp profile's.
+pub(super) fn refused_mount_fix(f: &Failure, host: &Host, apparmor: Option<&str>) -> Option<String> {
+    if f.step != Step::MakePrivate || !(f.errno == libc::EPERM || f.errno == libc::EACCES) {
+        return None;
+    }
+    container_fix(host, if apparmor.is_some() { Refusal::AppArmorMount } else { Refusal::Seccomp })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +146,11 @@ mod tests {
         let docker = Host { container: Container::from_marks(false, true, false, None), ..host() };
         assert!(container_item(&docker, &found).fix.unwrap().contains("--security-opt apparmor=unconfined"));
         assert_eq!(refusals(&p, &[], None)[0].0, Refusal::Seccomp);
+        let f = mount.clone().unwrap_err();
+        let fix = refused_mount_fix(&f, &docker, Some("docker-default (enforce)")).unwrap();
+        assert!(fix.contains("AppArmor") && fix.contains("apparmor=unconfined"), "{fix}");
+        assert!(refused_mount_fix(&f, &docker, None).unwrap().contains("seccomp="));
+        assert_eq!(refused_mount_fix(&f, &host(), Some("x (enforce)")), None);
         let userns = fail(Step::UnshareUser, libc::EPERM);
         let p = Probed { userns: &userns, mount_api: &ok, pid_namespace: &ok, uts: &ok };
         assert_eq!(refusals(&p, &[], None)[0].0, Refusal::Seccomp);
