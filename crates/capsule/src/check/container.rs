@@ -41,7 +41,7 @@ pub(super) fn refusals(p: &Probed, visible: &[Refusal], apparmor: Option<&str>) 
         v.push((Refusal::Seccomp, format!("refused: {}", f.call())));
     }
     let proc_denied = denied(p.pid_namespace).filter(|f| matches!(f.step, Step::Fsmount | Step::FsconfigCreate));
-    if proc_denied.is_some() || visible.contains(&Refusal::MaskedProc) {
+    if proc_denied.is_some() {
         v.push((Refusal::MaskedProc, "paths under /proc are mounted over".into()));
     }
     if visible.contains(&Refusal::ReadOnlyCgroup) {
@@ -119,6 +119,9 @@ mod tests {
         let (ok, proc, uts) = (Ok(()), fail(Step::Fsmount, libc::EPERM), fail(Step::Sethostname, libc::EPERM));
         let p = Probed { userns: &ok, mount_api: &ok, pid_namespace: &proc, uts: &uts };
         let found = refusals(&p, &[Refusal::MaskedProc, Refusal::ReadOnlyCgroup], None);
+        // Masked paths the probe mounts a procfs past are no refusal.
+        let fine = Probed { userns: &ok, mount_api: &ok, pid_namespace: &ok, uts: &ok };
+        assert!(refusals(&fine, &[Refusal::MaskedProc], None).is_empty());
         let kinds: Vec<Refusal> = found.iter().map(|(r, _)| *r).collect();
         assert_eq!(kinds, [Refusal::Seccomp, Refusal::MaskedProc, Refusal::ReadOnlyCgroup]);
         let podman = Host { container: Container::from_marks(true, false, false, None), ..host() };

@@ -172,10 +172,16 @@ pub fn visible_refusals() -> Vec<Refusal> {
     v
 }
 
-/// Mount points strictly below /proc: each makes a fresh procfs "too
-/// revealing" to the kernel unless it covers an empty directory.
+/// Mount points strictly below /proc that make a fresh procfs "too
+/// revealing" to the kernel: all but those on its permanently empty
+/// directories (binfmt_misc, which systemd automounts).
 pub fn masked_proc(mountinfo: &str) -> Vec<String> {
-    fields(mountinfo).filter(|(mp, _, _)| mp.starts_with("/proc/")).map(|(mp, _, _)| mp).collect()
+    fields(mountinfo)
+        .filter(|(mp, _, fstype)| {
+            mp.starts_with("/proc/") && mp != "/proc/sys/fs/binfmt_misc" && fstype != "binfmt_misc"
+        })
+        .map(|(mp, _, _)| mp)
+        .collect()
 }
 
 /// Whether the cgroup2 mount at /sys/fs/cgroup is read-only.
@@ -237,6 +243,9 @@ mod tests {
         assert_eq!(masked_proc(PODMAN_DEFAULT), ["/proc/acpi", "/proc/sys"]);
         assert!(cgroup_read_only(PODMAN_DEFAULT));
         assert!(masked_proc(UNMASKED).is_empty());
+        let systemd = "90 66 0:50 / /proc/sys/fs/binfmt_misc rw,relatime - autofs systemd-1 rw,fd=29\n\
+                       91 90 0:51 / /proc/sys/fs/binfmt_misc rw,relatime - binfmt_misc binfmt_misc rw\n";
+        assert!(masked_proc(&format!("{UNMASKED}{systemd}")).is_empty());
         assert!(!cgroup_read_only(UNMASKED));
     }
 
