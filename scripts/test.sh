@@ -145,3 +145,12 @@ for k in $(printf '%s\n' "$oldest" "$newest" | uniq); do
     exit $rc' "$k" "$vm" --as-root --timeout 1200 "${vm_env[@]}" -- bash -c \
     "uname -r; export CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1; cargo test --offline $vm_tests && $vm_hostile && python/ci.sh --cgroups"
 done
+
+# --- containers and the systemd user manager (issue 24), in the VM too -------
+# capsule in Podman containers without --privileged: default options named
+# by capsule check and run, the documented ones, the hostile and seccomp
+# suites as the unprivileged user; then capsule run, judge and serve with
+# limits through the user manager's delegated scope, and a manager absent,
+# stopped or silent (docs/containers.md).
+scripts/test-container.sh
+scripts/test-systemd.sh

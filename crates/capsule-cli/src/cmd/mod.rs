@@ -4,8 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
-use capsule::spec::RunSpec;
+use anyhow::{anyhow, Result};
 use clap::{Arg, ArgAction, ArgMatches};
 
 pub mod agent;
@@ -16,6 +15,7 @@ pub mod judge;
 pub mod layer;
 pub mod presets;
 pub mod run;
+pub mod scope;
 pub mod serve;
 pub mod shell;
 pub mod supervise;
@@ -77,23 +77,4 @@ pub fn absolute(p: &str, cwd: &Path) -> PathBuf {
     }
 }
 
-/// Re-starts this very command inside a transient delegated systemd scope
-/// when that is where cgroups will come from (the thesis's way); returns
-/// only when it does not apply.
-pub fn restart_in_scope(spec: &RunSpec) -> Result<()> {
-    use capsule::host::cgroups::{discover, systemd_scope_command, systemd_user_manager, Source, IN_SCOPE_ENV};
-    // Without a systemd user manager there is nothing to re-start in; the
-    // supervisor does the discovery itself.
-    if !systemd_user_manager() || discover(&spec.cgroup).source != Source::SystemdScope {
-        return Ok(());
-    }
-    let argv: Vec<String> = std::env::args().collect();
-    let exe = std::env::current_exe().context("cannot find the capsule binary to re-start it")?;
-    let mut full = vec![exe.display().to_string()];
-    full.extend(argv.into_iter().skip(1));
-    let cmd = systemd_scope_command(&full);
-    let err = std::os::unix::process::CommandExt::exec(
-        std::process::Command::new(&cmd[0]).args(&cmd[1..]).env(IN_SCOPE_ENV, "1"),
-    );
-    bail!("cannot re-start in a systemd scope ({}): {err}", cmd.join(" "))
-}
+pub use scope::restart_in_scope;

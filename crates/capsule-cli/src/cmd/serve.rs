@@ -45,6 +45,8 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     config.cgroup.disable = m.get_flag("no-cgroups");
     config.validate().map_err(|e| anyhow!("--{}: {}", e.field, e.message))?;
     let listen = m.get_one::<String>("listen").map(|p| absolute(p, &cwd));
+    // Where a systemd user manager delegates cgroups, serve in them.
+    super::restart_in_scope(&capsule::spec::RunSpec { cgroup: config.cgroup.clone(), ..Default::default() })?;
     capsule::endpoints::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
     Ok(ExitCode::SUCCESS)
 }

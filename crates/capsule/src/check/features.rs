@@ -22,8 +22,11 @@ pub(super) fn feature_item(
         Ok(()) => return CheckItem::ok(name, required, ok_detail),
         Err(f) => f,
     };
+    let apparmor = crate::host::container::apparmor_label();
     let fix = if f.is_userns_setup() {
         "user namespaces do not work for this user; fix `user-namespaces` first".to_string()
+    } else if let Some(fix) = super::container::refused_mount_fix(f, host, apparmor.as_deref()) {
+        fix
     } else if let Some(fix) = fixer(f, host) {
         fix
     } else if let Some(fix) = too_old_fix(f, host) {

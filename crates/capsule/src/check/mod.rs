@@ -8,6 +8,7 @@
 
 mod apparmor;
 mod cgroups;
+mod container;
 mod features;
 mod userns;
 
@@ -17,6 +18,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use self::cgroups::{cgroup_items, cgroup_source_item};
+use self::container::{container_item, refusals, Probed};
 use self::features::{feature_item, landlock_item, mount_api_fix, overlay_fix, seccomp_item, time_item};
 use self::userns::{namespace_fix, nesting_item, ns_flag_name, pid_namespace_fix, root_item, userns_item};
 use crate::sys::probe::{self, Namespace, Prober};
@@ -70,6 +72,8 @@ struct Host {
     apparmor_restrict_userns: Option<u64>,
     /// Read where AppArmor restricts user namespaces, default elsewhere.
     apparmor: apparmor::AppArmor,
+    /// The container capsule runs in, if any.
+    container: Option<crate::host::container::Container>,
 }
 
 impl Host {
@@ -84,6 +88,7 @@ impl Host {
             unprivileged_userns_clone: read_u64("/proc/sys/kernel/unprivileged_userns_clone"),
             apparmor_restrict_userns,
             apparmor: if apparmor_restrict_userns == Some(1) { apparmor::AppArmor::read() } else { Default::default() },
+            container: crate::host::container::Container::detect(),
         }
     }
 }
@@ -105,10 +110,12 @@ pub fn run_checks() -> Vec<CheckItem> {
     items.push(userns_item(&userns, &host));
     items.push(nesting_item(&prober.nested_user_namespaces(USERNS_LEVELS), userns.is_ok(), &host));
 
+    let (mount_api, pid_namespace, uts) =
+        (prober.mount_api(), prober.pid_namespace(), prober.namespace(Namespace::Uts));
     items.push(feature_item(
         "mount-api",
         true,
-        &prober.mount_api(),
+        &mount_api,
         "fsopen/fsconfig/fsmount (tmpfs), open_tree(OPEN_TREE_CLONE|AT_RECURSIVE), mount_setattr, \
          move_mount and pivot_root work in a user+mount namespace",
         &host,
@@ -117,19 +124,25 @@ pub fn run_checks() -> Vec<CheckItem> {
     items.push(feature_item(
         "pid-namespace",
         true,
-        &prober.pid_namespace(),
+        &pid_namespace,
         "PID namespace created and a fresh procfs mounted by its PID 1",
         &host,
         pid_namespace_fix,
     ));
+    // A supervisor unshares its IPC and UTS namespaces and names its host:
+    // a run cannot start without them.
     for (name, ns, required) in [
         ("network-namespace", Namespace::Net, true),
-        ("ipc-namespace", Namespace::Ipc, false),
-        ("uts-namespace", Namespace::Uts, false),
+        ("ipc-namespace", Namespace::Ipc, true),
+        ("uts-namespace", Namespace::Uts, true),
         ("cgroup-namespace", Namespace::Cgroup, false),
     ] {
-        let ok = format!("unshare({}) works in a user namespace", ns_flag_name(ns));
-        items.push(feature_item(name, required, &prober.namespace(ns), &ok, &host, namespace_fix));
+        let mut ok = format!("unshare({}) works in a user namespace", ns_flag_name(ns));
+        if ns == Namespace::Uts {
+            ok.push_str(", and sethostname in it");
+        }
+        let outcome = if ns == Namespace::Uts { uts.clone() } else { prober.namespace(ns) };
+        items.push(feature_item(name, required, &outcome, &ok, &host, namespace_fix));
     }
     items.push(time_item(&prober.namespace(Namespace::Time), Path::new("/proc/self/ns/time").exists(), &host));
     items.push(feature_item(
@@ -167,6 +180,10 @@ pub fn run_checks() -> Vec<CheckItem> {
         &host,
         |_, _| None,
     ));
+    let probed = Probed { userns: &userns, mount_api: &mount_api, pid_namespace: &pid_namespace, uts: &uts };
+    let visible = crate::host::container::visible_refusals();
+    let label = crate::host::container::apparmor_label();
+    items.push(container_item(&host, &refusals(&probed, &visible, label.as_deref())));
     items.extend(cgroup_items(&host));
     items.push(cgroup_source_item(&crate::host::cgroups::discover(&crate::proto::config::CgroupConfig::default())));
     items
@@ -307,6 +324,7 @@ mod tests {
             "cgroup-v2",
             "cgroup-controllers",
             "cgroup-delegation",
+            "container",
         ] {
             assert!(names.contains(n), "missing {n}");
         }

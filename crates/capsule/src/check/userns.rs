@@ -3,6 +3,7 @@
 
 use super::{CheckItem, Host, SYSCTL_PERSIST, USERNS_LEVELS};
 use crate::error::errno_text;
+use crate::host::container::Refusal;
 use crate::host::identity::{is_initial_root, outside_uid0};
 use crate::sys::probe::{self, Failure, Namespace, Outcome, Step};
 
@@ -97,6 +98,10 @@ fn diagnose_userns(f: &Failure, host: &Host) -> (String, String) {
             "; the nesting limit of 32 user namespaces is reached".into(),
             "run capsule from a shallower user namespace".into(),
         ),
+        (Step::UnshareUser, libc::EPERM) if host.container.is_some() => (
+            "; the call is denied, typically by the container's seccomp profile".into(),
+            super::container::container_fix(host, Refusal::Seccomp).unwrap_or_default(),
+        ),
         (Step::UnshareUser, libc::EPERM) => (
             "; the call is denied, typically by a seccomp filter of the container or session, a chroot, or an LSM"
                 .into(),
@@ -146,8 +151,11 @@ pub(super) fn nesting_item(outcome: &Outcome, first_ok: bool, host: &Host) -> Ch
     }
 }
 
-pub(super) fn pid_namespace_fix(f: &Failure, _host: &Host) -> Option<String> {
+pub(super) fn pid_namespace_fix(f: &Failure, host: &Host) -> Option<String> {
     match (f.step, f.errno) {
+        (Step::Fsmount | Step::FsconfigCreate, libc::EPERM) if host.container.is_some() => {
+            super::container::container_fix(host, Refusal::MaskedProc)
+        }
         (Step::Fsmount | Step::FsconfigCreate, libc::EPERM) => Some(
             "the kernel refuses a fresh procfs because the visible /proc is partially covered (mount too \
              revealing), typical inside containers that mask /proc paths: run capsule where /proc is fully \
@@ -155,11 +163,14 @@ pub(super) fn pid_namespace_fix(f: &Failure, _host: &Host) -> Option<String> {
                 .into(),
         ),
         (Step::Unshare, libc::ENOSPC) => Some(format!("sysctl -w user.max_pid_namespaces=15000 {SYSCTL_PERSIST}")),
-        _ => namespace_fix(f, _host),
+        _ => namespace_fix(f, host),
     }
 }
 
 pub(super) fn namespace_fix(f: &Failure, host: &Host) -> Option<String> {
+    if f.step == Step::Sethostname || (f.step == Step::Unshare && f.errno == libc::EPERM) {
+        return super::container::container_fix(host, Refusal::Seccomp);
+    }
     if f.step != Step::Unshare {
         return None;
     }

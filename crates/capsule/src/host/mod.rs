@@ -1,13 +1,14 @@
 //! What capsule knows of the host it runs on: the caller's identity
 //! ([`identity`]) and homes with the filesystem rules ([`fsrules`]), the
 //! mount table ([`mountinfo`]), the cgroup hierarchy and the caller's place
-//! in it ([`cgroups`]).
+//! in it ([`cgroups`]), the container it may run in ([`container`]).
 //!
 //! Imports `error`, `sys` and `proto` only. Runs in the supervisor's
 //! process, and in the client's for the root check: may allocate. PID 1
 //! and the tracee take its types and constants only.
 
 pub mod cgroups;
+pub mod container;
 pub mod fsrules;
 pub mod identity;
 pub mod mountinfo;

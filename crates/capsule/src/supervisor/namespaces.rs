@@ -5,6 +5,7 @@
 use std::os::fd::OwnedFd;
 
 use crate::error::SysError;
+use crate::host::container::{self, Refusal};
 use crate::proto::spec::DEFAULT_HOSTNAME;
 use crate::sys;
 
@@ -35,6 +36,9 @@ pub fn userns_hint(errno: i32) -> String {
     }
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
         return "AppArmor restricts unprivileged user namespaces and no profile grants capsule `userns,`: `capsule check` says whether capsule's profile (/etc/apparmor.d/capsule) is loaded and the command that fixes it".into();
+    }
+    if let Some(h) = container::hint(Refusal::Seccomp, "unshare/clone with CLONE_NEWUSER", errno) {
+        return h;
     }
     match errno {
         libc::ENOSPC => "too many user namespaces: raise user.max_user_namespaces".into(),
@@ -85,12 +89,24 @@ pub(crate) fn enter_shared(shared_net: bool) -> Result<SupervisorNs, SysError> {
     // rooted at its own cgroup, and the supervisor keeps the view it needs
     // to move the program there.
     let shared = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    sys::unshare(shared).map_err(|e| SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)", e))?;
+    sys::unshare(shared).map_err(|e| {
+        let err = SysError::new("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)", e);
+        match container::hint(Refusal::Seccomp, "unshare with CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS", e) {
+            Some(h) => err.hint(h),
+            None => err,
+        }
+    })?;
     sys::mount_make_rprivate_root().map_err(|e| {
         let err = SysError::new("mount(MS_REC|MS_PRIVATE)", e).path("/");
         // Mounting in a namespace of one's own fails so only under a
         // Landlock domain (which forbids every mount) or an LSM.
         match e == libc::EPERM && capsule_nolibc::sys::prctl_get(libc::PR_GET_NO_NEW_PRIVS as usize) != 0 {
+            false if container::apparmor_label().is_some() => {
+                match container::hint(Refusal::AppArmorMount, "mount(MS_REC|MS_PRIVATE) in its own namespace", e) {
+                    Some(h) => err.hint(h),
+                    None => err,
+                }
+            }
             true => err.hint(
                 "this process has no_new_privs set and may not mount even in its own namespaces: a Landlock \
                  ruleset forbids every mount (as does an LSM policy); run capsule from a process outside that \
@@ -99,7 +115,17 @@ pub(crate) fn enter_shared(shared_net: bool) -> Result<SupervisorNs, SysError> {
             false => err,
         }
     })?;
-    sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| SysError::new("sethostname", e))?;
+    sys::sethostname(DEFAULT_HOSTNAME.as_bytes()).map_err(|e| {
+        let err = SysError::new("sethostname", e);
+        match container::hint(Refusal::Seccomp, "sethostname in the sandbox's own UTS namespace", e) {
+            Some(h) => err.hint(h),
+            None if e == libc::EPERM => err.hint(
+                "sethostname in the sandbox's own UTS namespace is refused by a seccomp filter or an LSM: see \
+                 `capsule check`",
+            ),
+            None => err,
+        }
+    })?;
     Ok(SupervisorNs { loopback_net: net })
 }
 

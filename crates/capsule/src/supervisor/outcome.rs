@@ -7,6 +7,7 @@ use crate::child::{
 };
 use crate::error::errno_text;
 use crate::host::cgroups::Stats;
+use crate::host::container::{self, Refusal};
 use crate::plan::rlimits::Rlimit;
 use crate::proto::result::{signal_name, Accounting, RunResult, Status};
 
@@ -178,8 +179,17 @@ pub(crate) fn describe_failure(rlimits: &[Rlimit], names: &[String], step: Step,
         ),
         _ => None,
     };
-    let hint = hint
-        .map(str::to_string)
+    let in_container = match step {
+        Step::ProcMount | Step::Proc => {
+            container::hint(Refusal::MaskedProc, "a fresh procfs in the run's PID namespace", errno)
+        }
+        Step::IpcNamespace | Step::Hostname | Step::CgroupNamespace => {
+            container::hint(Refusal::Seccomp, step.describe(), errno)
+        }
+        _ => None,
+    };
+    let hint = in_container
+        .or(hint.map(str::to_string))
         .or_else(|| matches!(step, Step::UserNamespace | Step::CloneTracee).then(|| namespaces::userns_hint(errno)));
     if let Some(h) = hint {
         msg.push_str("; ");

@@ -110,11 +110,13 @@ pub enum Step {
     CloseRange,
     Openat2,
     Landlock,
+    /// sethostname in the probe's UTS namespace.
+    Sethostname,
     Unknown,
 }
 
 impl Step {
-    const ALL: [Step; 38] = [
+    const ALL: [Step; 39] = [
         Step::Pipe,
         Step::Fork,
         Step::ChildDied,
@@ -153,6 +155,7 @@ impl Step {
         Step::CloseRange,
         Step::Openat2,
         Step::Landlock,
+        Step::Sethostname,
     ];
 
     fn from_u32(v: u32) -> Step {
@@ -242,6 +245,7 @@ impl Failure {
             Step::CloseRange => "close_range(fd, fd, 0)".into(),
             Step::Openat2 => "openat2(\"/\", O_PATH, RESOLVE_NO_MAGICLINKS)".into(),
             Step::Landlock => "landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)".into(),
+            Step::Sethostname => "sethostname() in the new UTS namespace".into(),
             Step::Unknown => format!("unknown probe step (arg {})", self.arg),
         }
     }
@@ -736,6 +740,11 @@ fn body_pidns(prep: &Prep, out: c_int) -> ChildOutcome {
 fn body_namespace(prep: &Prep, ns: Namespace) -> Result<(), Raw> {
     enter_userns(prep, 1)?;
     unshare_ns(ns.flag())?;
+    // A sandbox names its host (a container's seccomp profile may refuse it).
+    // SAFETY: a static string and its length.
+    if ns == Namespace::Uts && unsafe { libc::sethostname(c"capsule".as_ptr(), 7) } < 0 {
+        return fail(Step::Sethostname, 0);
+    }
     if ns == Namespace::Time {
         // SAFETY: static NUL-terminated string.
         if unsafe { libc::access(c"/proc/self/ns/time_for_children".as_ptr(), libc::F_OK) } < 0 {
