@@ -65,7 +65,7 @@ pass "dpkg-deb -I: capsule $version amd64, no Depends, Recommends fuse-overlayfs
 
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 man_pages="capsule capsule-cli capsule-run capsule-shell capsule-serve capsule-interact capsule-layer capsule-layer-list \
-  capsule-layer-commit capsule-presets capsule-judge capsule-isolate capsule-agent capsule-agent-status capsule-check"
+  capsule-layer-commit capsule-presets capsule-judge capsule-isolate capsule-worker capsule-agent capsule-agent-status capsule-check"
 want="./usr/bin/capsule ./usr/bin/capsule-cli ./etc/apparmor.d/capsule ./usr/share/doc/capsule/README.md
   ./usr/share/doc/capsule/copyright ./usr/share/doc/capsule/docs/seccomp.md ./usr/share/doc/capsule/docs/isolate.md
   ./usr/share/bash-completion/completions/capsule ./usr/share/bash-completion/completions/capsule-cli
