@@ -423,23 +423,26 @@ static void loopback_up(void) {
     close(s);
 }
 
-/* PID 1's step 9: the default host view's tree, as capsule's mount plan
- * builds it (child/mounts.rs), then the pivot. */
-static void build_tree(int proc) {
+/* The host root cloned read-only, attached over /, and the five device
+ * nodes cloned (child/mounts.rs's clone_sources and attach_root). */
+static int clone_root(int nodes[5]) {
     int root = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     sys_ok(root, "open_tree /");
     set_attr(root, AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "mount_setattr /");
-    int nodes[5];
     for (int i = 0; i < 5; i++) {
         nodes[i] = open_tree(AT_FDCWD, host_nodes[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         sys_ok(nodes[i], host_nodes[i]);
         set_attr(nodes[i], 0, MOUNT_ATTR_NOSUID, host_nodes[i]);
     }
     sys_ok(move_mount(root, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH), "attaching the root");
-    int at = open_beneath(root, "/proc");
-    attach(proc, at, "attaching /proc");
-    close(at);
-    at = open_beneath(root, "/dev");
+    return root;
+}
+
+/* /dev as child/mounts.rs's build_dev makes it: a tmpfs with the nodes and
+ * four symlinks, /dev/shm's tmpfs unless `shm` is 0 (the template's), then
+ * read-only. */
+static void build_dev(int root, int nodes[5], int shm) {
+    int at = open_beneath(root, "/dev");
     int dev = new_tmpfs("1048576", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
     for (int i = 0; i < 5; i++) {
         int f = openat(dev, dev_nodes[i], O_CREAT | O_WRONLY | O_EXCL | O_CLOEXEC, 0666);
@@ -459,15 +462,36 @@ static void build_tree(int proc) {
         close(t);
         close(nodes[i]);
     }
-    int shm_at = openat(dev, "shm", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    sys_ok(shm_at, "/dev/shm");
-    int shm = new_tmpfs("67108864", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    attach(shm, shm_at, "attaching /dev/shm");
+    if (shm) {
+        int shm_at = openat(dev, "shm", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        sys_ok(shm_at, "/dev/shm");
+        int fs = new_tmpfs("67108864", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        attach(fs, shm_at, "attaching /dev/shm");
+        close(fs);
+        close(shm_at);
+    }
     set_attr(dev, 0, MOUNT_ATTR_RDONLY, "making /dev read-only");
-    close(shm);
-    close(shm_at);
     close(dev);
     close(at);
+}
+
+/* The pivot into `root` and the old root detached. */
+static void pivot_into(int root) {
+    sys_ok(fchdir(root), "fchdir");
+    sys_ok(syscall(SYS_pivot_root, ".", "."), "pivot_root");
+    sys_ok(umount2(".", MNT_DETACH), "detaching the old root");
+    sys_ok(chdir("/"), "chdir /");
+}
+
+/* PID 1's step 9: the default host view's tree, as capsule's mount plan
+ * builds it (child/mounts.rs), then the pivot. */
+static void build_tree(int proc) {
+    int nodes[5];
+    int root = clone_root(nodes);
+    int at = open_beneath(root, "/proc");
+    attach(proc, at, "attaching /proc");
+    close(at);
+    build_dev(root, nodes, 1);
     at = open_beneath(root, "/tmp");
     int tmp = new_tmpfs("134217728", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     attach(tmp, at, "attaching /tmp");
@@ -479,10 +503,7 @@ static void build_tree(int proc) {
     attach(run, at, "attaching /run");
     close(run);
     close(at);
-    sys_ok(fchdir(root), "fchdir");
-    sys_ok(syscall(SYS_pivot_root, ".", "."), "pivot_root");
-    sys_ok(umount2(".", MNT_DETACH), "detaching the old root");
-    sys_ok(chdir("/"), "chdir /");
+    pivot_into(root);
     close(root);
 }
 
@@ -498,38 +519,10 @@ static void build_template(void) {
         die("fork");
     if (c == 0) {
         sys_ok(unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (the template)");
-        int root = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-        sys_ok(root, "open_tree /");
-        set_attr(root, AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "mount_setattr /");
         int nodes[5];
-        for (int i = 0; i < 5; i++) {
-            nodes[i] = open_tree(AT_FDCWD, host_nodes[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-            sys_ok(nodes[i], host_nodes[i]);
-            set_attr(nodes[i], 0, MOUNT_ATTR_NOSUID, host_nodes[i]);
-        }
-        sys_ok(move_mount(root, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH), "attaching the root");
-        int at = open_beneath(root, "/dev");
-        int dev = new_tmpfs("1048576", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
-        for (int i = 0; i < 5; i++) {
-            int f = openat(dev, dev_nodes[i], O_CREAT | O_WRONLY | O_EXCL | O_CLOEXEC, 0666);
-            sys_ok(f, dev_nodes[i]);
-            close(f);
-        }
-        sys_ok(mkdirat(dev, "shm", 01777), "mkdir /dev/shm");
-        sys_ok(symlinkat("/proc/self/fd", dev, "fd"), "symlink");
-        sys_ok(symlinkat("/proc/self/fd/0", dev, "stdin"), "symlink");
-        sys_ok(symlinkat("/proc/self/fd/1", dev, "stdout"), "symlink");
-        sys_ok(symlinkat("/proc/self/fd/2", dev, "stderr"), "symlink");
-        attach(dev, at, "attaching /dev");
-        for (int i = 0; i < 5; i++) {
-            int t = openat(dev, dev_nodes[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
-            sys_ok(t, dev_nodes[i]);
-            attach(nodes[i], t, "attaching a device node");
-        }
-        set_attr(dev, 0, MOUNT_ATTR_RDONLY, "making /dev read-only");
-        sys_ok(fchdir(root), "fchdir");
-        sys_ok(syscall(SYS_pivot_root, ".", "."), "pivot_root");
-        sys_ok(umount2(".", MNT_DETACH), "detaching the old root");
+        int root = clone_root(nodes);
+        build_dev(root, nodes, 0);
+        pivot_into(root);
         char b = 1;
         if (write(ready[1], &b, 1) != 1)
             _exit(1);
