@@ -215,13 +215,7 @@ pub(crate) fn clone_binds(plan: &MountPlan) -> Result<(), Fail> {
 /// clones the other sources from the host view.
 pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail> {
     let root = match &plan.base {
-        Base::HostView => {
-            let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
-                .map_err(|e| Fail::new(Step::RootClone, e))?;
-            sys::mount_setattr(fd.as_raw_fd(), true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)
-                .map_err(|e| Fail::new(Step::RootClone, e))?;
-            fd
-        }
+        Base::HostView => clone_host_root()?,
         Base::EmptyRoot { size } => {
             tmpfs(size, c"0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).map_err(|e| Fail::new(Step::RootTmpfs, e))?
         }
@@ -257,6 +251,16 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
     Ok(())
 }
 
+/// The host view's root: the host's `/` and every mount under it, cloned
+/// read-only, nosuid and nodev.
+fn clone_host_root() -> Result<OwnedFd, Fail> {
+    let fail = |e| Fail::new(Step::RootClone, e);
+    let fd = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE).map_err(fail)?;
+    sys::mount_setattr(fd.as_raw_fd(), true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)
+        .map_err(fail)?;
+    Ok(fd)
+}
+
 /// The scratch tmpfs, attached at `at`: an empty read-only file to bind
 /// over hidden files, and an empty directory to bind over hidden directories.
 fn scratch(at: &CStr) -> Result<OwnedFd, Fail> {
@@ -285,10 +289,7 @@ pub(crate) fn build_template() -> Result<(), Fail> {
 }
 
 fn build_template_with(nodes: &[Cell<RawFd>; 5]) -> Result<(), Fail> {
-    let root = sys::open_tree(libc::AT_FDCWD, c"/", OPEN_TREE_CLONE | AT_RECURSIVE)
-        .map_err(|e| Fail::new(Step::RootClone, e))?;
-    sys::mount_setattr(root.as_raw_fd(), true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)
-        .map_err(|e| Fail::new(Step::RootClone, e))?;
+    let root = clone_host_root()?;
     clone_devices(nodes).map_err(|e| Fail::new(Step::Dev, e))?;
     sys::move_mount_to_path(root.as_raw_fd(), c"/").map_err(|e| Fail::new(Step::AttachRoot, e))?;
     let at = mount_point(root.as_raw_fd(), c"/dev", false).map_err(|e| Fail::new(Step::MountPoint, e))?;

@@ -384,6 +384,7 @@ impl Loop {
     /// Starts queued requests, collects finished runs, keeps the spares.
     pub(crate) fn schedule(&mut self, sup: &mut Supervisor) {
         self.collect(sup);
+        // First: the PID 1s gone no longer hold back new runs (`exits_behind`).
         self.reap_spares_and_zombies();
         while let Some(front) = self.queue.front() {
             if self.exits_behind(sup) {
@@ -412,7 +413,7 @@ impl Loop {
             let part = |pair: Option<(u64, Side)>| pair.is_some_and(|(id, _)| id == p.id);
             !p.cancelled || running.iter().any(|r| part(r.req.pair)) || queue.iter().any(|q| part(q.pair))
         });
-        self.reap_spares_and_zombies();
+        // (Reaped above: poll marks what exited only between two calls.)
         if !self.exits_behind(sup) {
             self.keep_spares(sup);
         }
