@@ -364,7 +364,7 @@ fn job_thread(rx: &Mutex<mpsc::Receiver<Delivery>>, shared: &Shared, sup: &job::
                 j.id.escape_debug(),
                 d.entry,
                 if j.kind.is_empty() { "no kind".into() } else { j.kind.escape_debug().to_string() },
-                why.lines().next().unwrap_or_default()
+                why.lines().next().unwrap_or_default().escape_debug()
             );
         }
         // Until it is in: an attempt whose reply was lost may have been
