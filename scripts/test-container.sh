@@ -145,7 +145,7 @@ done
 chmod -R a+rX "$stage"
 t0=$SECONDS
 rc=0
-"$vm" --as-root --timeout 900 -- bash scripts/test-container.sh --in-vm "$stage" "$(cd "$target/.." && pwd)/tmp" || rc=$?
+scripts/vm-retry "$vm" --as-root --timeout 900 -- bash scripts/test-container.sh --in-vm "$stage" "$(cd "$target/.." && pwd)/tmp" || rc=$?
 echo "test-container.sh: $((SECONDS - t0)) s in the VM"
 rm -rf "$stage"
 exit $rc

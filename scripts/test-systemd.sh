@@ -101,7 +101,7 @@ cp scripts/test-systemd.sh "$scratch/"
 chmod -R a+rX "$scratch"
 t0=$SECONDS
 rc=0
-(cd "$scratch" && "$vm" --systemd --timeout 900 -- bash "$scratch/test-systemd.sh" --in-vm "$repo" "$scratch") || rc=$?
+(cd "$scratch" && "$repo/scripts/vm-retry" "$vm" --systemd --timeout 900 -- bash "$scratch/test-systemd.sh" --in-vm "$repo" "$scratch") || rc=$?
 echo "test-systemd.sh: $((SECONDS - t0)) s in the VM"
 rm -rf "$scratch"
 exit $rc

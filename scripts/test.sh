@@ -142,7 +142,7 @@ for k in $(printf '%s\n' "$oldest" "$newest" | uniq); do
     "$@" || rc=$?
     umount /boot "$boot"
     rmdir "$boot"
-    exit $rc' "$k" "$vm" --as-root --timeout 1200 "${vm_env[@]}" -- bash -c \
+    exit $rc' "$k" scripts/vm-retry "$vm" --as-root --timeout 1200 "${vm_env[@]}" -- bash -c \
     "uname -r; export CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1; cargo test --offline $vm_tests && $vm_hostile && python/ci.sh --cgroups"
 done
 
