@@ -10,8 +10,9 @@
 //! its PID 1 is reaped, their sockets with them but for a close still in
 //! progress, or one held in flight by a Unix socket cycle until the
 //! kernel's collector runs): a keeper thread reads the network's count of
-//! sockets in use per protocol (`/proc/net/protocols`, from inside it) and
-//! takes the network back only when every count is as it was when the
+//! sockets allocated in it, of every family (`sockets: used` of its
+//! `/proc/net/sockstat`, opened from inside it when it was made), and
+//! takes the network back only when the count is as it was when the
 //! network was made, else drops it. TIME_WAIT is off in these networks (a loopback has no
 //! delayed duplicates to guard against), so a closed connection leaves
 //! nothing behind. What carries over is the network's statistics
@@ -27,11 +28,12 @@ use std::time::Duration;
 use crate::error::SysError;
 use crate::sys;
 
-/// A kept network (one descriptor: the supervisor holds one per network)
-/// and its sockets in use per protocol when it was made.
+/// A kept network (one descriptor: the supervisor holds one per network),
+/// its `sockstat` and its sockets in use when it was made.
 pub(crate) struct Kept {
     ns: OwnedFd,
-    made: Vec<u64>,
+    sockstat: OwnedFd,
+    made: u64,
 }
 
 enum Job {
@@ -149,13 +151,9 @@ impl Shared {
 /// Whether no socket is left in a network a run has used. A close still in
 /// progress gets a moment (a loopback finishes it within microseconds).
 fn clean(kept: &Kept) -> bool {
-    // The keeper enters the network to read its file (it owns it: the supervisor's user namespace does).
-    if sys::setns(kept.ns.as_raw_fd(), libc::CLONE_NEWNET).is_err() {
-        return false;
-    }
     for wait in [0, 1, 10] {
         std::thread::sleep(Duration::from_millis(wait));
-        match in_use() {
+        match in_use(kept.sockstat.as_raw_fd()) {
             Ok(now) if now == kept.made => return true,
             Ok(_) => {}
             Err(_) => return false,
@@ -164,17 +162,20 @@ fn clean(kept: &Kept) -> bool {
     false
 }
 
-/// The `sockets` column of the keeper's network's `/proc/net/protocols`:
-/// its sockets in use, per protocol (one file read; the kernel's socket
-/// diagnostics would walk the host-wide TCP and UDP tables instead).
-fn in_use() -> std::io::Result<Vec<u64>> {
-    let text = std::fs::read_to_string(PROTOCOLS)?;
+/// The sockets allocated in a network, of every family: its sockstat's
+/// `sockets: used`, a per-network counter that every user socket enters
+/// at allocation and leaves when freed. One short read, without entering
+/// the network: a descriptor of a network's proc file stays that
+/// network's, and a read from 0 formats it anew (`/proc/net/protocols`
+/// formats some twenty columns for each protocol, and is read from inside).
+fn in_use(sockstat: RawFd) -> std::io::Result<u64> {
+    let mut buf = [0u8; 512];
+    let n = sys::pread(sockstat, &mut buf, 0).map_err(std::io::Error::from_raw_os_error)?;
     let bad = || std::io::Error::from_raw_os_error(libc::EPROTO);
-    text.lines().skip(1).map(|l| l.split_whitespace().nth(2).and_then(|n| n.parse().ok()).ok_or_else(bad)).collect()
+    let first = buf[..n].split(|&b| b == b'\n').next().ok_or_else(bad)?;
+    let count = first.strip_prefix(b"sockets: used ").ok_or_else(bad)?;
+    std::str::from_utf8(count).ok().and_then(|c| c.trim().parse().ok()).ok_or_else(bad)
 }
-
-/// The calling thread's network's protocol table.
-const PROTOCOLS: &str = "/proc/thread-self/net/protocols";
 
 /// Makes a network with only `lo`, up, and TIME_WAIT off, on the keeper
 /// thread (which moves into it: network namespaces are per thread, and the
@@ -183,11 +184,12 @@ fn make() -> Option<Kept> {
     // Which step failed is not kept: a PID 1 that makes its own network then reports it for its run.
     sys::unshare(libc::CLONE_NEWNET).ok()?;
     sys::loopback_up().ok()?;
-    // /proc/sys/net is the opening thread's network's.
+    // /proc/sys/net and /proc/thread-self/net are the opening thread's network's.
     std::fs::write("/proc/sys/net/ipv4/tcp_max_tw_buckets", "0").ok()?;
     let ns = sys::open(c"/proc/thread-self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok()?;
-    let made = in_use().ok()?;
-    Some(Kept { ns, made })
+    let sockstat = sys::open(c"/proc/thread-self/net/sockstat", libc::O_RDONLY | libc::O_CLOEXEC, 0).ok()?;
+    let made = in_use(sockstat.as_raw_fd()).ok()?;
+    Some(Kept { ns, sockstat, made })
 }
 
 #[cfg(test)]
@@ -239,5 +241,19 @@ mod tests {
         assert_ne!(inode(next.fd()), kept, "a network with a socket left in it was lent again");
         assert!(pool.alive() <= 2);
         drop(dirty);
+        // A Unix socket counts as well (a run's abstract sockets live in its network).
+        let kept = inode(next.fd());
+        let ns = sys::open(&std::ffi::CString::new(format!("/proc/self/fd/{}", next.fd())).unwrap(), libc::O_RDONLY, 0)
+            .unwrap();
+        let unix = std::thread::spawn(move || {
+            sys::setns(ns.as_raw_fd(), libc::CLONE_NEWNET).unwrap();
+            std::os::unix::net::UnixDatagram::unbound().unwrap()
+        })
+        .join()
+        .unwrap();
+        drop(next);
+        let after = take_soon(&pool);
+        assert_ne!(inode(after.fd()), kept, "a network with a Unix socket left in it was lent again");
+        drop(unix);
     }
 }
