@@ -702,6 +702,67 @@ fn serve_spares_follow_the_host() {
     s.finish().assert_code(0);
 }
 
+/// A supervisor keeps its last plan per tree and, for the next run that
+/// asks for the same tree, checks its sources against the host instead of
+/// planning again (docs/latency.md, "The plan kept"): a default secret that
+/// appears in the home, or one that goes, between runs or between runs
+/// sent at once, is hidden or shown exactly as a fresh plan would.
+#[test]
+fn serve_kept_plans_follow_the_secrets() {
+    require!("serve_kept_plans_follow_the_secrets", userns_available());
+    let _l = procs_shared();
+    let dir = Scratch::new("kept-plan");
+    let home = dir.mkdir("home");
+    // Directories that changed within 2 s cannot vouch for what is missing in them: let the home settle.
+    std::thread::sleep(Duration::from_millis(2200));
+    let h = home.display();
+    let script = format!(
+        "for p in {h}/.netrc {h}/.ssh; do if [ -d $p ]; then echo \"$p: dir [$(ls -A $p)]\"; \
+         elif [ -e $p ]; then echo \"$p: file [$(cat $p)]\"; else echo \"$p: missing\"; fi; done"
+    );
+    let mut spec = sh(&script);
+    spec["stdout"] = json!({"capture": 1000});
+    let mut c = capsule(&["serve"]);
+    c.args(&["--parallel", "1"])
+        .stdio(Stdio::piped(), Stdio::piped(), Stdio::piped())
+        .timeout(Duration::from_secs(300));
+    c.env("HOME", home.to_str().unwrap());
+    let mut s = serve_cmd(c);
+    let batch = |s: &mut Serve, tag: &str, n: usize, want: &dyn Fn(&str) -> bool| {
+        let ids: Vec<Value> = (0..n).map(|i| json!(format!("{tag}-{i}"))).collect();
+        for id in &ids {
+            s.request(id.clone(), spec.clone());
+        }
+        for id in &ids {
+            let r = s.result(id, T);
+            assert_exited(&r, 0);
+            let out = r["stdout"]["text"].as_str().unwrap_or_default();
+            assert!(want(out), "{id}: {out:?}");
+        }
+        // Time for a spare of this shape.
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let none = |o: &str| o.contains(".netrc: missing") && o.contains(".ssh: missing");
+    batch(&mut s, "before", 4, &none);
+    batch(&mut s, "again", 4, &none);
+    // Secrets appear: hidden (an empty file, an empty directory) in every later run.
+    let put = |rel: &str, content: &str| {
+        let p = home.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+    };
+    put(".netrc", "TOKEN");
+    put(".ssh/id_key", "KEY");
+    let hidden = |o: &str| o.contains(".netrc: file []") && o.contains(".ssh: dir []");
+    batch(&mut s, "appeared", 4, &hidden);
+    batch(&mut s, "still", 4, &hidden);
+    // And gone again: missing, not an empty cover.
+    std::fs::remove_file(home.join(".netrc")).unwrap();
+    std::fs::remove_dir_all(home.join(".ssh")).unwrap();
+    batch(&mut s, "gone", 4, &none);
+    s.finish().assert_code(0);
+}
+
 /// Served runs are built on the mount template (the host root and /dev
 /// made once, copied per run): each sees the tree a one-shot run (built
 /// from the host view, no template) sees, mount for mount, hidden paths

@@ -305,8 +305,8 @@ mod tests {
             ops: Vec::new(),
             needs_scratch: false,
             saved: Vec::new(),
-            sources: Vec::new(),
-            parents: Vec::new(),
+            sources: Vec::new().into(),
+            parents: Vec::new().into(),
             stage: None,
         };
         let p = Plan::new(6, &mounts, true, Some(&[80, 443]), Some(&[80]));

@@ -9,6 +9,7 @@
 //! taking their data types only.
 
 pub mod landlock;
+pub(crate) mod memo;
 pub(crate) mod mounts;
 pub mod overlay;
 pub(crate) mod resolve;

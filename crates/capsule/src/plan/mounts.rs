@@ -33,6 +33,7 @@ use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use crate::host::fsrules::{self, Action, Homes};
 use crate::plan::overlay::{Backend, LayerPlan};
@@ -157,10 +158,11 @@ pub(crate) struct MountPlan {
     /// The clones `Op::Save` keeps for `Op::Reveal`.
     pub saved: Vec<Cell<RawFd>>,
     /// The bind and `file` sources as resolved, to check a PID 1 prepared
-    /// ahead against the host before it is used.
-    pub sources: Vec<Source>,
+    /// ahead against the host before it is used (shared with the
+    /// [`crate::plan::memo::PlanMemo`] and the PID 1s of copies).
+    pub sources: Rc<[Source]>,
     /// The directories that vouch for the missing covered sources.
-    pub parents: Vec<Parent>,
+    pub parents: Rc<[Parent]>,
     /// A size-limited layer's staging tmpfs (`crate::plan::overlay::Stage`),
     /// attached before the overlays whose upper directories it holds.
     pub stage: Option<RawFd>,
@@ -228,6 +230,11 @@ impl Parent {
         let trusted = sys::fs_type(&cdir).is_ok_and(|t| Self::TRUSTED.contains(&t));
         let stamp = Self::times(&cdir).filter(|t| trusted && t[4] < now - Self::SETTLED);
         Parent { dir: dir.to_path_buf(), cdir, stamp }
+    }
+
+    /// Whether it was recorded able to vouch (a trusted filesystem, settled).
+    pub(crate) fn vouches(&self) -> bool {
+        self.stamp.is_some()
     }
 
     /// Whether the directory is the same, with the same entries (false:
@@ -546,7 +553,7 @@ impl MountPlan {
 
     /// [`MountPlan::prepare`] at `now` (seconds of CLOCK_REALTIME_COARSE),
     /// which decides which [`Parent`]s have settled.
-    fn prepare_at(
+    pub(super) fn prepare_at(
         spec: &RunSpec,
         me: u32,
         homes: &Homes,
@@ -853,7 +860,7 @@ impl MountPlan {
         }
         let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
         let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
-        Ok(MountPlan { base, ops, needs_scratch, saved, sources, parents: parents.list, stage })
+        Ok(MountPlan { base, ops, needs_scratch, saved, sources: sources.into(), parents: parents.list.into(), stage })
     }
 }
 

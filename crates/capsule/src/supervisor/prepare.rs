@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use crate::child::{self, NetJoin, NetLog, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME};
 use crate::error::SysError;
 use crate::host::cgroups::{self, RunCgroup, DELEGATION_HINT};
+use crate::plan::memo::PlanMemo;
 use crate::plan::mounts::{MountPlan, Source};
 use crate::plan::rlimits::{self, RawRlimit};
 use crate::proto::policy::PolicyName;
@@ -19,6 +20,9 @@ use super::*;
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
 /// id maps) needs a few KiB; page faults touch only what it uses.
+/// Plans kept for reuse, one per tree (a judge alternates a few: compile, run, check).
+pub(crate) const PLAN_MEMOS: usize = 4;
+
 pub(crate) const TRACEE_STACK: usize = 256 << 10;
 /// PID 1's stack: reserved, not allocated; its deepest path needs tens of
 /// KiB, and a guard page ends it.
@@ -80,8 +84,8 @@ pub(crate) struct Prepared {
     /// The bind and `file` sources as resolved for this PID 1, to check
     /// one prepared ahead against the host before it is used, and the
     /// directories that vouch for the missing ones.
-    pub(crate) sources: Vec<Source>,
-    pub(crate) parents: Vec<crate::plan::mounts::Parent>,
+    pub(crate) sources: Rc<[Source]>,
+    pub(crate) parents: Rc<[crate::plan::mounts::Parent]>,
     /// /dev/null opened for the run's stdin, stdout and stderr ahead of
     /// the request (its default in `serve` and the library), each used at
     /// most once: runs share no open file.
@@ -284,15 +288,34 @@ impl Supervisor {
         ahead: bool,
     ) -> Result<Prepared, String> {
         let (net, held) = self.net_join(spec)?;
-        let mut names = vec![String::new(), String::new()];
         // The sources, resolved here once, in the supervisor's (the host's)
         // view: PID 1 mounts and copies what the descriptors refer to.
         // Layers first: their directories are created and locked here.
         let layers = crate::plan::overlay::prepare(spec)?;
-        let mut mounts = MountPlan::prepare(spec, sys::geteuid(), &self.home, &mut names, layers.as_ref())?;
+        let me = sys::geteuid();
+        // A kept plan for the same tree, if its sources are as they were (layers: never kept).
+        let kept = self.plan_memos.iter().position(|m| m.same_tree(spec)).filter(|_| layers.is_none());
+        let (mut mounts, mut names) = match kept.and_then(|i| self.plan_memos[i].reuse(spec, me)) {
+            Some(reused) => reused,
+            None => {
+                let mut names = vec![String::new(), String::new()];
+                let mounts = MountPlan::prepare(spec, me, &self.home, &mut names, layers.as_ref())?;
+                if let Some(memo) = layers.is_none().then(|| PlanMemo::keep(spec, &mounts, &names)).flatten() {
+                    match kept {
+                        Some(i) => self.plan_memos[i] = memo,
+                        None if self.plan_memos.len() < PLAN_MEMOS => self.plan_memos.push(memo),
+                        None => {
+                            self.plan_memos.remove(0);
+                            self.plan_memos.push(memo);
+                        }
+                    }
+                }
+                (mounts, names)
+            }
+        };
         mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
-        let sources = std::mem::take(&mut mounts.sources);
-        let parents = std::mem::take(&mut mounts.parents);
+        let sources = Rc::clone(&mounts.sources);
+        let parents = Rc::clone(&mounts.parents);
         let cgroup = match &self.cgroups {
             Some(inst) => Some(inst.new_run(&spec.limits).map_err(|e| format!("creating the run's cgroup: {e}"))?),
             None => None,
