@@ -66,6 +66,22 @@ def decode_lines(text: str, notices: List[str]) -> List[Any]:
     return out
 
 
+_ebs: Callable[[str], str] = _enc.encode_basestring
+
+
+def encode_run(rid: int, argv: List[Any]) -> bytes:
+    """``encode({"id": rid, "spec": {"argv": argv}})``: a run spec of an argv
+    alone, the common case, formatted without the encoder's walk of dicts."""
+    try:
+        # A non-str item is a TypeError, a lone surrogate a UnicodeEncodeError.
+        line = ('{"id":%d,"spec":{"argv":[%s]}}\n' % (rid, ",".join(map(_ebs, argv)))).encode()
+    except (TypeError, ValueError):
+        return encode({"id": rid, "spec": {"argv": argv[:]}})
+    if len(line) > MAX_LINE:
+        return encode({"id": rid, "spec": {"argv": argv[:]}})
+    return line
+
+
 def encode(msg: Dict[str, Any]) -> bytes:
     """One request line; a :class:`RunError` if the server could not read it."""
     try:
