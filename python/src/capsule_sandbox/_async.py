@@ -332,7 +332,13 @@ class AsyncSandbox:
                 return
             self._buf = buf[end + 1:]
         pending = self._pending
-        for msg in _proto.decode_lines(buf[:end].decode(errors="replace"), self._notices):
+        if end == len(buf) - 1:
+            text = buf.decode(errors="replace")
+            n = len(text) - 1  # the decoded text's last character is that newline
+        else:
+            text = buf[:end].decode(errors="replace")
+            n = -1
+        for msg in _proto.decode_lines(text, self._notices, n):
             rid = msg.get("id") if type(msg) is dict else None
             fut = pending.pop(rid, None) if type(rid) is int else None
             if fut is None:

@@ -442,7 +442,13 @@ class Sandbox:
             self._buf = data[end + 1:]
         pending = self._pending
         plock = self._plock
-        for msg in _proto.decode_lines(data[:end].decode(errors="replace"), self._notices):
+        if end == len(data) - 1:
+            text = data.decode(errors="replace")
+            n = len(text) - 1  # the decoded text's last character is that newline
+        else:
+            text = data[:end].decode(errors="replace")
+            n = -1
+        for msg in _proto.decode_lines(text, self._notices, n):
             rid = msg.get("id") if type(msg) is dict else None
             with plock:
                 w = pending.pop(rid, None) if type(rid) is int else None
