@@ -187,3 +187,29 @@ def test_connect_to_a_listening_server(capsule_bin: str, tmp_path: Path) -> None
         assert server.wait(10) == 0
     with pytest.raises(cs.SupervisorDied, match="cannot connect"):
         cs.Sandbox.connect(path)
+
+
+# The expected argument built by printf from ASCII escapes, so the check
+# does not pass through the encoding it checks.
+_ODD = 'a"b\\c é\t'
+_ODD_SCRIPT = r'''[ "$1" = "$(printf 'a"b\\c \303\251\t')" ] && exit 7; exit 1'''
+
+
+def test_argv_alone_arrives_intact(sb: cs.Sandbox) -> None:
+    # run() of an argv alone formats its request itself: quotes, backslashes,
+    # non-ASCII and control characters, paths, and what JSON cannot carry.
+    assert sb.run(["/bin/sh", "-c", _ODD_SCRIPT, "sh", _ODD]).exit_code == 7
+    assert sb.run(["/bin/sh", "-c", _ODD_SCRIPT, "sh", "other"]).exit_code == 1
+    assert sb.run([Path("/bin/sh"), "-c", "exit 5"]).exit_code == 5
+    with pytest.raises(cs.RunError, match="not JSON"):
+        sb.run(["/bin/echo", "\udc80"])
+    assert sb.run(["/bin/true"]).ok and not sb._pending
+
+    async def main() -> None:
+        async with cs.AsyncSandbox(capsule=sb.capsule) as asb:
+            assert (await asb.run(["/bin/sh", "-c", _ODD_SCRIPT, "sh", _ODD])).exit_code == 7
+            assert (await asb.run([Path("/bin/sh"), "-c", "exit 5"])).exit_code == 5
+            with pytest.raises(cs.RunError, match="not JSON"):
+                await asb.run(["/bin/echo", "\udc80"])
+            assert (await asb.run(["/bin/true"])).ok and not asb._pending
+    arun(main())

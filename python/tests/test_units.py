@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any, List
 
 import pytest
 
@@ -93,3 +95,28 @@ def test_bad_options() -> None:
         cs.Sandbox(parallel=0)
     with pytest.raises(ValueError, match="network"):
         cs.Sandbox(network="wide")
+
+
+def test_argv_requests_equal_the_encoders() -> None:
+    argvs: List[List[Any]] = [[], ["/bin/true"], ['a"b\\c', "é ✓ 😀", "\t\n\x00\x1f\x7f", "\u2028"], ["x" * 1000] * 3]
+    for argv in argvs:
+        line = _proto.encode_run(42, argv)
+        assert line == _proto.encode({"id": 42, "spec": {"argv": argv}}), argv
+        assert json.loads(line) == {"id": 42, "spec": {"argv": argv}} and line.endswith(b"}\n")
+    assert _proto.encode_run(1, [Path("/bin/sh"), 3]) == b'{"id":1,"spec":{"argv":["/bin/sh",3]}}\n'
+    with pytest.raises(cs.RunError, match="not JSON"):
+        _proto.encode_run(1, ["\udc80"])
+    with pytest.raises(cs.RunError, match="longer than the server's"):
+        _proto.encode_run(1, ["x" * (1 << 20)])
+
+
+def test_response_lines() -> None:
+    notes: List[str] = []
+    one = '{"id":1,"result":{"stdout":{"text":"é✓\\n"}}}'
+    assert _proto.decode_lines(one, notes) == [json.loads(one)]
+    # A whole line with its newline, as the clients pass it: n excludes the newline.
+    assert _proto.decode_lines(one + "\n", notes, len(one)) == [json.loads(one)]
+    assert _proto.decode_lines(one + "\n" + one, notes) == [json.loads(one)] * 2
+    assert _proto.decode_lines("", notes, 0) == [] and not notes
+    assert _proto.decode_lines('{"id":1} x', notes) == [] and notes == ["unreadable response '{\"id\":1} x'"]
+    assert _proto.decode_lines('nope\n{"id":2}\n', notes, 13) == [{"id": 2}] and notes[-1] == "unreadable response 'nope'"

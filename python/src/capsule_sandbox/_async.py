@@ -175,19 +175,33 @@ class AsyncSandbox:
                   limits: Union[Limits, Mapping[str, Any], None] = None, seccomp: Optional[str] = None,
                   timeout: Optional[float] = None, **fields: Any) -> Result:
         """Run and await the :class:`Result` (see :meth:`Sandbox.run`)."""
-        s = spec(argv, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits, seccomp=seccomp, **fields)
+        s: Optional[Dict[str, Any]] = None
+        if not (type(argv) is list and stdin is None and stdout is None and stderr is None and limits is None
+                and seccomp is None and not fields):
+            s = spec(argv, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits, seccomp=seccomp, **fields)
         if not self._started:
             await self.start()
-        h = self._submit_now("spec", s, False)
+        if self._dead is not None:
+            raise self._dead
+        rid = self._next_id
+        self._next_id = rid + 1
+        # An argv alone, the common case, is formatted without building a spec.
+        line = _proto.encode_run(rid, cast(List[Any], argv)) if s is None else _proto.encode({"id": rid, "spec": s})
+        assert self._loop is not None
+        fut: asyncio.Future[Dict[str, Any]] = self._loop.create_future()
+        self._pending[rid] = fut
+        self._write(line)
         if timeout is not None:
-            return cast(Result, await self._wait(h, timeout))
+            return cast(Result, await self._wait(AsyncHandle(self, rid, False, fut), timeout))
         try:
-            msg = await h._fut
+            msg = await fut
         except asyncio.CancelledError:
-            self._abandon(h)
+            self._abandon(fut, rid)
             raise
-        r = h._value = _proto.outcome(msg, False)
-        return cast(Result, r)
+        r = msg.get("result")
+        if r is not None:
+            return Result(r)
+        return cast(Result, _proto.outcome(msg, False))
 
     async def submit_interact(self, solution: SpecLike, interactor: SpecLike) -> AsyncHandle:
         """Start an interactive pair without waiting."""
@@ -206,16 +220,16 @@ class AsyncSandbox:
             else:
                 msg = await asyncio.wait_for(h._fut, timeout)
         except (asyncio.CancelledError, asyncio.TimeoutError):
-            self._abandon(h)
+            self._abandon(h._fut, h.id)
             raise
         v = _proto.outcome(msg, h._interact)
         h._value = v
         return v
 
-    def _abandon(self, h: AsyncHandle) -> None:
+    def _abandon(self, fut: asyncio.Future[Dict[str, Any]], rid: int) -> None:
         # The caller gave up on the run: so does the server.
-        if h._fut.cancelled() and self._dead is None:
-            self._send({"id": self._new_id(), "cancel": h.id})
+        if fut.cancelled() and self._dead is None:
+            self._send({"id": self._new_id(), "cancel": rid})
 
     def _new_id(self) -> int:
         rid = self._next_id
@@ -305,15 +319,26 @@ class AsyncSandbox:
             self._gone(f"{self._what} ended")
             return
         buf = self._buf + data if self._buf else data
-        end = buf.rfind(b"\n")
-        if end < 0:
-            self._buf = buf
-            if len(buf) > _proto.READ_LIMIT:
-                self._gone(f"{self._what} sent a line longer than {_proto.READ_LIMIT} bytes")
-            return
-        self._buf = buf[end + 1:]
+        if buf[-1] == 10:
+            # Whole lines, the usual case: no copy kept.
+            end = len(buf) - 1
+            self._buf = b""
+        else:
+            end = buf.rfind(b"\n")
+            if end < 0:
+                self._buf = buf
+                if len(buf) > _proto.READ_LIMIT:
+                    self._gone(f"{self._what} sent a line longer than {_proto.READ_LIMIT} bytes")
+                return
+            self._buf = buf[end + 1:]
         pending = self._pending
-        for msg in _proto.decode_lines(buf[:end].decode(errors="replace"), self._notices):
+        if end == len(buf) - 1:
+            text = buf.decode(errors="replace")
+            n = len(text) - 1  # the decoded text's last character is that newline
+        else:
+            text = buf[:end].decode(errors="replace")
+            n = -1
+        for msg in _proto.decode_lines(text, self._notices, n):
             rid = msg.get("id") if type(msg) is dict else None
             fut = pending.pop(rid, None) if type(rid) is int else None
             if fut is None:

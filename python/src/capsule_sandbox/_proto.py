@@ -42,14 +42,26 @@ if _scanner.c_make_scanner is not None:
     _scan = _scanner.c_make_scanner(json.JSONDecoder())
 
 
-def decode_lines(text: str, notices: List[str]) -> List[Any]:
-    """The JSON values of complete response lines; an unreadable line is
-    noted in ``notices`` and skipped."""
-    out: List[Any] = []
+def decode_lines(text: str, notices: List[str], n: int = -1) -> List[Any]:
+    """The JSON values of the complete response lines in ``text[:n]`` (all
+    of it by default); an unreadable line is noted in ``notices`` and skipped."""
     scan = _scan
-    i, n = 0, len(text)
+    if n < 0:
+        n = len(text)
+    if scan is not None and n and text.find("\n", 0, n) < 0:
+        # One line, the usual case.
+        try:
+            v, end = scan(text, 0)
+            if end == n or not text[end:n].strip():
+                return [v]
+        except (StopIteration, ValueError, RecursionError):
+            pass
+        notices.append(f"unreadable response {text[:min(n, 200)]!r}")
+        return []
+    out: List[Any] = []
+    i = 0
     while i < n:
-        nl = text.find("\n", i)
+        nl = text.find("\n", i, n)
         if nl < 0:
             nl = n
         try:
@@ -64,6 +76,22 @@ def decode_lines(text: str, notices: List[str]) -> List[Any]:
             notices.append(f"unreadable response {text[i:min(nl, i + 200)]!r}")
         i = nl + 1
     return out
+
+
+_ebs: Callable[[str], str] = _enc.encode_basestring
+
+
+def encode_run(rid: int, argv: List[Any]) -> bytes:
+    """``encode({"id": rid, "spec": {"argv": argv}})``: a run spec of an argv
+    alone, the common case, formatted without the encoder's walk of dicts."""
+    try:
+        # A non-str item is a TypeError, a lone surrogate a UnicodeEncodeError.
+        line = ('{"id":%d,"spec":{"argv":[%s]}}\n' % (rid, ",".join(map(_ebs, argv)))).encode()
+    except (TypeError, ValueError):
+        return encode({"id": rid, "spec": {"argv": argv[:]}})
+    if len(line) > MAX_LINE:
+        return encode({"id": rid, "spec": {"argv": argv[:]}})
+    return line
 
 
 def encode(msg: Dict[str, Any]) -> bytes:

@@ -183,46 +183,68 @@ class Sandbox:
         ``timeout`` bounds the wait; when it passes the run is cancelled and
         ``TimeoutError`` raised (``limits.wall_time`` is the run's own limit).
         """
-        if (type(argv) is list and stdin is None and stdout is None and stderr is None and limits is None
-                and seccomp is None and not fields):
-            s: Dict[str, Any] = {"argv": argv[:]}
+        plain = (type(argv) is list and stdin is None and stdout is None and stderr is None and limits is None
+                 and seccomp is None and not fields)
+        if plain:
+            s: Optional[Dict[str, Any]] = None
         else:
             s = spec(argv, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits, seccomp=seccomp, **fields)
         if timeout is None and self._rlock.acquire(False):
             # Nobody else reads: submit and read for ourselves, without a
             # handle's layers (the common case of a lone caller, docs/python.md).
             try:
-                rid, w = self._register()
-                self._send_held(rid, s)
+                w = _Waiter()
+                with self._plock:
+                    if self._dead is not None:
+                        raise self._dead
+                    rid = self._next_id
+                    self._next_id = rid + 1
+                    self._pending[rid] = w
+                self._send_held(rid, s, cast(List[Any], argv))
+                rfd = self._rfd
                 while w.outcome is None:
                     if self._eof:
                         w.outcome = self._dead or SupervisorDied(f"{self._what} ended")
                         break
-                    self._read(None, w)
+                    try:
+                        data = os.read(rfd, 1 << 16)
+                    except OSError as e:
+                        self._read_failed(e)
+                        continue
+                    self._take(data, w)
             finally:
                 self._rlock.release()
                 if self._followers:
                     self._pass_role()
             o = w.outcome
-            if isinstance(o, BaseException):
+            if type(o) is dict:
+                r = o.get("result")
+                if r is not None:
+                    return Result(r)
+            elif isinstance(o, BaseException):
                 raise o
             return cast(Result, _proto.outcome(o, False))
+        if s is None:
+            s = {"argv": cast(List[Any], argv)[:]}
         h = self._submit("spec", s, False)
         return cast(Result, self._wait(h, timeout))
 
-    def _send_held(self, rid: int, s: Dict[str, Any]) -> None:
-        # _submit's writing, for a caller that holds the reader's role.
+    def _send_held(self, rid: int, s: Optional[Dict[str, Any]], argv: List[Any]) -> None:
+        # _submit's writing, for a caller that holds the reader's role; a
+        # spec of ``argv`` alone when ``s`` is None.
         try:
-            line = _proto.encode({"id": rid, "spec": s})
+            line = _proto.encode_run(rid, argv) if s is None else _proto.encode({"id": rid, "spec": s})
         except RunError:
             with self._plock:
                 self._pending.pop(rid, None)
             raise
         try:
             with self._wlock:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(self._wfd, view):]
+                n = os.write(self._wfd, line)
+                if n < len(line):
+                    view = memoryview(line)[n:]
+                    while view:
+                        view = view[os.write(self._wfd, view):]
         except (OSError, ValueError) as e:
             with self._plock:
                 self._pending.pop(rid, None)
@@ -386,27 +408,47 @@ class Sandbox:
         try:
             data = os.read(self._rfd, 1 << 16)
         except OSError as e:
-            self._eof = True
-            self._died(f"reading from {self._what}: {e}")
+            self._read_failed(e)
             return True
+        self._take(data, mine)
+        return True
+
+    def _read_failed(self, e: OSError) -> None:
+        self._eof = True
+        self._died(f"reading from {self._what}: {e}")
+
+    def _take(self, data: bytes, mine: Optional[_Waiter]) -> None:
+        """What one read returned: the responses it completes dispatched."""
         if not data:
             self._eof = True
             if self._buf:
                 self._notices.append(f"an unterminated last line {self._buf[:200]!r}")
             self._died(f"{self._what} ended")
-            return True
-        buf = self._buf + data if self._buf else data
-        end = buf.rfind(b"\n")
-        if end < 0:
-            if len(buf) > _proto.READ_LIMIT:
-                self._eof = True
-                self._died(f"{self._what} sent a line longer than {_proto.READ_LIMIT} bytes")
-            self._buf = buf
-            return True
-        self._buf = buf[end + 1:]
+            return
+        if self._buf:
+            data = self._buf + data
+        if data[-1] == 10:
+            # Whole lines, the usual case: no copy kept.
+            end = len(data) - 1
+            self._buf = b""
+        else:
+            end = data.rfind(b"\n")
+            if end < 0:
+                if len(data) > _proto.READ_LIMIT:
+                    self._eof = True
+                    self._died(f"{self._what} sent a line longer than {_proto.READ_LIMIT} bytes")
+                self._buf = data
+                return
+            self._buf = data[end + 1:]
         pending = self._pending
         plock = self._plock
-        for msg in _proto.decode_lines(buf[:end].decode(errors="replace"), self._notices):
+        if end == len(data) - 1:
+            text = data.decode(errors="replace")
+            n = len(text) - 1  # the decoded text's last character is that newline
+        else:
+            text = data[:end].decode(errors="replace")
+            n = -1
+        for msg in _proto.decode_lines(text, self._notices, n):
             rid = msg.get("id") if type(msg) is dict else None
             with plock:
                 w = pending.pop(rid, None) if type(rid) is int else None
@@ -418,7 +460,6 @@ class Sandbox:
             w.outcome = msg
             if w is not mine and self._followers:
                 self._wake(w)
-        return True
 
     def _drain_to_eof(self, why: str, timeout: Optional[float] = 5.0) -> None:
         self._rlock.acquire()
