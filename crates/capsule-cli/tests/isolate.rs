@@ -789,20 +789,29 @@ fn inherit_fds_at_their_numbers() {
     iso.cleanup();
 }
 
-/// SIGINT or SIGTERM to `capsule isolate --run`: the box's processes are
-/// killed, the meta file says so as isolate's does (`exitsig`, `status:SG`,
-/// `message:Interrupted`, `killed:1` and the figures), exit status 1, and
-/// nothing of the run is left.
+/// SIGINT to `capsule isolate --run`'s process group (a terminal's ^C, which
+/// reaches capsule's supervisor too) or SIGTERM to the process: the box's
+/// processes are killed, the meta file says so as isolate's does
+/// (`exitsig`, `status:SG`, `message:Interrupted`, `killed:1` and the
+/// figures), exit status 1, and nothing of the run is left.
 #[test]
 fn interrupted_run_is_killed_and_reported() {
     require!("interrupted_run_is_killed_and_reported", userns_available());
-    for (sig, id) in [(libc::SIGINT, 28), (libc::SIGTERM, 29)] {
+    for (sig, group, id) in [(libc::SIGINT, true, 28), (libc::SIGTERM, false, 29)] {
         let iso = Iso::new("iso-int", id);
         iso.init();
         iso.put("sol", sol());
         let marker = unique("isolate-interrupted");
         let meta = iso.scratch.join(&unique("int.meta"));
         let mut c = iso.cmd(&[&format!("--meta={}", meta.display()), "--run", "--", "./sol", "sleep", "100", &marker]);
+        // A process group of its own, signalled as a whole as a terminal's ^C does.
+        c.pre_exec(|| {
+            // SAFETY: setpgid between fork and exec (async-signal-safe).
+            if unsafe { libc::setpgid(0, 0) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
         let running = c.spawn();
         // The program itself runs (capsule's own processes carry the marker from the start).
         let t = Instant::now();
@@ -810,8 +819,8 @@ fn interrupted_run_is_killed_and_reported() {
             assert!(t.elapsed() < Duration::from_secs(30), "the program never started");
             std::thread::sleep(Duration::from_millis(10));
         }
-        // SAFETY: a signal to the capsule process this test started.
-        assert_eq!(unsafe { libc::kill(running.pid(), sig) }, 0);
+        // SAFETY: a signal to the capsule process this test started, or to its process group.
+        assert_eq!(unsafe { libc::kill(if group { -running.pid() } else { running.pid() }, sig) }, 0);
         let t = Instant::now();
         let out = running.wait();
         out.assert_code(1);

@@ -346,15 +346,15 @@ fn run_interruptible(
     fds: [Option<RawFd>; 3],
 ) -> (Result<capsule::RunResult, capsule::error::Error>, Option<i32>) {
     use capsule::sys;
+    // Blocked before the supervisor is forked, which inherits the mask: a terminal's ^C reaches the whole
+    // process group, and must not end the supervisor before it reports the killed run. (The program gets
+    // the default mask from the tracee.)
+    let sig = sys::signalfd_for(&INTERRUPTS);
     let once = match capsule::endpoints::once::start_once(spec, fds, false) {
         Ok(once) => once,
         Err(e) => return (Err(e), None),
     };
-    // Only now: the supervisor is forked and must not inherit the mask.
-    let sig = match sys::signalfd_for(&INTERRUPTS) {
-        Ok(s) => s,
-        Err(_) => return (once.wait(), None),
-    };
+    let Ok(sig) = sig else { return (once.wait(), None) };
     let mut interrupt = None;
     loop {
         let mut p = [
