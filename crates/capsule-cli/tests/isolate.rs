@@ -748,9 +748,12 @@ fn pipe() -> (std::fs::File, std::fs::File) {
 #[test]
 fn inherit_fds_at_their_numbers() {
     require!("inherit_fds_at_their_numbers", userns_available());
+    inherit_fds_case(Iso::new("iso-fds", 27));
+}
+
+fn inherit_fds_case(iso: Iso) {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
-    let iso = Iso::new("iso-fds", 27);
     iso.init();
     iso.put("sol", sol());
     let run = |inherit: bool| {
@@ -797,8 +800,12 @@ fn inherit_fds_at_their_numbers() {
 #[test]
 fn interrupted_run_is_killed_and_reported() {
     require!("interrupted_run_is_killed_and_reported", userns_available());
+    interrupt_case(&Iso::new("iso-int", 28));
+}
+
+fn interrupt_case(base: &Iso) {
     for (sig, group, id) in [(libc::SIGINT, true, 28), (libc::SIGTERM, false, 29)] {
-        let iso = Iso::new("iso-int", id);
+        let iso = base.other(id, base.cg);
         iso.init();
         iso.put("sol", sol());
         let marker = unique("isolate-interrupted");
@@ -830,6 +837,9 @@ fn interrupted_run_is_killed_and_reported() {
         assert!(text.starts_with(&format!("exitsig:{sig}\nstatus:SG\nmessage:Interrupted\nkilled:1\n")), "{text}");
         let m = Meta::parse(&text);
         m.assert_stats();
+        if iso.cg {
+            m.must("cg-mem");
+        }
         assert!(m.secs("time-wall") < 60.0, "{text}");
         if let Err(left) = wait_marker_gone(&marker, t, Duration::from_secs(10)) {
             kill_marker(&marker);
@@ -1185,4 +1195,16 @@ fn cgroup_print_cg_root() {
     let out = iso.cmd(&["--print-cg-root"]).run();
     out.assert_code(0);
     assert!(out.stdout.starts_with("/sys/fs/cgroup/"), "{}", out.describe());
+}
+
+/// `--inherit-fds` and an interrupted run with `--cg`: the run's cgroup
+/// descriptors are among those the tracee moves out of the way (and reads
+/// `cpu.stat` through), PID 1 reads them after it has put them back.
+#[test]
+fn cgroup_inherit_fds_and_interrupt() {
+    require_cgroups!("cgroup_inherit_fds_and_interrupt");
+    let mut iso = Iso::new("iso-cg-fds", 31);
+    iso.cg = true;
+    interrupt_case(&iso);
+    inherit_fds_case(iso);
 }
