@@ -29,6 +29,7 @@ const SOL: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -69,6 +70,16 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "cat")) { char b[4096]; ssize_t n; while ((n = read(0, b, sizeof b)) > 0) write(1, b, n); return 0; }
   if (!strcmp(m, "file")) { FILE *f = fopen(argv[2], "r"); if (!f) { printf("fopen errno=%d\n", errno); return 1; }
     char b[4096]; size_t n; while ((n = fread(b, 1, sizeof b, f)) > 0) fwrite(b, 1, n, stdout); return 0; }
+  if (!strcmp(m, "memlock")) { struct rlimit l; getrlimit(RLIMIT_MEMLOCK, &l);
+    printf("memlock=%llu/%llu\n", (unsigned long long)l.rlim_cur, (unsigned long long)l.rlim_max);
+    char *p = malloc(4096); int r = mlock(p, 4096); printf("mlock=%d errno=%d\n", r, r ? errno : 0); return 0; }
+  if (!strcmp(m, "fds")) { DIR *d = opendir("/proc/self/fd"); if (!d) { printf("opendir errno=%d\n", errno); return 1; }
+    struct dirent *e; while ((e = readdir(d))) { int n = atoi(e->d_name); if (e->d_name[0] != '.' && n > 2 && n != dirfd(d)) printf("fd %d\n", n); }
+    closedir(d);
+    for (int i = 2; i + 1 < argc; i += 2) { int fd = atoi(argv[i]); char b[64] = {0};
+      if (!strcmp(argv[i + 1], "w")) printf("write %d: %zd\n", fd, write(fd, "from-box\n", 9));
+      else { ssize_t n = read(fd, b, sizeof b - 1); printf("read %d: %zd %s", fd, n, n > 0 ? b : "\n"); } }
+    return 0; }
   if (!strcmp(m, "exec")) { execv(argv[2], argv + 2); printf("execv errno=%d\n", errno); return 1; }
   return 99;
 }
@@ -693,6 +704,163 @@ fn share_net() {
     iso.cleanup();
 }
 
+/// Puts the test's descriptors `(source, number)` at those numbers in the
+/// capsule process it starts (the caller of `capsule isolate`).
+fn at_numbers(c: &mut Cmd, fds: Vec<(i32, i32)>) {
+    c.pre_exec(move || {
+        let mut high = [-1; 16];
+        // SAFETY: fcntl, dup2 and close between fork and exec (async-signal-safe); dup2 clears FD_CLOEXEC. The
+        // sources go above every number first, so that none is overwritten before it is placed.
+        unsafe {
+            for (k, (src, _)) in fds.iter().enumerate() {
+                high[k] = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 500);
+                if high[k] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (k, (_, to)) in fds.iter().enumerate() {
+                if libc::dup2(high[k], *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for h in &high[..fds.len()] {
+                libc::close(*h);
+            }
+        }
+        Ok(())
+    });
+}
+
+fn pipe() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: fds points to two ints; on success both are new descriptors this function owns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
+    // SAFETY: just created, owned by nothing else.
+    unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) }
+}
+
+/// `--inherit-fds`: the caller's descriptors above 2 reach the program at
+/// their numbers, a pipe to read at 3 and one to write at 5, and 4 to 10
+/// taken, numbers at which capsule's supervisor, PID 1 and the tracee have
+/// descriptors of their own (the run still ends as it should: PID 1 got
+/// its own back); without the option the program has only 0, 1 and 2.
+#[test]
+fn inherit_fds_at_their_numbers() {
+    require!("inherit_fds_at_their_numbers", userns_available());
+    inherit_fds_case(Iso::new("iso-fds", 27));
+}
+
+fn inherit_fds_case(iso: Iso) {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    iso.init();
+    iso.put("sol", sol());
+    let run = |inherit: bool| {
+        let (to_box, mut to_box_w) = pipe();
+        let (mut from_box, from_box_w) = pipe();
+        to_box_w.write_all(b"to-box\n").unwrap();
+        drop(to_box_w);
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let meta = iso.scratch.join(&unique("fds.meta"));
+        let mut c = iso.cmd(&[&format!("--meta={}", meta.display()), "-o", "o", "-w", "20"]);
+        if inherit {
+            c.arg("--inherit-fds");
+        }
+        c.args(&["--run", "--", "./sol", "fds", "3", "r", "5", "w"]);
+        let mut fds = vec![(to_box.as_raw_fd(), 3), (from_box_w.as_raw_fd(), 5)];
+        fds.extend([4, 6, 7, 8, 9, 10].map(|n| (null.as_raw_fd(), n)));
+        at_numbers(&mut c, fds);
+        let out = c.run();
+        let mut got = String::new();
+        let _ = from_box.read_to_string(&mut got);
+        (out, Meta::parse(&std::fs::read_to_string(&meta).unwrap_or_default()), iso.read("o"), got)
+    };
+    let (out, meta, printed, got) = run(true);
+    out.assert_code(0);
+    assert_eq!(meta.must("exitcode"), "0", "{}", meta.1);
+    // Descriptors the test's own caller left open come along above 10: they are capsule's caller's too.
+    let listed: Vec<i32> = printed.lines().filter_map(|l| l.strip_prefix("fd ")?.parse().ok()).collect();
+    assert_eq!(listed.iter().filter(|&&n| n <= 10).copied().collect::<Vec<_>>(), (3..=10).collect::<Vec<_>>());
+    assert!(printed.ends_with("read 3: 7 to-box\nwrite 5: 9\n"), "{printed}\n{}", out.describe());
+    assert_eq!(got, "from-box\n");
+    let (out, meta, printed, got) = run(false);
+    out.assert_code(0);
+    assert_eq!(meta.must("exitcode"), "0", "{}", meta.1);
+    assert_eq!(printed, "read 3: -1 \nwrite 5: -1\n", "only 0-2 without --inherit-fds: {}", out.describe());
+    assert_eq!(got, "");
+    iso.cleanup();
+}
+
+/// SIGINT to `capsule isolate --run`'s process group (a terminal's ^C, which
+/// reaches capsule's supervisor too) or SIGTERM to the process: the box's
+/// processes are killed, the meta file says so as isolate's does
+/// (`exitsig`, `status:SG`, `message:Interrupted`, `killed:1` and the
+/// figures), exit status 1, and nothing of the run is left.
+#[test]
+fn interrupted_run_is_killed_and_reported() {
+    require!("interrupted_run_is_killed_and_reported", userns_available());
+    interrupt_case(&Iso::new("iso-int", 28));
+}
+
+fn interrupt_case(base: &Iso) {
+    for (sig, group, id) in [(libc::SIGINT, true, 28), (libc::SIGTERM, false, 29)] {
+        let iso = base.other(id, base.cg);
+        iso.init();
+        iso.put("sol", sol());
+        let marker = unique("isolate-interrupted");
+        let meta = iso.scratch.join(&unique("int.meta"));
+        let mut c = iso.cmd(&[&format!("--meta={}", meta.display()), "--run", "--", "./sol", "sleep", "100", &marker]);
+        // A process group of its own, signalled as a whole as a terminal's ^C does.
+        c.pre_exec(|| {
+            // SAFETY: setpgid between fork and exec (async-signal-safe).
+            if unsafe { libc::setpgid(0, 0) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+        let running = c.spawn();
+        // The program itself runs (capsule's own processes carry the marker from the start).
+        let t = Instant::now();
+        while !procs_with_marker(&marker).iter().any(|(_, cmd)| cmd.starts_with("./sol sleep")) {
+            assert!(t.elapsed() < Duration::from_secs(30), "the program never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: a signal to the capsule process this test started, or to its process group.
+        assert_eq!(unsafe { libc::kill(if group { -running.pid() } else { running.pid() }, sig) }, 0);
+        let t = Instant::now();
+        let out = running.wait();
+        out.assert_code(1);
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", out.describe());
+        assert!(out.stderr.contains("Interrupted"), "{}", out.describe());
+        let text = std::fs::read_to_string(&meta).unwrap();
+        assert!(text.starts_with(&format!("exitsig:{sig}\nstatus:SG\nmessage:Interrupted\nkilled:1\n")), "{text}");
+        let m = Meta::parse(&text);
+        m.assert_stats();
+        if iso.cg {
+            m.must("cg-mem");
+        }
+        assert!(m.secs("time-wall") < 60.0, "{text}");
+        if let Err(left) = wait_marker_gone(&marker, t, Duration::from_secs(10)) {
+            kill_marker(&marker);
+            panic!("processes of the interrupted run are left: {left:?}");
+        }
+        iso.cleanup();
+    }
+}
+
+/// isolate sets RLIMIT_MEMLOCK to 0 in the box: `mlock` fails.
+#[test]
+fn memlock_is_zero() {
+    require!("memlock_is_zero", userns_available());
+    let iso = Iso::new("iso-memlock", 30);
+    iso.init();
+    let (out, _) = iso.run(&["-o", "o"], &["memlock"]);
+    out.assert_code(0);
+    assert_eq!(iso.read("o"), format!("memlock=0/0\nmlock=-1 errno={}\n", libc::EPERM));
+    iso.cleanup();
+}
+
 #[test]
 fn boxes_lock_wait_and_are_independent() {
     require!("boxes_lock_wait_and_are_independent", userns_available());
@@ -782,11 +950,10 @@ fn silent_verbose_version_help() {
 fn bad_and_refused_options_exit_2_naming_them() {
     require!("bad_and_refused_options_exit_2_naming_them", userns_available());
     let iso = Iso::new("iso-bad", 24);
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 12] = [
         (&["--bogus", "--init"], "isolate: unrecognized option '--bogus'"),
         (&["-Z", "--init"], "isolate: invalid option -- 'Z'"),
         (&["--tty-hack", "--init"], "isolate: option '--tty-hack' is not supported by capsule isolate"),
-        (&["--inherit-fds", "--init"], "isolate: option '--inherit-fds' is not supported by capsule isolate"),
         (&["--as-uid=5", "--init"], "isolate: option '--as-uid' is not supported by capsule isolate"),
         (&["--as-gid=5", "--init"], "isolate: option '--as-gid' is not supported by capsule isolate"),
         (&["--core=10", "--init"], "isolate: option '--core=10' is not supported by capsule isolate"),
@@ -1028,4 +1195,16 @@ fn cgroup_print_cg_root() {
     let out = iso.cmd(&["--print-cg-root"]).run();
     out.assert_code(0);
     assert!(out.stdout.starts_with("/sys/fs/cgroup/"), "{}", out.describe());
+}
+
+/// `--inherit-fds` and an interrupted run with `--cg`: the run's cgroup
+/// descriptors are among those the tracee moves out of the way (and reads
+/// `cpu.stat` through), PID 1 reads them after it has put them back.
+#[test]
+fn cgroup_inherit_fds_and_interrupt() {
+    require_cgroups!("cgroup_inherit_fds_and_interrupt");
+    let mut iso = Iso::new("iso-cg-fds", 31);
+    iso.cg = true;
+    interrupt_case(&iso);
+    inherit_fds_case(iso);
 }

@@ -909,6 +909,8 @@ fn serve_failed_run_then_next() {
         (json!({"argv": []}), "argv"),
         (json!({"argv": ["/bin/true"], "limits": {"wall_time": "1 fortnight"}}), "limits.wall_time"),
         (json!({"argv": ["/bin/true"], "limits": {"open_files": 1}}), "limits.open_files"),
+        // Descriptors cannot travel in JSON.
+        (json!({"argv": ["/bin/true"], "inherit_fds": [5]}), "inherit_fds names descriptors the request did not carry"),
     ];
     for (i, (spec, needle)) in cases.into_iter().enumerate() {
         s.request(json!(i), spec.clone());

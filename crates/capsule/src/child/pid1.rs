@@ -6,7 +6,7 @@
 use super::landlock;
 use super::mounts::{self, Build};
 use super::rlimits;
-use super::shared::{fail_exit, write_proc, NetJoin, Plan, Shared};
+use super::shared::{fail_exit, inherit_targets, write_proc, NetJoin, Plan, Shared};
 use super::step::{Fail, Step};
 use super::tracee::{tracee, TraceeArgs};
 use super::wait::pid1_wait;
@@ -134,6 +134,18 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
         .map_err(|e| Fail::new(Step::CloneTracee, e))?;
     // 19. The program has its own descriptor table: drop the ruleset, and 0-2 and the go socket, so that the
     //     program's pipes see EOF when it closes them. (The run's procfs stays open for `abort_fuse`.)
+    //     What the tracee moved for the inherited descriptors goes back to its number, first.
+    let moved = &shared.inherit_moved;
+    for (&target, m) in inherit_targets(arena).unwrap_or(&[]).iter().zip(moved) {
+        match m.load(SeqCst) {
+            0 => {}
+            1 => sys::close(target),
+            m => {
+                let _ = sys::dup3(m - 2, target, libc::O_CLOEXEC);
+                sys::close(m - 2);
+            }
+        }
+    }
     drop(ruleset);
     for fd in [plan.go_sock, 0, 1, 2] {
         sys::close(fd);

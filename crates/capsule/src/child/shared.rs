@@ -4,6 +4,7 @@ use super::netlog::NetLog;
 use super::step::{Fail, Step};
 use crate::host::cgroups::CgroupFds;
 use crate::plan::mounts::MountPlan;
+use crate::proto::spec::MAX_INHERIT_FDS;
 use crate::sys::{self, Arena, Errno};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, RawFd};
@@ -60,6 +61,10 @@ pub(crate) struct Shared {
     pub go_filter_len: AtomicU64,
     pub go_filter_notify: AtomicU32,
     pub go_filter_net_log_from: AtomicU32,
+    /// The spec's `inherit_fds` (`[i32]` in the arena): the numbers the
+    /// descriptors after the stdio in the go message go to.
+    pub go_inherit: AtomicU64,
+    pub go_inherit_len: AtomicU64,
     // --- results, written by PID 1 and the tracee.
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
@@ -93,6 +98,11 @@ pub(crate) struct Shared {
     /// What Landlock enforced (`Enforcement::to_u32`), set by the tracee
     /// right before execve; 0: not that far.
     pub landlock: AtomicU32,
+    /// Per `go_inherit` entry, set by the tracee before it puts the
+    /// descriptor at its number: 1 the number was free, m + 2 what was
+    /// there (PID 1's or the tracee's) moved to m; 0 not reached. PID 1
+    /// puts it back after the program's execve.
+    pub inherit_moved: [AtomicI32; MAX_INHERIT_FDS],
 }
 
 impl Shared {
@@ -200,6 +210,26 @@ pub(crate) fn run_filter<'a>(plan: &'a Plan, arena: &'a Arena<Shared>) -> Option
     let shared: &Shared = arena;
     let program = arena.slice::<libc::sock_filter>(shared.go_filter.load(SeqCst), shared.go_filter_len.load(SeqCst))?;
     Some((program, shared.go_filter_notify.load(SeqCst) != 0, shared.go_filter_net_log_from.load(SeqCst)))
+}
+
+/// The numbers of `inherit_fds` (empty when none); None: not in the arena.
+pub(crate) fn inherit_targets(arena: &Arena<Shared>) -> Option<&[i32]> {
+    let shared: &Shared = arena;
+    match shared.go_inherit_len.load(SeqCst) {
+        0 => Some(&[]),
+        n => arena.slice::<i32>(shared.go_inherit.load(SeqCst), n),
+    }
+}
+
+/// Where the tracee moved `fd` to free its number for an inherited one (or
+/// `fd` itself): its own descriptors are used by number after that.
+pub(crate) fn moved_fd(arena: &Arena<Shared>, fd: RawFd) -> RawFd {
+    let shared: &Shared = arena;
+    let targets = inherit_targets(arena).unwrap_or(&[]);
+    match targets.iter().position(|&t| t == fd).map(|i| shared.inherit_moved[i].load(SeqCst)) {
+        Some(m) if m >= 2 => m - 2,
+        _ => fd,
+    }
 }
 
 /// Path-table index of the program's name, for "not found" errors.

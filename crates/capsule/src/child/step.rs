@@ -79,6 +79,7 @@ steps! {
     Seccomp => "installing the seccomp filter",
     Go => "receiving the run's standard streams (recvmsg)",
     Stdio => "setting up stdin/stdout/stderr (dup2)",
+    InheritFds => "putting the inherited descriptors at their numbers (inherit_fds: fcntl F_DUPFD_CLOEXEC, dup2)",
     ControllingTty => "making stdin the controlling terminal (controlling_tty: ioctl TIOCSCTTY)",
     Chdir => "changing to the working directory (chdir)",
     Rlimit => "setting a resource limit (setrlimit)",

@@ -8,9 +8,10 @@ use super::cgroup::read_cpu_stat;
 use super::landlock;
 use super::pid1::Never;
 use super::rlimits;
-use super::shared::{run_filter, write_proc, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
+use super::shared::{inherit_targets, moved_fd, run_filter, write_proc, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
 use super::step::{Fail, Step};
 use crate::plan::rlimits::RawRlimit;
+use crate::proto::spec::MAX_INHERIT_FDS;
 use crate::sys::{self, Arena};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::SeqCst;
@@ -70,31 +71,36 @@ pub(crate) fn tracee_setup(
 
     // 9. Wait for the run (a PID 1 prepared ahead idles here): the go message brings its stdio, the arena the
     //    rest; end of stream: the supervisor dropped this prepared run.
-    let mut stdio = [-1; 3];
-    let (n, nfds) = sys::recv_fds_into(plan.go_sock, &mut stdio).map_err(|e| Fail::new(Step::Go, e))?;
+    let mut received = [-1; 3 + MAX_INHERIT_FDS];
+    let (n, nfds) = sys::recv_fds_into(plan.go_sock, &mut received).map_err(|e| Fail::new(Step::Go, e))?;
     if n == 0 {
         sys::exit(0);
     }
     std::sync::atomic::fence(SeqCst);
     shared.flags.fetch_or(FLAG_GO, SeqCst);
-    if nfds != 3 {
+    let targets = inherit_targets(arena).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
+    if nfds != 3 + targets.len() {
         return Err(Fail::new(Step::Go, libc::EBADMSG));
     }
+    let (stdio, inherited) = received[..nfds].split_at_mut(3);
     // 10. The run's stdio onto 0-2, the received copies closed: PID 1 shares the table and must not keep them.
     for (i, fd) in stdio.iter().enumerate() {
         sys::dup2(*fd, i as RawFd).map_err(|e| Fail::new(Step::Stdio, e))?;
     }
-    for fd in stdio {
-        if fd > 2 {
-            sys::close(fd);
+    for fd in stdio.iter() {
+        if *fd > 2 {
+            sys::close(*fd);
         }
     }
+    //     The inherited ones onto their numbers; what of PID 1's or ours was there moves above them all.
+    inherit_fds(shared, targets, inherited).map_err(|e| Fail::new(Step::InheritFds, e))?;
     // 11. controlling_tty: needs the session (5) and fd 0 in place; seccomp still bars TIOCSTI.
     if shared.go_controlling_tty.load(SeqCst) != 0 {
         sys::tty::set_controlling_tty(0).map_err(|e| Fail::new(Step::ControllingTty, e))?;
     }
     // 12. Landlock rules for the stdio that are files or terminals open for writing, so reopening them works.
-    landlock::add_stdio_rules(ruleset.raw_fd(), ruleset.handled.fs);
+    let ruleset_fd = moved_fd(arena, ruleset.raw_fd());
+    landlock::add_stdio_rules(ruleset_fd, ruleset.handled.fs);
     // 13. chdir after dropping capabilities: the program's own permissions decide.
     let cwd = arena.cstr(shared.go_cwd.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     if let Err(e) = sys::chdir(cwd) {
@@ -108,8 +114,11 @@ pub(crate) fn tracee_setup(
         .slice::<RawRlimit>(shared.go_rlimits.load(SeqCst), shared.go_rlimits_len.load(SeqCst))
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     rlimits::apply(limits).map_err(|(i, e)| Fail { step: Step::Rlimit, errno: e, path: i as u32 })?;
-    // 15. Only 0, 1 and 2 reach the program.
+    // 15. Only 0, 1, 2 and the inherited descriptors reach the program.
     sys::cloexec_from(3).map_err(|e| Fail::new(Step::CloseFds, e))?;
+    for &fd in targets {
+        sys::set_cloexec(fd, false).map_err(|e| Fail::new(Step::CloseFds, e))?;
+    }
     // 16. What execve needs and the run's filter, from the arena.
     let argv = arena.ptr_array(shared.go_argv.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     let envp = arena.ptr_array(shared.go_envp.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
@@ -118,13 +127,13 @@ pub(crate) fn tracee_setup(
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     let (filter, notify, _) = run_filter(plan, arena).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     // 17. Landlock (it needs no_new_privs, step 6): from here on writes only where the rules allow.
-    let enforced = landlock::restrict(ruleset.raw_fd(), plan.landlock.requested, ruleset.handled)?;
+    let enforced = landlock::restrict(ruleset_fd, plan.landlock.requested, ruleset.handled)?;
     shared.landlock.store(enforced.to_u32(), SeqCst);
     // 18. The CPU time used so far is the set-up's, not the program's: take the baselines (sched_yield first, so
     //     that cpu.stat is up to date).
     if let Some(cg) = &plan.cgroup {
         sys::sched_yield();
-        let (user, system) = read_cpu_stat(cg.cpu_stat).unwrap_or((0, 0));
+        let (user, system) = read_cpu_stat(moved_fd(arena, cg.cpu_stat)).unwrap_or((0, 0));
         shared.cgroup_cpu_us_at_exec.store(user + system, SeqCst);
     }
     let (user, system, _) = sys::rusage_self();
@@ -153,4 +162,28 @@ pub(crate) fn tracee_setup(
         err = libc::EACCES;
     }
     Err(Fail::at(Step::Exec, err, EXEC_NAME))
+}
+
+/// Puts each received descriptor of `inherited` at its number in `targets`
+/// (step 10). The table is PID 1's too: a number in use (PID 1's, the
+/// ruleset, the early listener) is first moved above every target, and
+/// recorded in `inherit_moved` for PID 1 to put back; the received copies
+/// go, so that only the program holds them.
+fn inherit_fds(shared: &Shared, targets: &[i32], inherited: &mut [RawFd]) -> Result<(), sys::Errno> {
+    let above = targets.iter().max().map_or(3, |m| m + 1);
+    // Out of the way first: a received copy may sit at another's number.
+    for fd in inherited.iter_mut() {
+        let high = sys::dup_at_least(*fd, above)?;
+        sys::close(*fd);
+        *fd = high;
+    }
+    for (i, (&target, &fd)) in targets.iter().zip(inherited.iter()).enumerate() {
+        let mark = if sys::is_open(target) { sys::dup_at_least(target, above)? + 2 } else { 1 };
+        shared.inherit_moved[i].store(mark, SeqCst);
+        sys::dup2(fd, target)?;
+    }
+    for &fd in inherited.iter() {
+        sys::close(fd);
+    }
+    Ok(())
 }

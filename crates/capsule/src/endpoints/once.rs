@@ -53,8 +53,9 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Res
             spec.env.entry(k).or_insert_with(|| v.to_string_lossy().into_owned());
         }
     }
+    // The caller's descriptors for `inherit_fds` follow the streams (wire::ClientMsg::Run).
+    let fds: Vec<RawFd> = stdio.iter().flatten().copied().chain(spec.inherit_fds.iter().copied()).collect();
     let msg = ClientMsg::Run { id: 1, spec: Box::new(spec), stdio: stdio.map(|s| s.is_some()), notify: false };
-    let fds: Vec<RawFd> = stdio.iter().flatten().copied().collect();
     let ClientMsg::Run { spec, .. } = &msg else { unreachable!() };
     if agent {
         match crate::endpoints::agent::send(spec, &msg, &fds) {
@@ -98,6 +99,12 @@ impl OnceRun {
     /// Readable when the result is in (or the supervisor died).
     pub fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// Has the run killed (SIGINT to `capsule isolate`): its result, status
+    /// `killed`, still comes to [`OnceRun::wait`].
+    pub fn kill(&self) -> Result<(), Error> {
+        wire::send(self.sock.as_raw_fd(), &ClientMsg::Kill { id: 1 }, &[]).map_err(|e| Error::Supervisor(e.to_string()))
     }
 
     /// Waits for the result.

@@ -37,6 +37,7 @@ pub(crate) fn prepare(limits: &Limits, cgroup: bool) -> Vec<Rlimit> {
     add(libc::RLIMIT_NOFILE, limits.open_files, "limits.open_files");
     add(libc::RLIMIT_STACK, limits.stack, "limits.stack");
     add(libc::RLIMIT_AS, limits.address_space, "limits.address_space");
+    add(libc::RLIMIT_MEMLOCK, limits.locked_memory, "limits.locked_memory");
     // Without a cgroup, the process limit is RLIMIT_NPROC. Since Linux 5.14
     // it counts the processes of the uid *in the caller's user namespace*
     // (ucounts), and every run has user namespaces of its own, so other
@@ -91,6 +92,15 @@ pub(crate) fn ucounts(l: &Limits) -> [u32; 12] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locked_memory_is_memlock_soft_and_hard() {
+        let l = Limits { locked_memory: Some(0), ..Default::default() };
+        let v = prepare(&l, false);
+        let m = v.iter().find(|r| r.resource == libc::RLIMIT_MEMLOCK).expect("set");
+        assert_eq!((m.value, m.hard, m.field), (0, 0, "limits.locked_memory"));
+        assert!(prepare(&Limits::default(), false).iter().all(|r| r.resource != libc::RLIMIT_MEMLOCK));
+    }
 
     #[test]
     fn ucounts_count_the_tracees_own_namespaces() {

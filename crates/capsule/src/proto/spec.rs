@@ -116,7 +116,19 @@ pub struct RunSpec {
     /// `capsule run --pty` pass a pseudo-terminal of the run's own), not a
     /// file.
     pub controlling_tty: bool,
+    /// The caller's own descriptors (numbers above 2) the program gets at
+    /// the same numbers (`capsule isolate --inherit-fds`). Only the one-shot
+    /// client (`endpoints::once`) passes them, attached to its request; a
+    /// spec that names any reaches every other endpoint without them and
+    /// is refused there (JSON cannot carry a descriptor).
+    pub inherit_fds: Vec<i32>,
 }
+
+/// Most descriptors `inherit_fds` may name: they travel in one message
+/// with the run's three streams and `notify` (`sys::MAX_FDS`).
+pub const MAX_INHERIT_FDS: usize = 24;
+// The three streams, these, and `notify`.
+const _: () = assert!(3 + MAX_INHERIT_FDS < crate::sys::MAX_FDS);
 
 /// The filesystem rules (`[filesystem]` of a profile; docs/filesystem.md):
 /// host paths made visible, read-only, writable or hidden. A path is
@@ -308,6 +320,10 @@ pub struct Limits {
     /// which reserve far more address space than they use.
     #[serde(with = "units::opt_size")]
     pub address_space: Option<u64>,
+    /// Memory the program may lock (RLIMIT_MEMLOCK; `capsule isolate`
+    /// sets 0, as isolate does). None: the caller's.
+    #[serde(with = "units::opt_size")]
+    pub locked_memory: Option<u64>,
     /// Most processes and threads of the run: `pids.max` of its cgroup;
     /// without cgroups RLIMIT_NPROC, counted per user namespace (each run
     /// has its own).
@@ -685,6 +701,20 @@ impl RunSpec {
                 "the controlling terminal is the run's stdin, which must then be a terminal the caller passes, not `stdin` from the spec",
             ));
         }
+        if self.inherit_fds.len() > MAX_INHERIT_FDS {
+            return Err(SpecError::new("inherit_fds", format!("at most {MAX_INHERIT_FDS} descriptors")));
+        }
+        for (i, &fd) in self.inherit_fds.iter().enumerate() {
+            if fd < 3 {
+                return Err(SpecError::new(
+                    "inherit_fds",
+                    format!("{fd}: only descriptors above 2 (0-2 are the streams)"),
+                ));
+            }
+            if self.inherit_fds[..i].contains(&fd) {
+                return Err(SpecError::new("inherit_fds", format!("{fd} is named twice")));
+            }
+        }
         Ok(())
     }
 }
@@ -1002,5 +1032,21 @@ mod tests {
         assert!(e.to_string().contains("terminal"), "{e}");
         let s: RunSpec = serde_json::from_str(r#"{"argv": ["sh"]}"#).unwrap();
         assert!(!s.controlling_tty);
+    }
+
+    #[test]
+    fn inherit_fds_are_distinct_and_above_the_streams() {
+        let mut s: RunSpec = serde_json::from_str(r#"{"argv": ["sh"], "inherit_fds": [5, 3]}"#).unwrap();
+        s.validate().unwrap();
+        for (fds, what) in [(vec![2], "above 2"), (vec![5, 7, 5], "named twice"), (vec![-1], "above 2")] {
+            s.inherit_fds = fds;
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.field, "inherit_fds", "{e}");
+            assert!(e.to_string().contains(what), "{e}");
+        }
+        s.inherit_fds = (3..3 + MAX_INHERIT_FDS as i32 + 1).collect();
+        assert!(s.validate().unwrap_err().to_string().contains("at most"));
+        s.inherit_fds.pop();
+        s.validate().unwrap();
     }
 }

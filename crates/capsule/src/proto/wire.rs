@@ -49,7 +49,8 @@ pub enum ClientMsg {
     /// configuration.
     Start(crate::proto::config::Config),
     /// Run `spec`. Attached descriptors, in this order: the run's stdin,
-    /// stdout and stderr where `stdio[i]` is true, then `notify` when
+    /// stdout and stderr where `stdio[i]` is true, then one for each of
+    /// `spec.inherit_fds` (the one-shot client's), then `notify` when
     /// `notify` is true: a pipe the supervisor closes once it has sent the
     /// run's final message (so a caller polling it wakes up, also when the
     /// supervisor dies).

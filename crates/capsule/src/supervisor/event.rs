@@ -37,6 +37,8 @@ pub(crate) struct Request {
     pub(crate) spec: Box<RunSpec>,
     /// Caller-provided stdin, stdout, stderr.
     pub(crate) stdio: [Option<OwnedFd>; 3],
+    /// The caller's descriptors for the spec's `inherit_fds`, in its order.
+    pub(crate) inherit: Vec<OwnedFd>,
     pub(crate) notify: Option<OwnedFd>,
     /// Already failed once on a PID 1 prepared ahead (retried on a fresh one).
     pub(crate) retried: bool,
@@ -540,6 +542,7 @@ impl Loop {
                 cid: cid.clone(),
                 spec: Box::new(spec),
                 stdio: [Some(stdin), Some(stdout), stderr],
+                inherit: Vec::new(),
                 notify: None,
                 retried: false,
                 pair: Some((id, side)),
@@ -635,6 +638,7 @@ impl Loop {
         // If this fails, the tracee is gone: PID 1 failed while building the
         // sandbox (its reason is in the arena) or was killed; the run is
         // collected like any other and reports why.
+        let fds: Vec<RawFd> = fds.into_iter().chain(req.inherit.iter().map(|f| f.as_raw_fd())).collect();
         let _ = sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds);
         Ok((filled, io))
     }

@@ -534,6 +534,10 @@ impl Supervisor {
         a.go_controlling_tty.store(spec.controlling_tty as u32, SeqCst);
         a.go_rlimits.store(a.put_slice(&raw).map_err(too_big)? as u64, SeqCst);
         a.go_rlimits_len.store(raw.len() as u64, SeqCst);
+        if !spec.inherit_fds.is_empty() {
+            a.go_inherit.store(a.put_slice(&spec.inherit_fds).map_err(too_big)? as u64, SeqCst);
+            a.go_inherit_len.store(spec.inherit_fds.len() as u64, SeqCst);
+        }
         let wall = spec.limits.wall_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
         let cpu = spec.limits.cpu_time.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
         a.go_wall_time_ns.store(wall.unwrap_or(0), SeqCst);

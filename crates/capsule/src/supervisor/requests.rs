@@ -66,6 +66,10 @@ impl Loop {
                         slots[k] = fds.next();
                     }
                 }
+                // The inherited descriptors only when all came (`enqueue` refuses the spec otherwise).
+                let carried = fds.len() == spec.inherit_fds.len() + usize::from(notify);
+                let n = if carried { spec.inherit_fds.len() } else { 0 };
+                let inherit: Vec<OwnedFd> = fds.by_ref().take(n).collect();
                 let notify = if notify { fds.next() } else { None };
                 let cid = ClientId::Binary(id);
                 if slots.iter().zip(stdio).any(|(s, has)| has && s.is_none()) {
@@ -73,7 +77,10 @@ impl Loop {
                     self.answer(conn, &cid, &r, notify);
                     return;
                 }
-                self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify, retried: false, pair: None });
+                self.enqueue(
+                    sup,
+                    Request { conn, cid, spec, stdio: slots, inherit, notify, retried: false, pair: None },
+                );
             }
             // Unknown ids are ignored: the run may just have ended.
             ClientMsg::Kill { id } => {
@@ -149,7 +156,8 @@ impl Loop {
                 slots[k] = Some(fd);
             }
         }
-        self.enqueue(sup, Request { conn, cid, spec, stdio: slots, notify: None, retried: false, pair: None });
+        let inherit = Vec::new();
+        self.enqueue(sup, Request { conn, cid, spec, stdio: slots, inherit, notify: None, retried: false, pair: None });
     }
 
     pub(crate) fn line(&mut self, sup: &mut Supervisor, conn: usize, line: &[u8]) {
@@ -166,7 +174,16 @@ impl Loop {
                 }
                 self.enqueue(
                     sup,
-                    Request { conn, cid, spec, stdio: [None, None, None], notify: None, retried: false, pair: None },
+                    Request {
+                        conn,
+                        cid,
+                        spec,
+                        stdio: [None, None, None],
+                        inherit: Vec::new(),
+                        notify: None,
+                        retried: false,
+                        pair: None,
+                    },
                 );
             }
             Ok(LineRequest::Interact { id, spec }) => {
@@ -200,7 +217,8 @@ impl Loop {
     pub(crate) fn enqueue(&mut self, sup: &mut Supervisor, req: Request) {
         // Validated here, so a bad request is answered at once, not when
         // its turn comes.
-        if let Err(msg) = sup.check_request(&req.spec) {
+        let carried = req.inherit.len() == req.spec.inherit_fds.len();
+        if let Err(msg) = sup.check_request(&req.spec).and_then(|()| carried.then_some(()).ok_or_else(no_fds)) {
             let r = RunResult::error(msg);
             self.answer(req.conn, &req.cid, &r, req.notify);
             return;
@@ -409,4 +427,11 @@ pub(crate) fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
     } else {
         lines::error_line(id, &format!("no run with id {target} on this connection"))
     }
+}
+
+/// A spec naming `inherit_fds` that came without them.
+fn no_fds() -> String {
+    "invalid spec: inherit_fds names descriptors the request did not carry: only the one-shot client \
+     (`capsule isolate --inherit-fds`) passes the caller's descriptors; JSON requests cannot carry any"
+        .into()
 }

@@ -26,6 +26,22 @@ pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
     retry(|| cvt(unsafe { raw_syscall(libc::SYS_dup2, [old as u64, new as u64, 0, 0, 0, 0]) })).map(drop)
 }
 
+/// dup3(2) with `O_CLOEXEC` or 0.
+pub fn dup3(old: RawFd, new: RawFd, flags: i32) -> SysResult<()> {
+    // SAFETY: plain syscall on integer arguments.
+    retry(|| cvt(unsafe { raw_syscall(libc::SYS_dup3, [old as u64, new as u64, flags as u64, 0, 0, 0]) })).map(drop)
+}
+
+/// A close-on-exec duplicate at the lowest free number ≥ `min` (child side: a bare number).
+pub fn dup_at_least(fd: RawFd, min: RawFd) -> SysResult<RawFd> {
+    fcntl(fd, libc::F_DUPFD_CLOEXEC, min)
+}
+
+/// Whether `fd` is open.
+pub fn is_open(fd: RawFd) -> bool {
+    fcntl(fd, libc::F_GETFD, 0).is_ok()
+}
+
 /// Marks every fd ≥ `first` close-on-exec (close_range, Linux ≥ 5.11).
 pub fn cloexec_from(first: u32) -> SysResult<()> {
     // SAFETY: plain syscall on integer arguments.

@@ -18,7 +18,7 @@ pub fn socketpair_stream() -> SysResult<(OwnedFd, OwnedFd)> {
 }
 
 /// Most fds one message carries.
-pub const MAX_FDS: usize = 8;
+pub const MAX_FDS: usize = 32;
 
 /// The credentials of a Unix socket's peer (SO_PEERCRED): for a connected
 /// client, the process that connected; for the client's end, the process

@@ -33,8 +33,8 @@ pub fn internal(message: &str) -> Report {
     Report { meta: format!("status:XX\nmessage:{message}\n"), line: message, code: 2 }
 }
 
-/// The fields and status of a run that happened.
-pub fn report(r: &RunResult, c: Checked) -> Report {
+/// `final_stats()`: the times, memory and context switches of a run.
+fn stats(r: &RunResult, c: Checked) -> (String, u64, u64) {
     let cpu_ms = (r.cpu_user_ms + r.cpu_system_ms).max(0.0).floor() as u64;
     let wall_ms = r.wall_time_ms.max(0.0).floor() as u64;
     let mut stats =
@@ -48,6 +48,24 @@ pub fn report(r: &RunResult, c: Checked) -> Report {
             stats.push_str("cg-oom-killed:1\n");
         }
     }
+    (stats, cpu_ms, wall_ms)
+}
+
+/// A run `capsule isolate` killed for the signal `sig` it received (SIGINT,
+/// SIGTERM, ...): isolate's `err("SG: Interrupted")` after `exitsig`, then
+/// `box_exit()`'s `killed` and the statistics.
+pub fn interrupted(r: &RunResult, sig: i32, c: Checked) -> Report {
+    let (stats, _, _) = stats(r, c);
+    Report {
+        meta: format!("exitsig:{sig}\nstatus:SG\nmessage:Interrupted\nkilled:1\n{stats}"),
+        line: "Interrupted".into(),
+        code: 1,
+    }
+}
+
+/// The fields and status of a run that happened.
+pub fn report(r: &RunResult, c: Checked) -> Report {
+    let (stats, cpu_ms, wall_ms) = stats(r, c);
     let fail = |status: &str, message: String, before: &str, after: &str| Report {
         meta: format!("{before}status:{status}\nmessage:{message}\n{after}"),
         line: message,
@@ -131,6 +149,19 @@ mod tests {
         assert!(rep
             .meta
             .contains("cg-mem:3072\ncg-oom-killed:1\nexitsig:9\nstatus:SG\nmessage:Caught fatal signal 9\n"));
+        let mut r = result(Status::Killed);
+        r.csw_voluntary = Some(1);
+        r.csw_forced = Some(0);
+        let rep = interrupted(&r, libc::SIGTERM, Checked::default());
+        assert_eq!(
+            (rep.code, rep.line.as_str(), rep.meta.as_str()),
+            (
+                1,
+                "Interrupted",
+                "exitsig:15\nstatus:SG\nmessage:Interrupted\nkilled:1\ntime:1.210\ntime-wall:1.500\nmax-rss:3072\n\
+                 csw-voluntary:1\ncsw-forced:0\n"
+            )
+        );
         let internal = internal("Box not found");
         assert_eq!((internal.code, internal.meta.as_str()), (2, "status:XX\nmessage:Box not found\n"));
     }

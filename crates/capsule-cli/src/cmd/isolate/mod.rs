@@ -94,6 +94,7 @@ pub fn command() -> Command {
         .arg(o("stderr", Some('r'), Some("FILE"), "Standard error to FILE as the sandbox sees it"))
         .arg(o("stderr-to-stdout", None, None, "Standard error to standard output"))
         .arg(o("share-net", None, None, "The host's network"))
+        .arg(o("inherit-fds", None, None, "Pass the caller's open descriptors above 2 to the program at the same numbers"))
         .arg(o("special-files", None, None, "Keep the links, FIFOs and sockets the program leaves in box/"))
         .arg(o("syscalls", None, Some("FLAGS"), "0: no seccomp filter; other values: capsule's default filter"))
         .arg(o("wait", None, None, "Wait for a busy box instead of failing"))
@@ -139,12 +140,14 @@ pub fn main(args: &[String]) -> ExitCode {
             return finish(None, &o, meta::internal(&e));
         }
     }
+    // The caller's descriptors, before capsule opens any of its own (the meta file's).
+    let inherited = if mode == Mode::Run && o.inherit_fds { caller_fds() } else { Ok(Vec::new()) };
     // isolate opens the meta file first of all.
     let mut meta_out = match open_meta(o.meta.as_deref()) {
         Ok(m) => m,
         Err(e) => return finish(None, &o, meta::internal(&e)),
     };
-    let report = match command_of(mode, &o) {
+    let report = match inherited.and_then(|fds| command_of(mode, &o, fds)) {
         Ok(r) => r,
         Err(e) => meta::internal(&e),
     };
@@ -202,7 +205,15 @@ fn say(o: &Opts, level: u32, line: &str) {
     }
 }
 
-fn command_of(mode: Mode, o: &Opts) -> Result<Report, String> {
+/// The caller's open descriptors above 2 (`--inherit-fds`).
+fn caller_fds() -> Result<Vec<i32>, String> {
+    let dir = std::fs::read_dir("/proc/self/fd").map_err(|e| format!("Cannot list /proc/self/fd: {e}"))?;
+    let listed: Vec<i32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    // The listing's own descriptor is closed by now.
+    Ok(listed.into_iter().filter(|&fd| fd > 2 && capsule::sys::is_open(fd)).collect())
+}
+
+fn command_of(mode: Mode, o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     if capsule::host::identity::is_real_root() {
         return Err(capsule::host::identity::root_refusal().to_string());
     }
@@ -234,7 +245,7 @@ fn command_of(mode: Mode, o: &Opts) -> Result<Report, String> {
             }
             Ok(quiet())
         }
-        Mode::Run => run(o),
+        Mode::Run => run(o, inherited),
         Mode::Version | Mode::Help => unreachable!("answered before"),
     }
 }
@@ -284,7 +295,7 @@ fn restart_in_scope(args: &[String]) -> Result<(), String> {
     Err(format!("Cannot re-start in a systemd scope ({}): {err}", cmd.join(" ")))
 }
 
-fn run(o: &Opts) -> Result<Report, String> {
+fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     let root = boxes::root()?;
     let name = if o.cg { "isolate --cg" } else { "isolate" };
     let Some(b) = boxes::lock(&root, o.box_id, false, false, o.cg, o.wait)? else {
@@ -292,11 +303,13 @@ fn run(o: &Opts) -> Result<Report, String> {
     };
     let rules = rules::effective(&o.dirs, !o.no_default_dirs);
     let mut spec = spec_of(o, &rules, &b.dir, b.state.quota)?;
+    spec.inherit_fds = inherited;
+    spec.validate().map_err(|e| e.to_string())?;
     say(o, 2, &format!("Run spec: {}", serde_json::to_string(&spec).unwrap_or_default()));
     let (fds, _keep) = stdio(o, &rules, &b.dir)?;
     spec.cgroup.require = o.cg;
     spec.cgroup.disable = !o.cg;
-    let result = capsule::endpoints::once::run_once(&spec, fds, false);
+    let (result, interrupt) = run_interruptible(&spec, fds);
     if !o.special_files {
         let n = boxes::remove_special(&b.dir.join("box"))?;
         if n > 0 {
@@ -304,6 +317,10 @@ fn run(o: &Opts) -> Result<Report, String> {
         }
     }
     let mut r = result.map_err(|e| e.to_string())?;
+    let checked = meta::Checked { time_ms: o.time_ms, wall_ms: o.wall_ms, cg: o.cg };
+    if let Some(sig) = interrupt {
+        return Ok(meta::interrupted(&r, sig, checked));
+    }
     if r.status == capsule::Status::Error {
         let e = r.error.clone().unwrap_or_default();
         if !e.starts_with("executing the program") {
@@ -316,8 +333,46 @@ fn run(o: &Opts) -> Result<Report, String> {
         r.status = capsule::Status::Exited;
         r.exit_code = Some(127);
     }
-    let checked = meta::Checked { time_ms: o.time_ms, wall_ms: o.wall_ms, cg: o.cg };
     Ok(meta::report(&r, checked))
+}
+
+/// The signals that interrupt isolate (its `SIGNAL_INTERRUPT` rules).
+const INTERRUPTS: [i32; 4] = [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
+
+/// One run; one of [`INTERRUPTS`] meanwhile has it killed, and is returned
+/// with its result (statistics included), as isolate reports it.
+fn run_interruptible(
+    spec: &RunSpec,
+    fds: [Option<RawFd>; 3],
+) -> (Result<capsule::RunResult, capsule::error::Error>, Option<i32>) {
+    use capsule::sys;
+    // Blocked before the supervisor is forked, which inherits the mask: a terminal's ^C reaches the whole
+    // process group, and must not end the supervisor before it reports the killed run. (The program gets
+    // the default mask from the tracee.)
+    let sig = sys::signalfd_for(&INTERRUPTS);
+    let once = match capsule::endpoints::once::start_once(spec, fds, false) {
+        Ok(once) => once,
+        Err(e) => return (Err(e), None),
+    };
+    let Ok(sig) = sig else { return (once.wait(), None) };
+    let mut interrupt = None;
+    loop {
+        let mut p = [
+            libc::pollfd { fd: sig.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: once.fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        if sys::poll(&mut p, -1).is_err() || p[1].revents != 0 {
+            break;
+        }
+        while let Some(s) = sys::tty::next_signal(sig.as_raw_fd()) {
+            // The first one counts; the run's result still comes, status killed.
+            if interrupt.is_none() {
+                interrupt = Some(s);
+                let _ = once.kill();
+            }
+        }
+    }
+    (once.wait(), interrupt)
 }
 
 fn write_fd(fd: RawFd, bytes: &[u8]) {
@@ -370,6 +425,8 @@ fn spec_of(o: &Opts, rules: &[rules::DirRule], box_dir: &Path, quota: Option<(u6
         Some(n) => Some(n),
     };
     l.memory = o.cg_mem.map(kb);
+    // isolate's setup_rlimits.
+    l.locked_memory = Some(0);
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
 }

@@ -53,6 +53,8 @@ pub struct Opts {
     pub extra_ms: u64,
     pub meta: Option<String>,
     pub share_net: bool,
+    /// `--inherit-fds`: the caller's descriptors above 2 reach the program.
+    pub inherit_fds: bool,
     pub special_files: bool,
     pub wait: bool,
     pub syscalls: Option<u64>,
@@ -90,6 +92,7 @@ impl Default for Opts {
             extra_ms: 0,
             meta: None,
             share_net: false,
+            inherit_fds: false,
             special_files: false,
             wait: false,
             syscalls: None,
@@ -153,16 +156,12 @@ const OPTIONS: [(&str, Option<char>, Arg); 42] = [
 ];
 
 /// Options isolate has that capsule refuses, and why.
-pub const REFUSED: [(&str, &str); 5] = [
+pub const REFUSED: [(&str, &str); 4] = [
     ("as-uid", "it acts for another user, which needs root; capsule runs every box as its caller"),
     ("as-gid", "it acts for another group, which needs root; capsule runs every box as its caller"),
     (
         "tty-hack",
         "capsule runs the program in a new session without a controlling terminal, so it cannot push input into yours",
-    ),
-    (
-        "inherit-fds",
-        "capsule passes the program only descriptors 0, 1 and 2 (its supervisor gets no others from the caller)",
     ),
     ("no-cg-timing", "with --cg capsule always times the whole control group"),
 ];
@@ -358,6 +357,7 @@ fn apply(o: &mut Opts, long: &str, value: Option<String>) -> Result<(), Usage> {
         "extra-time" => o.extra_ms = ms(&v),
         "meta" => o.meta = Some(v),
         "share-net" => o.share_net = true,
+        "inherit-fds" => o.inherit_fds = true,
         "special-files" => o.special_files = true,
         "wait" => o.wait = true,
         "syscalls" => o.syscalls = Some(uint(&v)?),
