@@ -815,6 +815,7 @@ fn worker_bad_options() {
         (&["--parallel", "0"][..], "--parallel 0"),
         (&["--claim-idle", "10ms"][..], "--claim-idle 10ms"),
         (&["--max-deliveries", "0"][..], "--max-deliveries 0"),
+        (&["--read-ahead", "x"][..], "--read-ahead x"),
     ] {
         let mut a = vec!["worker", "--redis", "unix:///nonexistent.sock"];
         a.extend_from_slice(args);
