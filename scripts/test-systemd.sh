@@ -15,6 +15,9 @@
 #      still starting (listening, not answering): capsule says so and runs
 #      without cgroups, within CAPSULE_SYSTEMD_TIMEOUT, and a cgroup-only
 #      limit is an error that explains delegation; never a hang.
+#   6. deploy/systemd/capsule-worker.service as a user unit, with a
+#      redis-server: a run job (memory limit hit, from the unit's delegated
+#      cgroup) and a judge job done, `systemctl stop` exits 0 (issue 27).
 # Run as root after `cargo build --workspace --all-targets`;
 # CAPSULE_TEST_STRICT=1 makes a missing VM a failure.
 set -euo pipefail
@@ -75,6 +78,40 @@ if [ "${1:-}" = --in-vm ]; then
   expect hung-check 0 "=> \`capsule run\` can work here" -- env XDG_RUNTIME_DIR=/tmp/hung "$B/capsule" check
   [ $((SECONDS - t0)) -lt 120 ] || fail "the hung manager took $((SECONDS - t0)) s"
   kill "$hung"
+  echo "== 6. capsule worker as a user service (deploy/systemd), jobs through a real redis-server"
+  # The shipped unit as a user unit (docs/scale-out.md, "systemd"): without
+  # User=/Group=, capsule from the build, Redis on a port of the test's own.
+  redis-server --port 6399 --bind 127.0.0.1 --save '' --appendonly no >/tmp/redis.log 2>&1 &
+  redis=$!
+  rcli() { redis-cli -p 6399 "$@"; }
+  for _ in $(seq 150); do [ "$(rcli ping 2>/dev/null)" = PONG ] && break; sleep 0.2; done
+  units=$XDG_RUNTIME_DIR/systemd/user
+  mkdir -p "$units" || fail "worker: cannot create $units"
+  sed -e '/^User=/d' -e '/^Group=/d' -e "s|/usr/bin/capsule |$B/capsule |" \
+    -e 's|^Environment=CAPSULE_REDIS=.*|Environment=CAPSULE_REDIS=redis://127.0.0.1:6399/0|' \
+    "$repo/deploy/systemd/capsule-worker.service" >"$units/capsule-worker.service" || fail "worker: no unit"
+  before=$fails
+  systemctl --user daemon-reload || fail "worker: systemctl --user daemon-reload"
+  expect worker-start 0 -- systemctl --user start capsule-worker
+  if [ "$fails" = "$before" ]; then
+    rcli XADD capsule:jobs '*' id mem kind run body \
+      '{"argv": ["'"$B"'/capsule-probe", "touch-mib", "200"], "limits": {"memory": "64M", "wall_time": "60s"}}' >/dev/null ||
+      fail "worker: XADD"
+    # One job at a time: the emulated VM is slow enough as it is.
+    for _ in $(seq 300); do [ "$(rcli XLEN capsule:results)" -ge 1 ] && break; sleep 0.5; done
+    body=$(python3 -c 'import json,sys; r=lambda p: open(p).read(); print(json.dumps({"lang": "python3", "source": r(sys.argv[1]),
+      "time": "10s", "tests": [{"name": "1", "input": r(sys.argv[2]), "output": r(sys.argv[3])}]}))' \
+      "$repo/examples/aplusb/solutions/ok.py" "$repo/examples/aplusb/tests/1.in" "$repo/examples/aplusb/tests/1.out")
+    rcli XADD capsule:jobs '*' id judge kind judge body "$body" >/dev/null || fail "worker: XADD"
+    for _ in $(seq 300); do [ "$(rcli XLEN capsule:results)" -ge 2 ] && break; sleep 0.5; done
+    expect worker-results 0 '"status":"memory-limit"' '"accounting":"cgroup"' '"verdict":"OK"' -- redis-cli -p 6399 XRANGE capsule:results - +
+    # SIGTERM to the worker alone (KillMode=mixed): it exits 0.
+    expect worker-stop 0 "Result=success" "ExecMainStatus=0" -- \
+      sh -c "systemctl --user stop capsule-worker; systemctl --user show capsule-worker -p Result -p ExecMainStatus"
+    expect worker-stats 0 '"state": "stopped"' '"done": 2' -- "$B/capsule" worker --redis redis://127.0.0.1:6399/0 --stats
+  fi
+  [ "$fails" = "$before" ] || journalctl --user -u capsule-worker --no-pager 2>&1 | tail -30 | sed 's/^/    journal: /'
+  kill "$redis" || true
   [ "$fails" = 0 ] || { echo "test-systemd.sh: $fails check(s) failed"; exit 1; }
   echo "test-systemd.sh: all passed"
   exit 0

@@ -477,8 +477,14 @@ fn worker_survives_a_redis_restart() {
     }
     wait_results(&r, 8, Duration::from_secs(60));
     r.restart(Duration::from_secs(1));
-    let got = wait_results(&r, n, Duration::from_secs(90));
+    // Every job's result (a job run twice, as at-least-once allows when a
+    // worker's heartbeat waited out the restart, has two).
     let mut c = r.con();
+    let mut got = Vec::new();
+    wait_until("a result for every job", Duration::from_secs(90), || {
+        got = results(&mut c);
+        (0..n).all(|i| got.iter().any(|r| r.id == format!("job-{i}")))
+    });
     for i in 0..n {
         let id = format!("job-{i}");
         let rs: Vec<&Res> = got.iter().filter(|r| r.id == id).collect();
@@ -581,6 +587,52 @@ fn worker_sigterm_finishes_the_running_job() {
     stop(w);
 }
 
+/// While its one slot is busy, a worker reads one job ahead (no more:
+/// the rest stay in the stream for other workers) and keeps it fresh;
+/// on SIGTERM it hands that job back unstarted, and the next worker takes
+/// it at once, as the same delivery.
+#[test]
+fn worker_reads_ahead_one_job_per_slot_and_hands_it_back() {
+    require!("worker_reads_ahead_one_job_per_slot_and_hands_it_back", redis_available());
+    let r = Redis::start();
+    let marks = Scratch::new("marks");
+    let opts = ["--parallel", "1", "--claim-idle", "1s"];
+    let w = worker(&r, "h1", &opts);
+    wait_ready(&r, &["h1"]);
+    let mut c = r.con();
+    let long = add(&mut c, "long", "run", &marked_job(&marks, 4));
+    let quick: Vec<String> =
+        (0..3).map(|i| add(&mut c, &format!("quick-{i}"), "run", &run_job(&["/bin/true"]))).collect();
+    wait_until("the long job started", Duration::from_secs(20), || starts(&marks) == 1);
+    // Past --claim-idle: the job read ahead is held, kept fresh.
+    std::thread::sleep(Duration::from_millis(2500));
+    let p: Vec<(String, String, u64, u64)> =
+        redis::cmd("XPENDING").arg("capsule:jobs").arg("capsule").arg("-").arg("+").arg(10).query(&mut c).unwrap();
+    let held: Vec<&str> = p.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(held, [long.as_str(), quick[0].as_str()], "{p:?}");
+    assert!(p.iter().all(|p| p.1 == "h1" && p.2 < 1000 && p.3 == 1), "not kept fresh: {p:?}");
+    sigterm(&w);
+    let out = w.wait();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    assert!(out.stderr.contains("1 job(s) read ahead handed back"), "{}", out.describe());
+    let got = results(&mut c);
+    assert_eq!(got.iter().map(|r| (r.id.as_str(), r.worker.as_str())).collect::<Vec<_>>(), [("long", "h1")]);
+    // The next worker claims the handed-back job at once, as delivery 1,
+    // and reads the others.
+    let t0 = Instant::now();
+    let w2 = worker(&r, "h2", &["--parallel", "1", "--claim-idle", "30s"]);
+    let got = wait_results(&r, 4, Duration::from_secs(20));
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    for (i, e) in quick.iter().enumerate() {
+        let res = got.iter().find(|r| &r.entry == e).unwrap_or_else(|| panic!("no result for quick-{i}: {got:?}"));
+        assert_eq!((res.worker.as_str(), res.delivery, &res.result["status"]), ("h2", 1, &json!("exited")), "{res:?}");
+    }
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(pending(&mut c).is_empty());
+    assert_eq!(starts(&marks), 1);
+    stop(w2);
+}
+
 /// A worker stopped (SIGSTOP) while it waits in XREADGROUP, a job
 /// delivered to it meanwhile, then continued: its socket read fails with
 /// EINTR (a read with a timeout is not restarted after a stop), and the
@@ -613,12 +665,157 @@ fn worker_recovers_a_delivery_whose_reply_was_lost() {
     assert!(out.stderr.contains("Interrupted system call"), "the read was not interrupted: {}", out.describe());
 }
 
+/// A testlib-style checker in C++ (`checker input output answer`; exit
+/// 0 accepts, 1 rejects, with a message).
+const CPP_CHECKER: &str = r#"#include <fstream>
+#include <iostream>
+int main(int argc, char **argv) {
+    if (argc != 4) return 3;
+    std::ifstream in(argv[1]), out(argv[2]), ans(argv[3]);
+    long long a, b, got, want;
+    if (!(in >> a >> b) || !(ans >> want)) return 3;
+    if (!(out >> got)) { std::cout << "wrong answer: no number" << std::endl; return 1; }
+    if (got != want || got != a + b) { std::cout << "wrong answer: expected " << want << ", got " << got << std::endl; return 1; }
+    std::cout << "ok " << got << std::endl;
+    return 0;
+}
+"#;
+
+/// The same in C.
+const C_CHECKER: &str = r#"#include <stdio.h>
+int main(int argc, char **argv) {
+    if (argc != 4) return 3;
+    FILE *in = fopen(argv[1], "r"), *out = fopen(argv[2], "r"), *ans = fopen(argv[3], "r");
+    long long a, b, got, want;
+    if (!in || !out || !ans || fscanf(in, "%lld %lld", &a, &b) != 2 || fscanf(ans, "%lld", &want) != 1) return 3;
+    if (fscanf(out, "%lld", &got) != 1 || got != want) { puts("wrong answer"); return 1; }
+    return 0;
+}
+"#;
+
+/// An interactor in C++: gives the solution the test's two numbers and
+/// checks the sum it answers.
+const CPP_INTERACTOR: &str = r#"#include <cstdio>
+#include <fstream>
+int main(int argc, char **argv) {
+    std::ifstream in(argv[1]);
+    long long a, b, s;
+    if (!(in >> a >> b)) return 3;
+    std::printf("%lld %lld\n", a, b);
+    std::fflush(stdout);
+    if (std::scanf("%lld", &s) != 1) { std::fprintf(stderr, "no answer\n"); return 1; }
+    if (s != a + b) { std::fprintf(stderr, "wrong: expected %lld, got %lld\n", a + b, s); return 1; }
+    return 0;
+}
+"#;
+
+fn gpp_available() -> Result<(), String> {
+    let out = as_user(&["sh", "-c", "command -v g++"]).output().expect("run sh");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err("g++ is not installed (the checker and interactor are in C++)".into())
+    }
+}
+
+/// Judge jobs whose checker or interactor is C++ source: compiled in the
+/// sandbox and used, with the verdicts (and the checker's messages)
+/// `capsule judge` gives for the same files with the compiled checker; a
+/// checker that does not compile is an error result naming it.
+#[test]
+fn worker_judge_jobs_with_compiled_checker_and_interactor() {
+    require!("worker_judge_jobs_with_compiled_checker_and_interactor", redis_available());
+    require!("worker_judge_jobs_with_compiled_checker_and_interactor", gcc_available());
+    require!("worker_judge_jobs_with_compiled_checker_and_interactor", gpp_available());
+    let r = Redis::start();
+    let w = worker(&r, "c1", &["--parallel", "2", "--claim-idle", "10s"]);
+    wait_ready(&r, &["c1"]);
+    let mut c = r.con();
+    let right = "printf(\"%lld\\n\", a + b); return 0;";
+    let wrong = "printf(\"%lld\\n\", a + b + 1); return 0;";
+    let checker = json!({"checker": {"program": CPP_CHECKER}});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("chk-ok", judge_c(right, checker.clone()), "OK"),
+        ("chk-wa", judge_c(wrong, checker.clone()), "WA"),
+        ("chk-c", judge_c(right, json!({"checker": {"program": C_CHECKER, "lang": "c"}})), "OK"),
+        ("int-ok", judge_c(right, json!({"interactor": CPP_INTERACTOR})), "OK"),
+        ("int-wa", judge_c(wrong, json!({"interactor": CPP_INTERACTOR})), "WA"),
+        ("chk-bad", judge_c(right, json!({"checker": {"program": "int main() { this is not C++; }"}})), "error"),
+    ];
+    for (id, body, _) in &cases {
+        add(&mut c, id, "judge", body);
+    }
+    let got = wait_results(&r, cases.len(), Duration::from_secs(180));
+    let by_id = |id: &str| got.iter().find(|r| r.id == id).unwrap_or_else(|| panic!("no result for {id}: {got:?}"));
+    for (id, _, want) in &cases {
+        let res = &by_id(id).result;
+        if *want == "error" {
+            assert_eq!(res["verdict"], Value::Null, "{id}: {res}");
+            let e = res["error"].as_str().unwrap_or_else(|| panic!("{id}: no error: {res}"));
+            assert!(e.contains("the checker does not compile"), "{id}: {e}");
+            assert!(e.contains("error:"), "{id}: the compiler's messages are missing: {e}");
+        } else {
+            assert_eq!(res["verdict"], *want, "{id}: {res}");
+            assert_eq!(res["tests"].as_array().map(Vec::len), Some(2), "{id}: {res}");
+        }
+    }
+    // The checker's and the interactor's messages reach the report.
+    let wa = &by_id("chk-wa").result["tests"][0];
+    assert_eq!(wa["detail"], "wrong answer: expected 3, got 4", "{wa}");
+    let wa = &by_id("int-wa").result["tests"][0];
+    assert!(wa["detail"].as_str().unwrap_or_default().contains("wrong: expected 3, got 4"), "{wa}");
+    assert_eq!(by_id("int-ok").result["tests"][0]["interactor"]["exit_code"], 0);
+    assert!(pending(&mut c).is_empty());
+    let out = stop(w);
+    assert!(out.stderr.contains("job `chk-bad`"), "{}", out.describe());
+
+    // `capsule judge` on the same files, with the checker compiled outside:
+    // the same verdicts and messages, test by test.
+    let files = Scratch::new("judge-checker");
+    files.write("checker.cpp", CPP_CHECKER.as_bytes());
+    let chk = files.join("checker").display().to_string();
+    let cc = as_user(&["g++", "-O2", "-o", &chk, &files.join("checker.cpp").display().to_string()]).output().unwrap();
+    assert!(cc.status.success(), "g++: {}", String::from_utf8_lossy(&cc.stderr));
+    files.mkdir("tests");
+    for t in cases[0].1["tests"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        files.write(&format!("tests/{name}.in"), t["input"].as_str().unwrap().as_bytes());
+        files.write(&format!("tests/{name}.out"), t["output"].as_str().unwrap().as_bytes());
+    }
+    for id in ["chk-ok", "chk-wa"] {
+        let body = &cases.iter().find(|c| c.0 == id).unwrap().1;
+        let src = files.write(&format!("{id}.c"), body["source"].as_str().unwrap().as_bytes());
+        let json_path = files.join(&format!("{id}.json")).display().to_string();
+        let tests = files.join("tests").display().to_string();
+        let out = capsule(&[
+            "judge",
+            "--lang",
+            "c",
+            &src.display().to_string(),
+            "--tests",
+            &tests,
+            "--checker",
+            &chk,
+            "--json",
+            &json_path,
+        ])
+        .run();
+        let direct: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        let queued = &by_id(id).result;
+        assert_eq!(direct["verdict"], queued["verdict"], "{id}: {}", out.describe());
+        for (d, q) in direct["tests"].as_array().unwrap().iter().zip(queued["tests"].as_array().unwrap()) {
+            assert_eq!((&d["name"], &d["verdict"], &d["detail"]), (&q["name"], &q["verdict"], &q["detail"]), "{id}");
+        }
+    }
+}
+
 #[test]
 fn worker_bad_options() {
     for (args, want) in [
         (&["--parallel", "0"][..], "--parallel 0"),
         (&["--claim-idle", "10ms"][..], "--claim-idle 10ms"),
         (&["--max-deliveries", "0"][..], "--max-deliveries 0"),
+        (&["--read-ahead", "x"][..], "--read-ahead x"),
     ] {
         let mut a = vec!["worker", "--redis", "unix:///nonexistent.sock"];
         a.extend_from_slice(args);
@@ -635,7 +832,9 @@ fn worker_bad_options() {
 /// same work without the queue: 1,000 `/bin/true` run jobs against
 /// `capsule serve --parallel 2`, and 100 a+b judge jobs (C,
 /// examples/aplusb, 10 tests each) against `capsule judge`, 2 at a time;
-/// rounds interleaved, their order rotated. Prints a table for
+/// and the run jobs through 2 workers with `--read-ahead 0` (reading only
+/// for a free slot, as before read-ahead); rounds interleaved, their
+/// order rotated. Prints a table for
 /// docs/benchmarks.md. BENCH_ROUNDS (default 3) rounds.
 #[test]
 #[ignore]
@@ -646,8 +845,22 @@ fn bench_worker_vs_serve() {
     let r = Redis::start();
     let opts = ["--parallel", "1", "--claim-idle", "30s"];
     let long = Duration::from_secs(3600);
-    let workers = [worker_for(&r, "b1", &opts, long), worker_for(&r, "b2", &opts, long)];
+    // And 2 that read only for a free slot (as before read-ahead), on a
+    // stream of their own.
+    let opts0 = [&opts[..], &["--read-ahead", "0", "--stream", "jobs0", "--results", "results0"]].concat();
+    let workers = [
+        worker_for(&r, "b1", &opts, long),
+        worker_for(&r, "b2", &opts, long),
+        worker_for(&r, "o1", &opts0, long),
+        worker_for(&r, "o2", &opts0, long),
+    ];
     wait_ready(&r, &["b1", "b2"]);
+    let mut c0 = r.con();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c0.hlen::<_, usize>("jobs0:stats:capsule").unwrap() < 2 {
+        assert!(Instant::now() < deadline, "the --read-ahead 0 workers are not ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut serve = capsule(&["serve", "--parallel", "2"])
         .stdio(Stdio::piped(), Stdio::piped(), Stdio::piped())
         .timeout(Duration::from_secs(3600))
@@ -672,26 +885,18 @@ fn bench_worker_vs_serve() {
     let mut seq = 0usize;
 
     // Time from the first job added to the last result.
-    let mut through_workers = |kind: &str, body: &str, n: usize| -> f64 {
-        let base: usize = c.xlen("capsule:results").unwrap();
+    let mut through_workers = |stream: &str, kind: &str, body: &str, n: usize| -> f64 {
+        let results = if stream == "jobs0" { "results0" } else { "capsule:results" };
+        let base: usize = c.xlen(results).unwrap();
         let t0 = Instant::now();
         let mut p = redis::pipe();
         for _ in 0..n {
             seq += 1;
-            p.cmd("XADD")
-                .arg("capsule:jobs")
-                .arg("*")
-                .arg("id")
-                .arg(seq)
-                .arg("kind")
-                .arg(kind)
-                .arg("body")
-                .arg(body)
-                .ignore();
+            p.cmd("XADD").arg(stream).arg("*").arg("id").arg(seq).arg("kind").arg(kind).arg("body").arg(body).ignore();
         }
         p.query::<()>(&mut c).unwrap();
         loop {
-            let have: usize = c.xlen("capsule:results").unwrap();
+            let have: usize = c.xlen(results).unwrap();
             if have >= base + n {
                 break;
             }
@@ -731,17 +936,24 @@ fn bench_worker_vs_serve() {
         n as f64 / t0.elapsed().as_secs_f64()
     };
 
-    let names = ["run: 2 workers", "run: capsule serve --parallel 2", "judge: 2 workers", "judge: capsule judge x2"];
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 4];
+    let names = [
+        "run: 2 workers",
+        "run: capsule serve --parallel 2",
+        "judge: 2 workers",
+        "judge: capsule judge x2",
+        "run: 2 workers --read-ahead 0",
+    ];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let run_body = json!({"argv": ["/bin/true"]}).to_string();
     for round in 0..rounds {
-        for k in 0..4 {
-            let which = (k + round) % 4;
+        for k in 0..names.len() {
+            let which = (k + round) % names.len();
             let rate = match which {
-                0 => through_workers("run", &run_body, nrun),
+                0 => through_workers("capsule:jobs", "run", &run_body, nrun),
                 1 => through_serve(nrun),
-                2 => through_workers("judge", &judge_body, njudge),
-                _ => direct_judge(njudge),
+                2 => through_workers("capsule:jobs", "judge", &judge_body, njudge),
+                3 => direct_judge(njudge),
+                _ => through_workers("jobs0", "run", &run_body, nrun),
             };
             eprintln!("round {round}: {}: {rate:.1} jobs/s", names[which]);
             rates[which].push(rate);
@@ -768,6 +980,8 @@ fn bench_worker_vs_serve() {
     };
     println!("workers / serve (run), median of per-round ratios: {}", ratio(0, 1));
     println!("workers / capsule judge (judge), median of per-round ratios: {}", ratio(2, 3));
+    println!("workers --read-ahead 0 / serve (run), median of per-round ratios: {}", ratio(4, 1));
+    println!("workers / workers --read-ahead 0 (run), median of per-round ratios: {}", ratio(0, 4));
     drop(serve_in);
     serve.wait();
     for w in workers {

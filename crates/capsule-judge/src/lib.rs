@@ -360,9 +360,17 @@ pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>))
 /// Compiles the source in the box; Ok(false) for a compilation error,
 /// whose message is in the report.
 fn compile(sandbox: &Sandbox, lang: &Lang, work: &WorkDir, cgroups: bool, report: &mut Report) -> Result<bool, String> {
-    let Some(mut spec) = lang.compile_spec(&work.boxed(), cgroups) else {
-        report.compiled = Some(true);
-        return Ok(true);
+    let (ok, text) = compile_box(sandbox, lang, &work.boxed(), cgroups)?;
+    report.compile_output = text;
+    report.compiled = Some(ok);
+    Ok(ok)
+}
+
+/// Compiles `box_dir/<source name>` with the preset's compile spec: whether
+/// it compiled, and the compiler's messages (with why it failed).
+fn compile_box(sandbox: &Sandbox, lang: &Lang, box_dir: &Path, cgroups: bool) -> Result<(bool, String), String> {
+    let Some(mut spec) = lang.compile_spec(box_dir, cgroups) else {
+        return Ok((true, String::new()));
     };
     spec.stdout = Some(Stdio::Capture(Capture { capture: COMPILE_CAPTURE }));
     spec.stderr = Some(Stdio::Capture(Capture { capture: COMPILE_CAPTURE }));
@@ -394,9 +402,48 @@ fn compile(sandbox: &Sandbox, lang: &Lang, work: &WorkDir, cgroups: bool, report
         }
         text.push_str(&format!("({why})\n"));
     }
-    report.compile_output = text;
-    report.compiled = Some(why.is_none());
-    Ok(why.is_none())
+    Ok((why.is_none(), text))
+}
+
+/// The languages a checker's or interactor's source may be in: those
+/// whose compiled program runs alone, as a checker program is run.
+pub const HELPER_LANGS: [&str; 2] = ["c", "cpp"];
+
+/// Compiles the source of a checker or interactor (`what`, for messages)
+/// in the sandbox, as a solution is compiled (the `lang` preset's compile
+/// step: its seccomp policy and limits), in `dir` (a new directory of the
+/// caller's, which keeps the source and the program). Returns the
+/// program's path, absolute, to be given as [`Checker::Program`] or
+/// [`Options::interactor`]. A compilation error is an Err naming `what`
+/// with the compiler's messages: a judge error, never a verdict.
+pub fn compile_helper(what: &str, lang: &str, source: &Path, dir: &Path) -> Result<PathBuf, String> {
+    let named = presets::get(lang).map_err(|e| format!("the {what}'s language: {e}"))?.name();
+    if !HELPER_LANGS.contains(&named) {
+        return Err(format!(
+            "the {what}'s language `{lang}`: a {what} is compiled from C or C++ ({}); give a program in another language as a script starting with #!",
+            HELPER_LANGS.join(", ")
+        ));
+    }
+    let lang = Lang::find(named).map_err(|e| format!("the {what}: {e}"))?;
+    let dir = std::fs::canonicalize(dir)
+        .map_err(|e| format!("the {what}'s directory `{}`: {}", dir.display(), io_reason(&e)))?;
+    let src = dir.join(lang.source_name());
+    std::fs::copy(source, &src).map_err(|e| {
+        format!("cannot copy the {what}'s source `{}` to `{}`: {}", source.display(), src.display(), io_reason(&e))
+    })?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_reason(&e)))?;
+    let sandbox = Sandbox::start(Config { parallel: 1, capsule_bin: Some(exe), ..Default::default() })
+        .map_err(|e| format!("cannot start the sandbox: {e}"))?;
+    let (ok, text) =
+        compile_box(&sandbox, &lang, &dir, sandbox.has_cgroups()).map_err(|e| format!("the {what}: {e}"))?;
+    if !ok {
+        return Err(format!("the {what} does not compile ({}):\n{}", lang.version(), text.trim_end()));
+    }
+    // The preset leaves `solution` in the box; named after its role.
+    let prog = dir.join(what);
+    std::fs::rename(dir.join("solution"), &prog)
+        .map_err(|e| format!("the {what}'s compiled program in `{}`: {}", dir.display(), io_reason(&e)))?;
+    Ok(prog)
 }
 
 /// Judges every test, `--parallel` at once, telling `on` the results in

@@ -110,9 +110,10 @@ pub struct JudgeBody {
     pub memory: Option<Amount>,
     #[serde(default)]
     pub output_limit: Option<Amount>,
-    /// An interactor program's text (a script starting with `#!`).
+    /// An interactor program: its text (a script starting with `#!`, or
+    /// C++ source), or `{"program": TEXT, "lang": "c"}`.
     #[serde(default)]
-    pub interactor: Option<String>,
+    pub interactor: Option<ProgramBody>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,12 +125,67 @@ pub struct TestBody {
     pub output: Option<String>,
 }
 
-/// `"exact"`, `"tokens"`, `"float:EPS"`, or `{"program": "#!..."}`.
+/// `"exact"`, `"tokens"`, `"float:EPS"`, or a program
+/// (`{"program": TEXT}`, `{"program": TEXT, "lang": "c"}`).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum CheckerBody {
     Builtin(String),
-    Program { program: String },
+    Program(ProgramFields),
+}
+
+/// A checker's or interactor's program: a script's text (`#!` and its
+/// interpreter), or C or C++ source (`lang`, C++ by default) compiled in
+/// the sandbox as the solution is.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramFields {
+    pub program: String,
+    #[serde(default)]
+    pub lang: Option<String>,
+}
+
+/// An interactor: its text alone, or the fields of a checker program.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ProgramBody {
+    Text(String),
+    Program(ProgramFields),
+}
+
+/// A checker's or interactor's program, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Helper {
+    /// Written with mode 0700 and executed by the kernel.
+    Script(String),
+    /// Compiled by crates/capsule-judge ([`capsule_judge::compile_helper`]).
+    Source { lang: String, text: String },
+}
+
+impl Helper {
+    fn check(what: &str, program: &str, lang: Option<&str>) -> Result<Helper, String> {
+        if program.trim().is_empty() {
+            return Err(format!("{what}: the program's text is empty"));
+        }
+        if program.starts_with("#!") {
+            if let Some(l) = lang {
+                return Err(format!(
+                    "{what}: lang `{}` is for a program's source; a script (#!) names its interpreter",
+                    l.escape_debug()
+                ));
+            }
+            return Ok(Helper::Script(program.to_string()));
+        }
+        let lang = lang.unwrap_or("cpp");
+        let named = capsule_judge::presets::get(lang).map(|p| p.name()).unwrap_or_default();
+        if !capsule_judge::HELPER_LANGS.contains(&named) {
+            return Err(format!(
+                "{what}: lang `{}`: a program's source is C or C++ (lang c or cpp); a program in another language is a script starting with #! and its interpreter",
+                lang.escape_debug()
+            ));
+        }
+        Ok(Helper::Source { lang: named.to_string(), text: program.to_string() })
+    }
 }
 
 /// A limit: a string with a unit (`"1s"`, `"256M"`) or a number
@@ -146,7 +202,9 @@ pub enum Amount {
 #[derive(Debug)]
 pub struct JudgeJob {
     body: JudgeBody,
-    checker: Option<Checker>,
+    /// A built-in checker, or the checker program.
+    checker: Result<Checker, Helper>,
+    interactor: Option<Helper>,
     time: Duration,
     memory: u64,
     output_limit: u64,
@@ -180,28 +238,27 @@ fn judge_job(body: Value) -> Result<JudgeJob, String> {
         return Err("output_limit 0: must be at least 1 byte".into());
     }
     let checker = match &body.checker {
-        None => Some(Checker::Exact),
+        None => Ok(Checker::Exact),
         Some(CheckerBody::Builtin(s)) => match s.as_str() {
-            "exact" | "tokens" => Some(Checker::parse(s)?),
-            s if s.starts_with("float") => Some(Checker::parse(s).map_err(|e| format!("checker: {e}"))?),
+            "exact" | "tokens" => Ok(Checker::parse(s)?),
+            s if s.starts_with("float") => Ok(Checker::parse(s).map_err(|e| format!("checker: {e}"))?),
             s => {
                 return Err(format!(
-                    "checker `{}`: not exact, tokens or float:EPS; a checker program is given as {{\"program\": \"#!...\"}}",
+                    "checker `{}`: not exact, tokens or float:EPS; a checker program is given as {{\"program\": \"TEXT\"}} (a script starting with #!, or C++ source)",
                     s.escape_debug()
                 ))
             }
         },
-        Some(CheckerBody::Program { program }) => {
-            script("checker", program)?;
-            None
-        }
+        Some(CheckerBody::Program(p)) => Err(Helper::check("checker", &p.program, p.lang.as_deref())?),
     };
     if body.interactor.is_some() && body.checker.is_some() {
         return Err("checker and interactor: an interactor judges the solution itself; give one of them".into());
     }
-    if let Some(i) = &body.interactor {
-        script("interactor", i)?;
-    }
+    let interactor = match &body.interactor {
+        None => None,
+        Some(ProgramBody::Text(t)) => Some(Helper::check("interactor", t, None)?),
+        Some(ProgramBody::Program(p)) => Some(Helper::check("interactor", &p.program, p.lang.as_deref())?),
+    };
     if body.tests.is_empty() {
         return Err("tests: a judge job needs at least one test".into());
     }
@@ -224,17 +281,7 @@ fn judge_job(body: Value) -> Result<JudgeJob, String> {
             return Err(format!("tests[{i}] (`{}`): no `output` (only an interactive problem may omit it)", t.name));
         }
     }
-    Ok(JudgeJob { body, checker, time, memory, output_limit })
-}
-
-/// A checker's or interactor's text must be a script the kernel can
-/// start (`#!` and an interpreter).
-fn script(what: &str, text: &str) -> Result<(), String> {
-    if text.starts_with("#!") {
-        Ok(())
-    } else {
-        Err(format!("{what}: the program's text must start with `#!` and its interpreter (e.g. #!/usr/bin/python3)"))
-    }
+    Ok(JudgeJob { body, checker, interactor, time, memory, output_limit })
 }
 
 /// The worker's supervisor for `run` jobs, started anew if it dies.
@@ -363,6 +410,12 @@ fn judge(j: &JudgeJob) -> Outcome {
         Ok(o) => o,
         Err(e) => return Outcome::error(e),
     };
+    // A judge error before the judgement: shaped as `capsule judge --json`'s.
+    let mut opts = opts;
+    if let Err(e) = programs(j, &dir, &mut opts) {
+        let result = Report::default().json(Some(&e), Some(&opts));
+        return Outcome { result, status: "error".into(), failed: true };
+    }
     let mut report = Report::default();
     let outcome = capsule_judge::judge(&opts, &mut report, &mut |_| {});
     let result = report.json(outcome.as_ref().err().map(String::as_str), Some(&opts));
@@ -383,37 +436,45 @@ fn files(j: &JudgeJob, dir: &JobDir) -> Result<Options, String> {
             write(&tests.join(format!("{}.out", t.name)), out, 0o600)?;
         }
     }
-    // Programs in a directory of their own: the judge shows a checker's or
-    // interactor's directory to it.
-    let bin = dir.mkdir("bin")?;
-    let checker = match (&j.checker, &b.checker) {
-        (Some(c), _) => c.clone(),
-        (None, Some(CheckerBody::Program { program })) => {
-            let p = bin.join("checker");
-            write(&p, program, 0o700)?;
-            Checker::Program(p)
-        }
-        (None, _) => unreachable!("a checker is built in or a program"),
-    };
-    let interactor = match &b.interactor {
-        Some(text) => {
-            let p = bin.join("interactor");
-            write(&p, text, 0o700)?;
-            Some(p)
-        }
-        None => None,
-    };
     Ok(Options {
         lang: b.lang.clone(),
         source,
         tests,
-        checker,
+        checker: j.checker.clone().unwrap_or(Checker::Exact),
         time: j.time,
         memory: j.memory,
         output_limit: j.output_limit,
-        interactor,
+        interactor: None,
         parallel: 1,
     })
+}
+
+/// Writes the checker and interactor programs, each in a directory of its
+/// own (the judge shows a program's directory to it), compiling sources
+/// as `capsule judge` compiles a solution, and names them in `opts`.
+fn programs(j: &JudgeJob, dir: &JobDir, opts: &mut Options) -> Result<(), String> {
+    let program = |what: &str, h: &Helper| -> Result<PathBuf, String> {
+        let d = dir.mkdir(what)?;
+        match h {
+            Helper::Script(text) => {
+                let p = d.join(what);
+                write(&p, text, 0o700)?;
+                Ok(p)
+            }
+            Helper::Source { lang, text } => {
+                let src = dir.0.join(format!("{what}.src"));
+                write(&src, text, 0o600)?;
+                capsule_judge::compile_helper(what, lang, &src, &d)
+            }
+        }
+    };
+    if let Err(h) = &j.checker {
+        opts.checker = Checker::Program(program("checker", h)?);
+    }
+    if let Some(h) = &j.interactor {
+        opts.interactor = Some(program("interactor", h)?);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -454,6 +515,31 @@ mod tests {
         error(&[("id", "a"), ("kind", "judge"), ("body", body)])
     }
 
+    fn judge_ok(body: &str) -> JudgeJob {
+        match parse(&fields(&[("id", "a"), ("kind", "judge"), ("body", body)])).work {
+            Ok(Work::Judge(j)) => *j,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn checker_and_interactor_programs_are_scripts_or_sources() {
+        let t = r#""lang": "c", "source": "", "tests": [{"name": "1", "input": "", "output": ""}]"#;
+        let j = judge_ok(&format!(r#"{{{t}, "checker": {{"program": "int main() {{}}"}}}}"#));
+        assert_eq!(j.checker, Err(Helper::Source { lang: "cpp".into(), text: "int main() {}".into() }));
+        let j = judge_ok(&format!(r#"{{{t}, "checker": {{"program": "int main() {{}}", "lang": "C"}}}}"#));
+        assert_eq!(j.checker, Err(Helper::Source { lang: "c".into(), text: "int main() {}".into() }));
+        let j = judge_ok(&format!(r##"{{{t}, "checker": {{"program": "#!/bin/sh\nexit 0"}}}}"##));
+        assert_eq!(j.checker, Err(Helper::Script("#!/bin/sh\nexit 0".into())));
+        let j = judge_ok(&format!(r#"{{{t}, "interactor": "int main() {{}}"}}"#));
+        assert_eq!(j.interactor, Some(Helper::Source { lang: "cpp".into(), text: "int main() {}".into() }));
+        let j = judge_ok(&format!(r#"{{{t}, "interactor": {{"program": "int main() {{}}", "lang": "c++"}}}}"#));
+        assert_eq!(j.interactor, Some(Helper::Source { lang: "cpp".into(), text: "int main() {}".into() }));
+        let j = judge_ok(&format!(r##"{{{t}, "interactor": "#!/bin/sh"}}"##));
+        assert_eq!(j.interactor, Some(Helper::Script("#!/bin/sh".into())));
+        assert_eq!(j.checker, Ok(Checker::Exact));
+    }
+
     #[test]
     fn judge_jobs_are_checked_as_capsule_judge_checks() {
         let ok = r#"{"lang": "c", "source": "int main(){}", "tests": [{"name": "1", "input": "", "output": ""}], "time": "2s", "memory": 67108864, "checker": "float:1e-6"}"#;
@@ -462,7 +548,7 @@ mod tests {
                 assert_eq!(j.time, Duration::from_secs(2));
                 assert_eq!(j.memory, 64 << 20);
                 assert_eq!(j.output_limit, 64 << 20);
-                assert!(matches!(j.checker, Some(Checker::Float(_))));
+                assert!(matches!(j.checker, Ok(Checker::Float(_))));
             }
             other => panic!("{other:?}"),
         }
@@ -470,7 +556,18 @@ mod tests {
         assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "time": "0s"}}"#)).contains("time"));
         assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "memory": "1M"}}"#)).contains("at least 4M"));
         assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "checker": "./x"}}"#)).contains("program"));
-        assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "interactor": "int main"}}"#)).contains("#!"));
+        let e = judge_error(&format!(
+            r#"{{"lang": "c", "source": "", {t}, "interactor": {{"program": "x", "lang": "java"}}}}"#
+        ));
+        assert!(e.contains("interactor: lang `java`") && e.contains("#!"), "{e}");
+        let e = judge_error(&format!(
+            r##"{{"lang": "c", "source": "", {t}, "checker": {{"program": "#!/bin/sh", "lang": "c"}}}}"##
+        ));
+        assert!(e.contains("checker: lang `c` is for a program's source"), "{e}");
+        assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "interactor": " "}}"#)).contains("empty"));
+        let e =
+            judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "checker": {{"program": "x", "cflags": 1}}}}"#));
+        assert!(e.contains("checker"), "{e}");
         assert!(judge_error(r#"{"lang": "c", "source": "", "tests": []}"#).contains("at least one test"));
         assert!(judge_error(r#"{"lang": "c", "source": "", "tests": [{"name": "../x", "input": "", "output": ""}]}"#)
             .contains("tests[0].name"));

@@ -5,16 +5,19 @@
 //! Delivery is at least once: a running job's entry is kept fresh by a
 //! heartbeat, jobs idle longer than `--claim-idle` (their worker died) are
 //! claimed by live workers, and a job delivered `--max-deliveries` times
-//! goes to the dead-letter stream. SIGTERM or SIGINT stop reading, finish
-//! the running jobs, post and acknowledge them, and exit 0; a second one
-//! exits at once (the unacknowledged jobs are delivered again elsewhere).
+//! goes to the dead-letter stream. While every slot is busy, up to
+//! `--read-ahead` jobs are read ahead from a backlog and held (kept fresh
+//! by the heartbeat) for the next free slot. SIGTERM or SIGINT stop
+//! reading, hand back the jobs read ahead, finish the running jobs, post
+//! and acknowledge them, and exit 0; a second one exits at once (the
+//! unacknowledged jobs are delivered again elsewhere).
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -33,14 +36,19 @@ const AFTER: &str = "\
 Jobs are stream entries: XADD capsule:jobs * id ID kind run|judge body JSON
   run:   body is a `capsule serve` run spec (docs/protocol.md)
   judge: body is {\"lang\", \"source\", \"tests\": [{\"name\", \"input\", \"output\"}], \"checker\",
-         \"time\", \"memory\", \"output_limit\", \"interactor\"}, judged as `capsule judge` does
+         \"time\", \"memory\", \"output_limit\", \"interactor\"}, judged as `capsule judge` does;
+         a checker ({\"program\": TEXT}) or interactor (TEXT) is a script (#!) or C++ source
+         ({\"program\": TEXT, \"lang\": \"c\"} for C), compiled in the sandbox as a solution is
 Results: XADD capsule:results * id ID entry ENTRY worker NAME delivery N result JSON, then
 XACK of the job (in one transaction). Delivery is at least once: deduplicate by id.
 A running job is kept from other workers by a heartbeat; a job idle longer than
 --claim-idle (its worker died) is claimed by a live worker; one delivered
 --max-deliveries times goes to the dead-letter stream with its history.
-SIGTERM/SIGINT: stop reading, finish and acknowledge the running jobs, exit 0 (a second
-one exits at once). Redis going away is retried with backoff. docs/scale-out.md";
+While all slots are busy, up to --read-ahead jobs already waiting in the stream are
+read and held for the next free slot (none is taken from an idle worker).
+SIGTERM/SIGINT: stop reading, hand back the jobs read ahead, finish and acknowledge the
+running jobs, exit 0 (a second one exits at once). Redis going away is retried with
+backoff. docs/scale-out.md";
 
 fn opt(id: &'static str, name: &'static str, help: &'static str) -> Arg {
     Arg::new(id).long(id).value_name(name).action(ArgAction::Set).help(help)
@@ -57,6 +65,11 @@ pub fn command() -> Command {
         .arg(opt("results", "KEY", "The stream results are added to").default_value("capsule:results"))
         .arg(opt("dead", "KEY", "The dead-letter stream").default_value("capsule:dead"))
         .arg(opt("parallel", "N", "Jobs at once (the supervisor's slots)").default_value("1"))
+        .arg(opt(
+            "read-ahead",
+            "N",
+            "Jobs read ahead of the busy slots, held for the next free one (default: --parallel; 0: read only for a free slot)",
+        ))
         .arg(
             opt("max-deliveries", "N", "Dead-letter a job after this many deliveries without a result")
                 .default_value("3"),
@@ -74,6 +87,7 @@ struct Opts {
     url: String,
     names: Names,
     parallel: usize,
+    read_ahead: usize,
     max_deliveries: u64,
     claim_idle: Duration,
 }
@@ -89,6 +103,12 @@ fn opts(m: &ArgMatches) -> Result<Opts> {
         get("parallel").parse::<usize>().ok().filter(|n| (1..=MAX_PARALLEL).contains(n)).ok_or_else(|| {
             anyhow!("--parallel {}: not a number of jobs between 1 and {MAX_PARALLEL}", get("parallel"))
         })?;
+    let read_ahead = match m.get_one::<String>("read-ahead") {
+        None => parallel,
+        Some(v) => v.parse::<usize>().ok().filter(|n| *n <= MAX_PARALLEL).ok_or_else(|| {
+            anyhow!("--read-ahead {}: not a number of jobs between 0 and {MAX_PARALLEL}", v.escape_debug())
+        })?,
+    };
     let max_deliveries = get("max-deliveries")
         .parse::<u64>()
         .ok()
@@ -116,6 +136,7 @@ fn opts(m: &ArgMatches) -> Result<Opts> {
             dead: get("dead"),
         },
         parallel,
+        read_ahead,
         max_deliveries,
         claim_idle,
     })
@@ -133,10 +154,17 @@ struct Stats {
 /// What the threads share.
 struct Shared {
     names: Names,
-    /// The entries dispatched and not yet acknowledged (for the heartbeat).
+    /// The entries held (read ahead or running) and not yet acknowledged
+    /// or handed back (for the heartbeat).
     running: Mutex<BTreeSet<String>>,
     /// Signalled when a job is acknowledged.
     freed: Condvar,
+    /// The jobs read and not yet started, and their signal; `closed`: no
+    /// more will come.
+    queue: Mutex<(VecDeque<Delivery>, bool)>,
+    ready: Condvar,
+    /// Jobs being carried out.
+    active: AtomicUsize,
     stats: Mutex<Stats>,
     stopping: AtomicBool,
     started_ms: u64,
@@ -147,11 +175,13 @@ struct Shared {
 impl Shared {
     fn stats_json(&self) -> serde_json::Value {
         let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let held = self.running.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let running = self.active.load(Ordering::Relaxed).min(held);
         json!({
-            "state": if self.stopping.load(Ordering::Relaxed) { if running == 0 { "stopped" } else { "stopping" } } else { "running" },
+            "state": if self.stopping.load(Ordering::Relaxed) { if held == 0 { "stopped" } else { "stopping" } } else { "running" },
             "done": s.done,
             "running": running,
+            "read_ahead": held - running,
             "failed": s.failed,
             "dead": s.dead,
             "statuses": s.statuses,
@@ -190,6 +220,9 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
         names: o.names.clone(),
         running: Mutex::new(BTreeSet::new()),
         freed: Condvar::new(),
+        queue: Mutex::new((VecDeque::new(), false)),
+        ready: Condvar::new(),
+        active: AtomicUsize::new(0),
         stats: Mutex::new(Stats::default()),
         stopping: AtomicBool::new(false),
         started_ms: queue::now_ms(),
@@ -197,19 +230,18 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
         parallel: o.parallel,
     });
     eprintln!(
-        "capsule worker: `{}` in group `{}` of `{}`, {} at once",
+        "capsule worker: `{}` in group `{}` of `{}`, {} at once, {} read ahead",
         o.names.consumer.escape_debug(),
         o.names.group.escape_debug(),
         o.names.stream.escape_debug(),
-        o.parallel
+        o.parallel,
+        o.read_ahead
     );
 
-    let (tx, rx) = mpsc::channel::<Delivery>();
-    let rx = Arc::new(Mutex::new(rx));
     let mut threads = Vec::new();
     for _ in 0..o.parallel {
-        let (rx, shared, sup, client) = (rx.clone(), shared.clone(), sup.clone(), client.clone());
-        threads.push(std::thread::spawn(move || job_thread(&rx, &shared, &sup, client)));
+        let (shared, sup, client) = (shared.clone(), sup.clone(), client.clone());
+        threads.push(std::thread::spawn(move || job_thread(&shared, &sup, client)));
     }
     {
         let (shared, client) = (shared.clone(), client.clone());
@@ -227,13 +259,20 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     let started = Instant::now();
     // A read failed: its reply (jobs delivered to us) may be lost.
     let mut lost = false;
+    // Nothing to read ahead in the stream's backlog: when to look again.
+    let mut next_ahead = Instant::now();
+    let capacity = o.parallel + o.read_ahead;
     while signals.wait(Duration::ZERO) == 0 {
-        let free = o.parallel - shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if free == 0 {
+        let held = shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
+        // No slot idle: only jobs already waiting are read ahead, without
+        // blocking, so a job added for an idle worker goes to that one.
+        let ahead = held >= o.parallel;
+        if held >= capacity || (ahead && !lost && Instant::now() < next_ahead) {
             let g = shared.running.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = shared.freed.wait_timeout(g, Duration::from_millis(100));
+            let _ = shared.freed.wait_timeout(g, Duration::from_millis(if held >= capacity { 100 } else { 20 }));
             continue;
         }
+        let free = capacity - held;
         if !group_ok {
             if link.with(&sleep, |c| queue::ensure_group(c, &o.names)).is_err() {
                 continue;
@@ -257,8 +296,14 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
                 cursor = next.clone();
             }
             r.map(|(d, _)| d)
+        } else if ahead {
+            let r = link.with(&sleep, |c| queue::read_new(c, &o.names, free, None));
+            if r.as_ref().is_ok_and(|d| d.is_empty()) {
+                next_ahead = Instant::now() + READ_AHEAD_POLL;
+            }
+            r
         } else {
-            link.with(&sleep, |c| queue::read_new(c, &o.names, free, block))
+            link.with(&sleep, |c| queue::read_new(c, &o.names, free, Some(block)))
         };
         let deliveries = match got {
             Ok(d) => d,
@@ -292,18 +337,30 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
             if !shared.running.lock().unwrap_or_else(|e| e.into_inner()).insert(d.entry.clone()) {
                 continue;
             }
-            if let Err(e) = link.with(&sleep, |c| queue::record(c, &o.names, &d)) {
-                eprintln!("capsule worker: job entry {}: its delivery is not in its history: {e}", d.entry);
-            }
-            tx.send(d).expect("the job threads outlive the reader");
+            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).0.push_back(d);
+            shared.ready.notify_one();
         }
     }
 
-    // Stopping: no more reading; the running jobs finish and are posted.
+    // Stopping: no more reading; the jobs read ahead are handed back, the
+    // running ones finish and are posted.
     shared.stopping.store(true, Ordering::Relaxed);
+    let unstarted: Vec<Delivery> = {
+        let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.1 = true;
+        q.0.drain(..).collect()
+    };
+    shared.ready.notify_all();
+    let mut give_back = Link::new(link_client(&o.url)?, "stopping", Duration::from_secs(5));
+    for d in &unstarted {
+        // Not handed back (Redis away): claimed after --claim-idle.
+        if let Err(e) = give_back.with(&|_| {}, |c| queue::hand_back(c, &o.names, d)) {
+            eprintln!("capsule worker: cannot hand back job entry {}: {e}", d.entry);
+        }
+        shared.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&d.entry);
+    }
     let n = shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
-    eprintln!("capsule worker: stopping: finishing {n} running job(s)");
-    drop(tx);
+    eprintln!("capsule worker: stopping: {} job(s) read ahead handed back, finishing {n} running", unstarted.len());
     loop {
         if shared.running.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             break;
@@ -344,14 +401,33 @@ impl Signals {
     }
 }
 
-/// Carries out the jobs it is given, posting each result until Redis takes it.
-fn job_thread(rx: &Mutex<mpsc::Receiver<Delivery>>, shared: &Shared, sup: &job::Supervisor, client: redis::Client) {
-    let mut link = Link::new(client, "results", Duration::from_secs(10));
+/// How often a worker whose slots are all busy looks for jobs to read
+/// ahead in an empty backlog.
+const READ_AHEAD_POLL: Duration = Duration::from_millis(50);
+
+/// The next job read, None once the worker stops.
+fn next_job(shared: &Shared) -> Option<Delivery> {
+    let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {
-        let d = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-            Ok(d) => d,
-            Err(_) => return,
-        };
+        if let Some(d) = q.0.pop_front() {
+            shared.active.fetch_add(1, Ordering::Relaxed);
+            return Some(d);
+        }
+        if q.1 {
+            return None;
+        }
+        q = shared.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Carries out the jobs it is given, posting each result until Redis takes it.
+fn job_thread(shared: &Shared, sup: &job::Supervisor, client: redis::Client) {
+    let mut link = Link::new(client, "results", Duration::from_secs(10));
+    while let Some(d) = next_job(shared) {
+        // In its history once started (a job handed back was not run).
+        if let Err(e) = link.with(&std::thread::sleep, |c| queue::record(c, &shared.names, &d)) {
+            eprintln!("capsule worker: job entry {}: its delivery is not in its history: {e}", d.entry);
+        }
         let j = job::parse(&d.fields);
         let outcome = match j.work {
             Ok(w) => job::execute(w, sup),
@@ -390,6 +466,7 @@ fn job_thread(rx: &Mutex<mpsc::Receiver<Delivery>>, shared: &Shared, sup: &job::
             *s.statuses.entry(outcome.status).or_default() += 1;
         }
         shared.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&d.entry);
+        shared.active.fetch_sub(1, Ordering::Relaxed);
         shared.freed.notify_all();
     }
 }

@@ -145,20 +145,15 @@ fn fields_of(s: &StreamId) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Up to `count` jobs never delivered before, waiting up to `block`.
-pub fn read_new(c: &mut Connection, n: &Names, count: usize, block: Duration) -> RedisResult<Vec<Delivery>> {
-    let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(&n.group)
-        .arg(&n.consumer)
-        .arg("COUNT")
-        .arg(count)
-        .arg("BLOCK")
-        .arg(block.as_millis() as u64)
-        .arg("STREAMS")
-        .arg(&n.stream)
-        .arg(">")
-        .query(c)?;
+/// Up to `count` jobs never delivered before, waiting up to `block` for
+/// one (None: only those already there).
+pub fn read_new(c: &mut Connection, n: &Names, count: usize, block: Option<Duration>) -> RedisResult<Vec<Delivery>> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP").arg(&n.group).arg(&n.consumer).arg("COUNT").arg(count);
+    if let Some(b) = block {
+        cmd.arg("BLOCK").arg(b.as_millis() as u64);
+    }
+    let reply: Option<StreamReadReply> = cmd.arg("STREAMS").arg(&n.stream).arg(">").query(c)?;
     Ok(reply
         .into_iter()
         .flat_map(|r| r.keys)
@@ -231,6 +226,33 @@ pub fn is_pending(c: &mut Connection, n: &Names, entry: &str) -> RedisResult<boo
     let p: Vec<(String, String, u64, u64)> =
         redis::cmd("XPENDING").arg(&n.stream).arg(&n.group).arg(entry).arg(entry).arg(1).query(c)?;
     Ok(!p.is_empty())
+}
+
+/// Hands back a job read ahead and never started: still this consumer's
+/// (Redis has no other owner for it), but with its idle time set past
+/// any `--claim-idle` (1 day, the most) so the next scan of any worker
+/// claims it, and its delivery count set back so that claim counts as
+/// the same delivery. Only if this consumer still holds it (a script, as
+/// the heartbeat).
+const HAND_BACK: &str = r"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
+if #p == 1 then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', ARGV[5], 'JUSTID')
+  return 1
+end
+return 0
+";
+
+pub fn hand_back(c: &mut Connection, n: &Names, d: &Delivery) -> RedisResult<i64> {
+    let idle_ms = 24 * 3600 * 1000 + 1000;
+    redis::Script::new(HAND_BACK)
+        .key(&n.stream)
+        .arg(&n.group)
+        .arg(&n.consumer)
+        .arg(&d.entry)
+        .arg(idle_ms)
+        .arg(d.delivery.saturating_sub(1))
+        .invoke(c)
 }
 
 /// Records a delivery in the job's history.
