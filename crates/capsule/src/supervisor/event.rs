@@ -820,12 +820,7 @@ impl Loop {
                 k += 1;
             }
         }
-        // With requests waiting, every slot is busy (`schedule` starts what
-        // it can first): one PID 1 per slot is prepared for them meanwhile,
-        // so that a slot that frees starts the next run at once instead of
-        // building its sandbox then (as the sandbox floor clones its next
-        // PID 1 while a run goes on; docs/latency.md, "Prepared while the
-        // slots are busy"). Not for interactive runs, which take no spare.
+        // Only when no request waits: a queued request needs the CPU first.
         // An agent prepares only when no run is in flight (building a
         // sandbox meanwhile takes CPU from the run), and keeps two: its
         // clients come one run at a time with a gap (the next `capsule run`
@@ -839,13 +834,8 @@ impl Loop {
         // short run since each run has a network of its own
         // (docs/benchmarks-server.md).
         let held = self.agent.is_some() && (self.listener.is_none() || !self.running.is_empty());
-        let most = match self.queue.front() {
-            None if self.agent.is_some() => 2,
-            None => sup.config.parallel + 1,
-            Some(next) if next.pair.is_none() && self.agent.is_none() => sup.config.parallel,
-            Some(_) => 0,
-        };
-        while !held && self.spares.len() < most {
+        let most = if self.agent.is_some() { 2 } else { sup.config.parallel + 1 };
+        while !held && self.queue.is_empty() && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
             match sup.filters.get(spec).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
                 Ok(p) => self.spares.push(p),
