@@ -1090,7 +1090,7 @@ fn fd_exhaustion(policy: &str) {
         }
     }
     let end = settled_fds(pid, Some(base));
-    assert!(end <= base, "the server's fds grew from {base} to {end}");
+    assert!(end <= base, "the server's fds grew from {base} to {end}: {:?}", fd_links(pid));
     s.still_serves("after");
     // Concurrent runs the server refuses nothing.
     s.finish().assert_code(0);
@@ -1116,8 +1116,17 @@ fn steady_fds(pid: i32) -> usize {
 /// to 3 × parallel + 1: checked here, at most 4 slots in these tests).
 fn own_fds(pid: i32) -> usize {
     let st = proc_stats(pid);
-    assert!(st.net_fds <= 3 * 4 + 1, "{} kept networks", st.net_fds);
+    assert!(st.networks <= 3 * 4 + 1, "{} kept networks", st.networks);
     st.fds - st.net_fds
+}
+
+/// What the process's descriptors refer to, sorted (for a failure's message).
+fn fd_links(pid: i32) -> Vec<String> {
+    let mut l: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).map(|p| p.display().to_string()).collect())
+        .unwrap_or_default();
+    l.sort();
+    l
 }
 
 /// The process's fd count once it is no larger than `not_above` (for up to

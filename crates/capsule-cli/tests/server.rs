@@ -1240,7 +1240,7 @@ fn serve_reliability_many_runs() {
     assert_eq!(statuses.values().sum::<usize>(), total);
     // Kept networks (one fd each) are made on demand up to 3 x parallel + 1
     // (serve's default parallel is 1): they are bounded, not a leak.
-    assert!(end.net_fds <= 3 + 1, "{} kept networks with parallel 1", end.net_fds);
+    assert!(end.networks <= 3 + 1, "{} kept networks with parallel 1", end.networks);
     let (base_fds, end_fds) = (base.fds - base.net_fds, end.fds - end.net_fds);
     assert!(
         end_fds <= base_fds,

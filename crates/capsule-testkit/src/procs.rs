@@ -131,8 +131,11 @@ pub fn procs_exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStats {
     pub fds: usize,
-    /// Of `fds`, those to network namespaces: a supervisor keeps one per
-    /// kept network (docs/network-reuse.md), at most 3 × parallel + 1.
+    /// Kept networks: the process's descriptors of network namespaces (a
+    /// supervisor keeps at most 3 × parallel + 1, docs/network-reuse.md).
+    pub networks: usize,
+    /// Of `fds`, those of kept networks: each namespace's and its
+    /// `sockstat`'s, which the keeper reads to check it.
     pub net_fds: usize,
     pub rss_kib: u64,
     /// The anonymous part of RSS: the process's own memory, whatever the
@@ -163,13 +166,16 @@ pub fn proc_stats(pid: i32) -> ProcStats {
         .map(|l| l.display().to_string())
         .collect();
     let fds = links.len();
-    let net_fds = links.iter().filter(|l| l.starts_with("net:[")).count();
+    let networks = links.iter().filter(|l| l.starts_with("net:[")).count();
+    // (Shown "(deleted)" once the keeper thread has moved on to make another network.)
+    let net_fds = networks + links.iter().filter(|l| l.starts_with("/proc/") && l.contains("/net/sockstat")).count();
     let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .map(|m| m.lines().count())
         .unwrap_or_else(|e| panic!("/proc/{pid}/mountinfo: {e}"));
     let kids: Vec<ProcInfo> = all_procs().into_iter().filter(|p| p.ppid == pid).collect();
     ProcStats {
         fds,
+        networks,
         net_fds,
         rss_kib: field("VmRSS:"),
         anon_kib: field("RssAnon:"),
