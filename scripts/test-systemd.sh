@@ -14,7 +14,9 @@
 #   5. the user manager absent, stopped (a socket nobody listens on) or
 #      still starting (listening, not answering): capsule says so and runs
 #      without cgroups, within CAPSULE_SYSTEMD_TIMEOUT, and a cgroup-only
-#      limit is an error that explains delegation; never a hang.
+#      limit is an error that explains delegation; never a hang;
+#   6. a manager that refuses the scope: capsule names it and the fix, and
+#      goes on without it; a SIGTERM to capsule reaches the run in the scope.
 # Run as root after `cargo build --workspace --all-targets`;
 # CAPSULE_TEST_STRICT=1 makes a missing VM a failure.
 set -euo pipefail
@@ -75,6 +77,14 @@ if [ "${1:-}" = --in-vm ]; then
   expect hung-check 0 "=> \`capsule run\` can work here" -- env XDG_RUNTIME_DIR=/tmp/hung "$B/capsule" check
   [ $((SECONDS - t0)) -lt 120 ] || fail "the hung manager took $((SECONDS - t0)) s"
   kill "$hung"
+  echo "== 6. a user manager that refuses the scope (app.slice masked): named, with the fix; a signal passed on"
+  systemctl --user mask app.slice
+  expect refused 0 "refused a delegated scope" "Unit app.slice is masked" "systemctl --user unmask app.slice" \
+    "going on without one" "rusage)" -- "$B/capsule" run -- /bin/true
+  expect refused-memory 125 "refused a delegated scope" "delegat" -- "$B/capsule" run --memory 64M -- /bin/true
+  systemctl --user unmask app.slice
+  expect sigterm 0 "passed on" -- sh -c "'$B/capsule' run -- /bin/sleep 600 & p=\$!; sleep 10; kill -TERM \$p; wait \$p;
+    echo \"status \$?\"; pgrep -u \$(id -u) -x sleep || echo 'SIGTERM passed on'"
   [ "$fails" = 0 ] || { echo "test-systemd.sh: $fails check(s) failed"; exit 1; }
   echo "test-systemd.sh: all passed"
   exit 0
