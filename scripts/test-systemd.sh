@@ -14,10 +14,12 @@
 #   5. the user manager absent, stopped (a socket nobody listens on) or
 #      still starting (listening, not answering): capsule says so and runs
 #      without cgroups, within CAPSULE_SYSTEMD_TIMEOUT, and a cgroup-only
-#      limit is an error that explains delegation; never a hang.
+#      limit is an error that explains delegation; never a hang;
 #   6. deploy/systemd/capsule-worker.service as a user unit, with a
 #      redis-server: a run job (memory limit hit, from the unit's delegated
-#      cgroup) and a judge job done, `systemctl stop` exits 0 (issue 27).
+#      cgroup) and a judge job done, `systemctl stop` exits 0 (issue 27);
+#   7. a manager that refuses the scope: capsule names it and the fix, and
+#      goes on without it; a SIGTERM to capsule reaches the run in the scope.
 # Run as root after `cargo build --workspace --all-targets`;
 # CAPSULE_TEST_STRICT=1 makes a missing VM a failure.
 set -euo pipefail
@@ -112,6 +114,14 @@ if [ "${1:-}" = --in-vm ]; then
   fi
   [ "$fails" = "$before" ] || journalctl --user -u capsule-worker --no-pager 2>&1 | tail -30 | sed 's/^/    journal: /'
   kill "$redis" || true
+  echo "== 7. a user manager that refuses the scope (app.slice masked): named, with the fix; a signal passed on"
+  systemctl --user mask app.slice
+  expect refused 0 "refused a delegated scope" "Unit app.slice is masked" "systemctl --user unmask app.slice" \
+    "going on without one" "rusage)" -- "$B/capsule" run -- /bin/true
+  expect refused-memory 125 "refused a delegated scope" "delegat" -- "$B/capsule" run --memory 64M -- /bin/true
+  systemctl --user unmask app.slice
+  expect sigterm 0 "passed on" -- sh -c "'$B/capsule' run -- /bin/sleep 600 & p=\$!; sleep 10; kill -TERM \$p; wait \$p;
+    echo \"status \$?\"; pgrep -u \$(id -u) -x sleep || echo 'SIGTERM passed on'"
   [ "$fails" = 0 ] || { echo "test-systemd.sh: $fails check(s) failed"; exit 1; }
   echo "test-systemd.sh: all passed"
   exit 0

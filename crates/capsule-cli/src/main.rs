@@ -19,6 +19,8 @@ fn main() -> ExitCode {
         // Agents plan the front end's command lines with the CLI's parser.
         capsule::endpoints::resume_main(&fd, Some(cmd::run::plan))
     }
+    // Re-started in a systemd scope: stderr back from systemd-run's pipe.
+    cmd::take_back_stderr();
     // isolate's command line: `capsule isolate ...`, or this binary run
     // under the name `isolate` (a link).
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();

@@ -445,11 +445,19 @@ fn signals_to_pid1_and_supervisor(policy: &str) {
         default_errnos: &[("kill-host-", &["ESRCH"]), ("pidfd-host-", &["ESRCH"])],
         exit_code: 7,
     };
+    // In a container the pids start at 1 (the test is often its PID 1): a
+    // host pid the run's own PID namespace also has names a process of the
+    // run there, not the host's one. Host processes start past them.
+    pids_past(RUN_PIDS);
     let tag = unique("hostile-victim");
     let mut victim = HostProc::hold(&tag);
-    let me = std::process::id().to_string();
     let vpid = victim.child.id().to_string();
-    let out = attack_cmd(policy, &[], &bin("signals"), &[&vpid, &me]).run();
+    let mut hosts = vec![vpid.clone()];
+    if std::process::id() > RUN_PIDS {
+        hosts.push(std::process::id().to_string());
+    }
+    let argv: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let out = attack_cmd(policy, &[], &bin("signals"), &argv).run();
     check(&out, policy, &e);
     assert!(victim.alive(), "a host process of the same user was killed from the sandbox");
     let mut s = Serve::start(&["--parallel", "2"]);
@@ -457,7 +465,9 @@ fn signals_to_pid1_and_supervisor(policy: &str) {
     let spid = s.pid().to_string();
     for i in 0..3 {
         let id = json!(format!("sig-{i}"));
-        s.request(id.clone(), spec(policy, &[&bin("signals"), &spid, &vpid, &me]));
+        let sig = bin("signals");
+        let argv: Vec<&str> = [sig.as_str(), spid.as_str()].into_iter().chain(argv.iter().copied()).collect();
+        s.request(id.clone(), spec(policy, &argv));
         let v = s.response(&id, Duration::from_secs(60));
         assert_serve_policy_available(&v, policy);
         let r = v["result"].clone();
@@ -468,6 +478,21 @@ fn signals_to_pid1_and_supervisor(policy: &str) {
     s.finish().assert_code(0);
 }
 both_policies!(signals_to_pid1_and_supervisor);
+
+/// More pids than a run of these tests has in its own PID namespace.
+const RUN_PIDS: u32 = 64;
+
+/// Starts short processes until the pids given out are past `n` (they are
+/// on a host; in a container they start at 1).
+fn pids_past(n: u32) {
+    for _ in 0..=n {
+        let mut c = Command::new("/bin/true").spawn().expect("spawn /bin/true");
+        let _ = c.wait();
+        if c.id() > n {
+            return;
+        }
+    }
+}
 
 // ---------------------------------------------------------------- 3. remount
 
@@ -1069,7 +1094,12 @@ fn fd_exhaustion(policy: &str) {
     // strict forbids processes, sockets and pipes: one process, /dev/null.
     let (kids, mode, procs) = if policy == "strict" { ("0", "simple", 1) } else { ("4", "full", 5) };
     for i in 0..n {
-        s.request(json!(i), spec(policy, &[&bin("fds"), kids, mode]));
+        // Bounded by the spec, not by the caller's hard limit: a container's
+        // (podman: 2^20) lets these 80 processes run the whole system's file
+        // table out (ENFILE, measured in the VM) before their own limit.
+        let mut sp = spec(policy, &[&bin("fds"), kids, mode]);
+        sp["limits"] = json!({"open_files": OPEN_FILES});
+        s.request(json!(i), sp);
     }
     for i in 0..n {
         let v = s.response(&json!(i), Duration::from_secs(120));
@@ -1086,6 +1116,8 @@ fn fd_exhaustion(policy: &str) {
         if r["status"] == "exited" {
             let lines = stdout.lines().filter(|l| l.starts_with("FDS ") && l.contains("stop=EMFILE")).count();
             assert_eq!(lines, procs, "not every process ran out of fds: {stdout}");
+            let limit = format!("limit={OPEN_FILES} ");
+            assert!(stdout.lines().filter(|l| l.starts_with("FDS ")).all(|l| l.contains(&limit)), "{stdout}");
             assert!(rep.done);
         }
     }
@@ -1096,6 +1128,9 @@ fn fd_exhaustion(policy: &str) {
     s.finish().assert_code(0);
 }
 both_policies!(fd_exhaustion);
+
+/// The runs' RLIMIT_NOFILE in `fd_exhaustion`.
+const OPEN_FILES: u64 = 4096;
 
 /// The process's fd count once it has not changed for 300 ms (at most 3 s):
 /// the idle server has prepared all its spares (each holds descriptors).
@@ -1293,7 +1328,10 @@ fn symlink_swap_race(policy: &str) {
     let _stop = Stop(stop.clone());
     let src = dir.join("src").display().to_string();
     let (mut intended, mut errors, mut secret) = (0, 0, Vec::new());
-    for _ in 0..100 {
+    // Fewer in an emulated VM's container (scripts/test-container.sh): a run
+    // takes seconds there, the flipper holding one of its two CPUs.
+    let runs: usize = std::env::var("CAPSULE_TEST_RACE_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    for _ in 0..runs {
         let out = attack_cmd(policy, &["--ro-bind", &src, "/mnt"], &bin("race"), &["/mnt/marker"]).run();
         assert_policy_available(&out, policy);
         match out.stdout.as_str() {
@@ -1308,7 +1346,7 @@ fn symlink_swap_race(policy: &str) {
         }
     }
     let mut s = Serve::start(&[]);
-    for i in 0..100 {
+    for i in 0..runs {
         let mut sp = spec(policy, &[&bin("race"), "/mnt/marker"]);
         sp["mounts"] = json!([{"type": "ro-bind", "src": src, "dst": "/mnt"}]);
         s.request(json!(i), sp);
@@ -1337,7 +1375,13 @@ fn symlink_swap_race(policy: &str) {
         flips.load(Ordering::Relaxed),
         secret.len()
     );
-    assert!(secret.is_empty(), "{} of 200 runs read the symlink's target (SECRET); first: {}", secret.len(), secret[0]);
+    assert!(
+        secret.is_empty(),
+        "{} of {} runs read the symlink's target (SECRET); first: {}",
+        secret.len(),
+        2 * runs,
+        secret[0]
+    );
     assert!(intended > 0, "no run printed the intended content: the test proves nothing");
 }
 both_policies!(symlink_swap_race);
@@ -1503,7 +1547,18 @@ fn agent_impersonation_by_a_sandboxed_listener() {
     let tag = unique("imp");
     let out = agent_cmd(&tag, &["run", "-q", "--", "/bin/true"]).run();
     assert_eq!(out.code, Some(0), "{}", out.describe());
-    let sock = agent_socket(&tag).expect("an agent after the first run");
+    // Agents are off for a caller under a seccomp filter or no_new_privs
+    // (every process in a container): the planted socket is where this
+    // caller's agent would be, and must get nothing either.
+    let off = agent_cmd(&tag, &["agent", "status"]).run().stdout;
+    let agents = !off.starts_with("agents are off here");
+    let sock = if agents {
+        agent_socket(&tag).expect("an agent after the first run")
+    } else {
+        assert!(off.contains("no_new_privs or a seccomp filter"), "agents off for another reason: {off}");
+        let key = agent_cmd(&tag, &["agent", "key"]).run().stdout;
+        PathBuf::from(format!("/tmp/capsule-agent-{}/agent-{}.sock", h().uid, key.trim()))
+    };
     assert!(sock.starts_with(format!("/tmp/capsule-agent-{}", h().uid)), "{}", sock.display());
     let dir = Scratch::new("imp");
     let fake_run = |rec: &Path, tmp: &str, target: &str, binds: &[&str]| {
@@ -1539,8 +1594,16 @@ fn agent_impersonation_by_a_sandboxed_listener() {
 
     // (b) Its socket put there from outside.
     let rec = dir.join("b.rec");
-    let tmp = dir.join("fake.sock");
-    let mut fake = fake_run(&rec, &tmp.display().to_string(), "", &[]);
+    // Beside the agents' directory: a socket is renamed only within one file
+    // system (in a container the scratch directory is on a tmpfs of its own).
+    let near = PathBuf::from(format!("/tmp/{}", unique("imp-b")));
+    std::fs::create_dir(&near).unwrap();
+    if h().is_root {
+        std::os::unix::fs::chown(&near, Some(h().uid), Some(h().gid)).unwrap();
+    }
+    let near_s = near.display().to_string();
+    let tmp = near.join("fake.sock");
+    let mut fake = fake_run(&rec, &tmp.display().to_string(), "", &["--bind", &near_s, &near_s]);
     fake.wait_line("planted", Duration::from_secs(30));
     std::fs::rename(&tmp, &sock).unwrap();
     for json in [false, true] {
@@ -1548,7 +1611,7 @@ fn agent_impersonation_by_a_sandboxed_listener() {
         assert_eq!(fake_received(&rec), Vec::<String>::new(), "the fake agent received a request (json {json})");
         assert_eq!((out.code, out.stdout.as_str()), (Some(0), "ran\n"), "{}", out.describe());
         assert!(
-            out.stderr.contains("not your agent") && out.stderr.contains("running without an agent"),
+            !agents || out.stderr.contains("not your agent") && out.stderr.contains("running without an agent"),
             "{}",
             out.describe()
         );
@@ -1556,6 +1619,7 @@ fn agent_impersonation_by_a_sandboxed_listener() {
     std::fs::write(rec.with_extension("rec.stop"), "").unwrap();
     let _ = fake.wait();
     let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_dir_all(&near);
     // Stops the real agent (its socket was replaced: by its pid).
     let _ = agent_cmd(&tag, &["agent", "stop"]).run();
 }

@@ -77,4 +77,4 @@ pub fn absolute(p: &str, cwd: &Path) -> PathBuf {
     }
 }
 
-pub use scope::restart_in_scope;
+pub use scope::{restart_in_scope, take_back_stderr};

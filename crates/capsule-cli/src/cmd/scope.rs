@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use capsule::host::cgroups::{discover, systemd_scope_command, systemd_user_manager, Source, IN_SCOPE_ENV};
 use capsule::spec::RunSpec;
 
@@ -78,10 +78,125 @@ pub fn restart_in_scope(spec: &RunSpec) -> Result<()> {
     let mut full = vec![exe.display().to_string()];
     full.extend(argv.into_iter().skip(1));
     let cmd = systemd_scope_command(&full);
-    let err = std::os::unix::process::CommandExt::exec(
-        std::process::Command::new(&cmd[0]).args(&cmd[1..]).env(IN_SCOPE_ENV, "1"),
-    );
-    bail!("cannot re-start in a systemd scope ({}): {err}", cmd.join(" "))
+    match in_scope(&cmd)? {
+        Scoped::Exited(code) => std::process::exit(code),
+        Scoped::Refused(why) => {
+            eprintln!(
+                "capsule: the systemd user manager refused a delegated scope: {why}; going on without one (no cgroup \
+                 limits: degraded mode). To fix it, make `systemd-run --user --scope -p Delegate=yes -- true` work: \
+                 `systemctl --user status` and `journalctl --user -e` say what the manager refuses (e.g. a masked \
+                 app.slice: `systemctl --user unmask app.slice`)"
+            );
+            std::env::set_var(IN_SCOPE_ENV, "unavailable");
+            Ok(())
+        }
+    }
+}
+
+/// The descriptor of the caller's stderr in the re-started command, which
+/// takes it back once it runs in the scope: until then its stderr is a
+/// pipe to the waiting capsule, which so gets systemd-run's own error.
+pub const STDERR_ENV: &str = "CAPSULE_SCOPE_STDERR";
+
+/// In a command re-started in a scope: tells the waiting capsule it runs
+/// (a NUL on the pipe) and takes the caller's stderr back.
+pub fn take_back_stderr() {
+    use capsule::sys;
+    let Some(saved) = std::env::var(STDERR_ENV).ok().and_then(|v| v.parse::<i32>().ok()) else { return };
+    std::env::remove_var(STDERR_ENV);
+    if saved > 2 && std::env::var_os(IN_SCOPE_ENV).is_some() && sys::fd_access_mode(saved).is_ok() {
+        let _ = sys::write_all(2, b"\0");
+        if sys::dup2(saved, 2).is_ok() {
+            sys::close(saved);
+        }
+    }
+}
+
+/// How the command in the scope went.
+enum Scoped {
+    /// It ran there and exited with this status (128 + N for signal N).
+    Exited(i32),
+    /// systemd-run did not start it: its error.
+    Refused(String),
+}
+
+/// The signals a waiting capsule passes on when another process sent them
+/// (the terminal's reach the command in the scope as well: one process group).
+const PASSED_ON: [i32; 6] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+
+/// Runs `cmd` (systemd-run's, which makes the scope and executes this
+/// command again in it) as a child and waits for it: systemd-run's own
+/// messages come through a pipe, so a refusal is explained, not passed on.
+fn in_scope(cmd: &[String]) -> Result<Scoped> {
+    use std::os::fd::AsRawFd;
+
+    use capsule::sys;
+    let (rd, wr) = sys::pipe().map_err(|e| anyhow::anyhow!("pipe for systemd-run: errno {e}"))?;
+    let saved = sys::dup_cloexec(2).map_err(|e| anyhow::anyhow!("dup of stderr: errno {e}"))?;
+    sys::set_cloexec(saved.as_raw_fd(), false).map_err(|e| anyhow::anyhow!("fcntl of stderr: errno {e}"))?;
+    let mut watched = PASSED_ON.to_vec();
+    watched.push(libc::SIGCHLD);
+    let sigfd = sys::signalfd_for(&watched).map_err(|e| anyhow::anyhow!("signalfd: errno {e}"))?;
+    let restore = || {
+        let _ = sys::set_nonblocking(sigfd.as_raw_fd(), true);
+        sys::drain_signalfd(sigfd.as_raw_fd());
+        sys::unblock_signals(&watched);
+    };
+    let spawned = std::process::Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env(IN_SCOPE_ENV, "1")
+        .env(STDERR_ENV, saved.as_raw_fd().to_string())
+        .stderr(std::process::Stdio::from(wr))
+        .spawn();
+    drop(saved);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            restore();
+            return Ok(Scoped::Refused(format!("cannot start {:?}: {e}", cmd[0])));
+        }
+    };
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = std::fs::File::from(rd).read_to_end(&mut text);
+        text
+    });
+    let _ = sys::set_nonblocking(sigfd.as_raw_fd(), false);
+    let status = loop {
+        let mut info = [0u8; 128];
+        let n = sys::read(sigfd.as_raw_fd(), &mut info).unwrap_or(0);
+        if n < 12 {
+            break child.wait().context("waiting for systemd-run")?;
+        }
+        let signo = i32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+        let code = i32::from_ne_bytes([info[8], info[9], info[10], info[11]]);
+        if signo == libc::SIGCHLD {
+            if let Some(st) = child.try_wait().context("waiting for systemd-run")? {
+                break st;
+            }
+        } else if code <= 0 {
+            // Sent by a process (kill, sigqueue, tgkill): the command gets it too.
+            let _ = sys::kill(child.id() as i32, signo);
+        }
+    };
+    restore();
+    let text = reader.join().unwrap_or_default();
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+    let code = signal.map_or(status.code().unwrap_or(1), |s| 128 + s);
+    match text.iter().position(|&b| b == 0) {
+        // It ran in the scope: what systemd-run said first (warnings) is the caller's.
+        Some(at) => {
+            let _ = std::io::stderr().write_all(&text[..at]);
+            Ok(Scoped::Exited(code))
+        }
+        // Not started, but stopped by a signal (passed on, or the terminal's):
+        // the caller asked for an end, not for the command without a scope.
+        None if status.success() || signal.is_some() => Ok(Scoped::Exited(code)),
+        None => {
+            let said = String::from_utf8_lossy(&text);
+            Ok(Scoped::Refused(format!("`{}` ended with status {code}: {:?}", cmd[..3].join(" "), said.trim_end())))
+        }
+    }
 }
 
 #[cfg(test)]
