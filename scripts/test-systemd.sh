@@ -119,6 +119,9 @@ if [ "${1:-}" = --in-vm ]; then
   expect refused 0 "refused a delegated scope" "Unit app.slice is masked" "systemctl --user unmask app.slice" \
     "going on without one" "rusage)" -- "$B/capsule" run -- /bin/true
   expect refused-memory 125 "refused a delegated scope" "delegat" -- "$B/capsule" run --memory 64M -- /bin/true
+  # `capsule isolate --cg` re-starts the same way (then fails as isolate does without cgroups: status 2).
+  expect refused-isolate 2 "refused a delegated scope" "systemctl --user unmask app.slice" -- \
+    "$B/capsule" isolate --cg -b 9 --run -- /bin/true
   systemctl --user unmask app.slice
   expect sigterm 0 "passed on" -- sh -c "'$B/capsule' run -- /bin/sleep 600 & p=\$!; sleep 10; kill -TERM \$p; wait \$p;
     echo \"status \$?\"; pgrep -u \$(id -u) -x sleep || echo 'SIGTERM passed on'"

@@ -57,9 +57,19 @@ pub fn manager_answers(socket: &Path, limit: Duration) -> Result<(), String> {
 /// not apply, or the user manager does not answer (then the command goes
 /// on without the scope: its cgroup-only limits are errors that say why).
 pub fn restart_in_scope(spec: &RunSpec) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the capsule binary to re-start it")?;
+    let mut full = vec![exe.display().to_string()];
+    full.extend(std::env::args().skip(1));
+    restart_argv_in_scope(&spec.cgroup, full)
+}
+
+/// [`restart_in_scope`] for the command `argv` (its binary first: `capsule
+/// isolate ...` also when this binary was run as `isolate`), with the
+/// cgroup settings `cgroup`.
+pub fn restart_argv_in_scope(cgroup: &capsule::proto::config::CgroupConfig, argv: Vec<String>) -> Result<()> {
     // Without a systemd user manager there is nothing to re-start in; the
     // supervisor does the discovery itself.
-    if !systemd_user_manager() || discover(&spec.cgroup).source != Source::SystemdScope {
+    if !systemd_user_manager() || discover(cgroup).source != Source::SystemdScope {
         return Ok(());
     }
     if let Some(socket) = private_socket() {
@@ -73,11 +83,7 @@ pub fn restart_in_scope(spec: &RunSpec) -> Result<()> {
             return Ok(());
         }
     }
-    let argv: Vec<String> = std::env::args().collect();
-    let exe = std::env::current_exe().context("cannot find the capsule binary to re-start it")?;
-    let mut full = vec![exe.display().to_string()];
-    full.extend(argv.into_iter().skip(1));
-    let cmd = systemd_scope_command(&full);
+    let cmd = systemd_scope_command(&argv);
     match in_scope(&cmd)? {
         Scoped::Exited(code) => std::process::exit(code),
         Scoped::Refused(why) => {

@@ -278,21 +278,17 @@ fn init(o: &Opts) -> Result<Report, String> {
 }
 
 /// isolate's `--cg` needs cgroups: where they come from a systemd user
-/// manager, the command starts again inside a delegated scope.
+/// manager, the command starts again inside a delegated scope, as `capsule
+/// run` does (`crate::cmd::scope`: a manager that does not answer or
+/// refuses the scope is named, with its fix, and the command goes on
+/// without it).
 fn restart_in_scope(args: &[String]) -> Result<(), String> {
-    use capsule::host::cgroups::{discover, systemd_scope_command, systemd_user_manager, Source, IN_SCOPE_ENV};
     let cfg = capsule::spec::RunSpec::default().cgroup;
-    if !systemd_user_manager() || discover(&cfg).source != Source::SystemdScope {
-        return Ok(());
-    }
     let exe = std::env::current_exe().map_err(|e| format!("Cannot find the capsule binary: {e}"))?;
     let mut full = vec![exe.display().to_string(), "isolate".to_string()];
     full.extend(args.iter().cloned());
-    let cmd = systemd_scope_command(&full);
-    let err = std::os::unix::process::CommandExt::exec(
-        std::process::Command::new(&cmd[0]).args(&cmd[1..]).env(IN_SCOPE_ENV, "1"),
-    );
-    Err(format!("Cannot re-start in a systemd scope ({}): {err}", cmd.join(" ")))
+    crate::cmd::scope::restart_argv_in_scope(&cfg, full)
+        .map_err(|e| format!("Cannot re-start in a systemd scope: {e:#}"))
 }
 
 fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
