@@ -213,3 +213,19 @@ def test_argv_alone_arrives_intact(sb: cs.Sandbox) -> None:
                 await asb.run(["/bin/echo", "\udc80"])
             assert (await asb.run(["/bin/true"])).ok and not asb._pending
     arun(main())
+
+
+def test_every_limit_the_protocol_has(sb: cs.Sandbox) -> None:
+    """Each field of the protocol's ``limits`` that ``Limits`` names reaches the run."""
+    lim = cs.Limits(locked_memory=0, open_files=64, stack="4M", nested_namespaces=0, inotify_instances=2,
+                    inotify_watches=16)
+    assert lim.to_json() == {"open_files": 64, "stack": "4M", "locked_memory": 0, "nested_namespaces": 0,
+                             "inotify_instances": 2, "inotify_watches": 16}
+    r = sb.run(["/bin/sh", "-c", "grep -E 'Max (locked memory|open files|stack size)' /proc/self/limits"],
+               stdout=cs.Capture(4096), limits=lim)
+    assert r.status == cs.Status.EXITED and r.exit_code == 0 and r.stdout is not None, r.raw
+    text = r.stdout.text
+    rows = {" ".join(line.split()[:3]): line.split()[3:5] for line in text.splitlines()}
+    assert rows["Max locked memory"] == ["0", "0"], text
+    assert rows["Max open files"] == ["64", "64"], text
+    assert rows["Max stack size"] == [str(4 << 20), str(4 << 20)], text

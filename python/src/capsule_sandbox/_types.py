@@ -68,8 +68,12 @@ class Limits:
     open_files: Optional[int] = None
     stack: Optional[Size] = None
     address_space: Optional[Size] = None
+    locked_memory: Optional[Size] = None
     cpu_bandwidth: Optional[float] = None
     cpus: Optional[str] = None
+    nested_namespaces: Optional[int] = None
+    inotify_instances: Optional[int] = None
+    inotify_watches: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
@@ -80,7 +84,8 @@ class Limits:
         if self.cpu_time is not None:
             out["cpu_time"] = _duration(self.cpu_time)
         for name in ("memory", "pids", "output_limit", "open_files", "stack", "address_space",
-                     "cpu_bandwidth", "cpus"):
+                     "locked_memory", "cpu_bandwidth", "cpus", "nested_namespaces", "inotify_instances",
+                     "inotify_watches"):
             v = getattr(self, name)
             if v is not None:
                 out[name] = v
