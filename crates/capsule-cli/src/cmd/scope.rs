@@ -108,6 +108,12 @@ pub const STDERR_ENV: &str = "CAPSULE_SCOPE_STDERR";
 /// (a NUL on the pipe) and takes the caller's stderr back.
 pub fn take_back_stderr() {
     use capsule::sys;
+    if std::env::var_os(IN_SCOPE_ENV).is_some_and(|v| v == "1") {
+        // systemd-run may exec the command with signals it blocked while it
+        // talked to the manager: one the waiting capsule passed on in that
+        // window is pending, and is delivered now instead of never.
+        sys::unblock_signals(&PASSED_ON);
+    }
     let Some(saved) = std::env::var(STDERR_ENV).ok().and_then(|v| v.parse::<i32>().ok()) else { return };
     std::env::remove_var(STDERR_ENV);
     if saved > 2 && std::env::var_os(IN_SCOPE_ENV).is_some() && sys::fd_access_mode(saved).is_ok() {
