@@ -65,18 +65,64 @@ impl PlanMemo {
     }
 
     /// A copy of the kept plan for a run of `spec`, and its names, when the
-    /// spec asks for the same tree, every source still resolves to what it
-    /// did (`sources_unchanged`, `me` as in [`MountPlan::prepare`]) and
-    /// every missing path is vouched for by a directory that can (one that
-    /// could not is given the chance again by a new plan).
-    pub(crate) fn reuse(&self, spec: &RunSpec, me: u32) -> Option<(MountPlan, Vec<String>)> {
-        if !self.same_tree(spec) || !self.plan.parents.iter().all(|p| p.vouches()) {
+    /// spec asks for the same tree and the plan still holds ([`Self::holds`]).
+    #[cfg(test)]
+    fn reuse(&self, spec: &RunSpec, me: u32) -> Option<(MountPlan, Vec<String>)> {
+        self.same_tree(spec).then(|| self.holds(me)).flatten()
+    }
+
+    /// A copy of the kept plan and its names when every source still
+    /// resolves to what it did (`sources_unchanged`, `me` as in
+    /// [`MountPlan::prepare`]) and every missing path is vouched for by a
+    /// directory that can (one that could not is given the chance again by
+    /// a new plan).
+    fn holds(&self, me: u32) -> Option<(MountPlan, Vec<String>)> {
+        if !self.plan.parents.iter().all(|p| p.vouches()) {
             return None;
         }
         if !sources_unchanged(&self.plan.sources, &self.plan.parents, me) {
             return None;
         }
         Some((copy(&self.plan)?, self.names.clone()))
+    }
+}
+
+/// A supervisor's kept plans, one per tree, the oldest dropped past
+/// [`PlanMemos::MAX`].
+#[derive(Default)]
+pub(crate) struct PlanMemos(Vec<PlanMemo>);
+
+impl PlanMemos {
+    /// A judge alternates a few trees: compile, run, check.
+    const MAX: usize = 4;
+
+    /// The mount plan for a run of `spec` and its names: a kept plan's copy
+    /// when it still holds, else `make`'s (given the names to fill), kept
+    /// in its tree's place when it holds no descriptor.
+    pub(crate) fn plan(
+        &mut self,
+        spec: &RunSpec,
+        me: u32,
+        make: impl FnOnce(&mut Vec<String>) -> Result<MountPlan, String>,
+    ) -> Result<(MountPlan, Vec<String>), String> {
+        let kept = self.0.iter().position(|m| m.same_tree(spec));
+        if let Some(reused) = kept.and_then(|i| self.0[i].holds(me)) {
+            return Ok(reused);
+        }
+        let mut names = vec![String::new(), String::new()];
+        let plan = make(&mut names)?;
+        if let Some(memo) = PlanMemo::keep(spec, &plan, &names) {
+            match kept {
+                Some(i) => self.0[i] = memo,
+                None => {
+                    if self.0.len() == Self::MAX {
+                        self.0.remove(0);
+                    }
+                    self.0.push(memo);
+                }
+            }
+        }
+        Ok((plan, names))
     }
 }
 
@@ -216,6 +262,38 @@ mod tests {
         let memo = PlanMemo::keep(&spec, &fresh, &names).unwrap();
         assert!(fresh.parents.iter().any(|p| !p.vouches()));
         assert!(memo.reuse(&spec, me).is_none());
+    }
+
+    #[test]
+    fn plans_are_kept_one_per_tree_the_oldest_dropped() {
+        let home = PathBuf::from(format!("/var/tmp/capsule-memos-{}", std::process::id()));
+        std::fs::create_dir_all(&home).unwrap();
+        let homes = Homes::at(&home);
+        let later = sys::realtime_coarse_s() + 60; // every directory settled
+        let made = std::cell::Cell::new(0);
+        let mut memos = PlanMemos::default();
+        let mut plan = |spec: &RunSpec| {
+            let make = |names: &mut Vec<String>| {
+                made.set(made.get() + 1);
+                MountPlan::prepare_at(spec, u32::MAX, &homes, names, None, later)
+            };
+            memos.plan(spec, u32::MAX, make).unwrap();
+            made.get()
+        };
+        let tree = |mib: u64| {
+            let mut s = RunSpec::new(["/bin/true"]);
+            s.tmp_size = Some(mib << 20);
+            s
+        };
+        assert_eq!(plan(&tree(1)), 1);
+        assert_eq!(plan(&tree(1)), 1, "the kept plan was not reused");
+        for mib in 2..=PlanMemos::MAX as u64 {
+            plan(&tree(mib));
+        }
+        assert_eq!(plan(&tree(1)), PlanMemos::MAX, "one of four trees was dropped");
+        plan(&tree(9)); // a fifth: the oldest (tree 1) goes
+        assert_eq!(plan(&tree(1)), PlanMemos::MAX + 2, "a fifth tree did not drop the oldest");
+        let _ = std::fs::remove_dir_all(&home);
     }
 
     #[test]

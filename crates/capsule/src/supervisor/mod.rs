@@ -118,7 +118,7 @@ pub struct Supervisor {
     /// The host view's mount tree, built once for the runs to copy.
     pub(crate) mount_template: MountTemplate,
     /// The last plans made, one per tree, for runs that ask for it again.
-    pub(crate) plan_memos: Vec<crate::plan::memo::PlanMemo>,
+    pub(crate) plan_memos: crate::plan::memo::PlanMemos,
 }
 
 impl Supervisor {
@@ -251,7 +251,7 @@ impl Supervisor {
             home: p.home,
             // `serve` turns it on unless the supervisor serves one run.
             mount_template: MountTemplate::Off,
-            plan_memos: Vec::new(),
+            plan_memos: Default::default(),
             fusectl,
             agent_dirs: crate::host::identity::agent_dirs(p.host_uid),
         })

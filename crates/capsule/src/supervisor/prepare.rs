@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering::SeqCst;
 use crate::child::{self, NetJoin, NetLog, Plan, SealedFilter, Shared, CWD_NAME, EXEC_NAME};
 use crate::error::SysError;
 use crate::host::cgroups::{self, RunCgroup, DELEGATION_HINT};
-use crate::plan::memo::PlanMemo;
 use crate::plan::mounts::{MountPlan, Source};
 use crate::plan::rlimits::{self, RawRlimit};
 use crate::proto::policy::PolicyName;
@@ -20,9 +19,6 @@ use super::*;
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
 /// id maps) needs a few KiB; page faults touch only what it uses.
-/// Plans kept for reuse, one per tree (a judge alternates a few: compile, run, check).
-pub(crate) const PLAN_MEMOS: usize = 4;
-
 pub(crate) const TRACEE_STACK: usize = 256 << 10;
 /// PID 1's stack: reserved, not allocated; its deepest path needs tens of
 /// KiB, and a guard page ends it.
@@ -293,24 +289,13 @@ impl Supervisor {
         // Layers first: their directories are created and locked here.
         let layers = crate::plan::overlay::prepare(spec)?;
         let me = sys::geteuid();
+        let make = |names: &mut Vec<String>| MountPlan::prepare(spec, me, &self.home, names, layers.as_ref());
         // A kept plan for the same tree, if its sources are as they were (layers: never kept).
-        let kept = self.plan_memos.iter().position(|m| m.same_tree(spec)).filter(|_| layers.is_none());
-        let (mut mounts, mut names) = match kept.and_then(|i| self.plan_memos[i].reuse(spec, me)) {
-            Some(reused) => reused,
-            None => {
+        let (mut mounts, mut names) = match &layers {
+            None => self.plan_memos.plan(spec, me, make)?,
+            Some(_) => {
                 let mut names = vec![String::new(), String::new()];
-                let mounts = MountPlan::prepare(spec, me, &self.home, &mut names, layers.as_ref())?;
-                if let Some(memo) = layers.is_none().then(|| PlanMemo::keep(spec, &mounts, &names)).flatten() {
-                    match kept {
-                        Some(i) => self.plan_memos[i] = memo,
-                        None if self.plan_memos.len() < PLAN_MEMOS => self.plan_memos.push(memo),
-                        None => {
-                            self.plan_memos.remove(0);
-                            self.plan_memos.push(memo);
-                        }
-                    }
-                }
-                (mounts, names)
+                (make(&mut names)?, names)
             }
         };
         mounts.cover_agent_dirs(&self.agent_dirs, &mut names);

@@ -293,8 +293,8 @@ pub fn heartbeat(c: &mut Connection, n: &Names, entries: &[String]) -> RedisResu
 /// after it lost nothing.
 pub fn post(c: &mut Connection, n: &Names, d: &Delivery, job_id: &str, result: &Json) -> RedisResult<()> {
     let text = result.to_string();
-    redis::pipe()
-        .atomic()
+    let mut pipe = redis::pipe();
+    pipe.atomic()
         .cmd("XADD")
         .arg(&n.results)
         .arg("*")
@@ -308,15 +308,14 @@ pub fn post(c: &mut Connection, n: &Names, d: &Delivery, job_id: &str, result: &
         .arg(d.delivery)
         .arg("result")
         .arg(text)
-        .ignore()
-        .cmd("XACK")
-        .arg(&n.stream)
-        .arg(&n.group)
-        .arg(&d.entry)
-        .ignore()
-        .del(n.history(&d.entry))
-        .ignore()
-        .query(c)
+        .ignore();
+    acked(&mut pipe, n, d).query(c)
+}
+
+/// `pipe` then acknowledges the job and drops its delivery history (the
+/// end of each transaction that settles a job).
+fn acked<'a>(pipe: &'a mut redis::Pipeline, n: &Names, d: &Delivery) -> &'a mut redis::Pipeline {
+    pipe.cmd("XACK").arg(&n.stream).arg(&n.group).arg(&d.entry).ignore().del(n.history(&d.entry)).ignore()
 }
 
 /// Moves a job delivered more than `max` times to the dead-letter stream
@@ -340,18 +339,9 @@ pub fn dead_letter(c: &mut Connection, n: &Names, d: &Delivery, max: u64) -> Red
         .arg(format!("delivered {} times (--max-deliveries {max}) without a result", d.delivery - 1))
         .arg("history")
         .arg(Json::Array(history).to_string());
-    redis::pipe()
-        .atomic()
-        .add_command(xadd)
-        .ignore()
-        .cmd("XACK")
-        .arg(&n.stream)
-        .arg(&n.group)
-        .arg(&d.entry)
-        .ignore()
-        .del(n.history(&d.entry))
-        .ignore()
-        .query(c)
+    let mut pipe = redis::pipe();
+    pipe.atomic().add_command(xadd).ignore();
+    acked(&mut pipe, n, d).query(c)
 }
 
 /// Writes this worker's statistics entry.
