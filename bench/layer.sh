@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The benchmark of issue 6: what a copy-on-write layer costs. Untar of a
-# generated 4,000-file tarball (plain and gzipped) and `make -j2` of a
-# generated 40-module C project, each bare, in `capsule run --bind` (the
+# The benchmark of issues 6 and 28: what a copy-on-write layer costs. Untar
+# of a generated 4,000-file tarball (plain and gzipped), `make -j2` of a
+# generated 40-module C project and untar of the Linux source (Debian's
+# linux-source-6.1; skipped, with a message, when it is absent), each bare, in `capsule run --bind` (the
 # sandbox, no layer), in
 # `capsule run --layer` (kernel overlayfs) and in `capsule run --root
 # --layer` (fuse-overlayfs), and, to tell the kernel's price from
@@ -18,7 +19,9 @@
 #        (defaults: 15 rounds, make -j2, docs/benchmarks-layer.md)
 #
 # As root: builds with cargo, installs what is missing with apt (gcc, make,
-# tar, python3, fuse-overlayfs, jq, util-linux's unshare and mount),
+# tar, xz-utils, python3, fuse-overlayfs, jq, util-linux's unshare and mount),
+# drops the page cache before every run (a helper of root's, asked through
+# two FIFOs; the rest runs as the user),
 # creates the system user capsule-bench, stages the binary in
 # /var/tmp/capsule-bench, works in
 # /var/tmp/capsule-bench-layer (the user's own, also its HOME) and runs as
@@ -34,6 +37,8 @@
 #   CAPSULE_REV  how to describe that binary in the report
 #   BENCH_USER   user to benchmark as when started as root (capsule-bench)
 #   KEEP=1       keep the work directory (inputs, rounds.tsv) afterwards
+#   CAPSULE_BENCH_LINUX  the Linux source tarball
+#                (default /usr/src/linux-source-6.1.tar.xz)
 set -euo pipefail
 
 die() { printf 'bench/layer.sh: %s\n' "$*" >&2; exit 1; }
@@ -58,7 +63,7 @@ is_root=false
 [[ $(id -u) -eq 0 ]] && is_root=true
 
 missing=()
-for pair in gcc:gcc make:make tar:tar python3:python3 jq:jq setpriv:util-linux unshare:util-linux mount:mount fuse-overlayfs:fuse-overlayfs; do
+for pair in gcc:gcc make:make tar:tar xz:xz-utils python3:python3 jq:jq setpriv:util-linux unshare:util-linux mount:mount fuse-overlayfs:fuse-overlayfs; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
@@ -111,7 +116,9 @@ else
     work=$(mktemp -d /var/tmp/capsule-bench-layer.XXXXXX)
     as_user=()
 fi
+dropper=
 cleanup() {
+    [[ -n $dropper ]] && kill "$dropper" 2>/dev/null
     if [[ ${KEEP:-} == 1 ]]; then
         echo "bench/layer.sh: kept $work" >&2
     else
@@ -120,6 +127,7 @@ cleanup() {
         chmod -R u+rwx "$work" 2>/dev/null || true
         rm -rf "$work"
     fi
+    [[ -n ${fifos:-} ]] && rm -rf "$fifos"
     $is_root || rm -rf "$stage"
     if [[ -n ${old:-} ]]; then
         chmod -R u+rwx "$old" 2>/dev/null || true
@@ -137,7 +145,27 @@ tar_version=$(tar --version | sed -n 1p)
 unshare_version=$(unshare --version | sed -n 1p)
 description="capsule ($rev, release build), $cc_version, fuse-overlayfs ${fuse_version:-(version unknown)}, $tar_version, $unshare_version"
 py=$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3)
-(cd "$work" && "${as_user[@]}" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" LANG=C.UTF-8 \
+drop_env=()
+if $is_root; then
+    # The driver, as the user, asks for each drop on req and waits for ack.
+    fifos=$stage/drop.$$
+    install -d -m 0700 -o "$user" "$fifos"
+    mkfifo -m 0600 "$fifos/req" "$fifos/ack"
+    chown "$user" "$fifos/req" "$fifos/ack"
+    (
+        while read -r _ <"$fifos/req"; do
+            if sync && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
+                echo ok >"$fifos/ack"
+            else
+                echo "writing /proc/sys/vm/drop_caches failed (needs root with CAP_SYS_ADMIN)" >"$fifos/ack"
+            fi
+        done
+    ) &
+    dropper=$!
+    drop_env=(CAPSULE_BENCH_DROP="$fifos")
+fi
+(cd "$work" && "${as_user[@]}" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" LANG=C.UTF-8 "${drop_env[@]}" \
+    ${CAPSULE_BENCH_LINUX:+CAPSULE_BENCH_LINUX="$CAPSULE_BENCH_LINUX"} \
     "$py" "$stage/layer_driver.py" "$stage/capsule" "$work" "$rounds" "$jobs" "$work/report.md" "$description") ||
     die "the benchmark failed"
 mkdir -p "$(dirname "$output")"

@@ -260,8 +260,11 @@ OVERLAY_CONFIGS = {"overlay": "", "overlay-volatile": ",volatile"}
 
 
 class Bench:
-    def __init__(self, capsule, work, jobs):
+    def __init__(self, capsule, work, jobs, drop=None):
         self.capsule, self.work, self.jobs = capsule, work, jobs
+        # A directory with the FIFOs `req` and `ack` of bench/layer.sh's
+        # root helper, which drops the page cache on request; None: not root.
+        self.drop = drop
         self.unshare = shutil.which("unshare", path=SANDBOX_PATH)
         self.sh = shutil.which("sh", path=SANDBOX_PATH)
         if not self.unshare or not shutil.which("mount", path=SANDBOX_PATH):
@@ -311,11 +314,24 @@ class Bench:
             raise ValueError(config)
         return cmd + ["--"]
 
+    def drop_caches(self):
+        """Has the root helper sync and drop the page cache, dentries and
+        inodes (`echo 3 > /proc/sys/vm/drop_caches`)."""
+        with open(os.path.join(self.drop, "req"), "w") as f:
+            f.write("drop\n")
+        with open(os.path.join(self.drop, "ack")) as f:
+            answer = f.readline().strip()
+        if answer != "ok":
+            sys.exit(f"layer bench: the root helper could not drop the caches: {answer}")
+
     def timed(self, cmd, cwd, js):
         """Runs `cmd` in `cwd` after a sync (no write-back of the previous
-        run's data pending); returns its wall time, the program's own wall
-        time and CPU time (capsule's --json, or getrusage when bare)."""
+        run's data pending) and, as root, with the caches dropped; returns
+        its wall time, the program's own wall time and CPU time (capsule's
+        --json, or getrusage when bare)."""
         os.sync()
+        if self.drop:
+            self.drop_caches()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         # A bare program gets the environment capsule gives one (PATH only).
@@ -391,6 +407,30 @@ class Bench:
             sys.exit(f"layer bench: {config}: the run wrote to the host directory {dest}")
         return res
 
+    def linux(self, config, tarball, expect):
+        """tar xJf of the Linux source tarball into a fresh, empty host
+        directory (its cwd); checks that the tree landed where it should,
+        with as many entries as every other run's (`expect`, a one-element
+        list the first run fills)."""
+        dest = self.fresh(self.areas, f"linux-{config}")
+        os.mkdir(dest)
+        layer = self.fresh(self.layers, config) if config in LAYERED else None
+        js = os.path.join(self.work, "run.json")
+        cmd = self.sandbox(config, dest, layer, js) + ["tar", "--no-same-owner", "--no-same-permissions",
+                                                       "-xJf", tarball]
+        res = self.timed(cmd, dest, js)
+        if config == "layer":
+            self.record_roots(layer)
+        where = self.upper_of(config, layer, dest)
+        got = sum(len(d) + len(f) for _, d, f in os.walk(where))
+        if not expect:
+            expect.append(got)
+        if got != expect[0] or got == 0:
+            sys.exit(f"layer bench: {config}: {got} entries extracted under {where}, expected {expect[0]}")
+        if layer and os.listdir(dest):
+            sys.exit(f"layer bench: {config}: the run wrote to the host directory {dest}")
+        return res
+
     def build(self, config):
         """make -jJOBS in a fresh copy of the clean project (its cwd);
         checks that the program was linked where it should be."""
@@ -446,6 +486,16 @@ LAYERED = ("layer", "fuse") + tuple(OVERLAY_CONFIGS)
 
 
 WORKLOADS = ["untar", "untar-gz", "build"]
+# Issue 28's workload: the Linux source tarball of Debian's linux-source-6.1
+# (~80,000 files, 1.3 GB unpacked). Without fuse-overlayfs (22× on the small
+# untar: minutes a run) and `ns` (1.3 GB a run of disk; `bind` stands for the
+# sandbox without a layer).
+LINUX_TARBALL = os.environ.get("CAPSULE_BENCH_LINUX", "/usr/src/linux-source-6.1.tar.xz")
+LINUX_CONFIGS = ["bare", "bind", "layer", "overlay", "overlay-volatile"]
+
+
+def configs_of(w):
+    return LINUX_CONFIGS if w == "linux" else CONFIGS
 
 
 def round_order(r, n):
@@ -477,7 +527,17 @@ def main():
         sys.exit(f"layer bench: {work} is not empty")
     for d in ("input", "areas", "layers"):
         os.mkdir(os.path.join(work, d))
-    b = Bench(capsule, work, jobs)
+    drop = os.environ.get("CAPSULE_BENCH_DROP") or None
+    b = Bench(capsule, work, jobs, drop)
+    workloads = list(WORKLOADS)
+    linux_note = None
+    if os.path.isfile(LINUX_TARBALL):
+        workloads.append("linux")
+    else:
+        linux_note = (f"The Linux source untar was skipped: {LINUX_TARBALL} is absent "
+                      "(`apt-get install linux-source-6.1`, or CAPSULE_BENCH_LINUX=TARBALL).")
+        print(f"layer bench: {linux_note}", file=sys.stderr)
+    linux_expect = []
     t = time.monotonic()
     nfiles, ndirs, nbytes = gen_tarball(b.tar, b.tgz)
     nlines = gen_project(b.proj)
@@ -490,7 +550,13 @@ def main():
     # content with each file rounded up to 4 KiB, twice over for safety.
     runs = (rounds + 1) * len(CONFIGS) * 2
     need_bytes = runs * 2 * (nbytes + (nfiles + ndirs) * 4096) + (rounds + 1) * len(CONFIGS) * 64 * 2**20
-    need_inodes = runs * 2 * (expect + 200)
+    if "linux" in workloads:
+        # 1.3 GB and ~80,000 inodes a run unpacked, with room to spare.
+        need_bytes += rounds * len(LINUX_CONFIGS) * 2 * 2**30
+        need_inodes_linux = rounds * len(LINUX_CONFIGS) * 100_000
+    else:
+        need_inodes_linux = 0
+    need_inodes = runs * 2 * (expect + 200) + need_inodes_linux
     vfs = os.statvfs(work)
     if vfs.f_bavail * vfs.f_frsize < need_bytes or vfs.f_favail < need_inodes:
         sys.exit(f"layer bench: {rounds} rounds need about {need_bytes / 2**30:.1f} GiB and {need_inodes} inodes free "
@@ -499,10 +565,14 @@ def main():
         "untar": lambda c: b.untar(c, expect),
         "untar-gz": lambda c: b.untar(c, expect, gz=True),
         "build": b.build,
+        "linux": lambda c: b.linux(c, LINUX_TARBALL, linux_expect),
     }
-    warmed = warm([b.tar, b.tgz, b.proj])
+    # Dropped before every run as root; otherwise everything is read from
+    # the page cache (the Linux tarball too).
+    warmed = 0 if drop else warm([b.tar, b.tgz, b.proj] + ([LINUX_TARBALL] if "linux" in workloads else []))
     # One untimed run of each: the tools' binaries and libraries, capsule,
-    # fuse-overlayfs and the compiler are cached too.
+    # fuse-overlayfs and the compiler are cached too (not the Linux untar:
+    # 1.3 GB a run, and it uses what the others warmed).
     for w in WORKLOADS:
         for c in CONFIGS:
             run[w](c)
@@ -511,14 +581,14 @@ def main():
     busy_before = cpu_busy()
     load_before = open("/proc/loadavg").read().split()[:3]
     started = time.time()
-    data = {(w, c): [] for w in WORKLOADS for c in CONFIGS}
+    data = {(w, c): [] for w in workloads for c in configs_of(w)}
     for r in range(rounds):
-        order = [CONFIGS[i] for i in round_order(r, len(CONFIGS))]
-        for w in WORKLOADS:
-            for c in order:
+        for w in workloads:
+            cs = configs_of(w)
+            for c in [cs[i] for i in round_order(r, len(cs))]:
                 data[(w, c)].append(run[w](c))
-        line = "; ".join(f"{w} " + " ".join(f"{data[(w, c)][-1].wall:.3f}" for c in CONFIGS) for w in WORKLOADS)
-        print(f"round {r + 1}/{rounds} (s, {' '.join(CONFIGS)}): {line}", file=sys.stderr)
+        line = "; ".join(f"{w} " + " ".join(f"{c} {data[(w, c)][-1].wall:.3f}" for c in configs_of(w)) for w in workloads)
+        print(f"round {r + 1}/{rounds} (s): {line}", file=sys.stderr)
     elapsed = time.time() - started
     load_after = open("/proc/loadavg").read().split()[:3]
 
@@ -529,13 +599,18 @@ def main():
             for r, x in enumerate(xs):
                 f.write(f"{r + 1}\t{w}\t{c}\t{x.wall:.6f}\t{x.program:.6f}\t{x.user:.6f}\t{x.system:.6f}\t{x.sync_after:.6f}\n")
 
-    L = ["# Layer overhead (issue 6)", ""]
+    L = ["# Layer overhead (issues 6 and 28)", ""]
+    caches = ("the page cache, dentries and inodes dropped before every run (`sync; echo 3 > "
+              "/proc/sys/vm/drop_caches`, by bench/layer.sh's root helper), not timed"
+              if drop else
+              "the inputs read once before the rounds, so every run reads them from the page cache "
+              "(dropping caches needs root: run bench/layer.sh as root to drop them before every run)")
     L.append(
         f"Generated by `bench/layer.sh` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}: "
         f"kernel {os.uname().release}, {os.cpu_count()} CPUs, {description}; as an unprivileged user, "
-        f"{rounds} interleaved rounds (the order of the {len(CONFIGS)} configurations rotated every round, "
-        f"each following each other one equally often over {len(CONFIGS) * (1 + len(CONFIGS) % 2)} rounds), "
-        f"{elapsed / 60:.1f} minutes in all. CPUs busy with other work just before measuring: "
+        f"{rounds} interleaved rounds (in each round every workload's configurations in a balanced order: "
+        f"each takes each place and follows each other one equally often over whole sets of rounds), "
+        f"{elapsed / 60:.1f} minutes in all; {caches}. CPUs busy with other work just before measuring: "
         f"{busy_before:.0f}%; load average {' '.join(load_before)} before, {' '.join(load_after)} after.")
     L.append("")
     L.append(
@@ -544,10 +619,19 @@ def main():
         f"{ndirs} directories, an uncompressed {tar_mib:.1f} MiB tarball: nothing but file creation.")
     L.append(
         f"- **untar-gz**: the same with `-xzf tree.tar.gz` ({tgz_mib:.1f} MiB, gzip -6): decompression "
-        "(a `gzip -d` process beside tar) plus the same file creation, as MBOX's untar (of linux-3.8) was.")
+        "(a `gzip -d` process beside tar) plus the same file creation.")
     L.append(
         f"- **build**: `make -j{jobs}` of a clean C project: {N_MODULES} modules and a main "
         f"({nlines} lines), `cc -O2 -Wall` each, then one link; objects beside the sources.")
+    if "linux" in workloads:
+        L.append(
+            f"- **linux**: `tar --no-same-owner --no-same-permissions -xJf {LINUX_TARBALL}` "
+            f"({os.path.getsize(LINUX_TARBALL) / 2**20:.0f} MiB) in a fresh empty directory: {linux_expect[0]} "
+            "entries, MBOX's untar of the Linux source (issue 28). Configurations: bare, bind, layer, overlay, "
+            "overlay-volatile (fuse-overlayfs would take minutes a run; `ns` is left out for disk space: "
+            "nothing is deleted before the end).")
+    else:
+        L.append(f"- **linux**: {linux_note}")
     L.append(
         "- Configurations: **bare**; **bind**: `capsule run --bind DIR DIR`, the sandbox writing to the "
         "host, what the sandbox costs without a layer; **layer**: `capsule run --layer L`, kernel "
@@ -560,202 +644,155 @@ def main():
         "userxattr,nosuid,nodev R`, R the directory capsule's layer mounts its overlay on (here "
         f"{', '.join(f'`{r}`' for r in sorted(b.roots)) or 'none recorded'}), U and W fresh directories "
         "beside the layers, and cds into the destination through it; the overlay is unmounted as the "
-        "namespace goes, when the command exits, so overlayfs's sync of its upper filesystem is timed, as "
-        "in a capsule run; **overlay-volatile**: the same mounted `volatile` (no sync at unmount, `fsync` "
-        "a no-op), to show the sync's share.")
+        "namespace goes, when the command exits, so overlayfs's sync of its upper filesystem is timed; "
+        "**overlay-volatile**: the same mounted `volatile` (no sync at unmount, `fsync` a no-op), as "
+        "capsule mounts a layer's overlays (docs/layers.md, \"Durability\"): the kernel's floor for a layer.")
     L.append(
         "- Each time is the whole command, from its start to its exit, so a capsule run includes setting "
         "up the sandbox and the overlays and, after the program, tearing them down and recording the "
         "layer's originals; \"capsule's own\" is that minus the program's own wall time as capsule reports "
-        "it (`--json`); CPU is the program's (all its processes; capsule's `--json`, `getrusage` for bare). "
-        "Before each run: `sync` (no write-back of the previous run pending), not timed. The inputs are "
-        "read once before the rounds and every workload runs once untimed in every configuration, so all "
-        "of them read from the page cache (dropping caches needs root); each build runs in a fresh copy "
-        "of the project. After each run its output is checked (every entry extracted, the program linked, "
-        "in the layer or overlay and not on the host), not timed, and kept: nothing is deleted before the last round "
-        "(on ext4 without a journal, as here, creating files soon after deleting many is slow: the inode "
-        "allocator skips inodes freed in the last minutes, reading each one's inode to find out).")
+        "it (`--json`: from the program's `execve` to its exit), the \"in-run\" column; CPU is the program's "
+        "(all its processes; capsule's `--json`, `getrusage` for bare). Before each run: `sync` (no write-back "
+        "of the previous run pending), not timed; \"sync after\" is a `sync` right after the run, not timed: "
+        "what the run left for write-back. Each build runs in a fresh copy of the project. After each run "
+        "its output is checked (every entry extracted, the program linked, in the layer or overlay and not "
+        "on the host), not timed, and kept: nothing is deleted before the last round (on ext4 without a "
+        "journal, as here, creating files soon after deleting many is slow).")
     L.append("")
-    L.append("| workload | config | median (s) | p90 (s) | × bare (median of per-round ratios) | "
-             "× bare (ratio of medians) | × bind (per-round) | × ns (per-round) | capsule's own (ms) "
-             "| program user CPU (ms) | program system CPU (ms) | sync after (ms) |")
-    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    L.append("| workload | config | median (s) | p90 (s) | × bare (per-round) | × bare (of medians) | × bind "
+             "| × ns | × overlay-volatile | capsule's own (ms) | in-run (s) | in-run × overlay-volatile "
+             "| user CPU (ms) | system CPU (ms) | sync after (ms) |")
+    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     S = {}
     med = statistics.median
-    for w in WORKLOADS:
-        bare = [x.wall for x in data[(w, "bare")]]
-        bind = [x.wall for x in data[(w, "bind")]]
-        ns = [x.wall for x in data[(w, "ns")]]
-        ovl = [x.wall for x in data[(w, "overlay")]]
-        for c in CONFIGS:
+
+    def ratio(xs, base):
+        return med(a / z for a, z in zip(xs, base)) if base else None
+
+    def f3(v):
+        return "" if v is None else f"{v:.3f}"
+    for w in workloads:
+        walls = {c: [x.wall for x in data[(w, c)]] for c in configs_of(w)}
+        for c in configs_of(w):
             xs = data[(w, c)]
-            wall = [x.wall for x in xs]
+            wall = walls[c]
+            prog = [x.program for x in xs]
             S[(w, c)] = st = {
                 "med": med(wall), "p90": p90(wall),
-                "per_round": med(a / z for a, z in zip(wall, bare)),
-                "of_medians": med(wall) / med(bare),
-                "vs_bind": med(a / z for a, z in zip(wall, bind)),
-                "vs_ns": med(a / z for a, z in zip(wall, ns)),
-                "vs_overlay": med(a / z for a, z in zip(wall, ovl)),
+                "per_round": ratio(wall, walls["bare"]),
+                "of_medians": med(wall) / med(walls["bare"]),
+                "vs_bind": ratio(wall, walls.get("bind")),
+                "vs_ns": ratio(wall, walls.get("ns")),
+                "vs_overlay": ratio(wall, walls.get("overlay")),
+                "vs_ovlv": ratio(wall, walls.get("overlay-volatile")),
+                "prog_vs_ovlv": ratio(prog, walls.get("overlay-volatile")),
+                "prog_vs_ovl": ratio(prog, walls.get("overlay")),
                 "own": med(x.wall - x.program for x in xs),
                 "user": med(x.user for x in xs), "system": med(x.system for x in xs),
-                "sync": med(x.sync_after for x in xs), "program": med(x.program for x in xs),
+                "sync": med(x.sync_after for x in xs), "program": med(prog),
             }
-            vs_bind = "" if c == "bare" else f"{st['vs_bind']:.3f}"
-            vs_ns = "" if c in ("bare", "ns") else f"{st['vs_ns']:.3f}"
-            own = f"{st['own'] * 1e3:.1f}" if c in CAPSULE_CONFIGS else ""
+            capsule_run = c in CAPSULE_CONFIGS
+            own_s = f"{st['own'] * 1e3:.1f}" if capsule_run else ""
+            prog_s = f"{st['program']:.3f}" if capsule_run else ""
             L.append(f"| {w} | {c} | {st['med']:.3f} | {st['p90']:.3f} | {st['per_round']:.3f} | "
-                     f"{st['of_medians']:.3f} | {vs_bind} | {vs_ns} | {own} | {st['user'] * 1e3:.0f} | {st['system'] * 1e3:.0f} | "
-                     f"{st['sync'] * 1e3:.1f} |")
+                     f"{st['of_medians']:.3f} | {'' if c == 'bare' else f3(st['vs_bind'])} | "
+                     f"{'' if c in ('bare', 'ns') else f3(st['vs_ns'])} | "
+                     f"{'' if c in ('bare', 'overlay-volatile') else f3(st['vs_ovlv'])} | "
+                     f"{own_s} | {prog_s} | "
+                     f"{f3(st['prog_vs_ovlv']) if capsule_run else ''} | "
+                     f"{st['user'] * 1e3:.0f} | {st['system'] * 1e3:.0f} | {st['sync'] * 1e3:.1f} |")
     L.append("")
-    L.append("Targets of issue 6, for `--layer` against bare (MBOX's figures in brackets):")
-    L.append("")
-    for w, target, mbox in (("untar", 1.10, "1.21× for its untar"), ("untar-gz", 1.10, "1.21×"),
-                            ("build", 1.05, "1.14× at -j1, 1.45× at -j4")):
-        st = S[(w, "layer")]
-        verdict = "met" if st["per_round"] <= target else "NOT met"
-        L.append(f"- {w}: {st['per_round']:.3f}× (per-round median; {st['of_medians']:.3f}× of the medians), "
-                 f"target ≤ {target:.2f}× ({mbox}): **{verdict}**; fuse-overlayfs (`--root --layer`): "
-                 f"{S[(w, 'fuse')]['per_round']:.2f}×.")
-        o, n, v = S[(w, "overlay")], S[(w, "ns")], S[(w, "overlay-volatile")]
-        # The target is against bare, so is this verdict (× ns is beside it).
-        alone = "exceeds the target by itself" if o["per_round"] > target else "is within the target by itself"
-        L.append(f"  - without capsule: kernel overlayfs (`overlay`) {o['per_round']:.3f}× bare, {o['vs_ns']:.3f}× ns, "
-                 f"which **{alone}**; a user+mount namespace alone (`ns`) {n['per_round']:.3f}× bare; "
-                 f"`overlay-volatile` {v['per_round']:.3f}× bare, {v['vs_ns']:.3f}× ns.")
-    L.append("")
-    L.append("A verdict within a few percent of its target is inside this machine's run-to-run spread "
-             "(compare a median with its p90): re-run on a quiet machine before quoting one.")
-    L.append("")
-    L += explanation(S)
+    L += verdicts(S, workloads, linux_note)
+    L += explanation(S, workloads)
     with open(output, "w") as f:
         f.write("\n".join(L) + "\n")
     print("\n".join(L))
 
 
-def overlay_alone(S):
-    """The paragraph on the configurations without capsule: what kernel
-    overlayfs costs by itself, from this run's figures."""
-    def x(w, c, k="per_round"):
-        return f"{S[(w, c)][k]:.3f}×"
-
-    def pct(w, c, k):
-        return f"{(S[(w, c)][k] - 1) * 100:+.0f}%"
-
-    def ms(w, c, k):
-        return f"{S[(w, c)][k] * 1e3:.0f} ms"
-    targets = {"untar": 1.10, "untar-gz": 1.10, "build": 1.05}
-    over = [w for w in WORKLOADS if S[(w, "overlay")]["vs_ns"] > targets[w]]
-    u = S[("untar", "overlay")]
-    if u["vs_ns"] > 1.10:
-        verdict = (f"Kernel overlayfs by itself exceeds the untar's 1.10× target ({x('untar', 'overlay', 'vs_ns')} over `ns`, "
-                   f"{x('untar', 'overlay')} over bare): with kernel overlayfs on this machine the target is out of "
-                   "reach whatever a sandbox does around the overlay; capsule's part of the layer's price is what "
-                   f"`layer` adds to `overlay` ({x('untar', 'layer', 'vs_overlay')}).")
-    else:
-        verdict = (f"Kernel overlayfs by itself is within the untar's 1.10× target ({x('untar', 'overlay', 'vs_ns')} over `ns`, "
-                   f"{x('untar', 'overlay')} over bare): the rest of the layer's price is capsule's "
-                   f"(`layer` ÷ `overlay`: {x('untar', 'layer', 'vs_overlay')}), and there is room to cut.")
-    return [
-        "**Kernel overlayfs alone, without capsule.** A user and mount namespace made by `unshare` (`ns`) "
-        f"costs {pct('untar', 'ns', 'per_round')} over bare on the untar, {pct('untar-gz', 'ns', 'per_round')} "
-        f"gzipped, {pct('build', 'ns', 'per_round')} on the build. Mounting a kernel overlay in it by hand, with "
-        f"capsule's options, and running the same command through it (`overlay`) adds "
-        f"{pct('untar', 'overlay', 'vs_ns')} to the untar, {pct('untar-gz', 'overlay', 'vs_ns')} to the gzipped "
-        f"untar and {pct('build', 'overlay', 'vs_ns')} to the build (× ns column; program system CPU on the "
-        f"untar {ms('untar', 'overlay', 'system')} against {ms('untar', 'ns', 'system')}). Without the sync at "
-        f"unmount (`overlay-volatile`) the untar is {x('untar', 'overlay-volatile', 'vs_ns')} ns, its median "
-        f"{(u['med'] - S[('untar', 'overlay-volatile')]['med']) * 1e3:.0f} ms shorter: the sync's share (the "
-        f"`sync` right after an `overlay` untar takes {ms('untar', 'overlay', 'sync')}, after an "
-        f"`overlay-volatile` one {ms('untar', 'overlay-volatile', 'sync')}, after `ns` "
-        f"{ms('untar', 'ns', 'sync')}: the unmount's sync is inside the timed command). "
-        + verdict
-        + (f" Over `ns`, overlayfs alone is above its workload's target (1.10× for the untars, 1.05× for the "
-           f"build) on: {', '.join(over)}." if over else
-           " Over `ns`, overlayfs alone is within every workload's target (1.10× for the untars, 1.05× for "
-           "the build)."),
-        "",
-    ]
+def verdicts(S, workloads, linux_note):
+    """Issue 28's targets (and issue 6's, MBOX's figures in brackets), each
+    with the kernel's floor measured in the same run."""
+    L = ["## Targets", ""]
+    rows = [("linux", 1.10, "MBOX: 1.21× on linux-3.8"), ("untar", 1.10, "MBOX: 1.21× for its untar"),
+            ("untar-gz", 1.10, "MBOX: 1.21×"), ("build", 1.05, "MBOX: 1.14× at -j1, 1.45× at -j4")]
+    for w, target, mbox in rows:
+        if w not in workloads:
+            L.append(f"- {w}: not measured. {linux_note}")
+            continue
+        st = S[(w, "layer")]
+        verdict = "met" if st["per_round"] <= target else "NOT met"
+        L.append(f"- **{w}**: `capsule run --layer` {st['per_round']:.3f}× bare (per-round median; "
+                 f"{st['of_medians']:.3f}× of the medians), target ≤ {target:.2f}× ({mbox}): **{verdict}**.")
+        ov, ovv = S[(w, "overlay")], S[(w, "overlay-volatile")]
+        L.append(f"  - the kernel's floor, a hand-mounted overlay without capsule: {ovv['per_round']:.3f}× bare "
+                 f"mounted `volatile` as capsule does, {ov['per_round']:.3f}× bare without it.")
+        if w == "linux":
+            v = "met" if st["prog_vs_ovlv"] <= 1.05 else "NOT met"
+            L.append(f"  - in-run (the program's own time in the layer) {st['prog_vs_ovlv']:.3f}× the `volatile` "
+                     f"floor's whole command ({st['prog_vs_ovl']:.3f}× the floor without `volatile`), target ≤ 1.05×: "
+                     f"**{v}**; the whole `capsule run` {st['vs_ovlv']:.3f}× the floor.")
+        if (w, "fuse") in S:
+            L.append(f"  - fuse-overlayfs (`--root --layer`): {S[(w, 'fuse')]['per_round']:.2f}× bare.")
+    L.append("")
+    L.append("A verdict within a few percent of its target is inside this machine's run-to-run spread "
+             "(compare a median with its p90): re-run on a quiet machine before quoting one.")
+    L.append("")
+    return L
 
 
-def explanation(S):
-    """How to read the figures. The numbers are this run's, except where it
-    says they were measured separately (when this benchmark was written)."""
+def explanation(S, workloads):
+    """How to read the figures: this run's numbers, except where it says
+    they were measured separately."""
     def pct(w, c, k="per_round"):
         return f"{(S[(w, c)][k] - 1) * 100:+.0f}%"
 
     def ms(w, c, k):
         return f"{S[(w, c)][k] * 1e3:.0f} ms"
-
-    def diff_ms(w, k, a="layer", b="bind"):
-        return f"{(S[(w, a)][k] - S[(w, b)][k]) * 1e3:.0f} ms"
-    return [
+    L = [
         "## Where the time goes",
         "",
         f"**The sandbox without a layer** (bind ÷ bare): {pct('untar', 'bind')} on the untar, "
-        f"{pct('untar-gz', 'bind')} on the gzipped untar, {pct('build', 'bind')} on the build. capsule's own "
-        f"work (namespaces, mounts, seccomp, teardown) is {ms('untar', 'bind', 'own')} a run; the default "
-        "seccomp filter costs a few tens of nanoseconds per system call (docs/benchmarks-seccomp.md).",
+        f"{pct('untar-gz', 'bind')} on the gzipped untar, {pct('build', 'bind')} on the build"
+        + (f", {pct('linux', 'bind')} on the Linux untar" if "linux" in workloads else "")
+        + f". capsule's own work (namespaces, mounts, seccomp, teardown) is {ms('untar', 'bind', 'own')} a run.",
         "",
-        f"**The kernel layer** over that same sandbox (the × bind column) adds {pct('untar', 'layer', 'vs_bind')} "
-        f"to the untar, {pct('untar-gz', 'layer', 'vs_bind')} to the gzipped untar and "
-        f"{pct('build', 'layer', 'vs_bind')} to the build. Two parts:",
+        "**Write-back.** A kernel overlay syncs its upper filesystem when it is unmounted (`ovl_sync_fs`), "
+        "unless mounted `volatile`. capsule mounts a layer's overlays `volatile` (docs/layers.md, "
+        "\"Durability\"): a run leaves its writes to the kernel's write-back, as a bare program does, so the "
+        "`sync` right after a layer run has as much to write as after a bare one "
+        f"({ms('untar', 'layer', 'sync')} against {ms('untar', 'bare', 'sync')} on the untar"
+        + (f", {ms('linux', 'layer', 'sync')} against {ms('linux', 'bare', 'sync')} on the Linux untar"
+           if "linux" in workloads else "")
+        + "), while the hand-mounted overlay without `volatile` wrote it inside the timed command "
+        f"(`sync` after it: {ms('untar', 'overlay', 'sync')}"
+        + (f"; the Linux untar's whole command {S[('linux', 'overlay')]['vs_ovlv']:.3f}× the `volatile` one's"
+           if "linux" in workloads else "")
+        + "). The next run in the layer, `capsule layer commit` and `record` sync the layer first, which "
+        "costs nothing once the kernel has written it back (30 s by default).",
         "",
-        f"- *capsule's own time* grows by {diff_ms('untar', 'own')} on the untar "
-        f"({ms('untar', 'layer', 'own')} against {ms('untar', 'bind', 'own')}). Most of it is write-back: "
-        "when the run's mount namespace goes, each overlay is unmounted, and overlayfs then syncs its upper "
-        "filesystem (`ovl_sync_fs`), so every file the run wrote is on disk before capsule returns. A bare "
-        "run leaves that to the kernel for later: the `sync` right after a bare untar takes "
-        f"{ms('untar', 'bare', 'sync')}, after a layer run {ms('untar', 'layer', 'sync')}. The rest is "
-        "preparing the layer (its directory, the roots from `/proc/self/mountinfo`, the `roots` file), "
-        "mounting the overlays and hiding the layer directories, evicting the overlay's inodes at unmount, "
-        "and recording the originals after the run, which is cheap here: a directory the run created is one "
-        "`absent` record, whatever it holds.",
-        f"- *the program's own time* grows by {diff_ms('untar', 'program')} (system CPU "
-        f"{ms('untar', 'layer', 'system')} against {ms('untar', 'bind', 'system')}): overlayfs itself. A "
-        "profile of the untar (`perf record -a -g`, taken separately) has every create going through "
-        "`ovl_create_object` (credentials prepared and swapped in, a lookup in the upper layer, an overlay "
-        "inode on top of the ext4 one), every write and read through a second, backing file "
-        "(`backing_file_write_iter`), every `utimensat` through `ovl_setattr`. The tarball itself is read "
-        "through the overlay too (it lies under the layer's root, as a user's would). capsule already mounts "
-        "the cheapest configuration an unprivileged overlay has (`userxattr`, hence `redirect_dir=nofollow`; "
-        "no index, no metacopy, `xino` off); nothing in its options removes this per-file cost.",
+        f"**overlayfs itself**: the program's system CPU on the untar is {ms('untar', 'layer', 'system')} in a "
+        f"layer against {ms('untar', 'bind', 'system')} without (the hand-mounted overlay: "
+        f"{ms('untar', 'overlay-volatile', 'system')}). Every create goes through `ovl_create_object` "
+        "(credentials prepared and swapped in, a lookup in the upper layer, an overlay inode on top of the "
+        "ext4 one), every write and read through a second, backing file, every `utimensat` through "
+        "`ovl_setattr`; the tarball itself is read through the overlay (it lies under the layer's root, as a "
+        "user's would). capsule mounts the cheapest configuration an unprivileged overlay has (`userxattr`, "
+        "hence `redirect_dir=nofollow`; no index, no metacopy, `xino` off, `volatile`). What is left of "
+        "capsule's own is in the \"capsule's own\" and \"× overlay-volatile\" columns.",
         "",
-    ] + overlay_alone(S) + [
-        ("So the untar target is not met on this workload, and no change to how capsule sets up the layer "
-         "removes the per-file part: " if S[("untar", "layer")]["per_round"] > 1.10 else
-         "The untar target is met in this run. For comparison: ") +
-        "MBOX's 1.21× was an untar of linux-3.8 taking 13.6 s (decompression and disk I/O); "
-        f"this tarball extracts in {ms('untar', 'bare', 'med')} from the page cache, nothing but file creation, "
-        "which is exactly what overlayfs makes dearer, plus a fixed cost per run. Decompression dilutes it "
-        f"(untar-gz: {S[('untar-gz', 'layer')]['per_round']:.2f}×); a build, which spends its time in the "
-        f"compiler, hardly shows it (layer ÷ bind: {S[('build', 'layer')]['vs_bind']:.3f}).",
-        "",
-        "What could still be cut, measured separately on this machine (15 interleaved rounds, quiet, "
-        "2026-11-22; not part of the figures above) with an experimental build that mounts the overlays "
-        "with `volatile`: capsule's own time on the untar fell from 61 ms to 20 ms and the layer from 2.24× "
-        "to 1.90× bare (gzipped: 1.84× to 1.56×), the program's own time about the same: the write-back "
-        "then happens later, as after a bare run. `volatile` skips the sync at unmount "
-        "and makes `fsync` inside the run a no-op, so a crash soon after a run could leave the layer's files "
-        "incomplete: overlayfs then refuses to mount that upper directory again (`work/.../incompat/volatile`), "
-        "which capsule would have to explain, and `capsule layer commit` would have to sync the layer before "
-        "applying it. Not done: it changes what a finished run guarantees, which is a decision of its own.",
-        "",
-        f"**fuse-overlayfs** (`--root --layer`): {S[('untar', 'fuse')]['per_round']:.1f}× on the untar, "
-        f"{S[('untar-gz', 'fuse')]['per_round']:.1f}× gzipped, {S[('build', 'fuse')]['per_round']:.2f}× on "
-        "the build. Every file operation goes from the kernel to the fuse-overlayfs daemon and back (two "
-        "context switches and a copy through `/dev/fuse`), and the daemon then makes the real system calls "
-        "(plus an opaque-marker file, `.wh..wh..opq`, in every directory it creates); its CPU time is in "
-        f"the program's figures (system CPU {ms('untar', 'fuse', 'system')} on the untar). On this virtual "
-        "machine most of the wall time is waiting for the other CPU to wake: each request hands over from "
-        "the program to the daemon and back, and a halted virtual CPU takes tens of microseconds to wake. "
-        "Measured separately on a quiet machine, the untar took 2.6 s as here but 0.8 s with the whole run "
-        "pinned to one CPU (`taskset -c 0`), and about 1 s while other work kept both CPUs awake, so this "
-        "figure depends on the machine more than any other. fuse-overlayfs's `threaded=1` was slower still "
-        "(tried separately). A build is compile-bound and hardly notices; an untar pays per file. Only `--root` "
-        "runs in a layer use it: a package manager running as the sandbox's root must change root's files, "
-        "which a kernel overlay in an unprivileged user namespace cannot copy up.",
     ]
+    if ("untar", "fuse") in S:
+        L += [
+            f"**fuse-overlayfs** (`--root --layer`): {S[('untar', 'fuse')]['per_round']:.1f}× on the untar, "
+            f"{S[('untar-gz', 'fuse')]['per_round']:.1f}× gzipped, {S[('build', 'fuse')]['per_round']:.2f}× on "
+            "the build. Every file operation goes from the kernel to the fuse-overlayfs daemon and back, and "
+            "the daemon then makes the real system calls; on this virtual machine most of that wall time is "
+            "waiting for the other CPU to wake. Only `--root` runs in a layer use it: a package manager running "
+            "as the sandbox's root must change root's files, which a kernel overlay in an unprivileged user "
+            "namespace cannot copy up.",
+            "",
+        ]
+    return L
 
 
 if __name__ == "__main__":

@@ -440,6 +440,66 @@ fn persistence_and_stacking() {
     assert!(out.stderr.contains("only the last --layer may be new"), "{}", out.describe());
 }
 
+/// A run leaves its writes to the kernel's write-back (its overlays are
+/// `volatile`): the layer is marked with the boot, the next run and
+/// `record` settle it, and a mark of another boot (a restart before the
+/// layer was synced) stops runs, stacking and commit, not `list`, until
+/// `capsule layer recover`.
+#[test]
+fn a_layer_written_back_later_and_a_restart_caught() {
+    require!("a_layer_written_back_later_and_a_restart_caught", layers_available());
+    let _serial = shared();
+    let fx = Fx::with_own_layer_dir("volatile");
+    let a = fx.layer_dir("A");
+    let mark = a.join("volatile");
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string();
+    fx.run(&["A"], &[], "echo v1 > f; sync f").assert_code(0);
+    let text = std::fs::read_to_string(&mark).unwrap();
+    assert!(text.starts_with(&format!("boot {boot}\n")), "{text:?}");
+    let roots: Vec<&str> = text.lines().skip(1).collect();
+    assert!(!roots.is_empty(), "{text:?}");
+    let incompat = |r: &str| a.join("work").join(r.trim_start_matches('/')).join("work/incompat");
+    assert!(roots.iter().any(|r| incompat(r).exists()), "overlayfs left no volatile mark: {roots:?}");
+    // overlayfs would refuse these work directories: the run settles them first.
+    let out = fx.run(&["A"], &[], "cat f; echo v2 > g");
+    out.assert_code(0);
+    assert_eq!(out.stdout, "v1\n", "{}", out.describe());
+    fx.layer("record", "A", &[]).assert_code(0);
+    assert!(!mark.exists(), "record left the mark");
+    assert!(roots.iter().all(|r| !incompat(r).exists()), "record left overlayfs's marks");
+    // As after a crash: the run's mark names another boot.
+    fx.run(&["A"], &[], "echo v3 > f").assert_code(0);
+    let forged = std::fs::read_to_string(&mark).unwrap().replacen(&boot, "00000000-0000-0000-0000-00000000beef", 1);
+    std::fs::write(&mark, forged).unwrap();
+    let out = fx.run(&["A"], &[], "echo never > h");
+    out.assert_code(125);
+    assert!(
+        out.stderr.contains("the machine has restarted since")
+            && out.stderr.contains(&format!("capsule layer recover {}", a.display())),
+        "{}",
+        out.describe()
+    );
+    let out = fx.run(&["A", "B"], &[], "true");
+    out.assert_code(125);
+    assert!(out.stderr.contains("the machine has restarted since"), "{}", out.describe());
+    let out = fx.layer("commit", "A", &[]);
+    out.assert_code(1);
+    assert!(out.stderr.contains("capsule layer recover"), "{}", out.describe());
+    let out = fx.layer("list", "A", &[]);
+    out.assert_code(0);
+    assert!(out.stderr.contains("warning") && out.stdout.contains("/f"), "{}", out.describe());
+    let out = fx.layer("recover", "A", &[]);
+    out.assert_code(0);
+    assert!(!mark.exists(), "{}", out.describe());
+    let out = fx.run(&["A"], &[], "cat f g; test ! -e h && echo no-h");
+    out.assert_code(0);
+    assert_eq!(out.stdout, "v3\nv2\nno-h\n", "{}", out.describe());
+    let out = fx.layer("commit", "A", &[]);
+    out.assert_code(0);
+    assert_eq!(std::fs::read_to_string(fx.p.path.join("f")).unwrap(), "v3\n");
+    assert!(!mark.exists(), "commit left the mark");
+}
+
 // ---------------------------------------------------------------- conflicts
 
 /// A host file changed after the run is a conflict at commit: refused and

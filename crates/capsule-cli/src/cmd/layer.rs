@@ -25,6 +25,11 @@ holes. Setuid and setgid bits are not committed unless --keep-special-bits (they
 layer as a mode change). What is not committed stays in the layer. docs/layers.md describes
 the directory format and the rules.
 
+A run leaves its writes to the kernel's write-back, as a program outside a sandbox does
+(`fsync` inside the run does not reach the disk); the next run in the layer, `commit` and
+`record` sync the layer first. After a restart before that, runs and commits refuse the layer:
+look at it with `diff`, then keep it as it is with `recover`, or `discard` it.
+
 Exit status: 0 when everything asked for was done; 1 when something was refused or failed
 (each named), or the layer is in use by a running capsule; 125 for bad arguments.";
 
@@ -69,6 +74,11 @@ pub fn command() -> Command {
                 ),
         )
         .subcommand(Command::new("discard").about("Delete the layer directory and everything in it").arg(dir_arg()))
+        .subcommand(
+            Command::new("recover")
+                .about("Keep a layer as it is after a restart interrupted the write-back of its last run (see docs/layers.md)")
+                .arg(dir_arg()),
+        )
         .subcommand(Command::new("record").about("Record the host originals of new changes (a run does it when it ends)").arg(dir_arg()))
         .subcommand(Command::new("review").about("The interactive menu a --layer run shows when it ends on a terminal").arg(dir_arg()))
 }
@@ -108,6 +118,7 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
     match sub {
         "list" => {
             let _lock = layer.lock_run(false)?;
+            warn_interrupted(&layer)?;
             let changes = layer.changes(&paths_of(m)?)?;
             let mut out = std::io::stdout().lock();
             if m.get_flag("json") {
@@ -121,6 +132,7 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
         }
         "diff" => {
             let _lock = layer.lock_run(false)?;
+            warn_interrupted(&layer)?;
             let mut out = std::io::stdout().lock();
             layer.diff(&paths_of(m)?, &mut out)?;
             Ok(ExitCode::SUCCESS)
@@ -139,8 +151,21 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
         }
         "record" => {
             let lock = layer.lock_run(true)?;
+            layer.settle(&lock)?;
             let n = layer.record_originals(&lock)?;
             eprintln!("capsule: recorded {n} new original(s) in {}", quote_path(&dir.join("layer.json")));
+            Ok(ExitCode::SUCCESS)
+        }
+        "recover" => {
+            let lock = layer.lock_run(true)?;
+            if layer.recover(&lock)? {
+                eprintln!(
+                    "capsule: the layer {} is kept as it is; its last run's writes that a restart lost stay lost",
+                    quote_path(&dir)
+                );
+            } else {
+                eprintln!("capsule: the layer {} needed no recovery", quote_path(&dir));
+            }
             Ok(ExitCode::SUCCESS)
         }
         "review" => {
@@ -166,6 +191,20 @@ fn dispatch(m: &ArgMatches) -> Result<ExitCode> {
         }
         _ => unreachable!("subcommand_required"),
     }
+}
+
+/// Says so when a restart interrupted the write-back of the layer's last
+/// run: what is listed may lack that run's newest writes.
+fn warn_interrupted(layer: &Layer) -> Result<()> {
+    if let Some(boot) = layer.interrupted()? {
+        eprintln!(
+            "capsule: warning: the layer {} was written with write-back deferred in an earlier boot ({boot}) and never synced; \
+             if the machine crashed, the newest files of its last run may be missing or incomplete \
+             (`capsule layer recover` keeps it as it is)",
+            quote_path(layer.dir())
+        );
+    }
+    Ok(())
 }
 
 /// The report as lines: what was committed (for stdout), then the

@@ -228,14 +228,16 @@ pub(crate) fn clone_sources(plan: &MountPlan, b: &mut Build) -> Result<(), Fail>
         sys::move_mount_to_path(fd, STAGE_MOUNTPOINT).map_err(|e| Fail::new(Step::Overlay, e))?;
     }
     for op in &plan.ops {
-        if let Op::Overlay { lower, upper, work, base, fs, name, .. } = op {
+        if let Op::Overlay { lower, upper, work, base, volatile, fs, name, .. } = op {
             if let Some([l, u, w, at]) = base {
                 // The layer as it is, read-only, where the staged
                 // overlay's lower layer is.
-                let b = overlay(l, u, w, true).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
+                let b = overlay(l, u, w, true, false).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
                 sys::move_mount_to_path(b.as_raw_fd(), at).map_err(|e| Fail::at(Step::Overlay, e, *name))?;
             }
-            fs.set(into_raw(overlay(lower, upper, work, false).map_err(|e| Fail::at(Step::Overlay, e, *name))?));
+            fs.set(into_raw(
+                overlay(lower, upper, work, false, *volatile).map_err(|e| Fail::at(Step::Overlay, e, *name))?,
+            ));
         }
     }
     for op in &plan.ops {
@@ -351,7 +353,7 @@ fn attach_proc(plan: &MountPlan, b: &Build, root: RawFd, i: usize, dst: &CStr, n
 /// Makes a kernel overlay, detached. Its layers are looked up here, in
 /// PID 1's namespace with the host view as root: overlayfs clones each as
 /// a private mount of this namespace.
-pub(crate) fn overlay(lower: &CStr, upper: &CStr, work: &CStr, read_only: bool) -> SysResult<OwnedFd> {
+pub(crate) fn overlay(lower: &CStr, upper: &CStr, work: &CStr, read_only: bool, volatile: bool) -> SysResult<OwnedFd> {
     let fs = sys::fsopen(c"overlay")?;
     sys::fsconfig_string(fs.as_raw_fd(), c"lowerdir", lower)?;
     sys::fsconfig_string(fs.as_raw_fd(), c"upperdir", upper)?;
@@ -362,6 +364,11 @@ pub(crate) fn overlay(lower: &CStr, upper: &CStr, work: &CStr, read_only: bool) 
     if read_only {
         // Nothing is written to its upper layer (the layer) at all.
         sys::fsconfig_flag(fs.as_raw_fd(), c"ro")?;
+    }
+    if volatile {
+        // No sync at unmount: a run's writes are written back as a bare
+        // program's are; the supervisor marked the layer (layer::volatile).
+        sys::fsconfig_flag(fs.as_raw_fd(), c"volatile")?;
     }
     sys::fsconfig_create(fs.as_raw_fd())?;
     let ro = if read_only { MOUNT_ATTR_RDONLY } else { 0 };

@@ -29,6 +29,7 @@ mod meta;
 mod node;
 mod quote;
 mod scan;
+mod volatile;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +41,7 @@ pub use commit::{CommitReport, Refusal};
 pub use meta::{OrigKind, Record};
 pub(crate) use node::copy_sparse;
 pub use quote::{quote, quote_path};
+pub use volatile::{Settled, VOLATILE_MARK};
 
 use crate::error::SysError;
 use crate::sys::layer as sl;
@@ -152,6 +154,15 @@ pub enum LayerError {
     /// A bad argument (a relative path, a lock of another layer).
     #[error("{0}")]
     Invalid(String),
+    /// A run wrote the layer with write-back deferred (`volatile`) and the
+    /// machine restarted before it was synced (layer::volatile).
+    #[error(
+        "layer {}: a run wrote it with write-back deferred and the machine has restarted since (the run's boot was {boot}): \
+         if that restart was a crash, the run's newest files may be missing or incomplete; look at it with \
+         `capsule layer diff {}`, then keep it as it is with `capsule layer recover {}` or drop it with `capsule layer discard {}`",
+        quote_path(dir), quote_path(dir), quote_path(dir), quote_path(dir)
+    )]
+    Interrupted { dir: PathBuf, boot: String },
 }
 
 /// An open layer directory.
@@ -526,6 +537,8 @@ impl Layer {
         keep_special_bits: bool,
     ) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
+        // What is committed is on disk in the layer first, or refused after a restart.
+        self.settle(lock)?;
         commit::commit(self, paths, force, false, keep_special_bits)
     }
 
@@ -540,6 +553,7 @@ impl Layer {
         keep_special_bits: bool,
     ) -> Result<CommitReport, LayerError> {
         self.check_lock(lock)?;
+        self.settle(lock)?;
         commit::commit(self, paths, force, true, keep_special_bits)
     }
 

@@ -743,3 +743,67 @@ fn a_fuse_attribute_in_a_kernel_layer_is_found() {
     let e = t.layer.check_fuse_ready().unwrap_err().to_string();
     assert!(e.contains("/d/e was written"), "{e}");
 }
+
+/// overlayfs's marks of a `volatile` mount under `work/ROOT/work`, mode
+/// 000 as the kernel leaves them.
+fn plant_incompat(t: &T, root: &Path) -> PathBuf {
+    let inner = t.layer.dir().join("work").join(root.strip_prefix("/").unwrap()).join("work");
+    mkdirs(&inner.join("incompat/volatile"));
+    write(&inner.join("incompat/volatile/dirty"), "");
+    for p in
+        [inner.join("incompat/volatile/dirty"), inner.join("incompat/volatile"), inner.join("incompat"), inner.clone()]
+    {
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    inner
+}
+
+fn boot() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string()
+}
+
+/// A volatile run's marks: settled in the same boot (both marks gone, the
+/// next mount possible), refused after a restart until recovered; list's
+/// check sees the restart too; a mark capsule cannot read is named.
+#[test]
+fn a_volatile_layer_is_settled_or_refused_after_a_restart() {
+    let t = T::new();
+    let lock = lock_ex(&t.layer);
+    assert_eq!(t.layer.settle(&lock).unwrap(), Settled::Clean);
+    let mark = t.layer.dir().join(VOLATILE_MARK);
+    // Marked as a run marks it, then the kernel's marks planted.
+    assert!(t.layer.begin_volatile(&lock, std::slice::from_ref(&t.host)).unwrap());
+    assert_eq!(fs::read_to_string(&mark).unwrap(), format!("boot {}\n{}\n", boot(), t.host.display()));
+    let inner = plant_incompat(&t, &t.host);
+    assert!(t.layer.interrupted().unwrap().is_none());
+    assert_eq!(t.layer.settle(&lock).unwrap(), Settled::Synced);
+    assert!(!mark.exists() && !inner.join("incompat").exists(), "marks left");
+    assert_eq!(t.layer.settle(&lock).unwrap(), Settled::Clean);
+    // Written in another boot: refused, named, until recovered.
+    fs::write(&mark, format!("boot 00000000-1111-2222-3333-444444444444\n{}\n", t.host.display())).unwrap();
+    plant_incompat(&t, &t.host);
+    assert_eq!(t.layer.interrupted().unwrap().as_deref(), Some("00000000-1111-2222-3333-444444444444"));
+    let e = t.layer.settle(&lock).unwrap_err();
+    assert!(matches!(e, LayerError::Interrupted { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("capsule layer recover") && msg.contains(&t.layer.dir().display().to_string()), "{msg}");
+    assert!(matches!(t.layer.check_interrupted(), Err(LayerError::Interrupted { .. })));
+    assert!(matches!(t.layer.commit(&lock, &[], false, false), Err(LayerError::Interrupted { .. })));
+    assert!(mark.exists() && inner.join("incompat").exists(), "a refused settle removed a mark");
+    assert!(t.layer.recover(&lock).unwrap());
+    assert!(!mark.exists() && !inner.join("incompat").exists(), "recover left a mark");
+    assert!(!t.layer.recover(&lock).unwrap());
+    // A mark that is not capsule's format: named; recover clears every
+    // root of the `roots` file.
+    fs::write(&mark, "garbage\n").unwrap();
+    fs::write(t.layer.dir().join("roots"), format!("{}\n", t.host.display())).unwrap();
+    plant_incompat(&t, &t.host);
+    let msg = t.layer.settle(&lock).unwrap_err().to_string();
+    assert!(msg.contains("volatile") && msg.contains("capsule layer recover"), "{msg}");
+    assert!(t.layer.recover(&lock).unwrap());
+    assert!(!mark.exists() && !inner.join("incompat").exists(), "recover left a mark");
+    // A shared lock may not settle.
+    drop(lock);
+    let shared = lock_wait(&t.layer, false);
+    assert!(t.layer.settle(&shared).is_err());
+}

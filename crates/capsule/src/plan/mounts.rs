@@ -143,6 +143,8 @@ pub(crate) enum Op {
         upper: CString,
         work: CString,
         base: Option<[CString; 4]>,
+        /// Mounted `volatile` (the layer is marked for it).
+        volatile: bool,
         fs: Cell<RawFd>,
         name: u32,
     },
@@ -634,6 +636,7 @@ impl MountPlan {
                         upper: o.upper.clone(),
                         work: o.work.clone(),
                         base: o.base.clone(),
+                        volatile: o.volatile,
                         fs: Cell::new(-1),
                         name: name(format!(
                             "{} (layer {})",

@@ -123,6 +123,8 @@ pub(crate) struct Overlay {
     /// (lower, upper, work) that PID 1 mounts at the path last, in the
     /// staging tmpfs, as this overlay's lower layer.
     pub base: Option<[CString; 4]>,
+    /// Mounted `volatile`: the layer's upper directory, marked first.
+    pub volatile: bool,
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
@@ -405,6 +407,13 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         })?;
         let lock = layer.lock_run(writable).map_err(|e| e.to_string())?;
         if writable {
+            // overlayfs refuses the work directories a volatile run left
+            // marked; settled, they are the layer's again.
+            layer.settle(&lock).map_err(|e| e.to_string())?;
+        } else {
+            layer.check_interrupted().map_err(|e| e.to_string())?;
+        }
+        if writable {
             // What the run cannot change; commit never touches it.
             layer.note_protected(&lock, spec)?;
         }
@@ -460,7 +469,18 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         let argv = vec![param(&bin), cstring("-o".into()), cstring(opts), FUSE_MOUNTPOINT.into()];
         Backend::Fuse { argv }
     } else {
-        let (overlays, s) = kernel_overlays(spec, &dirs, me)?;
+        let (mut overlays, s) = kernel_overlays(spec, &dirs, me)?;
+        if s.is_none() {
+            // Written back later, as a bare program's files (layer::volatile);
+            // a staged run's upper directories are a tmpfs anyway.
+            let (layer, lock) = locks.last().expect("at least one layer");
+            let roots: Vec<PathBuf> = overlays.iter().map(|o| o.dst.clone()).collect();
+            if layer.begin_volatile(lock, &roots).map_err(|e| e.to_string())? {
+                for o in &mut overlays {
+                    o.volatile = true;
+                }
+            }
+        }
         stage = s;
         Backend::Kernel(overlays)
     };
@@ -559,10 +579,11 @@ fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Ove
                     upper: u,
                     work: w,
                     base: Some([lower, param(&upper), param(&work), l]),
+                    volatile: false,
                     dst: r,
                 }
             }
-            None => Overlay { lower, upper: param(&upper), work: param(&work), base: None, dst: r },
+            None => Overlay { lower, upper: param(&upper), work: param(&work), base: None, volatile: false, dst: r },
         });
     }
     Ok((out, stage))

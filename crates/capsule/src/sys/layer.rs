@@ -264,6 +264,12 @@ pub fn errno_of(e: &std::io::Error) -> Errno {
     e.raw_os_error().unwrap_or(libc::EIO)
 }
 
+/// syncfs(2): writes back everything of the filesystem `fd` is on.
+pub fn syncfs(fd: RawFd) -> SysResult<()> {
+    // SAFETY: plain syscall on an integer.
+    retry(|| check_int(unsafe { libc::syncfs(fd) })).map(drop)
+}
+
 /// ftruncate(2): sets the file's size (a hole where it grows).
 pub fn ftruncate(fd: RawFd, size: u64) -> SysResult<()> {
     // SAFETY: plain syscall on integers.
