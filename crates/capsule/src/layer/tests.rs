@@ -795,6 +795,9 @@ fn a_volatile_layer_is_settled_or_refused_after_a_restart() {
     assert!(!t.layer.recover(&lock).unwrap());
     // A mark that is not capsule's format: named; recover clears every
     // root of the `roots` file.
+    fs::write(&mark, "boot \x1b[31mred\n").unwrap();
+    let msg = t.layer.settle(&lock).unwrap_err().to_string();
+    assert!(!msg.contains('\x1b') && msg.contains("capsule layer recover"), "{msg:?}");
     fs::write(&mark, "garbage\n").unwrap();
     fs::write(t.layer.dir().join("roots"), format!("{}\n", t.host.display())).unwrap();
     plant_incompat(&t, &t.host);

@@ -42,6 +42,10 @@ impl Mark {
     fn parse(text: &str) -> Option<Mark> {
         let mut lines = text.lines();
         let boot = lines.next()?.strip_prefix("boot ")?.to_string();
+        // Printed in messages: only what a boot id is made of.
+        if boot.is_empty() || boot.len() > 64 || !boot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return None;
+        }
         let roots = lines.filter(|l| !l.is_empty()).map(PathBuf::from).collect::<Vec<_>>();
         roots.iter().all(|r| r.is_absolute()).then_some(Mark { boot, roots })
     }
