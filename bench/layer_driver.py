@@ -766,8 +766,8 @@ def explanation(S, workloads):
         f"(`sync` after it: {ms('untar', 'overlay', 'sync')}"
         + (f"; the Linux untar's whole command {S[('linux', 'overlay')]['vs_ovlv']:.3f}× the `volatile` one's"
            if "linux" in workloads else "")
-        + "). The next run in the layer, `capsule layer commit` and `record` sync the layer first, which "
-        "costs nothing once the kernel has written it back (30 s by default).",
+        + "). `capsule layer commit` and `record` sync the layer first, which costs nothing once the kernel "
+        "has written it back (30 s by default); a next run in the same layer does not wait for it.",
         "",
         f"**overlayfs itself**: the program's system CPU on the untar is {ms('untar', 'layer', 'system')} in a "
         f"layer against {ms('untar', 'bind', 'system')} without (the hand-mounted overlay: "

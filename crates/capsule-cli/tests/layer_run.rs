@@ -441,8 +441,8 @@ fn persistence_and_stacking() {
 }
 
 /// A run leaves its writes to the kernel's write-back (its overlays are
-/// `volatile`): the layer is marked with the boot, the next run and
-/// `record` settle it, and a mark of another boot (a restart before the
+/// `volatile`): the layer is marked with the boot, the next run mounts it
+/// again, `record` settles it, and a mark of another boot (a restart before the
 /// layer was synced) stops runs, stacking and commit, not `list`, until
 /// `capsule layer recover`.
 #[test]
@@ -460,10 +460,12 @@ fn a_layer_written_back_later_and_a_restart_caught() {
     assert!(!roots.is_empty(), "{text:?}");
     let incompat = |r: &str| a.join("work").join(r.trim_start_matches('/')).join("work/incompat");
     assert!(roots.iter().any(|r| incompat(r).exists()), "overlayfs left no volatile mark: {roots:?}");
-    // overlayfs would refuse these work directories: the run settles them first.
+    // overlayfs would refuse these work directories: the run clears its
+    // marks; the layer's own stays (nothing was synced).
     let out = fx.run(&["A"], &[], "cat f; echo v2 > g");
     out.assert_code(0);
     assert_eq!(out.stdout, "v1\n", "{}", out.describe());
+    assert!(mark.exists(), "the second run removed the layer's mark");
     fx.layer("record", "A", &[]).assert_code(0);
     assert!(!mark.exists(), "record left the mark");
     assert!(roots.iter().all(|r| !incompat(r).exists()), "record left overlayfs's marks");

@@ -26,9 +26,9 @@ layer as a mode change). What is not committed stays in the layer. docs/layers.m
 the directory format and the rules.
 
 A run leaves its writes to the kernel's write-back, as a program outside a sandbox does
-(`fsync` inside the run does not reach the disk); the next run in the layer, `commit` and
-`record` sync the layer first. After a restart before that, runs and commits refuse the layer:
-look at it with `diff`, then keep it as it is with `recover`, or `discard` it.
+(`fsync` inside the run does not reach the disk); `commit` and `record` sync the layer first.
+After a restart before that, runs and commits refuse the layer: look at it with `diff`, then
+keep it as it is with `recover`, or `discard` it.
 
 Exit status: 0 when everything asked for was done; 1 when something was refused or failed
 (each named), or the layer is in use by a running capsule; 125 for bad arguments.";

@@ -776,6 +776,10 @@ fn a_volatile_layer_is_settled_or_refused_after_a_restart() {
     assert_eq!(fs::read_to_string(&mark).unwrap(), format!("boot {}\n{}\n", boot(), t.host.display()));
     let inner = plant_incompat(&t, &t.host);
     assert!(t.layer.interrupted().unwrap().is_none());
+    // The next run: overlayfs's marks go, the layer's stays.
+    t.layer.ready_for_mount(&lock).unwrap();
+    assert!(mark.exists() && !inner.join("incompat").exists());
+    plant_incompat(&t, &t.host);
     assert_eq!(t.layer.settle(&lock).unwrap(), Settled::Synced);
     assert!(!mark.exists() && !inner.join("incompat").exists(), "marks left");
     assert_eq!(t.layer.settle(&lock).unwrap(), Settled::Clean);
@@ -788,6 +792,7 @@ fn a_volatile_layer_is_settled_or_refused_after_a_restart() {
     let msg = e.to_string();
     assert!(msg.contains("capsule layer recover") && msg.contains(&t.layer.dir().display().to_string()), "{msg}");
     assert!(matches!(t.layer.check_interrupted(), Err(LayerError::Interrupted { .. })));
+    assert!(matches!(t.layer.ready_for_mount(&lock), Err(LayerError::Interrupted { .. })));
     assert!(matches!(t.layer.commit(&lock, &[], false, false), Err(LayerError::Interrupted { .. })));
     assert!(mark.exists() && inner.join("incompat").exists(), "a refused settle removed a mark");
     assert!(t.layer.recover(&lock).unwrap());

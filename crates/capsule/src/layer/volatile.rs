@@ -6,12 +6,14 @@
 //! that work directory again. Before such a run the supervisor writes
 //! `DIR/volatile`: the boot it happens in, then the roots mounted so.
 //!
-//! The next exclusive use of the layer (a run writing it, commit, record)
-//! settles it. In the same boot nothing can have been lost (what is not
-//! written back yet is in the page cache), so the layer is synced and both
-//! marks go. After a restart the run's newest writes may be missing (a
-//! crash loses what was not written back), so the layer is refused until
-//! its owner keeps it as it is (`capsule layer recover`) or discards it.
+//! In the same boot nothing can have been lost (what is not written back
+//! yet is in the page cache): the next run writing the layer removes
+//! overlayfs's marks and keeps its own (the write-back stays the kernel's,
+//! as after a bare program), and commit and record settle it: the layer
+//! is synced and both marks go. After a restart a run's newest writes may
+//! be missing (a crash loses what was not written back), so the layer is
+//! refused until its owner keeps it as it is (`capsule layer recover`) or
+//! discards it.
 //! The marks live outside `upper/`, where no sandboxed program reaches.
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -101,6 +103,19 @@ impl Layer {
         }
     }
 
+    /// Before a run writes the layer: in the boot of its last volatile
+    /// run, removes overlayfs's marks so that its work directories mount
+    /// again (the layer's own mark stays: that run's writes may not be on
+    /// disk yet); after a restart, [`LayerError::Interrupted`].
+    pub(crate) fn ready_for_mount(&self, lock: &LayerLock) -> Result<(), LayerError> {
+        self.check_lock(lock)?;
+        let Some(mark) = self.read_mark()? else { return Ok(()) };
+        if boot_id().as_deref() != Some(&mark.boot) {
+            return Err(LayerError::Interrupted { dir: self.dir.clone(), boot: mark.boot });
+        }
+        self.clear_overlay_marks(&mark)
+    }
+
     /// Makes a layer a volatile run left behind durable (same boot) or
     /// refuses it ([`LayerError::Interrupted`], after a restart).
     pub fn settle(&self, lock: &LayerLock) -> Result<Settled, LayerError> {
@@ -168,10 +183,18 @@ impl Layer {
         }
     }
 
-    /// Removes overlayfs's `incompat/volatile` of each root's work
-    /// directory, then `DIR/volatile` (last: until then the layer still
-    /// says it needs settling).
+    /// Removes overlayfs's marks, then `DIR/volatile` (last: until then
+    /// the layer still says it needs settling).
     fn clear_marks(&self, mark: &Mark) -> Result<(), LayerError> {
+        self.clear_overlay_marks(mark)?;
+        match sl::unlink_at(self.dir_fd.as_raw_fd(), VOLATILE_MARK.as_bytes(), false) {
+            Ok(()) | Err(libc::ENOENT) => Ok(()),
+            Err(e) => Err(sys_err("unlinkat", self.path_of(VOLATILE_MARK), e).into()),
+        }
+    }
+
+    /// Removes overlayfs's `incompat/volatile` of each root's work directory.
+    fn clear_overlay_marks(&self, mark: &Mark) -> Result<(), LayerError> {
         let work = sl::openat_name(self.dir_fd.as_raw_fd(), b"work", libc::O_PATH | libc::O_DIRECTORY, 0)
             .map_err(|e| sys_err("open", self.path_of("work"), e))?;
         for r in &mark.roots {
@@ -197,10 +220,7 @@ impl Layer {
             };
             remove_incompat(&dir).map_err(|(call, e)| sys_err(call, path().join("incompat"), e))?;
         }
-        match sl::unlink_at(self.dir_fd.as_raw_fd(), VOLATILE_MARK.as_bytes(), false) {
-            Ok(()) | Err(libc::ENOENT) => Ok(()),
-            Err(e) => Err(sys_err("unlinkat", self.path_of(VOLATILE_MARK), e).into()),
-        }
+        Ok(())
     }
 }
 

@@ -408,8 +408,8 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         let lock = layer.lock_run(writable).map_err(|e| e.to_string())?;
         if writable {
             // overlayfs refuses the work directories a volatile run left
-            // marked; settled, they are the layer's again.
-            layer.settle(&lock).map_err(|e| e.to_string())?;
+            // marked; the write-back of that run stays the kernel's.
+            layer.ready_for_mount(&lock).map_err(|e| e.to_string())?;
         } else {
             layer.check_interrupted().map_err(|e| e.to_string())?;
         }
