@@ -19,14 +19,16 @@
 #      container's own filter is always there);
 #   7. deploy/container/Containerfile built on a base made with mmdebstrap
 #      (here, as root, while the VM runs 1-6) and imported: a run and a
-#      memory limit from the image.
+#      memory limit from the image;
+#   8. docker: scripts/test-docker.sh in the same VM (Debian's docker.io,
+#      the same image built with docker, the documented docker lines).
 # Run as root after `cargo build --workspace --all-targets` (scripts/test.sh
 # does both); CAPSULE_TEST_STRICT=1 makes a missing podman or VM a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = --in-vm ]; then
-  B=$2/bin
+  B=$2/bin repo=$PWD
   uid=$(id -u "$CGROUP2_VM_USER") gid=$(id -g "$CGROUP2_VM_USER")
   P=(podman --root /tmp/podman/root --runroot /tmp/podman/run --cgroup-manager=cgroupfs --events-backend=file)
   seccomp=$PWD/deploy/seccomp/capsule-container.json
@@ -136,6 +138,8 @@ if [ "${1:-}" = --in-vm ]; then
   done < "${B%/bin}/tests"
   echo "== 7. the image of deploy/container/Containerfile"
   image_checks "$B" "${run[@]}" -- "${as_user[@]}" "${documented[@]}"
+  echo "== 8. docker (scripts/test-docker.sh)"
+  bash "$repo/scripts/test-docker.sh" --in-vm "$repo" "$2" "$3" || fail "docker (scripts/test-docker.sh)"
   [ "$fails" = 0 ] || { echo "test-container.sh: $fails check(s) failed"; exit 1; }
   echo "test-container.sh: all passed"
   exit 0
@@ -151,6 +155,7 @@ vm=../shared/vm/cgroup2-vm
 [ "$(id -u)" = 0 ] || skip "they must be started as root (the VM runs podman as root)"
 [ -x "$vm" ] || skip "$vm is missing"
 command -v podman >/dev/null || skip "podman is not installed (apt-get install podman uidmap)"
+{ [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ]; } || skip "docker is not installed (apt-get install docker.io)"
 # shellcheck source=scripts/cargo-env.sh
 . scripts/cargo-env.sh
 target=${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/debug
@@ -183,7 +188,7 @@ chmod -R a+rX "$stage"
 command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get install mmdebstrap)"
 (
   t=$SECONDS
-  if mmdebstrap --quiet --variant=essential --include=passwd --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+  if mmdebstrap --quiet --variant=essential --include=passwd,mount --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     bookworm "$stage/base.tmp.tar" > "$stage/base.log" 2>&1; then
@@ -196,7 +201,7 @@ command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get i
 base_job=$!
 t0=$SECONDS
 rc=0
-scripts/vm-retry "$vm" --as-root --timeout 1800 -- bash scripts/test-container.sh --in-vm "$stage" "$(cd "$target/.." && pwd)/tmp" || rc=$?
+scripts/vm-retry "$vm" --as-root --timeout 2700 -- bash scripts/test-container.sh --in-vm "$stage" "$(cd "$target/.." && pwd)/tmp" || rc=$?
 echo "test-container.sh: $((SECONDS - t0)) s in the VM"
 wait "$base_job" || true
 rm -rf "$stage"

@@ -26,8 +26,9 @@ pub fn vm_user() -> String {
 }
 
 /// `CAPSULE_TEST_CGROUPS=1`: the cgroup tests must run (fail, not skip).
+/// The systemd mode implies it: it exists to run them.
 pub fn cgroups_wanted() -> bool {
-    std::env::var("CAPSULE_TEST_CGROUPS").map(|v| v == "1").unwrap_or(false)
+    std::env::var("CAPSULE_TEST_CGROUPS").map(|v| v == "1").unwrap_or(false) || crate::systemd_mode()
 }
 
 /// Reports a skipped cgroup test: skips even under `CAPSULE_TEST_STRICT=1`
@@ -56,8 +57,12 @@ macro_rules! require_cgroups {
 }
 
 /// Whether the cgroup tests can run: in the VM, with the controllers
-/// enabled for the scopes (done once per test binary).
+/// enabled for the scopes (done once per test binary), or through the
+/// user manager in the systemd mode.
 pub fn cgroups_available() -> Result<(), String> {
+    if h().systemd {
+        return crate::systemd_available();
+    }
     if !h().vm {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let controllers = std::fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cgroup::{in_cgroup_vm, vm_user};
+use crate::systemd::{systemd_mode, SYSTEMD_ENV};
 use crate::{BIN_ROOT, DEFAULT_PATH, SCRATCH_ROOT, TEST_USER};
 
 /// Who runs capsule and where the binaries are.
@@ -20,6 +21,10 @@ pub struct Harness {
     /// Root inside the cgroup v2 VM (`CGROUP2_VM=1`): capsule runs as the VM
     /// user, each invocation in a delegated scope of its own.
     pub vm: bool,
+    /// `CAPSULE_TEST_SYSTEMD=1`: the tests run as a logged-in user whose
+    /// systemd manager runs; capsule gets its cgroups by re-starting itself
+    /// in a scope of that manager's (see [`crate::systemd_mode`]).
+    pub systemd: bool,
     /// The unprivileged user capsule runs as: the test user when root,
     /// else ourselves.
     pub uid: u32,
@@ -39,9 +44,13 @@ pub fn h() -> &'static Harness {
         let capsule = built("capsule");
         let probe = built("capsule-probe");
         ensure_dir(SCRATCH_ROOT, 0o1777);
+        let systemd = systemd_mode();
+        if systemd && uid == 0 {
+            panic!("{SYSTEMD_ENV}=1: run the tests as the logged-in user whose systemd manager runs, not as root");
+        }
         if uid != 0 {
             let bin_dir = capsule.parent().unwrap().to_path_buf();
-            return Harness { is_root: false, vm: false, uid, gid, bin_dir, capsule, probe };
+            return Harness { is_root: false, vm: false, systemd, uid, gid, bin_dir, capsule, probe };
         }
         let vm = in_cgroup_vm();
         let (tuid, tgid) = if vm {
@@ -54,6 +63,7 @@ pub fn h() -> &'static Harness {
         Harness {
             is_root: true,
             vm,
+            systemd: false,
             uid: tuid,
             gid: tgid,
             capsule: bin_dir.join("capsule"),

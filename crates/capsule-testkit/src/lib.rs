@@ -29,6 +29,13 @@
 //! * The cgroup tests use [`require_cgroups!`]: they skip where no delegated
 //!   cgroup v2 hierarchy exists (the host), even under
 //!   `CAPSULE_TEST_STRICT=1`, and fail instead under `CAPSULE_TEST_CGROUPS=1`.
+//! * `CAPSULE_TEST_SYSTEMD=1` (scripts/test-systemd.sh, in `cgroup2-vm
+//!   --systemd`): the tests run as the logged-in user, make no user and no
+//!   cgroup, and capsule gets its cgroups by re-starting itself in a scope
+//!   of the user's systemd manager, which the harness checks it did (see
+//!   the `systemd` module). The cgroup tests then must run (as under
+//!   `CAPSULE_TEST_CGROUPS=1`); those that need root to set up their
+//!   cgroups say why they do not apply (`not_in_systemd_mode!`).
 
 mod cgroup;
 mod harness;
@@ -39,6 +46,7 @@ mod pty;
 mod run;
 mod scratch;
 mod skip;
+mod systemd;
 
 use std::time::Duration;
 
@@ -51,6 +59,7 @@ pub use pty::*;
 pub use run::*;
 pub use scratch::*;
 pub use skip::*;
+pub use systemd::*;
 
 pub const TEST_USER: &str = "capsule-test";
 pub const BIN_ROOT: &str = "/var/tmp/capsule-test-bins";

@@ -13,6 +13,7 @@ use crate::cgroup::{join_cgroup_hook, CgScope};
 use crate::harness::{as_user, h, libtest, probe};
 use crate::kv::Kv;
 use crate::scratch::Scratch;
+use crate::systemd::{runtime_dir, scope_leftovers, ScopeWatch};
 use crate::{DEFAULT_PATH, RUN_TIMEOUT};
 
 /// Everything observed about one finished process.
@@ -27,8 +28,9 @@ pub struct Out {
     /// The `--meta` lines, when requested.
     pub meta: Option<String>,
     pub elapsed: Duration,
-    /// The delegated scope capsule ran in (cgroup VM only), as a path under
-    /// /sys/fs/cgroup.
+    /// The delegated scope capsule ran in (cgroup VM only; in the systemd
+    /// mode the user manager's scope its re-started self ran in), as a path
+    /// under /sys/fs/cgroup.
     pub scope: Option<PathBuf>,
     /// What capsule left in that scope when it exited (sub-cgroups,
     /// processes, controllers still enabled); `None` when it was restored.
@@ -70,9 +72,28 @@ impl Out {
 
     /// Asserts capsule restored its scope (cgroup VM; nothing to check
     /// elsewhere): no sub-cgroup, no process, no controller left enabled.
+    /// In the systemd mode: that it ran in a scope of the user manager's,
+    /// which was collected once capsule exited (no process outlived it).
     #[track_caller]
     pub fn assert_cgroups_clean(&self) -> &Self {
+        self.assert_systemd_scope();
         assert!(self.cgroup_leftovers.is_none(), "capsule left cgroup state behind; {}", self.describe());
+        self
+    }
+
+    /// In the systemd mode, asserts capsule re-started itself in a
+    /// transient scope of the user manager's (`user@UID.service/app.slice/
+    /// run-*.scope`); nothing elsewhere.
+    #[track_caller]
+    pub fn assert_systemd_scope(&self) -> &Self {
+        if h().systemd {
+            assert!(
+                self.scope.is_some(),
+                "capsule did not run in a scope of the systemd user manager (user@{uid}.service/app.slice/run-*.scope); {}",
+                self.describe(),
+                uid = h().uid
+            );
+        }
         self
     }
 
@@ -204,7 +225,8 @@ impl Cmd {
         self
     }
     /// Cgroup VM: starts capsule in the test process's own (root-owned,
-    /// not delegated) cgroup instead of a fresh delegated scope.
+    /// not delegated) cgroup instead of a fresh delegated scope; in the
+    /// systemd mode, without `XDG_RUNTIME_DIR` (no user manager to ask).
     pub fn no_scope(&mut self) -> &mut Self {
         self.scope = ScopeMode::None;
         self
@@ -247,6 +269,11 @@ impl Cmd {
         } else {
             as_user(&argv)
         };
+        // The systemd mode: the user manager is found through it; without
+        // it (`no_scope`) capsule has no way to delegated cgroups.
+        if let (true, false, Some(rt)) = (h().systemd, matches!(self.scope, ScopeMode::None), runtime_dir()) {
+            c.env("XDG_RUNTIME_DIR", rt);
+        }
         c.current_dir(&self.cwd);
         // The black-box tests fork a supervisor per `capsule run` (what
         // they check, e.g. nothing left in a scope afterwards, is about
@@ -301,6 +328,8 @@ impl Cmd {
         };
         let mut c = self.build(&results, scope_path.as_deref());
         let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", c));
+        let watch =
+            (h().systemd && !matches!(self.scope, ScopeMode::None)).then(|| ScopeWatch::start(child.id() as i32));
         let (tx, rx) = mpsc::channel();
         let out_thread = child.stdout.take().map(|so| {
             std::thread::spawn(move || {
@@ -333,6 +362,7 @@ impl Cmd {
             seen: Vec::new(),
             scope: fresh,
             scope_path,
+            watch,
         }
     }
 
@@ -355,6 +385,8 @@ pub struct Running {
     /// The fresh scope of this invocation (removed on drop).
     scope: Option<CgScope>,
     scope_path: Option<PathBuf>,
+    /// The systemd mode: watches for the user manager's scope.
+    watch: Option<ScopeWatch>,
 }
 
 impl Running {
@@ -362,9 +394,15 @@ impl Running {
         self.child.id() as i32
     }
 
-    /// Cgroup VM: the delegated scope capsule was started in.
-    pub fn scope_path(&self) -> Option<&Path> {
-        self.scope_path.as_deref()
+    /// Cgroup VM: the delegated scope capsule was started in. The systemd
+    /// mode: the user manager's scope capsule re-started itself in, waited
+    /// for (up to a minute, while capsule runs).
+    pub fn scope_path(&mut self) -> Option<PathBuf> {
+        if self.watch.is_none() {
+            return self.scope_path.clone();
+        }
+        let child = &mut self.child;
+        self.watch.as_ref().unwrap().wait_scope(Duration::from_secs(60), || child.try_wait().ok().flatten().is_none())
     }
 
     /// Waits for a stdout line starting with `prefix`; panics after `t`.
@@ -440,8 +478,12 @@ impl Running {
             meta = std::fs::read_to_string(r.join("result.meta")).ok();
         }
         // Checked at once: capsule restores its base before it exits.
-        let cgroup_leftovers = self.scope.as_ref().and_then(|s| s.leftovers());
-        let scope = self.scope_path.clone();
+        let mut cgroup_leftovers = self.scope.as_ref().and_then(|s| s.leftovers());
+        let mut scope = self.scope_path.clone();
+        if let Some(mut w) = self.watch.take() {
+            scope = w.finish();
+            cgroup_leftovers = scope.as_ref().and_then(|s| scope_leftovers(s, Duration::from_secs(10)));
+        }
         // Dropping the fresh scope removes it (forcibly if need be).
         self.scope = None;
         Out {

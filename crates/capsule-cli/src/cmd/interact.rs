@@ -184,6 +184,8 @@ pub fn run(m: &ArgMatches) -> ExitCode {
     let quiet = m.get_flag("quiet");
     let outcome = (|| -> Result<InteractResult> {
         let spec = spec_from(m)?;
+        // Where a systemd user manager delegates cgroups, both programs run in them.
+        super::restart_in_scope(&RunSpec::default())?;
         let exe = std::env::current_exe().context("cannot find the capsule binary")?;
         let sandbox = Sandbox::start(Config { parallel: 2, capsule_bin: Some(exe), ..Default::default() })?;
         // Both programs' stderr is ours, unless their specs say otherwise.

@@ -113,11 +113,10 @@ impl Container {
             (Engine::Docker, Refusal::MaskedProc) => "`--security-opt systempaths=unconfined`".into(),
             (_, Refusal::MaskedProc) => "`--security-opt unmask=/proc/*`".into(),
             (_, Refusal::AppArmorMount) => "`--security-opt apparmor=unconfined`".into(),
-            (Engine::Docker, Refusal::ReadOnlyCgroup) => {
-                "nothing short of --privileged (docker mounts a container's cgroup read-only): runs have no cgroup \
-                 limits (degraded mode)"
-                    .into()
-            }
+            (Engine::Docker, Refusal::ReadOnlyCgroup) => "`--cap-add SYS_ADMIN` (docker mounts a container's \
+                 cgroup read-only), started as root with deploy/container/entrypoint.sh, which remounts it \
+                 writable and delegates a cgroup to the user it runs the command as"
+                .into(),
             (_, Refusal::ReadOnlyCgroup) => "`--security-opt unmask=ALL` (a writable cgroup), started as root with \
                  deploy/container/entrypoint.sh, which delegates a cgroup to the user it runs the command as"
                 .into(),
@@ -270,5 +269,7 @@ mod tests {
         let docker = Container::from_marks(false, true, false, None).unwrap();
         assert_eq!(docker.option(Refusal::MaskedProc), "`--security-opt systempaths=unconfined`");
         assert_eq!(docker.option(Refusal::AppArmorMount), "`--security-opt apparmor=unconfined`");
+        // Measured (scripts/test-docker.sh): the entrypoint remounts the cgroup with SYS_ADMIN.
+        assert!(docker.option(Refusal::ReadOnlyCgroup).starts_with("`--cap-add SYS_ADMIN`"));
     }
 }
