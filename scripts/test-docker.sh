@@ -75,10 +75,12 @@ image=localhost/capsule
 both=(sh -c 'capsule check; echo "[check: exit $?]"; capsule run "$@"; echo "[run: exit $?]"' sh)
 echo "== 1. docker's default options: capsule check names the option that fixes them"
 # docker's profile refuses unshare(CLONE_NEWUSER) (EPERM) and clone3
-# (ENOSYS): check names the seccomp profile; `capsule run` fails (its
-# clone3 error does not name it yet, docs/containers.md).
+# (ENOSYS): check names the seccomp profile, and so does the run's clone3
+# error (its own words: "clone3, the supervisor's fork").
 expect default 0 "FAIL container: inside a docker container" "--security-opt seccomp=deploy/seccomp/capsule-container.json" \
-  "=> \`capsule run\` cannot work here" "[check: exit 1]" "capsule: error:" "[run: exit 125]" -- \
+  "=> \`capsule run\` cannot work here" "[check: exit 1]" "capsule: error:" \
+  "its seccomp profile refuses the sandbox's set-up (clone3, the supervisor's fork): start it with \`--security-opt seccomp=" \
+  "[run: exit 125]" -- \
   "${run[@]}" "${as_user[@]}" "$image" "${both[@]}" -- /bin/true
 echo "== 1b. the seccomp profile alone: the masked /proc is named next, with docker's option"
 expect seccomp-only 0 "--security-opt systempaths=unconfined" "=> \`capsule run\` cannot work here" "[check: exit 1]" \

@@ -5,6 +5,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, SysError};
+use crate::host::container::Refusal;
 use crate::proto::config::Config;
 use crate::proto::result::RunResult;
 use crate::proto::spec::RunSpec;
@@ -81,7 +82,14 @@ fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Onc
         ..Config::default()
     };
     // SAFETY: the caller is single-threaded (`start_once`'s contract; this is its helper).
-    let pid = match unsafe { sys::fork() }.map_err(|e| SysError::new("clone3 (supervisor)", e))? {
+    let pid = match unsafe { sys::fork() }.map_err(|e| {
+        let err = SysError::new("clone3 (supervisor)", e);
+        // docker's default seccomp profile answers clone3 with ENOSYS.
+        match crate::host::container::hint(Refusal::Seccomp, "clone3, the supervisor's fork", e) {
+            Some(h) => err.hint(h),
+            None => err,
+        }
+    })? {
         Forked::Child => {
             drop(client);
             supervisor_main(parent, server, &config)

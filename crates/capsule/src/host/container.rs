@@ -213,16 +213,31 @@ pub fn apparmor_label() -> Option<String> {
 /// The hint for a set-up step refused with `errno` because of `cause`:
 /// the container's option when capsule runs in one, else None.
 pub fn hint(cause: Refusal, detail: &str, errno: i32) -> Option<String> {
-    if errno != libc::EPERM && errno != libc::EACCES {
+    if !refused_with(cause, errno) {
         return None;
     }
     let c = Container::detect()?;
     Some(c.advice(cause, detail, &visible_refusals()))
 }
 
+/// Whether `errno` is how a container's rules refuse: EPERM or EACCES, and
+/// ENOSYS from a seccomp profile (docker's answers clone3 so, for libc to
+/// fall back to clone).
+fn refused_with(cause: Refusal, errno: i32) -> bool {
+    errno == libc::EPERM || errno == libc::EACCES || (errno == libc::ENOSYS && cause == Refusal::Seccomp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enosys_is_a_seccomp_refusal_only() {
+        assert!(refused_with(Refusal::Seccomp, libc::ENOSYS));
+        assert!(refused_with(Refusal::MaskedProc, libc::EPERM));
+        assert!(!refused_with(Refusal::MaskedProc, libc::ENOSYS));
+        assert!(!refused_with(Refusal::Seccomp, libc::EINVAL));
+    }
 
     const PODMAN_DEFAULT: &str = "\
 65 46 0:37 / / rw,relatime - overlay overlay rw,lowerdir=/
