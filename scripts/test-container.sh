@@ -20,7 +20,9 @@
 #   7. deploy/container/Containerfile built on a base made with mmdebstrap
 #      (here, as root, while the VM runs 1-6) and imported: a run and a
 #      memory limit from the image;
-#   8. docker: scripts/test-docker.sh in the same VM (Debian's docker.io,
+#   8. deploy/kubernetes played with that image by podman kube play, its
+#      workers taking jobs from a real redis-server (scripts/test-kube.sh);
+#   9. docker: scripts/test-docker.sh in the same VM (Debian's docker.io,
 #      the same image built with docker, the documented docker lines).
 # Run as root after `cargo build --workspace --all-targets` (scripts/test.sh
 # does both); CAPSULE_TEST_STRICT=1 makes a missing podman or VM a failure.
@@ -56,8 +58,7 @@ if [ "${1:-}" = --in-vm ]; then
     for p in "${pats[@]}"; do grep -qF -- "$p" <<<"$out" || fail "$name: no \`$p\` in its output"; done
   }
   # The image from the base the host made meanwhile (mmdebstrap, no
-  # registry), a run and a limit in it. (deploy/kubernetes is not played:
-  # podman 4.3's pods do not start in this VM, docs/containers.md.)
+  # registry), a run and a limit in it.
   image_checks() {
     local B=$1 run=() opts=(); shift
     while [ "$1" != -- ]; do run+=("$1"); shift; done
@@ -138,7 +139,13 @@ if [ "${1:-}" = --in-vm ]; then
   done < "${B%/bin}/tests"
   echo "== 7. the image of deploy/container/Containerfile"
   image_checks "$B" "${run[@]}" -- "${as_user[@]}" "${documented[@]}"
-  echo "== 8. docker (scripts/test-docker.sh)"
+  echo "== 8. deploy/kubernetes played by podman kube play with the image (scripts/test-kube.sh)"
+  if "${P[@]}" image exists localhost/capsule; then
+    bash "$repo/scripts/test-kube.sh" || fail "deploy/kubernetes under podman kube play"
+  else
+    fail "deploy/kubernetes: no image localhost/capsule from step 7"
+  fi
+  echo "== 9. docker (scripts/test-docker.sh)"
   bash "$repo/scripts/test-docker.sh" --in-vm "$repo" "$2" "$3" || fail "docker (scripts/test-docker.sh)"
   [ "$fails" = 0 ] || { echo "test-container.sh: $fails check(s) failed"; exit 1; }
   echo "test-container.sh: all passed"
