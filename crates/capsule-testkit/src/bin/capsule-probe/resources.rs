@@ -118,17 +118,20 @@ fn process_cpu_ms() -> f64 {
     ts.tv_sec as f64 * 1000.0 + ts.tv_nsec as f64 / 1e6
 }
 
-/// Burns CPU on one thread until the process has used `ms` ms of CPU time
-/// (CLOCK_PROCESS_CPUTIME_ID, counted from the fork that made it), then
-/// reports the exact figure.
+/// Burns CPU on one thread until it has used `ms` ms of CPU time since this
+/// command started, then reports the process's CPU clock
+/// (CLOCK_PROCESS_CPUTIME_ID, counted from the fork that made it: the
+/// sandbox's set-up before execve included) at the start and at the end.
 pub(crate) fn cmd_burn_ms(ms: u64) {
+    let start = process_cpu_ms();
     let mut x = 0u64;
-    while process_cpu_ms() < ms as f64 {
+    while process_cpu_ms() - start < ms as f64 {
         for _ in 0..10_000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
     }
     out("cpu_ms", format!("{:.3}", process_cpu_ms()));
+    out("cpu_at_start_ms", format!("{start:.3}"));
 }
 
 /// The CPUs the probe may run on (sched_getaffinity), as a comma list.
