@@ -31,7 +31,12 @@ const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 fn boot_id() -> Option<String> {
     let id = std::fs::read_to_string(BOOT_ID).ok()?;
     let id = id.trim();
-    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')).then(|| id.to_string())
+    is_boot_id(id).then(|| id.to_string())
+}
+
+/// What a boot id is made of (a mark's is printed in messages).
+fn is_boot_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 /// What `DIR/volatile` says: the boot and the roots.
@@ -44,8 +49,7 @@ impl Mark {
     fn parse(text: &str) -> Option<Mark> {
         let mut lines = text.lines();
         let boot = lines.next()?.strip_prefix("boot ")?.to_string();
-        // Printed in messages: only what a boot id is made of.
-        if boot.is_empty() || boot.len() > 64 || !boot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        if !is_boot_id(&boot) {
             return None;
         }
         let roots = lines.filter(|l| !l.is_empty()).map(PathBuf::from).collect::<Vec<_>>();
