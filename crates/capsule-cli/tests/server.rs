@@ -1333,3 +1333,47 @@ fn serve_idle_spares_are_not_in_uninterruptible_sleep() {
     }
     s.finish().assert_code(0);
 }
+
+/// `se.slice` of a `/proc/.../sched` file (Linux >= 6.12 shows it).
+fn slice_in(sched: &str) -> Option<u64> {
+    sched.lines().find_map(|l| l.strip_prefix("se.slice")?.trim_start().strip_prefix(':')?.trim().parse().ok())
+}
+
+/// The loop asks for the kernel's shortest slice (so that it runs as soon
+/// as it wakes), and nothing it creates inherits it: the served program
+/// runs with the default, as a bare one would.
+#[test]
+fn serve_loop_takes_short_turns_and_its_programs_do_not() {
+    const NAME: &str = "serve_loop_takes_short_turns_and_its_programs_do_not";
+    require!(NAME, userns_available());
+    let own = std::fs::read_to_string("/proc/self/sched").unwrap_or_default();
+    let (major, minor) = kernel_version();
+    require!(
+        NAME,
+        match slice_in(&own) {
+            Some(_) if (major, minor) >= (6, 12) => Ok(()),
+            _ => Err(format!("no custom slices (Linux {major}.{minor}, or no se.slice in /proc/self/sched)")),
+        }
+    );
+    let default = slice_in(&own).expect("checked");
+    let mut s = serve(&["--parallel", "2"]);
+    let r = s.run(json!("sched"), json!({"argv": ["/bin/cat", "/proc/self/sched"], "stdout": {"capture": 65536}}));
+    assert_exited(&r, 0);
+    let text = r["stdout"]["text"].as_str().unwrap_or("");
+    assert_eq!(slice_in(text), Some(default), "the program's slice is the default: {text}");
+    let sup = std::fs::read_to_string(format!("/proc/{}/sched", s.pid())).expect("the server's sched file");
+    assert_eq!(slice_in(&sup), Some(100_000), "the loop's slice: {sup}");
+    // Its other threads (the network keeper) keep the default.
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", s.pid())).expect("its threads");
+    for t in tasks.flatten().filter(|t| t.file_name().to_str() != Some(&s.pid().to_string())) {
+        let sched = std::fs::read_to_string(t.path().join("sched")).unwrap_or_default();
+        assert_eq!(slice_in(&sched), Some(default), "thread {:?}: {sched}", t.file_name());
+    }
+    s.finish().assert_code(0);
+}
+
+fn kernel_version() -> (u32, u32) {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = r.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok());
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}

@@ -71,6 +71,9 @@ use netpool::*;
 use prepare::*;
 use template::MountTemplate;
 
+/// A long-lived loop's slice: the kernel's shortest (its default here is 1.4 ms).
+const LOOP_SLICE_NS: u64 = 100_000;
+
 /// The loopback-only network namespace of the supervisor.
 pub(crate) enum Net {
     /// Still being created by a thread.
@@ -283,6 +286,10 @@ impl Supervisor {
         };
         if !once {
             self.mount_template = MountTemplate::Untried;
+            // Short turns: the loop runs as soon as a request or a result
+            // wakes it, before the PID 1s and programs it feeds (docs/latency.md,
+            // "A short slice for the loop"). Best effort.
+            let _ = sys::short_slice(LOOP_SLICE_NS);
         }
         let mut l = Loop {
             conns: conns.into_iter().map(Some).collect(),
