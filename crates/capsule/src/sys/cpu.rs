@@ -78,10 +78,11 @@ fn sched_attr() -> SysResult<SchedAttr> {
 /// 6.12, no privilege needed; the kernel clamps it to 0.1-100 ms, and
 /// older kernels ignore it for normal threads). Its nice value stays, and
 /// with reset-on-fork no thread or process it creates inherits the slice.
-/// Whether the kernel took it: the slice read back.
+/// Not with a negative nice value, which reset-on-fork would not pass on
+/// either. Whether the kernel took it: the slice read back.
 pub fn short_slice(ns: u64) -> SysResult<bool> {
     let mut a = sched_attr()?;
-    if a.policy != libc::SCHED_OTHER as u32 {
+    if a.policy != libc::SCHED_OTHER as u32 || a.nice < 0 {
         return Ok(false);
     }
     a.size = std::mem::size_of::<SchedAttr>() as u32;
@@ -164,6 +165,17 @@ mod tests {
             assert_eq!(slice().unwrap(), 100_000);
             let child = std::thread::spawn(slice).join().unwrap().unwrap();
             assert_eq!(child, before, "a thread it creates gets the default");
+        })
+        .join()
+        .unwrap();
+        // A negative nice value (if this test may set one) is passed on as it was: no slice.
+        std::thread::spawn(|| {
+            // SAFETY: plain syscalls; `who` 0 with PRIO_PROCESS is the calling thread.
+            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -1) } != 0 {
+                return;
+            }
+            assert!(!short_slice(100_000).unwrap(), "not with a negative nice value");
+            assert_ne!(slice().unwrap(), 100_000);
         })
         .join()
         .unwrap();
