@@ -1340,8 +1340,9 @@ fn slice_in(sched: &str) -> Option<u64> {
 }
 
 /// The loop asks for the kernel's shortest slice (so that it runs as soon
-/// as it wakes), and nothing it creates inherits it: the served program
-/// runs with the default, as a bare one would.
+/// as it wakes), and so does a run's PID 1 once its program runs; nothing
+/// either creates inherits it: the served program runs with the default,
+/// as a bare one would.
 #[test]
 fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     const NAME: &str = "serve_loop_takes_short_turns_and_its_programs_do_not";
@@ -1361,6 +1362,27 @@ fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     assert_exited(&r, 0);
     let text = r["stdout"]["text"].as_str().unwrap_or("");
     assert_eq!(slice_in(text), Some(default), "the program's slice is the default: {text}");
+    // PID 1 takes the loop's once its program runs (seen from here: the program may not read PID 1's).
+    s.request(json!("sleep"), json!({"argv": ["/bin/sleep", "5"]}));
+    let deadline = Instant::now() + T;
+    let (prog, pid1) = loop {
+        let found = all_procs()
+            .into_iter()
+            .find(|p| proc_comm(p.pid) == "sleep" && process_tree(s.pid()).iter().any(|(q, _, _)| *q == p.pid));
+        if let Some(p) = found {
+            break (p.pid, p.ppid);
+        }
+        assert!(Instant::now() < deadline, "the sleep did not start within {T:?}: {:?}", process_tree(s.pid()));
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let sched_of = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/sched")).unwrap_or_default();
+    let (prog_sched, pid1_sched) = (sched_of(prog), sched_of(pid1));
+    assert_eq!(proc_comm(pid1), "capsule-pid1");
+    assert_eq!(slice_in(&pid1_sched), Some(100_000), "PID 1's slice once its program runs: {pid1_sched}");
+    assert_eq!(slice_in(&prog_sched), Some(default), "the program's: {prog_sched}");
+    s.send(&json!({"id": "k", "kill": "sleep"}));
+    assert_eq!(s.recv_id(&json!("k"), T), json!({"id": "k", "ok": true}));
+    assert_eq!(s.result(&json!("sleep"), T)["status"], "killed");
     let sup = std::fs::read_to_string(format!("/proc/{}/sched", s.pid())).expect("the server's sched file");
     assert_eq!(slice_in(&sup), Some(100_000), "the loop's slice: {sup}");
     // Its other threads (the network keeper) keep the default.

@@ -182,6 +182,9 @@ pub(crate) struct Plan {
     /// The supervisor's CPUs, when PID 1 was created on one of them: it
     /// widens to these before creating the tracee.
     pub widen: Option<libc::cpu_set_t>,
+    /// PID 1's slice once the program runs (0: the default): the program's
+    /// exit may wake it on a CPU busy with the next run's preparation.
+    pub slice_ns: u64,
     /// What PID 1 writes to `rlimits::UCOUNTS` in its user namespace.
     pub ucounts: [u32; 12],
 }

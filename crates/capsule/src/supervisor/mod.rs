@@ -113,6 +113,9 @@ pub struct Supervisor {
     /// That mask, when it holds more than one CPU: a PID 1 prepared ahead
     /// starts on the supervisor's CPU and widens to it (see `prepare`).
     pub(crate) affinity: Option<libc::cpu_set_t>,
+    /// The loop's short slice, if it took one: PID 1s take it too once
+    /// their program runs.
+    pub(crate) loop_slice: u64,
     /// The kernel's Landlock ABI version (0: none), probed once.
     pub(crate) landlock_abi: u32,
     /// The caller's homes (`~` of the filesystem rules, where the default
@@ -250,6 +253,7 @@ impl Supervisor {
             cgroup_note: p.cgroup_note,
             cpus: sys::cpu_count(),
             affinity: sys::affinity().ok().filter(|set| sys::cpus_in(set) > 1),
+            loop_slice: 0,
             landlock_abi: crate::plan::landlock::probe(),
             home: p.home,
             // `serve` turns it on unless the supervisor serves one run.
@@ -287,9 +291,12 @@ impl Supervisor {
         if !once {
             self.mount_template = MountTemplate::Untried;
             // Short turns: the loop runs as soon as a request or a result
-            // wakes it, before the PID 1s and programs it feeds (docs/latency.md,
-            // "A short slice for the loop"). Best effort.
-            let _ = sys::short_slice(LOOP_SLICE_NS);
+            // wakes it, before the PID 1s and programs it feeds, and so do the
+            // PID 1s once their program runs (docs/latency.md, "A short slice
+            // for the loop"). Best effort.
+            if sys::short_slice(LOOP_SLICE_NS).unwrap_or(false) && sys::slice() == Ok(LOOP_SLICE_NS) {
+                self.loop_slice = LOOP_SLICE_NS;
+            }
         }
         let mut l = Loop {
             conns: conns.into_iter().map(Some).collect(),

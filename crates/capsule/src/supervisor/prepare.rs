@@ -372,6 +372,7 @@ impl Supervisor {
             net_log: net_log.clone(),
             fusectl,
             widen: pin.map(|(_, all)| all),
+            slice_ns: self.loop_slice,
             ucounts: shape.ucounts,
         };
         let fail_early = |cgroup: Option<RunCgroup>, e: String| {

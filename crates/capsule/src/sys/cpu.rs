@@ -79,7 +79,7 @@ fn sched_attr() -> SysResult<SchedAttr> {
 /// older kernels ignore it for normal threads). Its nice value stays, and
 /// with reset-on-fork no thread or process it creates inherits the slice.
 /// Not with a negative nice value, which reset-on-fork would not pass on
-/// either. Whether the kernel took it: the slice read back.
+/// either. Whether it was asked for (whether the kernel took it: [`slice`]).
 pub fn short_slice(ns: u64) -> SysResult<bool> {
     let mut a = sched_attr()?;
     if a.policy != libc::SCHED_OTHER as u32 || a.nice < 0 {
@@ -90,7 +90,7 @@ pub fn short_slice(ns: u64) -> SysResult<bool> {
     a.runtime = ns;
     // SAFETY: the kernel reads `size` bytes from `a`, which is that large.
     cvt(unsafe { raw_syscall(libc::SYS_sched_setattr, [0, &a as *const SchedAttr as u64, 0, 0, 0, 0]) })?;
-    Ok(sched_attr()?.runtime == ns)
+    Ok(true)
 }
 
 /// The calling thread's slice (`sched_attr.sched_runtime` of a normal
@@ -161,7 +161,7 @@ mod tests {
                 assert!(std::env::var("CAPSULE_TEST_STRICT").as_deref() != Ok("1"), "required (strict mode): {why}");
                 return eprintln!("SKIP a_short_slice_is_not_inherited: {why}");
             }
-            assert!(short_slice(100_000).unwrap(), "the kernel took it");
+            assert!(short_slice(100_000).unwrap(), "asked for");
             assert_eq!(slice().unwrap(), 100_000);
             let child = std::thread::spawn(slice).join().unwrap().unwrap();
             assert_eq!(child, before, "a thread it creates gets the default");
