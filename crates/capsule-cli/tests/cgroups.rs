@@ -1053,10 +1053,7 @@ echo end"#,
 /// Whether this kernel can reset `memory.peak` (Linux >= 6.12), which
 /// reusing a run's cgroup needs.
 fn kernel_resets_memory_peak() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut it = release.trim().split(['.', '-']).map(|n| n.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-    (major, minor) >= (6, 12)
+    kernel_version() >= (6, 12)
 }
 
 /// The run cgroups (`capsule.<pid>.<starttime>.<n>`) directly under `dir`.

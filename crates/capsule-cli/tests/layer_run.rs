@@ -206,12 +206,9 @@ fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
 /// Unprivileged kernel overlayfs: Linux ≥ 5.11, and user namespaces.
 fn layers_available() -> Result<(), String> {
     userns_available()?;
-    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map_err(|e| format!("/proc/sys/kernel/osrelease: {e}"))?;
-    let mut it = rel.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|x| x.parse::<u32>().ok());
-    let v = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-    if v < (5, 11) {
-        return Err(format!("Linux {} has no overlayfs in user namespaces (5.11 or later)", rel.trim()));
+    let (major, minor) = kernel_version();
+    if (major, minor) < (5, 11) {
+        return Err(format!("Linux {major}.{minor} has no overlayfs in user namespaces (5.11 or later)"));
     }
     Ok(())
 }

@@ -1393,9 +1393,3 @@ fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     }
     s.finish().assert_code(0);
 }
-
-fn kernel_version() -> (u32, u32) {
-    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut it = r.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok());
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
-}

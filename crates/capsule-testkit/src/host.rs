@@ -100,6 +100,13 @@ pub fn host_hostname() -> String {
     unsafe { std::ffi::CStr::from_ptr(u.nodename.as_ptr()) }.to_string_lossy().into_owned()
 }
 
+/// The running kernel's (major, minor) version, (0, 0) when unreadable.
+pub fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = release.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok());
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
 /// Host mount tables: our own and, when readable, PID 1's.
 pub fn host_mountinfo() -> String {
     let mine = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

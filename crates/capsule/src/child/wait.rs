@@ -47,7 +47,7 @@ pub(crate) fn pid1_wait(
         }
     }
     let limits = TimeLimits { wall: wall.as_raw_fd(), cpu: cpu.as_raw_fd(), cpu_time_ns, parallelism };
-    // Short turns from here on, as the supervisor's (reset on fork; PID 1 creates no process any more): the
+    // Short turns from here on, as the supervisor's (reset on fork: the network log's reader gets the default): the
     // program's exit may wake it on a CPU busy with the next run's preparation, and the result waits for it.
     if plan.slice_ns != 0 {
         let _ = sys::short_slice(plan.slice_ns);

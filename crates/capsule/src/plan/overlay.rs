@@ -410,12 +410,10 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
             // overlayfs refuses the work directories a volatile run left
             // marked; the write-back of that run stays the kernel's.
             layer.ready_for_mount(&lock).map_err(|e| e.to_string())?;
-        } else {
-            layer.check_interrupted().map_err(|e| e.to_string())?;
-        }
-        if writable {
             // What the run cannot change; commit never touches it.
             layer.note_protected(&lock, spec)?;
+        } else {
+            layer.check_interrupted().map_err(|e| e.to_string())?;
         }
         // Resolve once: the paths handed to overlayfs must not change meaning.
         let c = fs::canonicalize(d).map_err(|e| io_err("resolving", d, e))?;
