@@ -494,8 +494,21 @@ fn cmd_supervisor_killed() {
     }
     out("supervisor_dead", !alive(pid));
     let fds = [h1.as_fd().as_raw_fd(), h2.as_fd().as_raw_fd(), h3.as_fd().as_raw_fd()];
-    let ready = poll_in(&fds, 2000);
-    out("fds_readable", ready.iter().filter(|&&r| r).count());
+    // Each within 2 s: the dying supervisor's descriptors close one by one,
+    // so the first wake-up may come before the last of them has closed.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let readable = fds
+        .iter()
+        .filter(|&&fd| {
+            let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
+            poll_in(&[fd], left)[0]
+        })
+        .count();
+    out("fds_readable", readable);
+    out(
+        "fds_readable_after_ms",
+        format!("{:.3}", 2000.0 - deadline.saturating_duration_since(Instant::now()).as_secs_f64() * 1000.0),
+    );
     out(
         "next_run",
         match sb.run(spec(json!({"argv": ["/bin/true"]}))) {

@@ -73,7 +73,20 @@ pub fn result_line(id: &Value, result: &RunResult) -> Vec<u8> {
     if result.status == Status::Error {
         return error_line(id, result.error.as_deref().unwrap_or("unknown error"));
     }
-    line(json!({ "id": id, "result": result }))
+    answer_line(id, result)
+}
+
+/// `{"id": ..., "result": ...}`, serialized straight from `result` (not
+/// through a `Value` tree: a served run's answer is on the loop's path).
+fn answer_line<T: serde::Serialize>(id: &Value, result: &T) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Answer<'a, T> {
+        id: &'a Value,
+        result: &'a T,
+    }
+    let mut out = serde_json::to_vec(&Answer { id, result }).expect("serializable");
+    out.push(b'\n');
+    out
 }
 
 /// A request's spec (`what`: `spec` or `interact`), errors naming the field.
@@ -89,7 +102,7 @@ fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Stri
 
 /// `{"id": ..., "result": {"first_to_exit": ..., "solution": ..., "interactor": ...}}`.
 pub fn interact_line(id: &Value, result: &InteractResult) -> Vec<u8> {
-    line(json!({ "id": id, "result": result }))
+    answer_line(id, result)
 }
 
 /// `{"id": ..., "error": ...}`.
@@ -192,6 +205,26 @@ mod tests {
                 assert_eq!(target, json!({"a": 1}));
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_answer_is_what_its_value_tree_would_print() {
+        let full = json!({
+            "status": "exited", "exit_code": 3, "signal": null, "wall_time_ms": 1.5,
+            "cpu_user_ms": 0.25, "cpu_system_ms": 1e-3, "peak_memory_bytes": 4096,
+            "accounting": "cgroup", "pids_peak": 2, "killed_by_limit": false, "error": null,
+            "stdout": {"text": "a\"\u{1}\u{e9}\n", "bytes": 7, "truncated": true},
+            "syscall": "ptrace", "syscall_args": [1, 18446744073709551615u64],
+            "landlock": "partial",
+            "net_log": [{"syscall": "connect", "family": "inet", "address": "10.0.0.1", "port": 53, "count": 2}],
+            "net_log_dropped": 1, "csw_voluntary": 9, "csw_forced": 0
+        });
+        let r: RunResult = serde_json::from_value(full).unwrap();
+        for id in [json!(7), json!("k\u{2028}"), json!({"a": [1.5, null]})] {
+            let mut old = serde_json::to_vec(&json!({ "id": id, "result": r })).unwrap();
+            old.push(b'\n');
+            assert_eq!(String::from_utf8(result_line(&id, &r)).unwrap(), String::from_utf8(old).unwrap());
         }
     }
 

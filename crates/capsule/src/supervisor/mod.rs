@@ -316,6 +316,7 @@ impl Supervisor {
             next_pair: 0,
             round: 0,
             spares_from: None,
+            read_buf: Vec::new(),
             stop: false,
         };
         l.run(&mut self);

@@ -83,9 +83,9 @@ pub(crate) struct Prepared {
     pub(crate) sources: Rc<[Source]>,
     pub(crate) parents: Rc<[crate::plan::mounts::Parent]>,
     /// /dev/null opened for the run's stdin, stdout and stderr ahead of
-    /// the request (its default in `serve` and the library), each used at
-    /// most once: runs share no open file.
-    pub(crate) null: [Option<OwnedFd>; 3],
+    /// the request (their default in `serve` and the library), for this
+    /// run only: runs share no open file.
+    pub(crate) null: Option<OwnedFd>,
     /// Whether the tree was built before the request came.
     pub(crate) ahead: bool,
     /// The network log, for runs with `net_log`.
@@ -119,6 +119,14 @@ impl Prepared {
     pub(crate) fn reap(&mut self) -> Option<i32> {
         self.reaped = true;
         sys::pidfd_try_wait(self.pidfd.as_raw_fd()).ok().flatten()
+    }
+
+    /// Reaps PID 1 if it has exited (one `waitid`, no poll first); true
+    /// when it is gone.
+    pub(crate) fn try_reap(&mut self) -> bool {
+        // (An error, ECHILD, means there is nothing left to wait for.)
+        self.reaped = !matches!(sys::pidfd_try_wait(self.pidfd.as_raw_fd()), Ok(None));
+        self.reaped
     }
 }
 
@@ -316,8 +324,8 @@ impl Supervisor {
         // A pipe rather than an eventfd: a pipe write wakes the supervisor
         // as a synchronous wake-up (the writer is about to exit), which lets
         // the scheduler run it on the writer's CPU instead of waking an idle one.
-        let (done, done_child) = sys::pipe().map_err(|e| fail("pipe2", e))?;
-        sys::set_nonblocking(done.as_raw_fd(), true).map_err(|e| fail("fcntl", e))?;
+        // (Both ends non-blocking: PID 1 writes one byte, once, to an empty pipe.)
+        let (done, done_child) = sys::pipe2(libc::O_CLOEXEC | libc::O_NONBLOCK).map_err(|e| fail("pipe2", e))?;
         let control = sys::eventfd().map_err(|e| fail("eventfd", e))?;
         let (uid, gid) = shape.ids;
         let c = |s: String| CString::new(s).expect("no NUL");
@@ -437,7 +445,7 @@ impl Supervisor {
             names,
             sources,
             parents,
-            null: [0, 1, 2].map(|i| open_null(i).ok()),
+            null: open_null().ok(),
             ahead,
             filter,
             late_filter: None,
@@ -543,7 +551,6 @@ impl Supervisor {
         Ok(Filled { rlimits: rl, wall_time_ns: wall, cpu_time_ns: cpu })
     }
 }
-/// Whether a PID 1 has exited (its pidfd is readable).
 /// Waits up to 10 s for a PID 1 that has sent its result to exit, then
 /// kills it; true when it is gone.
 pub(crate) fn wait_gone(p: &Prepared) -> bool {
@@ -556,6 +563,7 @@ pub(crate) fn wait_gone(p: &Prepared) -> bool {
     true
 }
 
+/// Whether a PID 1 has exited (its pidfd is readable).
 pub(crate) fn exited(p: &Prepared) -> bool {
     let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
     sys::poll(&mut pfd, 0).unwrap_or(0) > 0
@@ -567,10 +575,10 @@ pub(crate) fn kill_prepared(p: &Prepared) {
     let _ = sys::pidfd_send_signal(p.pidfd.as_raw_fd(), libc::SIGKILL);
 }
 
-/// /dev/null for the run's stdin (`i` 0) or an output.
-pub(crate) fn open_null(i: usize) -> Result<OwnedFd, String> {
-    let flags = if i == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
-    sys::open(c"/dev/null", flags | libc::O_CLOEXEC, 0)
+/// /dev/null for whichever of the run's stdin, stdout and stderr the spec
+/// leaves unset: one open, read-write, as daemon(3) does, for all three.
+pub(crate) fn open_null() -> Result<OwnedFd, String> {
+    sys::open(c"/dev/null", libc::O_RDWR | libc::O_CLOEXEC, 0)
         .map_err(|e| SysError::new("open", e).path("/dev/null").to_string())
 }
 

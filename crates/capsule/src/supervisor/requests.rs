@@ -25,8 +25,10 @@ impl Loop {
                 }
             },
             Framing::Lines => {
-                let mut buf = vec![0u8; 64 << 10];
-                match sys::read(conn.read.as_raw_fd(), &mut buf) {
+                let mut buf = std::mem::take(&mut self.read_buf);
+                buf.resize(64 << 10, 0);
+                let read = sys::read(conn.read.as_raw_fd(), &mut buf);
+                match read {
                     Ok(0) => {
                         conn.eof = true;
                         if let Some(Line::Complete(line)) = conn.lines.finish() {
@@ -52,6 +54,7 @@ impl Loop {
                     Err(libc::EAGAIN) => {}
                     Err(_) => self.drop_conn(i),
                 }
+                self.read_buf = buf;
             }
         }
     }

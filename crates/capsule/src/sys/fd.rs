@@ -141,9 +141,15 @@ pub fn dup_cloexec(fd: RawFd) -> SysResult<OwnedFd> {
 
 /// A pipe, both ends close-on-exec: (read, write).
 pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
+    pipe2(libc::O_CLOEXEC)
+}
+
+/// pipe2(2) with `flags` (`O_CLOEXEC`, `O_NONBLOCK` for both ends, ...):
+/// (read end, write end).
+pub fn pipe2(flags: i32) -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds points to two writable ints.
-    cvt(unsafe { raw_syscall(libc::SYS_pipe2, [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0]) })?;
+    cvt(unsafe { raw_syscall(libc::SYS_pipe2, [fds.as_mut_ptr() as u64, flags as u64, 0, 0, 0, 0]) })?;
     Ok((owned(fds[0] as _), owned(fds[1] as _)))
 }
 
