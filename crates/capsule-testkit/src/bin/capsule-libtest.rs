@@ -494,8 +494,8 @@ fn cmd_supervisor_killed() {
     }
     out("supervisor_dead", !alive(pid));
     let fds = [h1.as_fd().as_raw_fd(), h2.as_fd().as_raw_fd(), h3.as_fd().as_raw_fd()];
-    // Each within 2 s: the dying supervisor's descriptors close one by one,
-    // so the first wake-up may come before the last of them has closed.
+    // Each within 2 s: the main thread shows `Z` before the supervisor's last
+    // thread has exited and closed their shared descriptors, one by one.
     let deadline = Instant::now() + Duration::from_secs(2);
     let readable = fds
         .iter()
