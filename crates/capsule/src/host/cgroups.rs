@@ -552,12 +552,30 @@ pub(crate) struct Kept {
     run: PathBuf,
     shape: [bool; 4],
     /// `run/cpu.stat`, for the CPU baseline at execve and the CPU-time timer.
-    cpu_stat: OwnedFd,
+    cpu_stat: fs::File,
     /// `run/cgroup.kill`.
     kill: Option<OwnedFd>,
     /// `run/memory.peak`, read-write where the cgroup is reused: a write
     /// resets the peak seen through this descriptor.
     peak: Option<fs::File>,
+    /// `run/memory.events`, `run/memory.current` and `run/pids.peak`, read
+    /// at every run's start and end: opened once, read from offset 0.
+    events: Option<fs::File>,
+    current: Option<fs::File>,
+    pids_peak: Option<fs::File>,
+}
+
+/// A cgroup file's text, read from its start through a kept descriptor
+/// (the kernel makes it anew for a read at offset 0).
+fn pread_text<'a>(f: Option<&fs::File>, buf: &'a mut [u8]) -> &'a str {
+    use std::os::unix::fs::FileExt;
+    let n = f.and_then(|f| f.read_at(buf, 0).ok()).unwrap_or(0);
+    std::str::from_utf8(&buf[..n]).unwrap_or("")
+}
+
+/// A cgroup file holding one number, through a kept descriptor.
+fn pread_u64(f: Option<&fs::File>) -> Option<u64> {
+    pread_text(f, &mut [0u8; 32]).trim().parse().ok()
 }
 
 /// The counters of a run cgroup at the start of a run (zero when fresh).
@@ -570,14 +588,14 @@ struct Counters {
 }
 
 impl Counters {
-    fn read(run: &Path) -> Counters {
-        let read = |f: &str| fs::read_to_string(run.join(f)).unwrap_or_default();
-        let (cpu, events) = (read("cpu.stat"), read("memory.events"));
+    fn read(k: &Kept) -> Counters {
+        let (mut a, mut b) = ([0u8; 1024], [0u8; 512]);
+        let (cpu, events) = (pread_text(Some(&k.cpu_stat), &mut a), pread_text(k.events.as_ref(), &mut b));
         Counters {
-            user_us: keyed(&cpu, "user_usec").unwrap_or(0),
-            system_us: keyed(&cpu, "system_usec").unwrap_or(0),
-            memory_max_events: keyed(&events, "max").unwrap_or(0),
-            oom_kills: keyed(&events, "oom_kill").unwrap_or(0),
+            user_us: keyed(cpu, "user_usec").unwrap_or(0),
+            system_us: keyed(cpu, "system_usec").unwrap_or(0),
+            memory_max_events: keyed(events, "max").unwrap_or(0),
+            oom_kills: keyed(events, "oom_kill").unwrap_or(0),
         }
     }
 }
@@ -683,13 +701,15 @@ impl RunCgroup {
             let want: Vec<String> = mirrored.iter().map(|c| format!("+{c}")).collect();
             write(&run.join("cgroup.subtree_control"), &want.join(" "))?;
         }
-        let cpu_stat = open_at(&run.join("cpu.stat"), libc::O_RDONLY)?;
+        let cpu_stat = fs::File::from(open_at(&run.join("cpu.stat"), libc::O_RDONLY)?);
         let kill = open_at(&run.join("cgroup.kill"), libc::O_WRONLY).ok();
         // Reused only with a peak that can be reset.
         let peak =
             pool.as_ref().and_then(|_| fs::File::options().read(true).write(true).open(run.join("memory.peak")).ok());
         let pool = pool.filter(|_| peak.is_some() && kill.is_some());
-        let kept = Kept { run, shape: shape(limits), cpu_stat, kill, peak };
+        let open = |f: &str| fs::File::open(run.join(f)).ok();
+        let (events, current, pids_peak) = (open("memory.events"), open("memory.current"), open("pids.peak"));
+        let kept = Kept { run, shape: shape(limits), cpu_stat, kill, peak, events, current, pids_peak };
         let (prog, prog_dir) = make_prog(&kept.run)?;
         Ok(RunCgroup {
             kept: Some(kept),
@@ -707,9 +727,9 @@ impl RunCgroup {
     /// read as the run's start.
     fn reuse(kept: Kept, pool: Rc<Pool>) -> Result<Self, SysError> {
         let (prog, prog_dir) = make_prog(&kept.run)?;
-        let leftover = read_u64(&kept.run.join("memory.current")).unwrap_or(0);
+        let leftover = pread_u64(kept.current.as_ref()).unwrap_or(0);
         let rc = RunCgroup {
-            start: Counters::read(&kept.run),
+            start: Counters::read(&kept),
             kept: Some(kept),
             prog,
             prog_dir,
@@ -753,13 +773,9 @@ impl RunCgroup {
         let k = self.kept();
         let read = |p: PathBuf| fs::read_to_string(p).unwrap_or_default();
         // `run` holds the program's processes and nothing else.
-        let now = Counters::read(&k.run);
+        let now = Counters::read(k);
         let peak = match &k.peak {
-            Some(f) => {
-                use std::os::unix::fs::FileExt;
-                let mut buf = [0u8; 32];
-                f.read_at(&mut buf, 0).ok().and_then(|n| std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok())
-            }
+            Some(f) => pread_u64(Some(f)),
             None => read(k.run.join("memory.peak")).trim().parse().ok(),
         };
         let s = self.start;
@@ -772,7 +788,7 @@ impl RunCgroup {
             oom_kills: now.oom_kills.saturating_sub(s.oom_kills),
             // A kept cgroup's peak was at most 1 (see `fit_for_reuse`) and
             // every run has its program: the peak is the run's.
-            pids_peak: read(k.run.join("pids.peak")).trim().parse().ok(),
+            pids_peak: pread_u64(k.pids_peak.as_ref()),
         }
     }
 
@@ -782,17 +798,16 @@ impl RunCgroup {
     /// own), and at most [`LEFTOVER_MAX`] charged once the page cache the
     /// run left is reclaimed.
     fn fit_for_reuse(&self) -> bool {
-        let run = &self.kept().run;
-        let read = |f: &str| read_u64(&run.join(f));
-        if fs::remove_dir(&self.prog).is_err() || read("pids.peak").is_some_and(|p| p > 1) {
+        let k = self.kept();
+        if fs::remove_dir(&self.prog).is_err() || pread_u64(k.pids_peak.as_ref()).is_some_and(|p| p > 1) {
             return false;
         }
-        match read("memory.current") {
+        match pread_u64(k.current.as_ref()) {
             Some(n) if n <= LEFTOVER_MAX => true,
             Some(n) => {
                 // EAGAIN when not all of it could be reclaimed: the check below says.
-                let _ = fs::write(run.join("memory.reclaim"), n.to_string());
-                read("memory.current").is_some_and(|n| n <= LEFTOVER_MAX)
+                let _ = fs::write(k.run.join("memory.reclaim"), n.to_string());
+                pread_u64(k.current.as_ref()).is_some_and(|n| n <= LEFTOVER_MAX)
             }
             None => false,
         }
@@ -848,10 +863,6 @@ impl Drop for RunCgroup {
             }
         }
     }
-}
-
-fn read_u64(p: &Path) -> Option<u64> {
-    fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
 /// Creates a run's `prog` and opens it for CLONE_INTO_CGROUP.
