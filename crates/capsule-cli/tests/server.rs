@@ -1336,13 +1336,19 @@ fn serve_idle_spares_are_not_in_uninterruptible_sleep() {
 
 /// `se.slice` of a `/proc/.../sched` file (Linux >= 6.12 shows it).
 fn slice_in(sched: &str) -> Option<u64> {
-    sched.lines().find_map(|l| l.strip_prefix("se.slice")?.trim_start().strip_prefix(':')?.trim().parse().ok())
+    field_in(sched, "se.slice")
+}
+
+/// A `/proc/PID/sched` field's number.
+fn field_in(sched: &str, key: &str) -> Option<u64> {
+    sched.lines().find_map(|l| l.strip_prefix(key)?.trim_start().strip_prefix(':')?.trim().parse().ok())
 }
 
 /// The loop asks for the kernel's shortest slice (so that it runs as soon
 /// as it wakes), and so does a run's PID 1 once its program runs; nothing
 /// either creates inherits it: the served program runs with the default,
-/// as a bare one would.
+/// as a bare one would. The network keeper runs as a batch thread (it never
+/// cuts in on the loop), with the default slice.
 #[test]
 fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     const NAME: &str = "serve_loop_takes_short_turns_and_its_programs_do_not";
@@ -1362,6 +1368,7 @@ fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     assert_exited(&r, 0);
     let text = r["stdout"]["text"].as_str().unwrap_or("");
     assert_eq!(slice_in(text), Some(default), "the program's slice is the default: {text}");
+    assert_eq!(field_in(text, "policy"), Some(libc::SCHED_OTHER as u64), "the program's policy: {text}");
     // PID 1 takes the loop's once its program runs (seen from here: the program may not read PID 1's).
     s.request(json!("sleep"), json!({"argv": ["/bin/sleep", "5"]}));
     let deadline = Instant::now() + T;
@@ -1385,11 +1392,19 @@ fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     assert_eq!(s.result(&json!("sleep"), T)["status"], "killed");
     let sup = std::fs::read_to_string(format!("/proc/{}/sched", s.pid())).expect("the server's sched file");
     assert_eq!(slice_in(&sup), Some(100_000), "the loop's slice: {sup}");
-    // Its other threads (the network keeper) keep the default.
+    assert_eq!(field_in(&sup, "policy"), Some(libc::SCHED_OTHER as u64), "the loop's policy: {sup}");
+    // Its other thread, the network keeper, keeps the default slice, as a batch thread.
     let tasks = std::fs::read_dir(format!("/proc/{}/task", s.pid())).expect("its threads");
+    let mut keepers = 0;
     for t in tasks.flatten().filter(|t| t.file_name().to_str() != Some(&s.pid().to_string())) {
         let sched = std::fs::read_to_string(t.path().join("sched")).unwrap_or_default();
         assert_eq!(slice_in(&sched), Some(default), "thread {:?}: {sched}", t.file_name());
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "capsule-netkeep" {
+            keepers += 1;
+            assert_eq!(field_in(&sched, "policy"), Some(libc::SCHED_BATCH as u64), "the keeper's policy: {sched}");
+        }
     }
+    assert_eq!(keepers, 1, "one network keeper thread");
     s.finish().assert_code(0);
 }

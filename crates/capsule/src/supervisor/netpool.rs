@@ -100,6 +100,9 @@ impl NetPool {
         std::thread::Builder::new()
             .name("capsule-netkeep".into())
             .spawn(move || {
+                // Its checks are off the request path: a batch thread never
+                // cuts in on the loop when a returned network wakes it.
+                let _ = sys::batch_policy();
                 for job in rx {
                     keeper.run(job);
                 }

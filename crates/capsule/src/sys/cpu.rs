@@ -93,6 +93,28 @@ pub fn short_slice(ns: u64) -> SysResult<bool> {
     Ok(true)
 }
 
+/// Moves the calling thread from the normal policy to `SCHED_BATCH`, nice
+/// value kept, with reset-on-fork: a batch thread never preempts another
+/// on waking, and still gets its fair share of the CPU. Nothing under
+/// another policy (one the user chose) changes. Whether it was done.
+pub fn batch_policy() -> SysResult<bool> {
+    let mut a = sched_attr()?;
+    if a.policy != libc::SCHED_OTHER as u32 {
+        return Ok(false);
+    }
+    a.size = std::mem::size_of::<SchedAttr>() as u32;
+    a.policy = libc::SCHED_BATCH as u32;
+    a.flags |= SCHED_FLAG_RESET_ON_FORK;
+    // SAFETY: the kernel reads `size` bytes from `a`, which is that large.
+    cvt(unsafe { raw_syscall(libc::SYS_sched_setattr, [0, &a as *const SchedAttr as u64, 0, 0, 0, 0]) })?;
+    Ok(true)
+}
+
+/// The calling thread's policy (`SCHED_OTHER`, `SCHED_BATCH`, ...).
+pub fn policy() -> SysResult<i32> {
+    sched_attr().map(|a| a.policy as i32)
+}
+
 /// The calling thread's slice (`sched_attr.sched_runtime` of a normal
 /// thread; 0 on kernels before 6.12).
 pub fn slice() -> SysResult<u64> {
