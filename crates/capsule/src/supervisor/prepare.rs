@@ -124,8 +124,13 @@ impl Prepared {
     /// Reaps PID 1 if it has exited (one `waitid`, no poll first); true
     /// when it is gone.
     pub(crate) fn try_reap(&mut self) -> bool {
-        // (An error, ECHILD, means there is nothing left to wait for.)
-        self.reaped = !matches!(sys::pidfd_try_wait(self.pidfd.as_raw_fd()), Ok(None));
+        self.reaped = match sys::pidfd_try_wait(self.pidfd.as_raw_fd()) {
+            Ok(Some(_)) => true,
+            Ok(None) => false,
+            // Nothing to wait for: gone only if its pidfd says so (`reaped`
+            // lets its stacks be reused: never on a guess).
+            Err(_) => exited(self),
+        };
         self.reaped
     }
 }
