@@ -630,10 +630,10 @@ impl Loop {
                     w
                 }
                 None => {
-                    if p.null.is_none() {
-                        p.null = Some(open_null()?);
-                    }
-                    fds[i] = p.null.as_ref().map_or(-1, |f| f.as_raw_fd());
+                    fds[i] = match &p.null {
+                        Some(null) => null.as_raw_fd(),
+                        None => p.null.insert(open_null()?).as_raw_fd(),
+                    };
                     continue;
                 }
             };

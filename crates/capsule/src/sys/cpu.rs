@@ -71,6 +71,15 @@ fn sched_attr() -> SysResult<SchedAttr> {
     Ok(a)
 }
 
+/// Sets the calling thread's scheduling attributes to `a`, with
+/// reset-on-fork: nothing it creates inherits them.
+fn set_sched_attr_reset_on_fork(mut a: SchedAttr) -> SysResult<()> {
+    a.size = std::mem::size_of::<SchedAttr>() as u32;
+    a.flags |= SCHED_FLAG_RESET_ON_FORK;
+    // SAFETY: the kernel reads `size` bytes from `a`, which is that large.
+    cvt(unsafe { raw_syscall(libc::SYS_sched_setattr, [0, &a as *const SchedAttr as u64, 0, 0, 0, 0]) }).map(drop)
+}
+
 /// Asks for turns of `ns` on the CPU for the calling thread, if it runs
 /// under the normal policy: EEVDF gives a thread with a shorter slice an
 /// earlier deadline, so it runs soon after it wakes instead of waiting
@@ -85,11 +94,8 @@ pub fn short_slice(ns: u64) -> SysResult<bool> {
     if a.policy != libc::SCHED_OTHER as u32 || a.nice < 0 {
         return Ok(false);
     }
-    a.size = std::mem::size_of::<SchedAttr>() as u32;
-    a.flags |= SCHED_FLAG_RESET_ON_FORK;
     a.runtime = ns;
-    // SAFETY: the kernel reads `size` bytes from `a`, which is that large.
-    cvt(unsafe { raw_syscall(libc::SYS_sched_setattr, [0, &a as *const SchedAttr as u64, 0, 0, 0, 0]) })?;
+    set_sched_attr_reset_on_fork(a)?;
     Ok(true)
 }
 
@@ -102,17 +108,9 @@ pub fn batch_policy() -> SysResult<bool> {
     if a.policy != libc::SCHED_OTHER as u32 {
         return Ok(false);
     }
-    a.size = std::mem::size_of::<SchedAttr>() as u32;
     a.policy = libc::SCHED_BATCH as u32;
-    a.flags |= SCHED_FLAG_RESET_ON_FORK;
-    // SAFETY: the kernel reads `size` bytes from `a`, which is that large.
-    cvt(unsafe { raw_syscall(libc::SYS_sched_setattr, [0, &a as *const SchedAttr as u64, 0, 0, 0, 0]) })?;
+    set_sched_attr_reset_on_fork(a)?;
     Ok(true)
-}
-
-/// The calling thread's policy (`SCHED_OTHER`, `SCHED_BATCH`, ...).
-pub fn policy() -> SysResult<i32> {
-    sched_attr().map(|a| a.policy as i32)
 }
 
 /// The calling thread's slice (`sched_attr.sched_runtime` of a normal
