@@ -71,8 +71,10 @@ fn alive(pid: i32) -> bool {
 
 /// The agent's child processes (its PID 1s).
 fn children(pid: i32) -> Vec<String> {
-    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    list.split_whitespace().map(str::to_string).collect()
+    // Every thread's: PID 1s prepared ahead come from a spawner thread.
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    let lists = tasks.map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default());
+    lists.flat_map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>()).collect()
 }
 
 /// Runs `f` and checks that agent `pid` served it: the agent forked a PID 1

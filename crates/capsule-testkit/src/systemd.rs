@@ -103,7 +103,11 @@ impl ScopeWatch {
         let uid = h().uid;
         let thread = std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
-                let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+                // Every thread's children: PID 1s prepared ahead come from a spawner thread.
+                let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+                let kids: String = tasks
+                    .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ")
+                    .collect();
                 for kid in kids.split_whitespace() {
                     let cg = std::fs::read_to_string(format!("/proc/{kid}/cgroup")).unwrap_or_default();
                     if let Some(scope) =

@@ -175,6 +175,10 @@ pub(crate) struct Plan {
     /// created; None when it was compiled after (while PID 1 builds the
     /// sandbox): then it comes in the arena with the go message.
     pub filter: Option<Rc<SealedFilter>>,
+    /// PID 1 was created by the spawner thread that has `filter` installed
+    /// (`SealedFilter::inherit`): PID 1, the tracee and the program run
+    /// under it from the start, and the tracee installs nothing.
+    pub filter_inherited: bool,
     /// The network log (`net_log`), shared with the supervisor.
     pub net_log: Option<Rc<Arena<NetLog>>>,
     /// /sys/fs/fuse/connections in the supervisor's view (O_PATH), or -1.
@@ -200,6 +204,10 @@ pub(crate) struct SealedFilter {
     /// It allows every call the tracee makes after the go message
     /// (`seccomp::allows_tracee_epilogue`): installed before waiting for it.
     pub early: bool,
+    /// PID 1 can build the sandbox under it (`seccomp::allows_child_path`)
+    /// and it does not notify: a spawner thread may install it once for
+    /// the PID 1s it creates (`Plan::filter_inherited`).
+    pub inherit: bool,
 }
 
 /// The run's filter: its instructions, whether its `kill` is a user

@@ -60,8 +60,13 @@ pub(crate) fn tracee_setup(
     sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| Fail::new(Step::NoNewPrivs, e))?;
     // 7. Drop every capability of U3 (securebits first, so that uid 0 regains none).
     caps::drop_all(plan.last_cap).map_err(|e| Fail::new(Step::DropCaps, e))?;
-    // 8. A filter that allows every call below is installed now: the costliest step left, off the request's path.
-    let early = plan.filter.as_ref().is_some_and(|f| f.early);
+    // 8. A filter that allows every call below is installed now: the costliest step left, off the request's path;
+    //    one inherited from PID 1's creator is checked to be there (never a program without its filter).
+    let filter_inherited = plan.filter_inherited;
+    if filter_inherited && crate::sys::seccomp::seccomp_mode() != Ok(libc::SECCOMP_MODE_FILTER as i32) {
+        return Err(Fail::new(Step::Seccomp, libc::ENOSYS));
+    }
+    let early = !filter_inherited && plan.filter.as_ref().is_some_and(|f| f.early);
     if early {
         let f = plan.filter.as_ref().expect("early implies a filter");
         let listener =
@@ -140,8 +145,8 @@ pub(crate) fn tracee_setup(
     shared.setup_user_us.store(user, SeqCst);
     shared.setup_system_us.store(system, SeqCst);
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
-    // 19. Seccomp last (unless installed at step 8): from here on only the program's own calls run.
-    if !early {
+    // 19. Seccomp last (unless installed at step 8 or inherited): from here on only the program's own calls run.
+    if !early && !filter_inherited {
         let listener = crate::sys::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
         shared.notify_fd.store(listener + 1, SeqCst);
     }

@@ -103,7 +103,9 @@ impl Filters {
         // old one are no longer used: see `start`).
         self.compiled.retain(|((n, g, l), _, _)| !(n == name && *g == guards && *l == net_log));
         let early = crate::plan::seccomp::allows_tracee_epilogue(&filter.program);
-        let sealed = Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early });
+        let inherit = !filter.notify && crate::plan::seccomp::allows_child_path(&filter.program);
+        let sealed =
+            Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early, inherit });
         self.compiled.push(((name.clone(), guards, net_log), stamp, sealed.clone()));
         Ok(sealed)
     }

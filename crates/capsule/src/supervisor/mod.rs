@@ -99,6 +99,9 @@ pub struct Supervisor {
     pub(crate) last_cap: u32,
     /// Seccomp filters compiled so far, one per policy, guards and network log.
     pub(crate) filters: Filters,
+    /// Threads that create PID 1s under a filter of `filters` they have
+    /// installed (`Supervisor::spawner`).
+    pub(crate) spawners: Vec<(Rc<crate::child::SealedFilter>, sys::vm::Spawner)>,
     /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
     pub(crate) fusectl: Option<OwnedFd>,
     /// Stacks and arenas of the runs' PID 1s and tracees, which share the
@@ -247,6 +250,7 @@ impl Supervisor {
             self_pidfd,
             last_cap: crate::host::last_cap(),
             filters: Filters::default(),
+            spawners: Vec::new(),
             pools: Rc::new(Pools::default()),
             // One kept cgroup per slot: the parallel runs and the PID 1s prepared ahead.
             cgroups: p.cgroups.map(|s| Instance::from_state(s).keep_at_most(slots)),

@@ -23,6 +23,8 @@ pub(crate) const TRACEE_STACK: usize = 256 << 10;
 /// PID 1's stack: reserved, not allocated; its deepest path needs tens of
 /// KiB, and a guard page ends it.
 pub(crate) const PID1_STACK: usize = 1 << 20;
+/// Spawner threads (one per filter) a supervisor starts at most.
+pub(crate) const MAX_SPAWNERS: usize = 2;
 /// Size of a run's arena: its argv, environment and the rest must fit
 /// (execve's own limit is a quarter of the stack limit, 2 MiB by default).
 /// Reserved, not allocated: only the pages written are.
@@ -343,6 +345,12 @@ impl Supervisor {
         // supervisor, restored right after) and widens to the supervisor's
         // mask once its sandbox is built, before it creates the tracee.
         let pin = self.affinity.filter(|_| ahead).and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
+        // A filter PID 1 can live under comes from the thread that has it
+        // installed already (not for layers: their FUSE daemon would inherit it).
+        let spawner = match (&filter, &layers) {
+            (Some(f), None) if f.inherit => self.spawner(f, ahead),
+            _ => None,
+        };
         let mut keep_fds =
             vec![self.self_pidfd.as_raw_fd(), go_child.as_raw_fd(), done_child.as_raw_fd(), control.as_raw_fd()];
         match net {
@@ -382,6 +390,7 @@ impl Supervisor {
             control: control.as_raw_fd(),
             keep_fds,
             filter: filter.clone(),
+            filter_inherited: spawner.is_some(),
             net_log: net_log.clone(),
             fusectl,
             widen: pin.map(|(_, all)| all),
@@ -400,21 +409,32 @@ impl Supervisor {
             (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
         };
         let run = Box::new(child::Pid1 { plan, arena, stack, tracee_stack });
-        if let Some((one, _)) = &pin {
-            let _ = sys::set_affinity(one);
-        }
-        // SAFETY: `run` (boxed: it does not move), its stacks included, is
-        // kept in the `Prepared` below, whose drop frees it only once PID 1
-        // has exited, and nothing changes it meanwhile (the supervisor
-        // writes only the arena's shared page and byte area, through
-        // atomics and `put`, to which PID 1 reads are ordered by the go
-        // message). `child::pid1` makes `sys` calls only and ends with
-        // `sys::exit`.
-        let spawned = unsafe { sys::vm::spawn(libc::CLONE_NEWPID as u64, &run.stack, &*run, child::pid1) };
-        // (The child widens itself once its sandbox is built.)
-        if let Some((_, all)) = &pin {
-            let _ = sys::set_affinity(all);
-        }
+        let flags = libc::CLONE_NEWPID as u64;
+        // For both calls below: `run` (boxed: it does not move), its stacks
+        // included, is kept in the `Prepared` below, whose drop frees it only
+        // once PID 1 has exited, and nothing changes it meanwhile (the
+        // supervisor writes only the arena's shared page and byte area,
+        // through atomics and `put`, to which PID 1 reads are ordered by the
+        // go message). `child::pid1` makes `sys` calls only and ends with
+        // `sys::exit`. (The child widens itself once its sandbox is built.)
+        let spawned = match spawner {
+            Some(i) => {
+                let pin = pin.as_ref().map(|(one, all)| (one, all));
+                // SAFETY: as said above; the spawner's thread shares this memory.
+                unsafe { self.spawners[i].1.spawn(flags, &run.stack, &*run, child::pid1, pin) }
+            }
+            None => {
+                if let Some((one, _)) = &pin {
+                    let _ = sys::set_affinity(one);
+                }
+                // SAFETY: as said above.
+                let spawned = unsafe { sys::vm::spawn(flags, &run.stack, &*run, child::pid1) };
+                if let Some((_, all)) = &pin {
+                    let _ = sys::set_affinity(all);
+                }
+                spawned
+            }
+        };
         let (pid, pidfd) = match spawned {
             Ok(p) => p,
             Err(e) => {
@@ -458,6 +478,29 @@ impl Supervisor {
             layers,
             net: net_lent,
         })
+    }
+
+    /// The spawner thread of `filter` (`sys::vm::Spawner`), started for a
+    /// PID 1 prepared ahead (a long-lived supervisor; one run would pay
+    /// more for the thread than for installing the filter once), at most
+    /// [`MAX_SPAWNERS`] in all: each lives as long as the supervisor, since
+    /// its PID 1s' parent-death signal follows it. None: the tracee
+    /// installs the filter, as without one.
+    pub(crate) fn spawner(&mut self, filter: &Rc<SealedFilter>, ahead: bool) -> Option<usize> {
+        if let Some(i) = self.spawners.iter().position(|(f, _)| Rc::ptr_eq(f, filter)) {
+            return Some(i);
+        }
+        if !ahead || self.spawners.len() >= MAX_SPAWNERS {
+            return None;
+        }
+        let program = filter.map.as_slice().to_vec();
+        let setup = move || {
+            sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
+            sys::seccomp_install(&program, false).map(drop)
+        };
+        let spawner = sys::vm::Spawner::start("capsule-spawner", setup).ok()?;
+        self.spawners.push((Rc::clone(filter), spawner));
+        Some(self.spawners.len() - 1)
     }
 
     /// Whether a PID 1 prepared ahead still matches the host: every bind

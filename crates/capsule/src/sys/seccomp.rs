@@ -216,6 +216,13 @@ pub(crate) fn install(filter: &[libc::sock_filter], notify: bool) -> Result<RawF
     seccomp_install(filter, notify)
 }
 
+/// The calling thread's seccomp mode (`PR_GET_SECCOMP`: 0 none, 2 a
+/// filter); child side.
+pub(crate) fn seccomp_mode() -> Result<i32, Errno> {
+    // SAFETY: prctl on integers; it writes nothing.
+    cvt(unsafe { raw_syscall(libc::SYS_prctl, [libc::PR_GET_SECCOMP as u64, 0, 0, 0, 0, 0]) }).map(|v| v as i32)
+}
+
 /// Installs a classic-BPF seccomp filter (`no_new_privs` must be set).
 /// With `listener`, also asks for a user-notification descriptor
 /// (close-on-exec), returned; else returns -1.
@@ -234,7 +241,7 @@ pub fn seccomp_install(filter: &[libc::sock_filter], listener: bool) -> SysResul
 
 const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
 /// `SECCOMP_IOWR(0, struct seccomp_notif)`.
-const SECCOMP_IOCTL_NOTIF_RECV: libc::c_ulong = 0xc050_2100;
+pub(crate) const SECCOMP_IOCTL_NOTIF_RECV: libc::c_ulong = 0xc050_2100;
 
 /// `struct seccomp_notif` (80 bytes since Linux 5.0; the kernel copies
 /// exactly this much).
@@ -269,9 +276,9 @@ pub fn seccomp_notif_recv(listener: RawFd) -> SysResult<SeccompNotif> {
 }
 
 /// `SECCOMP_IOW(2, __u64)`.
-const SECCOMP_IOCTL_NOTIF_ID_VALID: libc::c_ulong = 0x4008_2102;
+pub(crate) const SECCOMP_IOCTL_NOTIF_ID_VALID: libc::c_ulong = 0x4008_2102;
 /// `SECCOMP_IOWR(1, struct seccomp_notif_resp)`.
-const SECCOMP_IOCTL_NOTIF_SEND: libc::c_ulong = 0xc018_2101;
+pub(crate) const SECCOMP_IOCTL_NOTIF_SEND: libc::c_ulong = 0xc018_2101;
 const SECCOMP_USER_NOTIF_FLAG_CONTINUE: u32 = 1;
 
 /// `struct seccomp_notif_resp`.

@@ -11,7 +11,7 @@
 //! panics, and no errno (it shares the supervisor's thread-local storage:
 //! every call in `sys` is made without libc's errno for this).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::{
     align16, clone3_on_stack, owned, raw_syscall, Arena, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD,
@@ -132,6 +132,125 @@ pub unsafe fn spawn<T>(flags: u64, stack: &Stack, arg: &T, child: fn(&T) -> !) -
     Ok((ret as i32, owned(pidfd as libc::c_long)))
 }
 
+/// A thread of the caller's process that creates PID 1s for it
+/// ([`Spawner::spawn`]): a process inherits its creator thread's seccomp
+/// filter and `no_new_privs`, so PID 1s created here start under the filter
+/// `setup` installed once on this thread, and their tracees need not
+/// convert, JIT and cache it anew for every run (docs/seccomp.md). The
+/// thread never ends once `setup` succeeded: a PID 1's parent-death signal
+/// follows the thread that created it.
+pub struct Spawner {
+    job: std::sync::Arc<std::sync::Mutex<Option<Job>>>,
+    /// Write end: a job is posted.
+    post: OwnedFd,
+    /// Read end: the posted job ran.
+    ran: OwnedFd,
+}
+
+/// A closure posted to the spawner's thread, borrowed from the poster.
+struct Job(*mut (dyn FnMut() + 'static));
+
+// SAFETY: a job is run on the spawner's thread only while the thread that
+// posted it waits for it to finish (`Spawner::call`), so what it borrows
+// outlives it and nothing else uses it meanwhile.
+unsafe impl Send for Job {}
+
+impl Spawner {
+    /// Starts the thread, named `name`, and runs `setup` on it first; its
+    /// error ends the thread (no child exists yet) and is returned.
+    pub fn start(name: &str, setup: impl FnOnce() -> SysResult<()> + Send + 'static) -> SysResult<Spawner> {
+        let (post_r, post) = super::pipe2(libc::O_CLOEXEC)?;
+        let (ran, ran_w) = super::pipe2(libc::O_CLOEXEC)?;
+        let job = std::sync::Arc::new(std::sync::Mutex::new(None::<Job>));
+        let theirs = std::sync::Arc::clone(&job);
+        let serve = move || {
+            let first = match setup() {
+                Ok(()) => 0,
+                Err(e) => e,
+            };
+            if super::write_all(ran_w.as_raw_fd(), &first.to_ne_bytes()).is_err() || first != 0 {
+                return;
+            }
+            let mut byte = [0u8; 1];
+            // A closed pipe (the owner gone) or a failed write: idle for
+            // good rather than end, which would kill the PID 1s made here.
+            while super::read(post_r.as_raw_fd(), &mut byte) == Ok(1) {
+                let posted = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(Job(f)) = posted {
+                    // SAFETY: the poster waits in `call` until the byte below
+                    // is written: `f` and what it borrows are alive.
+                    unsafe { (*f)() };
+                }
+                if super::write(ran_w.as_raw_fd(), b"x") != Ok(1) {
+                    break;
+                }
+            }
+            loop {
+                std::thread::park();
+            }
+        };
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(serve)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
+        let mut first = [0u8; 4];
+        match super::read(ran.as_raw_fd(), &mut first)? {
+            4 => match i32::from_ne_bytes(first) {
+                0 => Ok(Spawner { job, post, ran }),
+                e => Err(e),
+            },
+            _ => Err(libc::EIO),
+        }
+    }
+
+    /// Runs `f` on the spawner's thread and returns once it has run.
+    fn call(&self, f: &mut dyn FnMut()) -> SysResult<()> {
+        let f: *mut (dyn FnMut() + '_) = f;
+        // SAFETY: only the lifetime is erased; this function does not return
+        // before the job has run or has been taken back unrun (below), so the
+        // borrow outlives every use of the pointer.
+        let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f) };
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(Job(f));
+        let mut byte = [0u8; 1];
+        let ran = super::write(self.post.as_raw_fd(), b"x").and_then(|_| super::read(self.ran.as_raw_fd(), &mut byte));
+        // Not run (the thread idles for good): take it back before returning.
+        let unrun = self.job.lock().unwrap_or_else(|p| p.into_inner()).take().is_some();
+        match ran {
+            Ok(1) if !unrun => Ok(()),
+            Ok(_) => Err(libc::ECHILD),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`spawn`] on the spawner's thread, pinned to `pin.0` for the call
+    /// and to `pin.1` after it (the child inherits the first).
+    ///
+    /// # Safety
+    /// As for [`spawn`].
+    pub unsafe fn spawn<T>(
+        &self,
+        flags: u64,
+        stack: &Stack,
+        arg: &T,
+        child: fn(&T) -> !,
+        pin: Option<(&libc::cpu_set_t, &libc::cpu_set_t)>,
+    ) -> SysResult<(i32, OwnedFd)> {
+        let mut out = Err(libc::ECHILD);
+        self.call(&mut || {
+            if let Some((one, _)) = pin {
+                let _ = super::set_affinity(one);
+            }
+            // SAFETY: the caller's contract, passed on; this thread shares the
+            // caller's memory.
+            out = unsafe { spawn(flags, stack, arg, child) };
+            if let Some((_, all)) = pin {
+                let _ = super::set_affinity(all);
+            }
+        })?;
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +266,38 @@ mod tests {
         // Shared memory: the parent sees this store.
         j.out.store(j.input * 2, SeqCst);
         super::super::exit(7)
+    }
+
+    fn report_no_new_privs(j: &Job) -> ! {
+        // SAFETY: prctl on integers.
+        let v = unsafe { raw_syscall(libc::SYS_prctl, [libc::PR_GET_NO_NEW_PRIVS as u64, 0, 0, 0, 0, 0]) };
+        j.out.store(v as u64 + j.input, SeqCst);
+        super::super::exit(0)
+    }
+
+    /// A child created through a spawner is created on its thread: it
+    /// inherits what `setup` set there (`no_new_privs` here, which the
+    /// calling thread does not get), shares the caller's memory and is the
+    /// caller's child; a failed `setup` is the error of `start`.
+    #[test]
+    fn spawner_children_inherit_its_thread() {
+        let failed = Spawner::start("test-spawner", || Err(libc::EPERM));
+        assert_eq!(failed.err(), Some(libc::EPERM));
+        let spawner = Spawner::start("test-spawner", || super::super::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)).unwrap();
+        let pool = StackPool::default();
+        for round in 0..3u64 {
+            let stack = pool.take(64 << 10).unwrap();
+            let job = Job { input: 10 * round, out: AtomicU64::new(u64::MAX) };
+            // SAFETY: `job` and `stack` outlive the child (waited for below).
+            let (_, pidfd) = unsafe { spawner.spawn(0, &stack, &job, report_no_new_privs, None) }.unwrap();
+            let status = crate::sys::pidfd_wait(pidfd.as_raw_fd()).unwrap().expect("exited");
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
+            assert_eq!(job.out.load(SeqCst), 1 + 10 * round, "the child has no_new_privs");
+            pool.give(stack);
+        }
+        // SAFETY: prctl on integers.
+        let here = unsafe { raw_syscall(libc::SYS_prctl, [libc::PR_GET_NO_NEW_PRIVS as u64, 0, 0, 0, 0, 0]) };
+        assert_eq!(here, 0, "the calling thread is unchanged");
     }
 
     /// The child shares the caller's memory, reads its argument after

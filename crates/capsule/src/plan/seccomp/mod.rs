@@ -197,3 +197,132 @@ pub(crate) fn allows_tracee_epilogue(prog: &[libc::sock_filter]) -> bool {
     TRACEE_EPILOGUE.iter().all(|&nr| allowed(nr, &[0; 6], true))
         && allowed(libc::SYS_ioctl as i32, &[0, libc::TIOCSCTTY, 0, 0, 0, 0], false)
 }
+
+/// Every system call the `sys` layer makes, to which capsule's child path
+/// (PID 1 and the tracee until the program's execve) is confined, less
+/// `ioctl` and `socket`, which [`allows_child_path`] checks with the
+/// arguments the child path passes; and the two the kernel or the vDSO may
+/// make for it (`restart_syscall`, `clock_gettime`). A superset of what a
+/// PID 1 calls: whatever the run's mounts, limits and network.
+const CHILD_PATH: &[i64] = &[
+    libc::SYS_accept4,
+    libc::SYS_access,
+    libc::SYS_capset,
+    libc::SYS_chdir,
+    libc::SYS_clock_gettime,
+    libc::SYS_clone3,
+    libc::SYS_close,
+    libc::SYS_close_range,
+    libc::SYS_dup2,
+    libc::SYS_dup3,
+    libc::SYS_eventfd2,
+    libc::SYS_execve,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    libc::SYS_fchdir,
+    libc::SYS_fcntl,
+    libc::SYS_flock,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fsopen,
+    libc::SYS_fstatfs,
+    libc::SYS_futex,
+    libc::SYS_getcpu,
+    libc::SYS_getdents64,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getpid,
+    libc::SYS_getppid,
+    libc::SYS_getrusage,
+    libc::SYS_getsockopt,
+    libc::SYS_getuid,
+    libc::SYS_kill,
+    libc::SYS_landlock_add_rule,
+    libc::SYS_landlock_create_ruleset,
+    libc::SYS_landlock_restrict_self,
+    libc::SYS_lseek,
+    libc::SYS_memfd_create,
+    libc::SYS_mkdirat,
+    libc::SYS_mmap,
+    libc::SYS_mount,
+    libc::SYS_mount_setattr,
+    libc::SYS_move_mount,
+    libc::SYS_mprotect,
+    libc::SYS_munmap,
+    libc::SYS_newfstatat,
+    libc::SYS_open_tree,
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_pidfd_open,
+    libc::SYS_pidfd_send_signal,
+    libc::SYS_pipe2,
+    libc::SYS_pivot_root,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_prctl,
+    libc::SYS_pread64,
+    libc::SYS_prlimit64,
+    libc::SYS_process_vm_readv,
+    libc::SYS_read,
+    libc::SYS_readlinkat,
+    libc::SYS_recvmsg,
+    libc::SYS_restart_syscall,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_sched_getattr,
+    libc::SYS_sched_setaffinity,
+    libc::SYS_sched_setattr,
+    libc::SYS_sched_yield,
+    libc::SYS_seccomp,
+    libc::SYS_sendmsg,
+    libc::SYS_sethostname,
+    libc::SYS_setns,
+    libc::SYS_setsid,
+    libc::SYS_shutdown,
+    libc::SYS_signalfd4,
+    libc::SYS_socketpair,
+    libc::SYS_splice,
+    libc::SYS_statfs,
+    libc::SYS_symlinkat,
+    libc::SYS_timerfd_create,
+    libc::SYS_timerfd_settime,
+    libc::SYS_umask,
+    libc::SYS_umount2,
+    libc::SYS_unshare,
+    libc::SYS_utimensat,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+    libc::SYS_write,
+];
+
+/// Whether a filter may be installed once on the thread that creates the
+/// PID 1s, which then inherit it, and their tracees and programs after them
+/// (`sys::vm::Spawner`): it must let PID 1 build the sandbox. Exact: every
+/// call of [`CHILD_PATH`] allowed whatever its arguments, `ioctl` and
+/// `socket` with the arguments the child path passes (the controlling
+/// terminal, the loopback's flags, the user notifications, the datagram
+/// socket for the loopback). A filter that notifies (its listener is one
+/// per run) does not qualify; the caller checks that.
+pub(crate) fn allows_child_path(prog: &[libc::sock_filter]) -> bool {
+    if prog.is_empty() {
+        return false;
+    }
+    let allowed = |nr: i64, args: &[u64; 6], any_args: bool| {
+        let data = seccomp_data(nr as i32, AUDIT_ARCH_X86_64, 0, args);
+        matches!(run_bpf_probe(prog, &data), Some((RET_ALLOW, _, read_args)) if !(any_args && read_args))
+    };
+    let ioctls = [
+        libc::TIOCSCTTY,
+        libc::SIOCGIFFLAGS,
+        libc::SIOCSIFFLAGS,
+        sys::seccomp::SECCOMP_IOCTL_NOTIF_RECV,
+        sys::seccomp::SECCOMP_IOCTL_NOTIF_SEND,
+        sys::seccomp::SECCOMP_IOCTL_NOTIF_ID_VALID,
+    ];
+    let datagram = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64;
+    CHILD_PATH.iter().all(|&nr| allowed(nr, &[0; 6], true))
+        && ioctls.iter().all(|&cmd| allowed(libc::SYS_ioctl, &[3, cmd, 0, 0, 0, 0], false))
+        && allowed(libc::SYS_socket, &[libc::AF_INET as u64, datagram, 0, 0, 0, 0], false)
+}

@@ -250,6 +250,44 @@ fn which_filters_a_prepared_tracee_installs_early() {
 }
 
 #[test]
+fn which_filters_pid1_can_be_created_under() {
+    let built = |n: &str| compile(&n.parse().unwrap()).unwrap();
+    // `default`, with every combination of guards: it refuses none of the
+    // child path's calls (its ioctl rule is about TIOCSTI and TIOCLINUX,
+    // the guards' socket rules about vsock, MPTCP and SMC).
+    for bits in 0..8 {
+        let g = Guards { ports: bits & 1 != 0, vsock: bits & 2 != 0, keep_size: bits & 4 != 0 };
+        assert!(allows_child_path(&with_guards(&built("default"), g).unwrap().program), "{g:?}");
+    }
+    // No filter: nothing to inherit. The allowlists refuse mounts, namespaces, Landlock...
+    assert!(!allows_child_path(&built("none").program));
+    for n in ["strict", "compile", "python", "jvm", "go", "bash"] {
+        assert!(!allows_child_path(&built(n).program), "{n}");
+    }
+    let file = |text: &str| compile_text("test", text, false).unwrap().program;
+    assert!(allows_child_path(&file("default_action = \"allow\"")));
+    // One call of PID 1's refused, or decided by its arguments; the
+    // loopback's datagram socket or the terminal's ioctl refused.
+    for (call, args) in
+        [("mount_setattr", ""), ("pivot_root", ""), ("unshare", "args = [{ index = 0, op = \"eq\", value = 1 }]")]
+    {
+        let text =
+            format!("default_action = \"allow\"\n[[rule]]\nsyscall = [\"{call}\"]\n{args}\naction = \"errno 1\"");
+        assert!(!allows_child_path(&file(&text)), "{call}");
+    }
+    let inet = format!(
+        "default_action = \"allow\"\n[[rule]]\nsyscall = [\"socket\"]\nargs = [{{ index = 0, op = \"eq\", value = {} }}]\naction = \"errno 1\"",
+        libc::AF_INET
+    );
+    assert!(!allows_child_path(&file(&inet)));
+    let tty = format!(
+        "default_action = \"allow\"\n[[rule]]\nsyscall = [\"ioctl\"]\nargs = [{{ index = 1, op = \"eq\", value = {} }}]\naction = \"errno 1\"",
+        libc::TIOCSCTTY
+    );
+    assert!(!allows_child_path(&file(&tty)));
+}
+
+#[test]
 fn masked_eq_and_errno_rule() {
     let text = r#"
         default_action = "allow"
