@@ -418,22 +418,10 @@ impl Supervisor {
         // go message). `child::pid1` makes `sys` calls only and ends with
         // `sys::exit`. (The child widens itself once its sandbox is built.)
         let spawned = match spawner {
-            Some(i) => {
-                let pin = pin.as_ref().map(|(one, all)| (one, all));
-                // SAFETY: as said above; the spawner's thread shares this memory.
-                unsafe { self.spawners[i].1.spawn(flags, &run.stack, &*run, child::pid1, pin) }
-            }
-            None => {
-                if let Some((one, _)) = &pin {
-                    let _ = sys::set_affinity(one);
-                }
-                // SAFETY: as said above.
-                let spawned = unsafe { sys::vm::spawn(flags, &run.stack, &*run, child::pid1) };
-                if let Some((_, all)) = &pin {
-                    let _ = sys::set_affinity(all);
-                }
-                spawned
-            }
+            // SAFETY: as said above; the spawner's thread shares this memory.
+            Some(i) => unsafe { self.spawners[i].1.spawn(flags, &run.stack, &*run, child::pid1, pin.as_ref()) },
+            // SAFETY: as said above.
+            None => unsafe { sys::vm::spawn_pinned(flags, &run.stack, &*run, child::pid1, pin.as_ref()) },
         };
         let (pid, pidfd) = match spawned {
             Ok(p) => p,

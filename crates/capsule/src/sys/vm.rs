@@ -132,6 +132,29 @@ pub unsafe fn spawn<T>(flags: u64, stack: &Stack, arg: &T, child: fn(&T) -> !) -
     Ok((ret as i32, owned(pidfd as libc::c_long)))
 }
 
+/// [`spawn`] with the caller pinned to `pin.0` for the call (the child
+/// inherits it) and to `pin.1` after it.
+///
+/// # Safety
+/// As for [`spawn`].
+pub unsafe fn spawn_pinned<T>(
+    flags: u64,
+    stack: &Stack,
+    arg: &T,
+    child: fn(&T) -> !,
+    pin: Option<&(libc::cpu_set_t, libc::cpu_set_t)>,
+) -> SysResult<(i32, OwnedFd)> {
+    if let Some((one, _)) = pin {
+        let _ = super::set_affinity(one);
+    }
+    // SAFETY: the caller's contract, passed on.
+    let spawned = unsafe { spawn(flags, stack, arg, child) };
+    if let Some((_, all)) = pin {
+        let _ = super::set_affinity(all);
+    }
+    spawned
+}
+
 /// A thread of the caller's process that creates PID 1s for it
 /// ([`Spawner::spawn`]): a process inherits its creator thread's seccomp
 /// filter and `no_new_privs`, so PID 1s created here start under the filter
@@ -222,8 +245,7 @@ impl Spawner {
         }
     }
 
-    /// [`spawn`] on the spawner's thread, pinned to `pin.0` for the call
-    /// and to `pin.1` after it (the child inherits the first).
+    /// [`spawn_pinned`] on the spawner's thread.
     ///
     /// # Safety
     /// As for [`spawn`].
@@ -233,20 +255,12 @@ impl Spawner {
         stack: &Stack,
         arg: &T,
         child: fn(&T) -> !,
-        pin: Option<(&libc::cpu_set_t, &libc::cpu_set_t)>,
+        pin: Option<&(libc::cpu_set_t, libc::cpu_set_t)>,
     ) -> SysResult<(i32, OwnedFd)> {
         let mut out = Err(libc::ECHILD);
-        self.call(&mut || {
-            if let Some((one, _)) = pin {
-                let _ = super::set_affinity(one);
-            }
-            // SAFETY: the caller's contract, passed on; this thread shares the
-            // caller's memory.
-            out = unsafe { spawn(flags, stack, arg, child) };
-            if let Some((_, all)) = pin {
-                let _ = super::set_affinity(all);
-            }
-        })?;
+        // SAFETY: the caller's contract, passed on; this thread shares the
+        // caller's memory.
+        self.call(&mut || out = unsafe { spawn_pinned(flags, stack, arg, child, pin) })?;
         out
     }
 }

@@ -190,12 +190,15 @@ pub(crate) fn allows_tracee_epilogue(prog: &[libc::sock_filter]) -> bool {
     if prog.is_empty() {
         return true;
     }
-    let allowed = |nr: i32, args: &[u64; 6], any_args: bool| {
-        let data = seccomp_data(nr, AUDIT_ARCH_X86_64, 0, args);
-        matches!(run_bpf_probe(prog, &data), Some((RET_ALLOW, _, read_args)) if !(any_args && read_args))
-    };
-    TRACEE_EPILOGUE.iter().all(|&nr| allowed(nr, &[0; 6], true))
-        && allowed(libc::SYS_ioctl as i32, &[0, libc::TIOCSCTTY, 0, 0, 0, 0], false)
+    TRACEE_EPILOGUE.iter().all(|&nr| allows(prog, nr as i64, &[0; 6], true))
+        && allows(prog, libc::SYS_ioctl, &[0, libc::TIOCSCTTY, 0, 0, 0, 0], false)
+}
+
+/// Whether `prog` allows native call `nr` with `args`; with `any_args`,
+/// only if its verdict does not read them.
+fn allows(prog: &[libc::sock_filter], nr: i64, args: &[u64; 6], any_args: bool) -> bool {
+    let data = seccomp_data(nr as i32, AUDIT_ARCH_X86_64, 0, args);
+    matches!(run_bpf_probe(prog, &data), Some((RET_ALLOW, _, read_args)) if !(any_args && read_args))
 }
 
 /// Every system call the `sys` layer makes, to which capsule's child path
@@ -309,10 +312,6 @@ pub(crate) fn allows_child_path(prog: &[libc::sock_filter]) -> bool {
     if prog.is_empty() {
         return false;
     }
-    let allowed = |nr: i64, args: &[u64; 6], any_args: bool| {
-        let data = seccomp_data(nr as i32, AUDIT_ARCH_X86_64, 0, args);
-        matches!(run_bpf_probe(prog, &data), Some((RET_ALLOW, _, read_args)) if !(any_args && read_args))
-    };
     let ioctls = [
         libc::TIOCSCTTY,
         libc::SIOCGIFFLAGS,
@@ -322,7 +321,7 @@ pub(crate) fn allows_child_path(prog: &[libc::sock_filter]) -> bool {
         sys::seccomp::SECCOMP_IOCTL_NOTIF_ID_VALID,
     ];
     let datagram = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64;
-    CHILD_PATH.iter().all(|&nr| allowed(nr, &[0; 6], true))
-        && ioctls.iter().all(|&cmd| allowed(libc::SYS_ioctl, &[3, cmd, 0, 0, 0, 0], false))
-        && allowed(libc::SYS_socket, &[libc::AF_INET as u64, datagram, 0, 0, 0, 0], false)
+    CHILD_PATH.iter().all(|&nr| allows(prog, nr, &[0; 6], true))
+        && ioctls.iter().all(|&cmd| allows(prog, libc::SYS_ioctl, &[3, cmd, 0, 0, 0, 0], false))
+        && allows(prog, libc::SYS_socket, &[libc::AF_INET as u64, datagram, 0, 0, 0, 0], false)
 }
