@@ -793,38 +793,46 @@ fn serve(o: &Opts) {
         "serve /bin/true, parallel {}: {per_sec:.0}/s ({} runs in {secs:.3} s, window {}; accounting {accounting:?})",
         o.parallel, o.runs, o.window
     );
-    // The supervisor's threads' CPU per timed run: its loop's caps the runs per second on many cores.
-    let tick_us = 1e6 / sys_clk_tck();
+    // The supervisor's threads' CPU per timed run (its loop's caps the runs
+    // per second on many cores) and how often each slept and was preempted.
     let cpu: Vec<String> = after
         .iter()
-        .map(|(tid, (name, t))| {
-            let t0 = before.get(tid).map_or(0, |b| b.1);
-            format!("{name}[{tid}] {:.0} µs", (t - t0) as f64 * tick_us / o.runs as f64)
+        .map(|(tid, (name, t, vol, invol))| {
+            let (t0, v0, i0) = before.get(tid).map_or((0, 0, 0), |b| (b.1, b.2, b.3));
+            let per = |x: u64| x as f64 / o.runs as f64;
+            format!(
+                "{name}[{tid}] {:.0} µs ({:.2} sleeps, {:.2} preemptions)",
+                per(t - t0) / 1e3,
+                per(vol - v0),
+                per(invol - i0)
+            )
         })
         .collect();
     println!("serve: supervisor CPU per run by thread: {}", cpu.join(", "));
 }
 
 /// Each thread of `pid`: its name and user + system time in clock ticks.
-fn thread_times(pid: i32) -> BTreeMap<i32, (String, u64)> {
+/// Each thread's name, CPU time (ns, from `schedstat`) and context switches
+/// (voluntary, involuntary: how often it slept and how often it was preempted).
+fn thread_times(pid: i32) -> BTreeMap<i32, (String, u64, u64, u64)> {
     let mut out = BTreeMap::new();
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for t in tasks.flatten() {
         let Ok(tid) = t.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let (Some(open), Some((head, rest))) = (stat.find('('), stat.rsplit_once(')')) else { continue };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // Fields 14 and 15 (utime, stime); `rest` starts at field 3.
-        let ticks = f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-            + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        out.insert(tid, (head[open + 1..].to_string(), ticks));
+        let sched = fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        let ns = sched.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        let status = fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let field = |k: &str| {
+            status.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
+        let name = field_str(&status, "Name:");
+        out.insert(tid, (name, ns, field("voluntary_ctxt_switches:"), field("nonvoluntary_ctxt_switches:")));
     }
     out
 }
 
-fn sys_clk_tck() -> f64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+fn field_str(status: &str, key: &str) -> String {
+    status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).unwrap_or_default()
 }
 
 // --- supervisor memory ---------------------------------------------------------------
