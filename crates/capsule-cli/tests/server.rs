@@ -1244,9 +1244,9 @@ fn serve_reliability_many_runs() {
     let end = settled_stats(pid, Some(base));
     eprintln!("after {done} runs ({:?}): {end:?}", t0.elapsed());
     assert_eq!(statuses.values().sum::<usize>(), total);
-    // Kept networks (one fd each) are made on demand up to 3 x parallel + 1
+    // Kept networks (one fd each) are made on demand up to 5 x parallel + 2
     // (serve's default parallel is 1): they are bounded, not a leak.
-    assert!(end.networks <= 3 + 1, "{} kept networks with parallel 1", end.networks);
+    assert!(end.networks <= 5 + 2, "{} kept networks with parallel 1", end.networks);
     let (base_fds, end_fds) = (base.fds - base.net_fds, end.fds - end.net_fds);
     assert!(
         end_fds <= base_fds,
@@ -1340,6 +1340,63 @@ fn serve_idle_spares_are_not_in_uninterruptible_sleep() {
     s.finish().assert_code(0);
 }
 
+/// CPUs this process may run on (its `Cpus_allowed_list`), as the
+/// supervisor counts them.
+fn cpus_allowed() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim();
+    list.split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// While every slot is busy and requests wait for one, the PID 1s of the
+/// runs to come are prepared (`parallel` + 1 of them, at most one more than
+/// the CPUs), each tracee interruptibly asleep for its go message: once a
+/// slot frees, the next run starts on a sandbox built already, as the
+/// sandbox floor's does (docs/latency.md, "The loop no longer waits for the
+/// spawner"), and the queued runs all end as they should.
+#[test]
+fn serve_prepares_spares_while_every_slot_is_busy() {
+    require!("serve_prepares_spares_while_every_slot_is_busy", userns_available());
+    let _l = procs_shared();
+    let mut s = serve(&["--parallel", "1"]);
+    // The shape first (spares are prepared for the last request's).
+    assert_exited(&s.run(json!("first"), true_spec()), 0);
+    let sleeper = json!({ "argv": ["/bin/sleep", "3"] });
+    s.request(json!("busy"), sleeper);
+    for k in 0..3 {
+        s.request(json!(format!("queued{k}")), true_spec());
+    }
+    let want = 1.min(cpus_allowed()) + 1;
+    let pid = s.pid();
+    let deadline = Instant::now() + Duration::from_millis(2500);
+    loop {
+        let tree = process_tree(pid);
+        let running = tree.iter().filter(|(_, _, comm)| comm == "sleep").count();
+        let waiting = tree.iter().filter(|(_, state, comm)| comm == "capsule-tracee" && *state == 'S').count();
+        if running == 1 && waiting >= want {
+            let blocked: Vec<_> = tree.iter().filter(|(_, state, _)| *state == 'D').collect();
+            assert!(blocked.is_empty(), "a spare in uninterruptible sleep (state D): {blocked:?}; the tree: {tree:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "with its one slot busy and 3 runs queued, {want} spares were not prepared (the busy run still going): \
+             {tree:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_exited(&s.result(&json!("busy"), T), 0);
+    for k in 0..3 {
+        assert_exited(&s.result(&json!(format!("queued{k}")), T), 0);
+    }
+    s.finish().assert_code(0);
+}
+
 /// `se.slice` of a `/proc/.../sched` file (Linux >= 6.12 shows it).
 fn slice_in(sched: &str) -> Option<u64> {
     field_in(sched, "se.slice")
@@ -1387,14 +1444,27 @@ fn served_runs_inherit_their_own_filter_and_no_other() {
         let text = r["stdout"]["text"].as_str().unwrap_or("");
         assert!(text.lines().any(|l| l == format!("tiocsti_fd0={want}")), "{policy}: {text}");
     }
-    // The default policy's PID 1s came from one spawner thread: the spare it keeps is its child.
-    let mut spawners = Vec::new();
+    // The default policy's PID 1s came from one spawner thread, under its
+    // filter: the spare it keeps is its child; `strict`'s (which its
+    // tracees install) from another, under none.
+    let (mut filtered, mut plain) = (Vec::new(), Vec::new());
     for t in std::fs::read_dir(format!("/proc/{}/task", s.pid())).expect("its threads").flatten() {
         if std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim() == "capsule-spawner" {
-            spawners.push(t.path());
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let filters = status.lines().find_map(|l| l.strip_prefix("Seccomp_filters:")).map(|v| v.trim().to_string());
+            match filters.and_then(|f| f.parse::<u32>().ok()) {
+                Some(n) if n == own + 1 => filtered.push(t.path()),
+                Some(n) if n == own => plain.push(t.path()),
+                other => panic!("a spawner thread with {other:?} filters: {status}"),
+            }
         }
     }
-    assert_eq!(spawners.len(), 1, "one spawner thread: {spawners:?}");
+    assert_eq!(
+        (filtered.len(), plain.len()),
+        (1, 1),
+        "one spawner under the filter, one under none: {filtered:?} {plain:?}"
+    );
+    let spawners = filtered;
     let deadline = Instant::now() + T;
     while std::fs::read_to_string(spawners[0].join("children")).unwrap_or_default().trim().is_empty() {
         assert!(Instant::now() < deadline, "the spawner made no spare within {T:?}");

@@ -142,6 +142,9 @@ pub(crate) fn bury(mut p: Prepared) -> Prepared {
     p
 }
 
+/// How often a zombie still being created is looked at (`Loop::run`).
+pub(crate) const COMING_RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// How long an exiting PID 1 holds back new runs (`Loop::exits_behind`).
 pub(crate) const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -187,9 +190,15 @@ impl Loop {
             if self.finished() {
                 return;
             }
+            self.settle_births();
             let (mut pfds, tokens) = self.poll_set();
             let timeout = self.idle_timeout();
             let mut wait = (timeout >= 0).then(|| std::time::Duration::from_millis(timeout as u64));
+            if self.zombies.iter().any(|z| z.pidfd().is_none() && z.never().is_none()) {
+                // A finished run's PID 1 whose creation the spawner has yet
+                // to report: nothing else may wake the loop to reap it.
+                wait = Some(wait.map_or(COMING_RECHECK, |w| w.min(COMING_RECHECK)));
+            }
             if let Some(from) = self.spares_from {
                 let left = from.saturating_duration_since(std::time::Instant::now());
                 wait = Some(wait.map_or(left, |w| w.min(left)));
@@ -301,7 +310,10 @@ impl Loop {
         }
         for (i, r) in self.running.iter().enumerate() {
             add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Run(i));
-            add(r.p.pidfd.as_raw_fd(), libc::POLLIN, Token::Run(i));
+            // (One still being created: its result pipe tells if it dies.)
+            if let Some(fd) = r.p.pidfd() {
+                add(fd, libc::POLLIN, Token::Run(i));
+            }
             for (k, cap) in r.io.capture.iter().enumerate() {
                 if let Some(cap) = cap {
                     if !cap.eof {
@@ -326,10 +338,14 @@ impl Loop {
             }
         }
         for (i, s) in self.spares.iter().enumerate() {
-            add(s.pidfd.as_raw_fd(), libc::POLLIN, Token::Spare(i));
+            if let Some(fd) = s.pidfd() {
+                add(fd, libc::POLLIN, Token::Spare(i));
+            }
         }
         for (i, z) in self.zombies.iter().enumerate() {
-            add(z.pidfd.as_raw_fd(), libc::POLLIN, Token::Zombie(i));
+            if let Some(fd) = z.pidfd() {
+                add(fd, libc::POLLIN, Token::Zombie(i));
+            }
         }
         (pfds, tokens)
     }
@@ -437,15 +453,23 @@ impl Loop {
         // A spare of this shape that still matches the host, else a fresh
         // one. Not for a program of an interactive run: its stdio is sent
         // once and cannot be sent again to a retry.
+        // One created already first; else one still being created, at once.
         let mut p = None;
-        while let Some(i) = self.spares.iter().position(|s| s.shape == shape && req.pair.is_none()) {
-            let s = self.spares.swap_remove(i);
+        let fits = |s: &Prepared| s.shape == shape && req.pair.is_none();
+        while let Some(i) = self
+            .spares
+            .iter()
+            .position(|s| fits(s) && s.pidfd().is_some())
+            .or_else(|| self.spares.iter().position(fits))
+        {
+            let mut s = self.spares.swap_remove(i);
             let same_filter = matches!((&s.filter, &filter), (Some(a), Some(b)) if Rc::ptr_eq(a, b));
-            if same_filter && sup.still_fresh(&s) && !exited(&s) {
+            if same_filter && sup.still_fresh(&s) && !exited(&mut s) {
+                s.hurry();
                 p = Some(s);
                 break;
             }
-            kill_prepared(&s);
+            kill_prepared(&mut s);
             self.zombies.push(bury(s));
         }
         // Runs to come are prepared like this one (kept only when the shape
@@ -459,7 +483,7 @@ impl Loop {
         }
         let mut p = match p {
             Some(p) => p,
-            None => match sup.prepare(&req.spec, shape, filter.clone(), false) {
+            None => match sup.prepare(&req.spec, shape, filter.clone(), None) {
                 Ok(p) => p,
                 Err(msg) => return self.reply(req, RunResult::error(msg)),
             },
@@ -469,7 +493,7 @@ impl Loop {
         // on another CPU; `go` copies it into the arena.
         if filter.is_none() {
             if let Err(msg) = sup.filters.get(&req.spec).map(|f| p.late_filter = Some(f)) {
-                kill_prepared(&p);
+                kill_prepared(&mut p);
                 self.zombies.push(bury(p));
                 return self.reply(req, RunResult::error(msg));
             }
@@ -496,7 +520,7 @@ impl Loop {
                 })
             }
             Err(msg) => {
-                kill_prepared(&p);
+                kill_prepared(&mut p);
                 self.zombies.push(bury(p));
                 self.reply(req, RunResult::error(msg));
             }
@@ -656,10 +680,10 @@ impl Loop {
                 i += 1;
                 continue;
             }
-            let r = &self.running[i];
+            let r = &mut self.running[i];
             // One byte when the result is in; end of file if PID 1 died.
             let done = matches!(sys::read(r.p.done.as_raw_fd(), &mut [0u8; 8]), Ok(n) if n > 0);
-            let dead = !done && exited(&r.p);
+            let dead = !done && exited(&mut r.p);
             if !done && !dead {
                 i += 1;
                 continue;
@@ -733,7 +757,7 @@ impl Loop {
                 // gone: wait for PID 1 (it exits right after its result),
                 // then record what the changed paths were based on, then
                 // let the next run or `capsule layer` have it.
-                if !wait_gone(&r.p) {
+                if !wait_gone(&mut r.p) {
                     result.error.get_or_insert_with(|| "layer: the run's PID 1 did not exit".into());
                 }
                 match crate::plan::overlay::after_run(&layers) {
@@ -772,8 +796,10 @@ impl Loop {
     }
 
     pub(crate) fn reap_spares_and_zombies(&mut self) {
+        // (One without a pidfd is still being created, or never was: no
+        // poll reports it.)
         self.spares.retain_mut(|s| {
-            if std::mem::take(&mut s.signalled) && s.try_reap() {
+            if (std::mem::take(&mut s.signalled) || s.pidfd().is_none()) && s.try_reap() {
                 if let Some(cg) = &s.cgroup {
                     cg.try_remove();
                 }
@@ -783,7 +809,7 @@ impl Loop {
             }
         });
         self.zombies.retain_mut(|z| {
-            if !std::mem::take(&mut z.signalled) || !z.try_reap() {
+            if !(std::mem::take(&mut z.signalled) || z.pidfd().is_none()) || !z.try_reap() {
                 return true;
             }
             if let Some(cg) = z.cgroup.take() {
@@ -795,14 +821,13 @@ impl Loop {
         });
     }
 
-    /// Keeps up to `parallel` PID 1s prepared for the last request's shape.
+    /// Keeps up to `parallel` + 1 PID 1s prepared for the last request's shape.
     pub(crate) fn keep_spares(&mut self, sup: &mut Supervisor) {
-        // (Cleared first, whatever else returns early: the event loop
-        // wakes up for it.)
-        if let Some(from) = self.spares_from {
-            if std::time::Instant::now() < from {
-                return;
-            }
+        // No spare is created before `spares_from`: a program has just been
+        // given its go message. A spawner thread waits for that time itself;
+        // the loop, without one, wakes up for it.
+        let not_before = self.spares_from.filter(|&t| std::time::Instant::now() < t);
+        if not_before.is_none() {
             self.spares_from = None;
         }
         if !sup.config.prepare_ahead || self.once || self.stop {
@@ -816,38 +841,67 @@ impl Loop {
         let mut k = 0;
         while k < self.spares.len() {
             if self.spares[k].shape != *shape {
-                let s = self.spares.swap_remove(k);
-                kill_prepared(&s);
+                let mut s = self.spares.swap_remove(k);
+                kill_prepared(&mut s);
                 self.zombies.push(bury(s));
             } else {
                 k += 1;
             }
         }
-        // Only when no request waits: a queued request needs the CPU first.
-        // An agent prepares only when no run is in flight (building a
-        // sandbox meanwhile takes CPU from the run), and keeps two: its
-        // clients come one run at a time with a gap (the next `capsule run`
-        // starting) that is shorter than building a sandbox, so the next
-        // run takes the older spare while the newer one is still being
-        // built (docs/agent.md has the figures). Its `parallel` only
-        // bounds runs at once. A retired agent prepares nothing more.
-        // Other supervisors keep one more than `parallel`: a client that
-        // sends its next request as soon as it has a result then finds a
-        // spare ready while the next is built, which takes longer than a
-        // short run since each run has a network of its own
-        // (docs/benchmarks-server.md).
+        // Also while requests wait for a slot (`schedule` has started all
+        // that can start): the next one to start then finds its PID 1 built,
+        // as the sandbox floor's next run does (docs/latency.md, "The loop
+        // no longer waits for the spawner"). An agent prepares only when no
+        // run is in flight (building a sandbox meanwhile takes CPU from the
+        // run), and keeps two: its clients come one run at a time with a gap
+        // (the next `capsule run` starting) that is shorter than building a
+        // sandbox, so the next run takes the older spare while the newer one
+        // is still being built (docs/agent.md has the figures). Its
+        // `parallel` only bounds runs at once. A retired agent prepares
+        // nothing more. Other supervisors keep one more than `parallel` (or
+        // than the CPUs, if fewer): a client that sends its next request as
+        // soon as it has a result then finds a spare ready while the next is
+        // built.
         let held = self.agent.is_some() && (self.listener.is_none() || !self.running.is_empty());
-        let most = if self.agent.is_some() { 2 } else { sup.config.parallel + 1 };
-        while !held && self.queue.is_empty() && self.spares.len() < most {
+        // More spares than CPUs would wait built, each holding its tree and
+        // namespaces, while the CPUs run what is there already.
+        let most = if self.agent.is_some() { 2 } else { sup.config.parallel.min(sup.cpus as usize) + 1 };
+        let ahead = Ahead { not_before, pin: self.running.len() < sup.cpus as usize };
+        while !held && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
-            match sup.filters.get(spec).and_then(|f| sup.prepare(spec, shape.clone(), Some(f), true)) {
-                Ok(p) => self.spares.push(p),
+            let filter = match sup.filters.get(spec) {
+                Ok(f) => f,
                 Err(_) => {
                     // The next request of this shape reports the error itself.
                     self.last_shape = None;
                     break;
                 }
+            };
+            if not_before.is_some() && sup.spawner(&filter, true).is_none() {
+                return;
             }
+            match sup.prepare(spec, shape.clone(), Some(filter), Some(ahead)) {
+                Ok(p) => self.spares.push(p),
+                Err(_) => {
+                    self.last_shape = None;
+                    break;
+                }
+            }
+        }
+        if self.spares.len() >= most {
+            // All there or on their way: nothing to wake up for.
+            self.spares_from = None;
+        }
+    }
+
+    /// Takes in the PID 1s the spawner threads have created since the last
+    /// turn (no waiting), so that the poll set has their pidfds.
+    pub(crate) fn settle_births(&mut self) {
+        for r in &mut self.running {
+            r.p.settle();
+        }
+        for p in self.spares.iter_mut().chain(self.zombies.iter_mut()) {
+            p.settle();
         }
     }
 

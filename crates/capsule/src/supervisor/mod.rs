@@ -99,9 +99,9 @@ pub struct Supervisor {
     pub(crate) last_cap: u32,
     /// Seccomp filters compiled so far, one per policy, guards and network log.
     pub(crate) filters: Filters,
-    /// Threads that create PID 1s under a filter of `filters` they have
-    /// installed (`Supervisor::spawner`).
-    pub(crate) spawners: Vec<(Rc<crate::child::SealedFilter>, sys::vm::Spawner)>,
+    /// Threads that create PID 1s, under a filter of `filters` they have
+    /// installed or (None) under none (`Supervisor::spawner`).
+    pub(crate) spawners: Vec<(Option<Rc<crate::child::SealedFilter>>, sys::vm::Spawner)>,
     /// /sys/fs/fuse/connections (O_PATH), if the host has fusectl.
     pub(crate) fusectl: Option<OwnedFd>,
     /// Stacks and arenas of the runs' PID 1s and tracees, which share the
@@ -239,8 +239,11 @@ impl Supervisor {
         let net = match ns.loopback_net {
             Some(pending) => Net::Pending(pending),
             None if p.config.fresh_network => Net::PerRun,
-            // The slots, and those whose networks the keeper is checking.
-            None => Net::Pool(NetPool::start(slots + p.config.parallel)?),
+            // The slots, the PID 1s still exiting (up to as many: `Loop::exits_behind`)
+            // and those whose networks the keeper is checking: a PID 1 that finds
+            // none idle makes one of its own, which costs it a network's making
+            // and teardown (docs/network-reuse.md).
+            None => Net::Pool(NetPool::start(2 * slots + p.config.parallel)?),
         };
         Ok(Supervisor {
             config: p.config,

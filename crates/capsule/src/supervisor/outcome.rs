@@ -15,6 +15,9 @@ use super::*;
 
 impl Supervisor {
     pub(crate) fn result(&self, r: &Running, pid1_status: Option<i32>, stats: Option<Stats>) -> RunResult {
+        if let Some(why) = r.p.never() {
+            return RunResult::error(format!("the run's PID 1 could not be created: {why}"));
+        }
         let shared: &Shared = r.p.arena();
         if let Some(f) = shared.failure() {
             return RunResult::error(describe_failure(&r.rlimits, &r.p.names, f.step, f.errno, f.path));

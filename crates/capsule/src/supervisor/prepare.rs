@@ -1,7 +1,7 @@
 //! Preparing a run's PID 1 ahead of its request, and filling in the request's half.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -23,8 +23,9 @@ pub(crate) const TRACEE_STACK: usize = 256 << 10;
 /// PID 1's stack: reserved, not allocated; its deepest path needs tens of
 /// KiB, and a guard page ends it.
 pub(crate) const PID1_STACK: usize = 1 << 20;
-/// Spawner threads (one per filter) a supervisor starts at most.
-pub(crate) const MAX_SPAWNERS: usize = 2;
+/// Spawner threads a supervisor starts at most: one per filter PID 1 can
+/// be created under, and one with none for the other policies.
+pub(crate) const MAX_SPAWNERS: usize = 3;
 /// Size of a run's arena: its argv, environment and the rest must fit
 /// (execve's own limit is a quarter of the stack limit, 2 MiB by default).
 /// Reserved, not allocated: only the pages written are.
@@ -61,7 +62,8 @@ pub(crate) struct Prepared {
     /// Else the filter compiled after PID 1 was created, for `fill` to copy into
     /// the arena.
     pub(crate) late_filter: Option<Rc<SealedFilter>>,
-    pub(crate) pidfd: OwnedFd,
+    /// PID 1's process: its pidfd once created.
+    pub(crate) process: Process,
     /// What PID 1 runs on (its plan, the arena, the stacks): shared
     /// memory, freed only once PID 1 has exited (see `Drop`). None only
     /// while being dropped.
@@ -102,6 +104,38 @@ pub(crate) struct Prepared {
     pub(crate) net: Option<Lent>,
 }
 
+/// A PID 1's process as the supervisor knows it.
+pub(crate) enum Process {
+    /// Created: its pidfd.
+    Created(OwnedFd),
+    /// Being created on a spawner thread (`sys::vm::Spawner::post`): the
+    /// loop goes on meanwhile and takes the pidfd at a later turn.
+    Coming(sys::vm::Ticket),
+    /// Not created (the clone failed, or the post was taken back): why.
+    Never(String),
+}
+
+impl Process {
+    fn from_clone(r: sys::SysResult<(i32, OwnedFd)>) -> Process {
+        match r {
+            Ok((_, pidfd)) => Process::Created(pidfd),
+            Err(e) => Process::Never(
+                SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string(),
+            ),
+        }
+    }
+}
+
+/// How a PID 1 is prepared ahead of its request (`Supervisor::prepare`).
+#[derive(Clone, Copy)]
+pub(crate) struct Ahead {
+    /// Not created before then: a program has just been given its go
+    /// message (`Loop::keep_spares`).
+    pub(crate) not_before: Option<std::time::Instant>,
+    /// Created on the supervisor's CPU: fewer runs than CPUs are in flight.
+    pub(crate) pin: bool,
+}
+
 /// What the supervisor holds of a PID 1's network while it is prepared.
 pub(crate) enum NetHeld {
     None,
@@ -116,22 +150,68 @@ impl Prepared {
         &self.run.as_ref().expect("only None while dropped").arena
     }
 
-    /// Reaps PID 1, which has exited (its pidfd is readable); its wait
-    /// status.
+    /// PID 1's pidfd, once it is created.
+    pub(crate) fn pidfd(&self) -> Option<RawFd> {
+        match &self.process {
+            Process::Created(fd) => Some(fd.as_raw_fd()),
+            Process::Coming(_) | Process::Never(_) => None,
+        }
+    }
+
+    /// Why PID 1 was never created, if it was not.
+    pub(crate) fn never(&self) -> Option<&str> {
+        match &self.process {
+            Process::Never(why) => Some(why),
+            Process::Created(_) | Process::Coming(_) => None,
+        }
+    }
+
+    /// Takes the spawner's result if it is in (no waiting).
+    pub(crate) fn settle(&mut self) {
+        if let Process::Coming(t) = &self.process {
+            if let Some(r) = t.try_take() {
+                self.process = Process::from_clone(r);
+            }
+        }
+    }
+
+    /// Waits for the spawner's result (hurried).
+    pub(crate) fn settle_now(&mut self) {
+        if let Process::Coming(t) = &self.process {
+            self.process = Process::from_clone(t.wait());
+        }
+    }
+
+    /// Has a PID 1 still to be created made without its delay: a request
+    /// takes it now.
+    pub(crate) fn hurry(&self) {
+        if let Process::Coming(t) = &self.process {
+            t.hurry();
+        }
+    }
+
+    /// Reaps PID 1, which has exited (its pidfd is readable) or was never
+    /// created; its wait status.
     pub(crate) fn reap(&mut self) -> Option<i32> {
+        self.settle_now();
         self.reaped = true;
-        sys::pidfd_try_wait(self.pidfd.as_raw_fd()).ok().flatten()
+        sys::pidfd_try_wait(self.pidfd()?).ok().flatten()
     }
 
     /// Reaps PID 1 if it has exited (one `waitid`, no poll first); true
-    /// when it is gone.
+    /// when it is gone (or was never created).
     pub(crate) fn try_reap(&mut self) -> bool {
-        self.reaped = match sys::pidfd_try_wait(self.pidfd.as_raw_fd()) {
-            Ok(Some(_)) => true,
-            Ok(None) => false,
-            // Nothing to wait for: gone only if its pidfd says so (`reaped`
-            // lets its stacks be reused: never on a guess).
-            Err(_) => exited(self),
+        self.settle();
+        self.reaped = match &self.process {
+            Process::Coming(_) => false,
+            Process::Never(_) => true,
+            Process::Created(fd) => match sys::pidfd_try_wait(fd.as_raw_fd()) {
+                Ok(Some(_)) => true,
+                Ok(None) => false,
+                // Nothing to wait for: gone only if its pidfd says so (`reaped`
+                // lets its stacks be reused: never on a guess).
+                Err(_) => exited(self),
+            },
         };
         self.reaped
     }
@@ -144,9 +224,18 @@ impl Drop for Prepared {
     /// waited for, and if it does not go within 10 s its memory is
     /// leaked rather than freed under it.
     fn drop(&mut self) {
+        // A post not run yet is taken back; one running is waited for:
+        // what it borrows is freed below.
+        if let Process::Coming(t) = &self.process {
+            if t.cancel() {
+                self.process = Process::Never("cancelled".into());
+            }
+        }
+        self.settle_now();
         if !self.reaped && !exited(self) {
             kill_prepared(self);
-            let mut pfd = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            let fd = self.pidfd().expect("created: not exited");
+            let mut pfd = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
             if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
                 std::mem::forget(self.run.take());
                 if let Some(net) = self.net.take() {
@@ -291,13 +380,17 @@ impl Supervisor {
     /// from [`Filters::get`], mapped before PID 1 is created so that it sees
     /// it; None when it is not compiled yet: the caller compiles it while
     /// PID 1 builds, and `go` hands it over in the arena.
+    /// `ahead`: prepared before its request (a spare). A spawner thread
+    /// creates PID 1 where one can; `prepare` returns meanwhile.
     pub(crate) fn prepare(
         &mut self,
         spec: &RunSpec,
         shape: Shape,
         filter: Option<Rc<SealedFilter>>,
-        ahead: bool,
+        ahead: Option<Ahead>,
     ) -> Result<Prepared, String> {
+        let (not_before, pinned) = ahead.map_or((None, false), |a| (a.not_before, a.pin));
+        let ahead = ahead.is_some();
         let (net, held) = self.net_join(spec)?;
         // The sources, resolved here once, in the supervisor's (the host's)
         // view: PID 1 mounts and copies what the descriptors refer to.
@@ -342,15 +435,21 @@ impl Supervisor {
         // busy creating it): the build then preempts the program, and the
         // supervisor's own CPU idles once it sleeps. So PID 1 is created on
         // the supervisor's CPU (its affinity inherited from a pinned
-        // supervisor, restored right after) and widens to the supervisor's
+        // creator, restored right after) and widens to the supervisor's
         // mask once its sandbox is built, before it creates the tracee.
-        let pin = self.affinity.filter(|_| ahead).and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
-        // A filter PID 1 can live under comes from the thread that has it
-        // installed already (not for layers: their FUSE daemon would inherit it).
-        let spawner = match (&filter, &layers) {
-            (Some(f), None) if f.inherit => self.spawner(f, ahead),
+        // Not with a run on every CPU: there every spare would be built on
+        // one CPU while the others ran programs only (`Ahead::pin`).
+        let pin = self.affinity.filter(|_| pinned).and_then(|all| Some((sys::one_cpu(sys::current_cpu().ok()?)?, all)));
+        // Created on a spawner thread, where there is or may be one (not
+        // for layers: their FUSE daemon would inherit its filter; not while
+        // the shared network is still being made: `deliver_net` follows the
+        // clone): a filter PID 1 can live under comes from the thread that
+        // has it installed already.
+        let spawner = match (&filter, &layers, &held) {
+            (Some(f), None, NetHeld::None | NetHeld::Lent(_)) => self.spawner(f, ahead),
             _ => None,
         };
+        let inherited = spawner.is_some_and(|(_, with_filter)| with_filter);
         let mut keep_fds =
             vec![self.self_pidfd.as_raw_fd(), go_child.as_raw_fd(), done_child.as_raw_fd(), control.as_raw_fd()];
         match net {
@@ -390,7 +489,7 @@ impl Supervisor {
             control: control.as_raw_fd(),
             keep_fds,
             filter: filter.clone(),
-            filter_inherited: spawner.is_some(),
+            filter_inherited: inherited,
             net_log: net_log.clone(),
             fusectl,
             widen: pin.map(|(_, all)| all),
@@ -417,22 +516,41 @@ impl Supervisor {
         // through atomics and `put`, to which PID 1 reads are ordered by the
         // go message). `child::pid1` makes `sys` calls only and ends with
         // `sys::exit`. (The child widens itself once its sandbox is built.)
-        let spawned = match spawner {
-            // SAFETY: as said above; the spawner's thread shares this memory.
-            Some(i) => unsafe { self.spawners[i].1.spawn(flags, &run.stack, &*run, child::pid1, pin.as_ref()) },
-            // SAFETY: as said above.
-            None => unsafe { sys::vm::spawn_pinned(flags, &run.stack, &*run, child::pid1, pin.as_ref()) },
-        };
-        let (pid, pidfd) = match spawned {
-            Ok(p) => p,
-            Err(e) => {
-                self.pools.give(*run);
-                let e = SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string();
-                return fail_early(cgroup, e);
+        let process = match spawner {
+            // PID 1's ends of the go socket and the result pipe are closed
+            // there once PID 1 has its copies; every other descriptor of
+            // `keep_fds` is held by this `Prepared` or the supervisor.
+            // SAFETY: as said above; the spawner's thread shares this
+            // memory, and the ticket is settled before `run` is freed
+            // (`Drop`), which waits for PID 1's exit as before.
+            Some((i, _)) => Process::Coming(unsafe {
+                self.spawners[i].1.post(
+                    flags,
+                    &run.stack,
+                    &*run,
+                    child::pid1,
+                    pin,
+                    vec![go_child, done_child],
+                    not_before,
+                )
+            }),
+            None => {
+                // SAFETY: as said above.
+                match unsafe { sys::vm::spawn_pinned(flags, &run.stack, &*run, child::pid1, pin.as_ref()) } {
+                    Ok((_, pidfd)) => {
+                        drop(go_child);
+                        drop(done_child);
+                        Process::Created(pidfd)
+                    }
+                    Err(e) => {
+                        self.pools.give(*run);
+                        let e =
+                            SysError::new("clone3(CLONE_VM|CLONE_NEWPID)", e).hint("see `capsule check`").to_string();
+                        return fail_early(cgroup, e);
+                    }
+                }
             }
         };
-        drop(go_child);
-        drop(done_child);
         let net_lent = match held {
             NetHeld::Pending(ours, theirs) => {
                 drop(theirs);
@@ -442,12 +560,11 @@ impl Supervisor {
             NetHeld::Lent(lent) => Some(lent),
             NetHeld::None => None,
         };
-        let _ = pid;
         Ok(Prepared {
             signalled: false,
             buried: None,
             shape,
-            pidfd,
+            process,
             run: Some(run),
             pools: self.pools.clone(),
             reaped: false,
@@ -468,27 +585,42 @@ impl Supervisor {
         })
     }
 
-    /// The spawner thread of `filter` (`sys::vm::Spawner`), started for a
-    /// PID 1 prepared ahead (a long-lived supervisor; one run would pay
-    /// more for the thread than for installing the filter once), at most
-    /// [`MAX_SPAWNERS`] in all: each lives as long as the supervisor, since
-    /// its PID 1s' parent-death signal follows it. None: the tracee
-    /// installs the filter, as without one.
-    pub(crate) fn spawner(&mut self, filter: &Rc<SealedFilter>, ahead: bool) -> Option<usize> {
-        if let Some(i) = self.spawners.iter().position(|(f, _)| Rc::ptr_eq(f, filter)) {
-            return Some(i);
+    /// The spawner thread for PID 1s of `filter` (`sys::vm::Spawner`), and
+    /// whether it has the filter installed: a filter PID 1 can live under
+    /// has a thread of its own, the others share one with none (their
+    /// tracees install them). Started for a PID 1 prepared ahead (a
+    /// long-lived supervisor; one run would pay more for the thread than it
+    /// saves), at most [`MAX_SPAWNERS`] in all: each lives as long as the
+    /// supervisor, since its PID 1s' parent-death signal follows it. None:
+    /// the loop creates PID 1 itself, and waits for the clone.
+    pub(crate) fn spawner(&mut self, filter: &Rc<SealedFilter>, ahead: bool) -> Option<(usize, bool)> {
+        let key = filter.inherit.then_some(filter);
+        let same = |f: &Option<Rc<SealedFilter>>| match (f, key) {
+            (Some(a), Some(b)) => Rc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if let Some(i) = self.spawners.iter().position(|(f, _)| same(f)) {
+            return Some((i, key.is_some()));
         }
-        if !ahead || self.spawners.len() >= MAX_SPAWNERS {
+        // Room for the filterless one always stays.
+        let filtered = self.spawners.iter().filter(|(f, _)| f.is_some()).count();
+        if !ahead || key.is_some() && filtered + 1 >= MAX_SPAWNERS || self.spawners.len() >= MAX_SPAWNERS {
             return None;
         }
-        let program = filter.map.as_slice().to_vec();
-        let setup = move || {
-            sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
-            sys::seccomp_install(&program, false).map(drop)
+        let spawner = match key {
+            Some(f) => {
+                let program = f.map.as_slice().to_vec();
+                let setup = move || {
+                    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
+                    sys::seccomp_install(&program, false).map(drop)
+                };
+                sys::vm::Spawner::start("capsule-spawner", setup).ok()?
+            }
+            None => sys::vm::Spawner::start("capsule-spawner", || Ok(())).ok()?,
         };
-        let spawner = sys::vm::Spawner::start("capsule-spawner", setup).ok()?;
-        self.spawners.push((Rc::clone(filter), spawner));
-        Some(self.spawners.len() - 1)
+        self.spawners.push((key.cloned(), spawner));
+        Some((self.spawners.len() - 1, key.is_some()))
     }
 
     /// Whether a PID 1 prepared ahead still matches the host: every bind
@@ -589,8 +721,10 @@ impl Supervisor {
 }
 /// Waits up to 10 s for a PID 1 that has sent its result to exit, then
 /// kills it; true when it is gone.
-pub(crate) fn wait_gone(p: &Prepared) -> bool {
-    let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+pub(crate) fn wait_gone(p: &mut Prepared) -> bool {
+    p.settle_now();
+    let Some(fd) = p.pidfd() else { return true };
+    let mut pfd = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
     if sys::poll(&mut pfd, 10_000).unwrap_or(0) == 0 {
         kill_prepared(p);
         pfd[0].revents = 0;
@@ -599,16 +733,32 @@ pub(crate) fn wait_gone(p: &Prepared) -> bool {
     true
 }
 
-/// Whether a PID 1 has exited (its pidfd is readable).
-pub(crate) fn exited(p: &Prepared) -> bool {
-    let mut pfd = [libc::pollfd { fd: p.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-    sys::poll(&mut pfd, 0).unwrap_or(0) > 0
+/// Whether a PID 1 has exited (its pidfd is readable), or was never
+/// created; not one still being created.
+pub(crate) fn exited(p: &mut Prepared) -> bool {
+    p.settle();
+    match &p.process {
+        Process::Created(fd) => {
+            let mut pfd = [libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            sys::poll(&mut pfd, 0).unwrap_or(0) > 0
+        }
+        Process::Coming(_) => false,
+        Process::Never(_) => true,
+    }
 }
 
 /// SIGKILL to a PID 1: the kernel then kills everything in its PID
-/// namespace.
-pub(crate) fn kill_prepared(p: &Prepared) {
-    let _ = sys::pidfd_send_signal(p.pidfd.as_raw_fd(), libc::SIGKILL);
+/// namespace. One not created yet never will be.
+pub(crate) fn kill_prepared(p: &mut Prepared) {
+    if let Process::Coming(t) = &p.process {
+        if t.cancel() {
+            p.process = Process::Never("killed before it was created".into());
+        }
+    }
+    p.settle_now();
+    if let Some(fd) = p.pidfd() {
+        let _ = sys::pidfd_send_signal(fd, libc::SIGKILL);
+    }
 }
 
 /// /dev/null for whichever of the run's stdin, stdout and stderr the spec

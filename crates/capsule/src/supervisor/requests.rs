@@ -390,7 +390,7 @@ impl Loop {
         }
         for r in self.running.iter_mut().filter(|r| r.req.conn == conn) {
             r.cancelled = true;
-            kill_prepared(&r.p);
+            kill_prepared(&mut r.p);
         }
         // The binary protocol has one client per supervisor (an agent's
         // clients aside): without it, nobody is left to serve.
@@ -406,16 +406,19 @@ impl Loop {
 
     /// Kills everything still running or prepared and waits for it.
     pub(crate) fn shutdown(&mut self) {
-        for r in self.running.drain(..) {
-            kill_prepared(&r.p);
+        for mut r in self.running.drain(..) {
+            kill_prepared(&mut r.p);
             self.zombies.push(bury(r.p));
         }
-        for s in self.spares.drain(..) {
-            kill_prepared(&s);
+        for mut s in self.spares.drain(..) {
+            kill_prepared(&mut s);
             self.zombies.push(bury(s));
         }
         for mut z in self.zombies.drain(..) {
-            let _ = sys::pidfd_wait(z.pidfd.as_raw_fd());
+            z.settle_now();
+            if let Some(fd) = z.pidfd() {
+                let _ = sys::pidfd_wait(fd);
+            }
             z.reaped = true;
             if let Some(cg) = z.cgroup.take() {
                 cg.remove();

@@ -11,7 +11,10 @@
 //! panics, and no errno (it shares the supervisor's thread-local storage:
 //! every call in `sys` is made without libc's errno for this).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use super::{
     align16, clone3_on_stack, owned, raw_syscall, Arena, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD,
@@ -156,112 +159,237 @@ pub unsafe fn spawn_pinned<T>(
 }
 
 /// A thread of the caller's process that creates PID 1s for it
-/// ([`Spawner::spawn`]): a process inherits its creator thread's seccomp
+/// ([`Spawner::post`]): a process inherits its creator thread's seccomp
 /// filter and `no_new_privs`, so PID 1s created here start under the filter
 /// `setup` installed once on this thread, and their tracees need not
 /// convert, JIT and cache it anew for every run (docs/seccomp.md). The
 /// thread never ends once `setup` succeeded: a PID 1's parent-death signal
 /// follows the thread that created it.
+///
+/// Posting does not wait: the poster goes on while the thread creates the
+/// process, and takes the result from the [`Ticket`] when it needs it
+/// (docs/latency.md, "The loop no longer waits for the spawner": waiting
+/// cost the loop 230-270 µs a run, most of it the two threads' wake-ups).
 pub struct Spawner {
-    job: std::sync::Arc<std::sync::Mutex<Option<Job>>>,
-    /// Write end: a job is posted.
-    post: OwnedFd,
-    /// Read end: the posted job ran.
-    ran: OwnedFd,
+    queue: Arc<Queue>,
 }
 
-/// A closure posted to the spawner's thread, borrowed from the poster.
-struct Job(*mut (dyn FnMut() + 'static));
+/// The posts not run yet, oldest first, and the thread's wake-up.
+struct Queue {
+    posts: Mutex<VecDeque<Post>>,
+    posted: Condvar,
+}
 
-// SAFETY: a job is run on the spawner's thread only while the thread that
-// posted it waits for it to finish (`Spawner::call`), so what it borrows
-// outlives it and nothing else uses it meanwhile.
-unsafe impl Send for Job {}
+/// One process to create: not before `not_before` unless hurried.
+struct Post {
+    slot: Arc<Slot>,
+    not_before: Option<Instant>,
+    job: Box<dyn FnOnce() -> SysResult<(i32, OwnedFd)> + Send>,
+}
+
+/// What became of a post, and whether its poster waits for it.
+struct Slot {
+    state: Mutex<(Birth, bool)>,
+    settled: Condvar,
+}
+
+enum Birth {
+    Queued,
+    Running,
+    Done(SysResult<(i32, OwnedFd)>),
+    /// The result was taken, or the post was cancelled before it ran.
+    Over,
+}
+
+/// A posted process creation: [`Ticket::try_take`] and [`Ticket::wait`]
+/// give its pid and pidfd once created; dropping a ticket cancels a post
+/// not run yet and waits for one running (see [`Spawner::post`]).
+pub struct Ticket {
+    slot: Arc<Slot>,
+    queue: Arc<Queue>,
+}
+
+/// What a post borrows from its poster (see `post`'s contract).
+struct Borrowed<T> {
+    stack: *const Stack,
+    arg: *const T,
+}
+
+// SAFETY: the pointers are only passed to `spawn` on the spawner's thread,
+// which neither reads nor writes through them (the child does, under
+// `spawn`'s contract), while the poster keeps both alive and unchanged
+// (`post`'s contract).
+unsafe impl<T> Send for Borrowed<T> {}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 impl Spawner {
     /// Starts the thread, named `name`, and runs `setup` on it first; its
     /// error ends the thread (no child exists yet) and is returned.
     pub fn start(name: &str, setup: impl FnOnce() -> SysResult<()> + Send + 'static) -> SysResult<Spawner> {
-        let (post_r, post) = super::pipe2(libc::O_CLOEXEC)?;
-        let (ran, ran_w) = super::pipe2(libc::O_CLOEXEC)?;
-        let job = std::sync::Arc::new(std::sync::Mutex::new(None::<Job>));
-        let theirs = std::sync::Arc::clone(&job);
+        let queue = Arc::new(Queue { posts: Mutex::new(VecDeque::new()), posted: Condvar::new() });
+        let theirs = Arc::clone(&queue);
+        let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<Errno>(1);
         let serve = move || {
             let first = match setup() {
                 Ok(()) => 0,
                 Err(e) => e,
             };
-            if super::write_all(ran_w.as_raw_fd(), &first.to_ne_bytes()).is_err() || first != 0 {
+            if first_tx.send(first).is_err() || first != 0 {
                 return;
             }
-            let mut byte = [0u8; 1];
-            // A closed pipe (the owner gone) or a failed write: idle for
-            // good rather than end, which would kill the PID 1s made here.
-            while super::read(post_r.as_raw_fd(), &mut byte) == Ok(1) {
-                let posted = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(Job(f)) = posted {
-                    // SAFETY: the poster waits in `call` until the byte below
-                    // is written: `f` and what it borrows are alive.
-                    unsafe { (*f)() };
-                }
-                if super::write(ran_w.as_raw_fd(), b"x") != Ok(1) {
-                    break;
-                }
-            }
+            // Never returns: the PID 1s made here die with this thread.
             loop {
-                std::thread::park();
+                let post = theirs.next();
+                lock(&post.slot.state).0 = Birth::Running;
+                let result = (post.job)();
+                let mut state = lock(&post.slot.state);
+                state.0 = Birth::Done(result);
+                if state.1 {
+                    post.slot.settled.notify_all();
+                }
             }
         };
         std::thread::Builder::new()
             .name(name.to_string())
             .spawn(serve)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
-        let mut first = [0u8; 4];
-        match super::read(ran.as_raw_fd(), &mut first)? {
-            4 => match i32::from_ne_bytes(first) {
-                0 => Ok(Spawner { job, post, ran }),
-                e => Err(e),
-            },
-            _ => Err(libc::EIO),
+        match first_rx.recv() {
+            Ok(0) => Ok(Spawner { queue }),
+            Ok(e) => Err(e),
+            Err(_) => Err(libc::EIO),
         }
     }
 
-    /// Runs `f` on the spawner's thread and returns once it has run.
-    fn call(&self, f: &mut dyn FnMut()) -> SysResult<()> {
-        let f: *mut (dyn FnMut() + '_) = f;
-        // SAFETY: only the lifetime is erased; this function does not return
-        // before the job has run or has been taken back unrun (below), so the
-        // borrow outlives every use of the pointer.
-        let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f) };
-        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(Job(f));
-        let mut byte = [0u8; 1];
-        let ran = super::write(self.post.as_raw_fd(), b"x").and_then(|_| super::read(self.ran.as_raw_fd(), &mut byte));
-        // Not run (the thread idles for good): take it back before returning.
-        let unrun = self.job.lock().unwrap_or_else(|p| p.into_inner()).take().is_some();
-        match ran {
-            Ok(1) if !unrun => Ok(()),
-            Ok(_) => Err(libc::ECHILD),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// [`spawn_pinned`] on the spawner's thread.
+    /// Has [`spawn_pinned`] run on the spawner's thread, not before
+    /// `not_before` (unless the ticket is hurried), and `after` closed
+    /// there once it has (the child's copies of descriptors the poster
+    /// must not keep open); returns at once.
     ///
     /// # Safety
-    /// As for [`spawn`].
-    pub unsafe fn spawn<T>(
+    /// As for [`spawn`], with the child's lifetime counted from the post:
+    /// `arg`, `stack` and what they point to stay mapped and unchanged
+    /// until the ticket is settled (taken, waited for, or dropped, which
+    /// waits for a post already running) and then until the child, if one
+    /// was created, has exited. Every descriptor the child must inherit
+    /// stays open, the same object at the same number, until then.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post<T: 'static>(
         &self,
         flags: u64,
         stack: &Stack,
         arg: &T,
         child: fn(&T) -> !,
-        pin: Option<&(libc::cpu_set_t, libc::cpu_set_t)>,
-    ) -> SysResult<(i32, OwnedFd)> {
-        let mut out = Err(libc::ECHILD);
-        // SAFETY: the caller's contract, passed on; this thread shares the
-        // caller's memory.
-        self.call(&mut || out = unsafe { spawn_pinned(flags, stack, arg, child, pin) })?;
-        out
+        pin: Option<(libc::cpu_set_t, libc::cpu_set_t)>,
+        after: Vec<OwnedFd>,
+        not_before: Option<Instant>,
+    ) -> Ticket {
+        let borrowed = Borrowed { stack, arg };
+        let job = move || {
+            let b = borrowed;
+            // SAFETY: the poster keeps both alive and unchanged until the
+            // ticket is settled and the child gone (this function's contract).
+            let spawned = unsafe { spawn_pinned(flags, &*b.stack, &*b.arg, child, pin.as_ref()) };
+            drop(after);
+            spawned
+        };
+        let slot = Arc::new(Slot { state: Mutex::new((Birth::Queued, false)), settled: Condvar::new() });
+        let post = Post { slot: Arc::clone(&slot), not_before, job: Box::new(job) };
+        lock(&self.queue.posts).push_back(post);
+        self.queue.posted.notify_one();
+        Ticket { slot, queue: Arc::clone(&self.queue) }
+    }
+}
+
+impl Queue {
+    /// The oldest post, once its time has come or it was hurried.
+    fn next(&self) -> Post {
+        let mut posts = lock(&self.posts);
+        loop {
+            let wait = match posts.front() {
+                None => None,
+                Some(p) => match p.not_before.and_then(|t| t.checked_duration_since(Instant::now())) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return posts.pop_front().expect("present"),
+                },
+            };
+            posts = match wait {
+                None => self.posted.wait(posts).unwrap_or_else(|p| p.into_inner()),
+                Some(left) => self.posted.wait_timeout(posts, left).unwrap_or_else(|p| p.into_inner()).0,
+            };
+        }
+    }
+}
+
+impl Ticket {
+    /// The result, if the process has been created (or failed to be);
+    /// None while it is queued or being created. Given once.
+    pub fn try_take(&self) -> Option<SysResult<(i32, OwnedFd)>> {
+        let mut state = lock(&self.slot.state);
+        match std::mem::replace(&mut state.0, Birth::Over) {
+            Birth::Done(r) => Some(r),
+            other => {
+                state.0 = other;
+                None
+            }
+        }
+    }
+
+    /// Has the post (and every post before it) run as soon as the thread
+    /// can, whatever its `not_before`.
+    pub fn hurry(&self) {
+        let mut posts = lock(&self.queue.posts);
+        let Some(k) = posts.iter().position(|p| Arc::ptr_eq(&p.slot, &self.slot)) else { return };
+        for p in posts.iter_mut().take(k + 1) {
+            p.not_before = None;
+        }
+        drop(posts);
+        self.queue.posted.notify_one();
+    }
+
+    /// Takes the post back if it has not run: true then (no process was
+    /// or will be created, and what it was to close is closed).
+    pub fn cancel(&self) -> bool {
+        let mut posts = lock(&self.queue.posts);
+        let Some(k) = posts.iter().position(|p| Arc::ptr_eq(&p.slot, &self.slot)) else { return false };
+        let post = posts.remove(k).expect("present");
+        drop(posts);
+        lock(&self.slot.state).0 = Birth::Over;
+        drop(post);
+        true
+    }
+
+    /// Waits for the result (hurrying the post); `ECANCELED` if it was
+    /// cancelled or taken already.
+    pub fn wait(&self) -> SysResult<(i32, OwnedFd)> {
+        self.hurry();
+        let mut state = lock(&self.slot.state);
+        loop {
+            match std::mem::replace(&mut state.0, Birth::Over) {
+                Birth::Done(r) => return r,
+                Birth::Over => return Err(libc::ECANCELED),
+                pending => {
+                    state.0 = pending;
+                    state.1 = true;
+                    state = self.slot.settled.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Ticket {
+    /// A post must not run, or still be running, once what it borrows
+    /// may be freed: cancelled if it has not run, else waited for.
+    fn drop(&mut self) {
+        if matches!(lock(&self.slot.state).0, Birth::Over) {
+            return; // (the common case: taken)
+        }
+        if !self.cancel() {
+            let _ = self.wait();
+        }
     }
 }
 
@@ -303,7 +431,8 @@ mod tests {
             let stack = pool.take(64 << 10).unwrap();
             let job = Job { input: 10 * round, out: AtomicU64::new(u64::MAX) };
             // SAFETY: `job` and `stack` outlive the child (waited for below).
-            let (_, pidfd) = unsafe { spawner.spawn(0, &stack, &job, report_no_new_privs, None) }.unwrap();
+            let ticket = unsafe { spawner.post(0, &stack, &job, report_no_new_privs, None, Vec::new(), None) };
+            let (_, pidfd) = ticket.wait().unwrap();
             let status = crate::sys::pidfd_wait(pidfd.as_raw_fd()).unwrap().expect("exited");
             assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
             assert_eq!(job.out.load(SeqCst), 1 + 10 * round, "the child has no_new_privs");
@@ -312,6 +441,54 @@ mod tests {
         // SAFETY: prctl on integers.
         let here = unsafe { raw_syscall(libc::SYS_prctl, [libc::PR_GET_NO_NEW_PRIVS as u64, 0, 0, 0, 0, 0]) };
         assert_eq!(here, 0, "the calling thread is unchanged");
+    }
+
+    /// A post returns at once and runs in order: not before its time
+    /// unless hurried (then every post before it too), never once
+    /// cancelled (its descriptors closed all the same), and closes what it
+    /// was given to close once the child exists.
+    #[test]
+    fn posts_wait_for_their_time_are_hurried_and_cancelled() {
+        let spawner = Spawner::start("test-spawner", || Ok(())).unwrap();
+        let pool = StackPool::default();
+        let stacks: Vec<Stack> = (0..3).map(|_| pool.take(64 << 10).unwrap()).collect();
+        let jobs: Vec<Job> = (0..3).map(|i| Job { input: i, out: AtomicU64::new(u64::MAX) }).collect();
+        let (r, w) = crate::sys::pipe2(libc::O_CLOEXEC).unwrap();
+        let later = Instant::now() + std::time::Duration::from_secs(3600);
+        let t0 = Instant::now();
+        // SAFETY: the jobs and stacks outlive the children (waited for below) and the tickets.
+        let first = unsafe { spawner.post(0, &stacks[0], &jobs[0], child, None, vec![w], Some(later)) };
+        // SAFETY: as above.
+        let second = unsafe { spawner.post(0, &stacks[1], &jobs[1], child, None, Vec::new(), Some(later)) };
+        // SAFETY: as above.
+        let third = unsafe { spawner.post(0, &stacks[2], &jobs[2], child, None, Vec::new(), Some(later)) };
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1), "posting waited");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(first.try_take().is_none() && second.try_take().is_none(), "ran before its time");
+        assert!(third.cancel(), "a queued post is cancelled");
+        assert!(!third.cancel(), "cancelled twice");
+        assert_eq!(third.wait().err(), Some(libc::ECANCELED));
+        // Hurrying the second runs the first as well.
+        second.hurry();
+        let (_, b) = second.wait().unwrap();
+        let (_, a) = first.try_take().expect("the post before the hurried one ran first").unwrap();
+        for (fd, job, want) in [(a, &jobs[0], 0), (b, &jobs[1], 2)] {
+            let status = crate::sys::pidfd_wait(fd.as_raw_fd()).unwrap().expect("exited");
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7, "status {status:#x}");
+            assert_eq!(job.out.load(SeqCst), want);
+        }
+        assert_eq!(jobs[2].out.load(SeqCst), u64::MAX, "a cancelled post ran");
+        // The pipe's write end, given to the first post, was closed on the spawner's thread.
+        assert_eq!(crate::sys::read(r.as_raw_fd(), &mut [0u8; 1]), Ok(0));
+        assert!(first.try_take().is_none(), "a result is given once");
+        drop(stacks);
+        // A clone that fails is the ticket's error, and what the post was to close is closed all the same.
+        let tiny = Stack::new(4096).unwrap();
+        let (r, w) = crate::sys::pipe2(libc::O_CLOEXEC).unwrap();
+        // SAFETY: refused before any child exists; `tiny` and `jobs` outlive the ticket.
+        let failed = unsafe { spawner.post(0, &tiny, &jobs[0], child, None, vec![w], None) };
+        assert_eq!(failed.wait().err(), Some(libc::EINVAL));
+        assert_eq!(crate::sys::read(r.as_raw_fd(), &mut [0u8; 1]), Ok(0));
     }
 
     /// The child shares the caller's memory, reads its argument after
