@@ -132,7 +132,7 @@ pub fn procs_exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
 pub struct ProcStats {
     pub fds: usize,
     /// Kept networks: the process's descriptors of network namespaces (a
-    /// supervisor keeps at most 3 × parallel + 1, docs/network-reuse.md).
+    /// supervisor keeps at most 5 × parallel + 2, docs/network-reuse.md).
     pub networks: usize,
     /// Of `fds`, those of kept networks: each namespace's and its
     /// `sockstat`'s, which the keeper reads to check it.
