@@ -23,7 +23,7 @@ pub fn command() -> Command {
         .after_help(SERVE_AFTER)
         .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
         .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
-        .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes while idle", "Supervisor"))
+        .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes ahead of their requests (while idle or while every slot is busy)", "Supervisor"))
         .arg(flag("shared-network", "One loopback network for all runs instead of one per concurrent run: concurrent runs can then reach each other over 127.0.0.1", "Supervisor").conflicts_with("fresh-network"))
         .arg(flag("fresh-network", "Make each run's loopback network anew and tear it down after the run, instead of lending it a kept one no other run is using: slower, but the network's statistics (/proc/net/snmp, /proc/net/dev) do not carry over from earlier runs", "Supervisor"))
         .args(cgroup_args())

@@ -15,8 +15,9 @@ pub struct Config {
     /// Where the runs' cgroups come from.
     pub cgroup: CgroupConfig,
     /// Prepare the next runs' PID 1 (namespaces, mount tree, the program's
-    /// user namespace and cgroup) while the supervisor is idle, each fresh
-    /// and used once (default true).
+    /// user namespace and cgroup) ahead of their requests, while the
+    /// supervisor is idle or every slot is busy, each fresh and used once
+    /// (default true).
     pub prepare_ahead: bool,
     /// The `capsule` binary to start the supervisor from (default:
     /// `$CAPSULE_BIN`, else `capsule` beside the running executable, else

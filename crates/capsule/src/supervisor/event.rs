@@ -798,8 +798,10 @@ impl Loop {
     pub(crate) fn reap_spares_and_zombies(&mut self) {
         // (One without a pidfd is still being created, or never was: no
         // poll reports it.)
+        let mut unborn = false;
         self.spares.retain_mut(|s| {
             if (std::mem::take(&mut s.signalled) || s.pidfd().is_none()) && s.try_reap() {
+                unborn |= s.never().is_some();
                 if let Some(cg) = &s.cgroup {
                     cg.try_remove();
                 }
@@ -808,6 +810,11 @@ impl Loop {
                 true
             }
         });
+        if unborn {
+            // A spare the spawner could not create: none more of this shape
+            // (the next request's own PID 1 reports why), as when `prepare` fails.
+            self.last_shape = None;
+        }
         self.zombies.retain_mut(|z| {
             if !(std::mem::take(&mut z.signalled) || z.pidfd().is_none()) || !z.try_reap() {
                 return true;

@@ -182,6 +182,17 @@ impl Prepared {
         }
     }
 
+    /// A PID 1 still to be created: its post taken back if it has not run
+    /// (never created, for `why`), else waited for.
+    pub(crate) fn stop_coming(&mut self, why: &str) {
+        if let Process::Coming(t) = &self.process {
+            if t.cancel() {
+                self.process = Process::Never(why.into());
+            }
+        }
+        self.settle_now();
+    }
+
     /// Has a PID 1 still to be created made without its delay: a request
     /// takes it now.
     pub(crate) fn hurry(&self) {
@@ -224,14 +235,8 @@ impl Drop for Prepared {
     /// waited for, and if it does not go within 10 s its memory is
     /// leaked rather than freed under it.
     fn drop(&mut self) {
-        // A post not run yet is taken back; one running is waited for:
-        // what it borrows is freed below.
-        if let Process::Coming(t) = &self.process {
-            if t.cancel() {
-                self.process = Process::Never("cancelled".into());
-            }
-        }
-        self.settle_now();
+        // What the post borrows is freed below.
+        self.stop_coming("dropped before it was created");
         if !self.reaped && !exited(self) {
             kill_prepared(self);
             let fd = self.pidfd().expect("created: not exited");
@@ -750,12 +755,7 @@ pub(crate) fn exited(p: &mut Prepared) -> bool {
 /// SIGKILL to a PID 1: the kernel then kills everything in its PID
 /// namespace. One not created yet never will be.
 pub(crate) fn kill_prepared(p: &mut Prepared) {
-    if let Process::Coming(t) = &p.process {
-        if t.cancel() {
-            p.process = Process::Never("killed before it was created".into());
-        }
-    }
-    p.settle_now();
+    p.stop_coming("killed before it was created");
     if let Some(fd) = p.pidfd() {
         let _ = sys::pidfd_send_signal(fd, libc::SIGKILL);
     }

@@ -169,7 +169,7 @@ pub unsafe fn spawn_pinned<T>(
 /// Posting does not wait: the poster goes on while the thread creates the
 /// process, and takes the result from the [`Ticket`] when it needs it
 /// (docs/latency.md, "The loop no longer waits for the spawner": waiting
-/// cost the loop 230-270 µs a run, most of it the two threads' wake-ups).
+/// cost the loop 230-290 µs a run, most of it the two threads' wake-ups).
 pub struct Spawner {
     queue: Arc<Queue>,
 }
