@@ -41,11 +41,12 @@
  *       the clock, as capsule's long-lived supervisors do), then the run's
  *       own mounts (the procfs on /proc, tmpfs /dev/shm, /tmp and /run),
  *       the Landlock ruleset (capsule's nine path rules), setns
- *       into the kept network, its own user namespace (maps 0 0 1), the 12
- *       ucounts sysctls, non-dumpable, a SIGCHLD signalfd, then the tracee:
- *       clone(CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID |
- *       CLONE_NEWUSER), PID 1 asleep in a futex until its execve. The
- *       tracee: its id maps, a cgroup namespace, default signals, setsid,
+ *       into the kept network, the run's user namespace (the caller's uid
+ *       and gid mapped onto the worker's 0), the 12 ucounts sysctls,
+ *       non-dumpable, a SIGCHLD signalfd, then the tracee:
+ *       clone(CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID), PID 1 asleep
+ *       in a futex until its execve. The tracee, in PID 1's user
+ *       namespace: a cgroup namespace, default signals, setsid,
  *       no_new_privs, every capability dropped (capsule's default seccomp
  *       filter it inherits: the worker installed it once), the go message,
  *       its stdio on 0-2 with their Landlock rules, chdir /, RLIMIT_CORE 0,
@@ -59,6 +60,11 @@
  *       the same, but PID 1 makes a network namespace of its own per run
  *       (unshare(CLONE_NEWNET), lo up) instead of joining the kept one:
  *       capsule's default today (Config::own_network).
+ *   SCALEFLOOR_U3=1 (sandbox modes only): the user namespaces as capsule
+ *       had them before 2026-12-02: PID 1's mapping root onto the worker's
+ *       (maps 0 0 1, one more user namespace counted in its ucounts) and
+ *       the tracee cloned into one more (CLONE_NEWUSER), where it writes
+ *       the caller's ids onto PID 1's root.
  *   SCALEFLOOR_TREE=clone (sandbox modes only): the tree built per run as
  *       capsule did before its mount template (and still does for a
  *       one-shot run): a new mount namespace, open_tree of / recursive and
@@ -67,9 +73,11 @@
  *   SCALEFLOOR_WITHOUT=PART,... (sandbox modes only) leaves parts out, to
  *       attribute the cost: seccomp, landlock, tree (the mount tree and
  *       pivot; the mount namespace and procfs stay), net (`sandbox`: no join),
- *       ipcuts (the IPC and UTS namespaces), pid1-userns (PID 1's own user
- *       namespace, its maps and the ucounts), ucounts, tracee-userns (the
- *       tracee's user namespace and maps), caps (the capability drops),
+ *       ipcuts (the IPC and UTS namespaces), pid1-userns (the run's user
+ *       namespace, its maps and the ucounts: the program then runs as the
+ *       worker's root, with no capability), ucounts, tracee-userns (with
+ *       SCALEFLOOR_U3: the tracee's user namespace and maps), caps (the
+ *       capability drops),
  *       pipeline (each run prepared only after the one before is reaped,
  *       serial like the ns floor).
  *
@@ -285,7 +293,7 @@ static const char *const host_nodes[] = {"/dev/null", "/dev/zero", "/dev/full", 
 /* PID 1's ucounts (plan/rlimits.rs UCOUNTS with the default limits). */
 static const struct {
     const char *file, *value;
-} ucounts[] = {{"sys/user/max_user_namespaces", "257"},   {"sys/user/max_pid_namespaces", "256"},
+} ucounts[] = {{"sys/user/max_user_namespaces", "256"},   {"sys/user/max_pid_namespaces", "256"},
                {"sys/user/max_mnt_namespaces", "256"},    {"sys/user/max_net_namespaces", "256"},
                {"sys/user/max_ipc_namespaces", "256"},    {"sys/user/max_uts_namespaces", "256"},
                {"sys/user/max_cgroup_namespaces", "257"}, {"sys/user/max_time_namespaces", "256"},
@@ -298,6 +306,8 @@ static int kept_net = -1, self_pidfd = -1;
 /* The worker's mount template (a mount namespace), or -1: SCALEFLOOR_TREE=clone. */
 static int tmpl_ns = -1;
 static char tracee_uid_map[32], tracee_gid_map[32];
+/* SCALEFLOOR_U3: the tracee in a user namespace of its own (capsule before 2026-12-02). */
+static int tracee_u3;
 
 /* A run slot: one run's descriptors, results and stacks. A worker cycles
  * through three: the run going on, the next one's PID 1 prepared ahead,
@@ -577,7 +587,7 @@ static void drop_caps(void) {
 static int tracee_main(void *arg) {
     struct slot *s = arg;
     prctl(PR_SET_NAME, "floor-tracee");
-    if (!(without & W_TRACEE_USERNS)) {
+    if (tracee_u3 && !(without & W_TRACEE_USERNS)) {
         write_at(s->proc, "self/setgroups", "deny");
         write_at(s->proc, "self/gid_map", tracee_gid_map);
         write_at(s->proc, "self/uid_map", tracee_uid_map);
@@ -704,11 +714,12 @@ static int pid1_main(void *arg) {
     if (!(without & W_PID1_USERNS)) {
         sys_ok(unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER) (PID 1)");
         write_at(s->proc, "self/setgroups", "deny");
-        write_at(s->proc, "self/gid_map", "0 0 1\n");
-        write_at(s->proc, "self/uid_map", "0 0 1\n");
+        write_at(s->proc, "self/gid_map", tracee_u3 ? "0 0 1\n" : tracee_gid_map);
+        write_at(s->proc, "self/uid_map", tracee_u3 ? "0 0 1\n" : tracee_uid_map);
         if (!(without & W_UCOUNTS))
             for (size_t i = 0; i < sizeof ucounts / sizeof ucounts[0]; i++)
-                write_at(s->proc, ucounts[i].file, ucounts[i].value);
+                /* U3 was counted on top: one more user namespace. */
+                write_at(s->proc, ucounts[i].file, tracee_u3 && i == 0 ? "257" : ucounts[i].value);
     }
     sys_ok(prctl(PR_SET_PDEATHSIG, SIGKILL), "PR_SET_PDEATHSIG");
     if (poll(&pf, 1, 0) > 0)
@@ -722,7 +733,7 @@ static int pid1_main(void *arg) {
     sys_ok(sfd, "signalfd");
     s->clear_word = 1;
     int flags = CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID | SIGCHLD;
-    if (!(without & W_TRACEE_USERNS))
+    if (tracee_u3 && !(without & W_TRACEE_USERNS))
         flags |= CLONE_NEWUSER;
     pid_t tracee = clone(tracee_main, s->stacks + PID1_STACK + TRACEE_STACK, flags, s, NULL, NULL,
                          (pid_t *)&s->clear_word);
@@ -864,7 +875,7 @@ static void sandbox_worker_setup(void) {
     self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     if (self_pidfd < 0)
         die("pidfd_open");
-    /* The run's uid and gid (the caller's) mapped onto PID 1's root. */
+    /* The run's uid and gid (the caller's) mapped onto the worker's root (SCALEFLOOR_U3: onto PID 1's). */
     snprintf(tracee_uid_map, sizeof tracee_uid_map, "%d 0 1\n", outer_uid);
     snprintf(tracee_gid_map, sizeof tracee_gid_map, "%d 0 1\n", outer_gid);
     for (int i = 0; i < 3; i++) {
@@ -1076,6 +1087,17 @@ int main(int argc, char **argv) {
     if (m == SANDBOX || m == SANDBOX_NET) {
         if (parse_without(getenv("SCALEFLOOR_WITHOUT")) != 0)
             return 2;
+        const char *u3 = getenv("SCALEFLOOR_U3");
+        if (u3 && strcmp(u3, "0") != 0 && strcmp(u3, "1") != 0) {
+            fprintf(stderr, "scalefloor: SCALEFLOOR_U3: unknown value '%s' (0 or 1)\n", u3);
+            return 2;
+        }
+        tracee_u3 = u3 && strcmp(u3, "1") == 0;
+        if ((without & W_TRACEE_USERNS) && !tracee_u3) {
+            fprintf(stderr, "scalefloor: SCALEFLOOR_WITHOUT=tracee-userns needs SCALEFLOOR_U3=1 (the tracee has no user "
+                            "namespace of its own otherwise)\n");
+            return 2;
+        }
         landlock_masks();
         FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "r");
         if (!f || fscanf(f, "%d", &cap_last_cap) != 1)

@@ -74,7 +74,7 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
         //      operations: the same tree, without a second copy of the host's mounts or a pivot.
         mounts::build_on_template(plan.mount_template, &plan.mounts, &mut build)?;
     } else {
-        // 8. A mount namespace of the run's own: the tracee's user namespace will lock every mount in it.
+        // 8. A mount namespace of the run's own, owned by the supervisor's user namespace: the program changes none.
         sys::unshare(libc::CLONE_NEWNS).map_err(|e| Fail::new(Step::UserNamespace, e))?;
         // 9. Build the tree from the host view: the other sources, the new root, the operations in order, the pivot.
         mounts::clone_sources(&plan.mounts, &mut build)?;
@@ -98,11 +98,12 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
         }
     }
 
-    // 12. PID 1's own user namespace (U2), its root mapped onto the supervisor's, i.e. the caller.
+    // 12. The run's user namespace (U2): the program's ids mapped onto the supervisor's root, i.e. the caller; PID 1
+    //     keeps every capability in it, which the tracee, its clone, drops.
     sys::unshare(libc::CLONE_NEWUSER).map_err(|e| Fail::new(Step::UserNamespace, e))?;
     write_proc(p, b"setgroups", b"deny")
-        .and_then(|_| write_proc(p, b"gid_map", b"0 0 1\n"))
-        .and_then(|_| write_proc(p, b"uid_map", b"0 0 1\n"))
+        .and_then(|_| write_proc(p, b"gid_map", plan.gid_map.to_bytes()))
+        .and_then(|_| write_proc(p, b"uid_map", plan.uid_map.to_bytes()))
         .map_err(|e| Fail::new(Step::IdMap, e))?;
     // 13. Bound the per-user counts here, where only PID 1 has CAP_SYS_RESOURCE: the program cannot use up the user's.
     rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail {
@@ -123,11 +124,11 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     if let Some(set) = &plan.widen {
         let _ = sys::set_affinity(set);
     }
-    // 18. The tracee, in a user namespace U3 of its own, on PID 1's memory and descriptor table, in the run's
-    //     cgroup; PID 1 sleeps (interruptibly: an idle spare is no load) until it has exec'd or died.
-    let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
+    // 18. The tracee, in the run's user namespace, on PID 1's memory and descriptor table, in the run's cgroup;
+    //     PID 1 sleeps (interruptibly: an idle spare is no load) until it has exec'd or died.
+    let args = TraceeArgs { plan, arena, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
+    let flags = libc::CLONE_FILES;
     // SAFETY: `tracee` (child/tracee.rs) makes raw `sys` calls only (never set_tid_address), allocates nothing,
     // and ends in execve or exit.
     let tracee = unsafe { sys::clone_until_exec(flags, cgroup, stack, &args, tracee) }

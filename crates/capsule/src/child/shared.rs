@@ -144,9 +144,10 @@ pub(crate) enum NetJoin {
 /// namespaces, mount tree, ids, cgroup. The run's own half (argv, envp,
 /// working directory, limits, filter) comes later, in the arena.
 pub(crate) struct Plan {
-    /// "U 0 1\n" and "G 0 1\n": the tracee's ids inside, mapped onto PID 1's 0.
-    pub tracee_uid_map: CString,
-    pub tracee_gid_map: CString,
+    /// "U 0 1\n" and "G 0 1\n": the program's ids in the run's user
+    /// namespace, mapped onto the supervisor's 0 (the caller).
+    pub uid_map: CString,
+    pub gid_map: CString,
     /// The network PID 1 joins.
     pub net: NetJoin,
     pub hostname: Option<CString>,

@@ -76,17 +76,17 @@ pub(crate) const UCOUNTS: [(&CStr, &str); 12] = [
     (c"sys/user/max_fanotify_marks", "limits.inotify_watches"),
 ];
 
-/// The values PID 1 writes to [`UCOUNTS`] in its user namespace. The
-/// kernel checks a count at every level of the user namespace chain, so
-/// these bound all the program and its nested namespaces create. The
-/// tracee's own user and cgroup namespaces are created there too, one
-/// each: counted on top, so that the program gets the whole bound.
+/// The values PID 1 writes to [`UCOUNTS`] in the run's user namespace.
+/// The kernel checks a count at every level of the user namespace chain,
+/// so these bound all the program and its nested namespaces create. The
+/// program's own cgroup namespace is created there too (by the tracee):
+/// counted on top, so that the program gets the whole bound.
 pub(crate) fn ucounts(l: &Limits) -> [u32; 12] {
     let v = |n: Option<u64>, default| n.unwrap_or(default).min(spec::MAX_UCOUNT) as u32;
     let ns = v(l.nested_namespaces, spec::NESTED_NAMESPACES);
     let inotify = v(l.inotify_instances, spec::INOTIFY_INSTANCES);
     let watches = v(l.inotify_watches, spec::INOTIFY_WATCHES);
-    [ns + 1, ns, ns, ns, ns, ns, ns + 1, ns, inotify, watches, inotify, watches]
+    [ns, ns, ns, ns, ns, ns, ns + 1, ns, inotify, watches, inotify, watches]
 }
 
 #[cfg(test)]
@@ -103,17 +103,17 @@ mod tests {
     }
 
     #[test]
-    fn ucounts_count_the_tracees_own_namespaces() {
+    fn ucounts_count_the_programs_cgroup_namespace() {
         let v = ucounts(&Limits::default());
         let ns = spec::NESTED_NAMESPACES as u32;
-        assert_eq!(v[0], ns + 1, "user: the tracee's own on top");
-        assert_eq!(v[6], ns + 1, "cgroup: the tracee's own on top");
+        assert_eq!(v[0], ns, "user: the tracee makes none");
+        assert_eq!(v[6], ns + 1, "cgroup: the program's own on top");
         assert_eq!(v[1], ns);
         assert_eq!([v[8], v[10]], [spec::INOTIFY_INSTANCES as u32; 2]);
         assert_eq!([v[9], v[11]], [spec::INOTIFY_WATCHES as u32; 2]);
         let l = Limits { nested_namespaces: Some(0), inotify_instances: Some(u64::MAX), ..Default::default() };
         let v = ucounts(&l);
-        assert_eq!((v[0], v[2]), (1, 0), "0: none for the program");
+        assert_eq!((v[0], v[2], v[6]), (0, 0, 1), "0: none for the program");
         assert_eq!(v[8], spec::MAX_UCOUNT as u32);
         assert!(v.iter().all(|&n| n <= i32::MAX as u32), "the kernel takes an int");
     }

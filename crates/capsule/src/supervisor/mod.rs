@@ -144,12 +144,12 @@ impl Supervisor {
     /// (CVE-2019-5736: PID 1 is the program's /proc/1). The /proc files
     /// of a non-dumpable process belong to root of the user namespace its
     /// memory was created in, at execve: for a process started on the
-    /// host, the host's root, and PID 1 and the tracee could not write
-    /// their own id maps. Executed inside its user namespace, whose root is
-    /// the calling user, the supervisor's memory belongs to that namespace:
-    /// the files are the user's, and only a process with CAP_SYS_PTRACE
-    /// over it (the user outside, never a sandboxed program, which is two
-    /// user namespaces further down) may look inside.
+    /// host, the host's root, and PID 1 could not write its own id maps.
+    /// Executed inside its user namespace, whose root is the calling user,
+    /// the supervisor's memory belongs to that namespace: the files are
+    /// the user's, and only a process with CAP_SYS_PTRACE over it (the user
+    /// outside, never a sandboxed program, which is a user namespace
+    /// further down without any capability) may look inside.
     pub fn start(config: &Config, job: &Value, fds: &[RawFd]) -> Error {
         match Self::begin(config) {
             Ok(prelude) => {

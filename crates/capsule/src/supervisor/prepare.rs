@@ -18,7 +18,7 @@ use crate::sys::{self, Arena};
 use super::*;
 
 /// The tracees' stack until their execve: the deepest path (PATH search,
-/// id maps) needs a few KiB; page faults touch only what it uses.
+/// Landlock's stdio rules) needs a few KiB; page faults touch only what it uses.
 pub(crate) const TRACEE_STACK: usize = 256 << 10;
 /// PID 1's stack: reserved, not allocated; its deepest path needs tens of
 /// KiB, and a guard page ends it.
@@ -473,8 +473,8 @@ impl Supervisor {
         keep_fds.retain(|&fd| fd > 2);
         keep_fds.sort_unstable();
         let plan = Plan {
-            tracee_uid_map: c(format!("{uid} 0 1\n")),
-            tracee_gid_map: c(format!("{gid} 0 1\n")),
+            uid_map: c(format!("{uid} 0 1\n")),
+            gid_map: c(format!("{gid} 0 1\n")),
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
