@@ -130,11 +130,6 @@ pub(crate) enum Token {
     HostMounts,
 }
 
-/// How long after a run's go message the next spare may be prepared: by
-/// then the program has started, usually on the other CPU, and the build
-/// does not preempt it (docs/latency.md, "Where a served run waits").
-pub(crate) const SPARE_DELAY: std::time::Duration = std::time::Duration::from_micros(200);
-
 /// A PID 1 that is done (or killed), kept with the zombies until it has
 /// exited and is reaped.
 pub(crate) fn bury(mut p: Prepared) -> Prepared {
@@ -175,9 +170,6 @@ pub(crate) struct Loop {
     pub(crate) next_pair: u64,
     /// Wake-ups of the event loop so far (orders what relays see).
     pub(crate) round: u64,
-    /// No spare is prepared before then: a run's program has just been
-    /// given its go message (see `keep_spares`).
-    pub(crate) spares_from: Option<std::time::Instant>,
     pub(crate) stop: bool,
     /// What JSON lines are read into (kept: a zeroed 64 KiB per read cost more than the read).
     pub(crate) read_buf: Vec<u8>,
@@ -199,10 +191,6 @@ impl Loop {
                 // to report: nothing else may wake the loop to reap it.
                 wait = Some(wait.map_or(COMING_RECHECK, |w| w.min(COMING_RECHECK)));
             }
-            if let Some(from) = self.spares_from {
-                let left = from.saturating_duration_since(std::time::Instant::now());
-                wait = Some(wait.map_or(left, |w| w.min(left)));
-            }
             if !self.queue.is_empty() && self.exits_behind(sup) {
                 // Until the oldest of them stops counting, if none exits before.
                 let oldest = self.zombies.iter().filter_map(|z| z.buried).min();
@@ -210,7 +198,6 @@ impl Loop {
                 wait = Some(wait.map_or(left, |w| w.min(left)));
             }
             match sys::ppoll(&mut pfds, wait) {
-                Ok(0) if self.spares_from.is_some() => continue,
                 Ok(0) if timeout >= 0 => {
                     // An agent idle for its whole idle time, or stepping aside.
                     if self.idle_timeout() == 0 {
@@ -465,7 +452,6 @@ impl Loop {
             let mut s = self.spares.swap_remove(i);
             let same_filter = matches!((&s.filter, &filter), (Some(a), Some(b)) if Rc::ptr_eq(a, b));
             if same_filter && sup.still_fresh(&s) && !exited(&mut s) {
-                s.hurry();
                 p = Some(s);
                 break;
             }
@@ -500,9 +486,6 @@ impl Loop {
         }
         match self.go(sup, &mut p, &req) {
             Ok((f, io)) => {
-                if sup.config.prepare_ahead && !self.once {
-                    self.spares_from = Some(std::time::Instant::now() + SPARE_DELAY);
-                }
                 if req.pair.is_some() {
                     // The relay must be the only holder of the other ends:
                     // the supervisor keeps none of the program's.
@@ -830,13 +813,6 @@ impl Loop {
 
     /// Keeps up to `parallel` + 1 PID 1s prepared for the last request's shape.
     pub(crate) fn keep_spares(&mut self, sup: &mut Supervisor) {
-        // No spare is created before `spares_from`: a program has just been
-        // given its go message. A spawner thread waits for that time itself;
-        // the loop, without one, wakes up for it.
-        let not_before = self.spares_from.filter(|&t| std::time::Instant::now() < t);
-        if not_before.is_none() {
-            self.spares_from = None;
-        }
         if !sup.config.prepare_ahead || self.once || self.stop {
             return;
         }
@@ -873,7 +849,7 @@ impl Loop {
         // More spares than CPUs would wait built, each holding its tree and
         // namespaces, while the CPUs run what is there already.
         let most = if self.agent.is_some() { 2 } else { sup.config.parallel.min(sup.cpus as usize) + 1 };
-        let ahead = Ahead { not_before, pin: self.running.len() < sup.cpus as usize };
+        let ahead = Ahead { pin: self.running.len() < sup.cpus as usize };
         while !held && self.spares.len() < most {
             let Some((spec, shape)) = &self.last_shape else { return };
             let filter = match sup.filters.get(spec) {
@@ -884,9 +860,6 @@ impl Loop {
                     break;
                 }
             };
-            if not_before.is_some() && sup.spawner(&filter, true).is_none() {
-                return;
-            }
             match sup.prepare(spec, shape.clone(), Some(filter), Some(ahead)) {
                 Ok(p) => self.spares.push(p),
                 Err(_) => {
@@ -894,10 +867,6 @@ impl Loop {
                     break;
                 }
             }
-        }
-        if self.spares.len() >= most {
-            // All there or on their way: nothing to wake up for.
-            self.spares_from = None;
         }
     }
 

@@ -322,7 +322,6 @@ impl Supervisor {
             pairs: Vec::new(),
             next_pair: 0,
             round: 0,
-            spares_from: None,
             read_buf: Vec::new(),
             stop: false,
         };

@@ -129,9 +129,6 @@ impl Process {
 /// How a PID 1 is prepared ahead of its request (`Supervisor::prepare`).
 #[derive(Clone, Copy)]
 pub(crate) struct Ahead {
-    /// Not created before then: a program has just been given its go
-    /// message (`Loop::keep_spares`).
-    pub(crate) not_before: Option<std::time::Instant>,
     /// Created on the supervisor's CPU: fewer runs than CPUs are in flight.
     pub(crate) pin: bool,
 }
@@ -175,7 +172,7 @@ impl Prepared {
         }
     }
 
-    /// Waits for the spawner's result (hurried).
+    /// Waits for the spawner's result.
     pub(crate) fn settle_now(&mut self) {
         if let Process::Coming(t) = &self.process {
             self.process = Process::from_clone(t.wait());
@@ -191,14 +188,6 @@ impl Prepared {
             }
         }
         self.settle_now();
-    }
-
-    /// Has a PID 1 still to be created made without its delay: a request
-    /// takes it now.
-    pub(crate) fn hurry(&self) {
-        if let Process::Coming(t) = &self.process {
-            t.hurry();
-        }
     }
 
     /// Reaps PID 1, which has exited (its pidfd is readable) or was never
@@ -394,7 +383,7 @@ impl Supervisor {
         filter: Option<Rc<SealedFilter>>,
         ahead: Option<Ahead>,
     ) -> Result<Prepared, String> {
-        let (not_before, pinned) = ahead.map_or((None, false), |a| (a.not_before, a.pin));
+        let pinned = ahead.is_some_and(|a| a.pin);
         let ahead = ahead.is_some();
         let (net, held) = self.net_join(spec)?;
         // The sources, resolved here once, in the supervisor's (the host's)
@@ -529,15 +518,7 @@ impl Supervisor {
             // memory, and the ticket is settled before `run` is freed
             // (`Drop`), which waits for PID 1's exit as before.
             Some((i, _)) => Process::Coming(unsafe {
-                self.spawners[i].1.post(
-                    flags,
-                    &run.stack,
-                    &*run,
-                    child::pid1,
-                    pin,
-                    vec![go_child, done_child],
-                    not_before,
-                )
+                self.spawners[i].1.post(flags, &run.stack, &*run, child::pid1, pin, vec![go_child, done_child])
             }),
             None => {
                 // SAFETY: as said above.

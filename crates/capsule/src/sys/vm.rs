@@ -14,7 +14,6 @@
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
 use super::{
     align16, clone3_on_stack, owned, raw_syscall, Arena, Call, CloneArgs, Errno, Stack, SysResult, CLONE_PIDFD,
@@ -178,12 +177,14 @@ pub struct Spawner {
 struct Queue {
     posts: Mutex<VecDeque<Post>>,
     posted: Condvar,
+    /// Held by a test: the thread waits here before running a post it took.
+    #[cfg(test)]
+    gate: Mutex<()>,
 }
 
-/// One process to create: not before `not_before` unless hurried.
+/// One process to create.
 struct Post {
     slot: Arc<Slot>,
-    not_before: Option<Instant>,
     job: Box<dyn FnOnce() -> SysResult<(i32, OwnedFd)> + Send>,
 }
 
@@ -229,7 +230,12 @@ impl Spawner {
     /// Starts the thread, named `name`, and runs `setup` on it first; its
     /// error ends the thread (no child exists yet) and is returned.
     pub fn start(name: &str, setup: impl FnOnce() -> SysResult<()> + Send + 'static) -> SysResult<Spawner> {
-        let queue = Arc::new(Queue { posts: Mutex::new(VecDeque::new()), posted: Condvar::new() });
+        let queue = Arc::new(Queue {
+            posts: Mutex::new(VecDeque::new()),
+            posted: Condvar::new(),
+            #[cfg(test)]
+            gate: Mutex::new(()),
+        });
         let theirs = Arc::clone(&queue);
         let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<Errno>(1);
         let serve = move || {
@@ -244,6 +250,8 @@ impl Spawner {
             loop {
                 let post = theirs.next();
                 lock(&post.slot.state).0 = Birth::Running;
+                #[cfg(test)]
+                drop(lock(&theirs.gate));
                 let result = (post.job)();
                 let mut state = lock(&post.slot.state);
                 state.0 = Birth::Done(result);
@@ -263,10 +271,9 @@ impl Spawner {
         }
     }
 
-    /// Has [`spawn_pinned`] run on the spawner's thread, not before
-    /// `not_before` (unless the ticket is hurried), and `after` closed
-    /// there once it has (the child's copies of descriptors the poster
-    /// must not keep open); returns at once.
+    /// Has [`spawn_pinned`] run on the spawner's thread, after the posts
+    /// before it, and `after` closed there once it has (the child's copies
+    /// of descriptors the poster must not keep open); returns at once.
     ///
     /// # Safety
     /// As for [`spawn`], with the child's lifetime counted from the post:
@@ -284,7 +291,6 @@ impl Spawner {
         child: fn(&T) -> !,
         pin: Option<(libc::cpu_set_t, libc::cpu_set_t)>,
         after: Vec<OwnedFd>,
-        not_before: Option<Instant>,
     ) -> Ticket {
         let borrowed = Borrowed { stack, arg };
         let job = move || {
@@ -296,7 +302,7 @@ impl Spawner {
             spawned
         };
         let slot = Arc::new(Slot { state: Mutex::new((Birth::Queued, false)), settled: Condvar::new() });
-        let post = Post { slot: Arc::clone(&slot), not_before, job: Box::new(job) };
+        let post = Post { slot: Arc::clone(&slot), job: Box::new(job) };
         lock(&self.queue.posts).push_back(post);
         self.queue.posted.notify_one();
         Ticket { slot, queue: Arc::clone(&self.queue) }
@@ -304,21 +310,14 @@ impl Spawner {
 }
 
 impl Queue {
-    /// The oldest post, once its time has come or it was hurried.
+    /// The oldest post, waited for.
     fn next(&self) -> Post {
         let mut posts = lock(&self.posts);
         loop {
-            let wait = match posts.front() {
-                None => None,
-                Some(p) => match p.not_before.and_then(|t| t.checked_duration_since(Instant::now())) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return posts.pop_front().expect("present"),
-                },
-            };
-            posts = match wait {
-                None => self.posted.wait(posts).unwrap_or_else(|p| p.into_inner()),
-                Some(left) => self.posted.wait_timeout(posts, left).unwrap_or_else(|p| p.into_inner()).0,
-            };
+            if let Some(p) = posts.pop_front() {
+                return p;
+            }
+            posts = self.posted.wait(posts).unwrap_or_else(|p| p.into_inner());
         }
     }
 }
@@ -337,18 +336,6 @@ impl Ticket {
         }
     }
 
-    /// Has the post (and every post before it) run as soon as the thread
-    /// can, whatever its `not_before`.
-    pub fn hurry(&self) {
-        let mut posts = lock(&self.queue.posts);
-        let Some(k) = posts.iter().position(|p| Arc::ptr_eq(&p.slot, &self.slot)) else { return };
-        for p in posts.iter_mut().take(k + 1) {
-            p.not_before = None;
-        }
-        drop(posts);
-        self.queue.posted.notify_one();
-    }
-
     /// Takes the post back if it has not run: true then (no process was
     /// or will be created, and what it was to close is closed).
     pub fn cancel(&self) -> bool {
@@ -361,10 +348,9 @@ impl Ticket {
         true
     }
 
-    /// Waits for the result (hurrying the post); `ECANCELED` if it was
-    /// cancelled or taken already.
+    /// Waits for the result; `ECANCELED` if it was cancelled or taken
+    /// already.
     pub fn wait(&self) -> SysResult<(i32, OwnedFd)> {
-        self.hurry();
         let mut state = lock(&self.slot.state);
         loop {
             match std::mem::replace(&mut state.0, Birth::Over) {
@@ -431,7 +417,7 @@ mod tests {
             let stack = pool.take(64 << 10).unwrap();
             let job = Job { input: 10 * round, out: AtomicU64::new(u64::MAX) };
             // SAFETY: `job` and `stack` outlive the child (waited for below).
-            let ticket = unsafe { spawner.post(0, &stack, &job, report_no_new_privs, None, Vec::new(), None) };
+            let ticket = unsafe { spawner.post(0, &stack, &job, report_no_new_privs, None, Vec::new()) };
             let (_, pidfd) = ticket.wait().unwrap();
             let status = crate::sys::pidfd_wait(pidfd.as_raw_fd()).unwrap().expect("exited");
             assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
@@ -443,35 +429,36 @@ mod tests {
         assert_eq!(here, 0, "the calling thread is unchanged");
     }
 
-    /// A post returns at once and runs in order: not before its time
-    /// unless hurried (then every post before it too), never once
-    /// cancelled (its descriptors closed all the same), and closes what it
-    /// was given to close once the child exists.
+    /// A post returns at once, even while the thread is busy, and posts
+    /// run in order; one cancelled before it runs never does (its
+    /// descriptors closed all the same); a post closes what it was given
+    /// to close once the child exists.
     #[test]
-    fn posts_wait_for_their_time_are_hurried_and_cancelled() {
+    fn posts_run_in_order_and_are_cancelled() {
         let spawner = Spawner::start("test-spawner", || Ok(())).unwrap();
         let pool = StackPool::default();
         let stacks: Vec<Stack> = (0..3).map(|_| pool.take(64 << 10).unwrap()).collect();
         let jobs: Vec<Job> = (0..3).map(|i| Job { input: i, out: AtomicU64::new(u64::MAX) }).collect();
         let (r, w) = crate::sys::pipe2(libc::O_CLOEXEC).unwrap();
-        let later = Instant::now() + std::time::Duration::from_secs(3600);
-        let t0 = Instant::now();
+        // The thread takes the first post and then waits here until the gate opens.
+        let gate = lock(&spawner.queue.gate);
+        let t0 = std::time::Instant::now();
         // SAFETY: the jobs and stacks outlive the children (waited for below) and the tickets.
-        let first = unsafe { spawner.post(0, &stacks[0], &jobs[0], child, None, vec![w], Some(later)) };
+        let first = unsafe { spawner.post(0, &stacks[0], &jobs[0], child, None, vec![w]) };
         // SAFETY: as above.
-        let second = unsafe { spawner.post(0, &stacks[1], &jobs[1], child, None, Vec::new(), Some(later)) };
+        let second = unsafe { spawner.post(0, &stacks[1], &jobs[1], child, None, Vec::new()) };
         // SAFETY: as above.
-        let third = unsafe { spawner.post(0, &stacks[2], &jobs[2], child, None, Vec::new(), Some(later)) };
+        let third = unsafe { spawner.post(0, &stacks[2], &jobs[2], child, None, Vec::new()) };
         assert!(t0.elapsed() < std::time::Duration::from_secs(1), "posting waited");
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(first.try_take().is_none() && second.try_take().is_none(), "ran before its time");
+        assert!(first.try_take().is_none() && second.try_take().is_none(), "ran through the gate");
         assert!(third.cancel(), "a queued post is cancelled");
         assert!(!third.cancel(), "cancelled twice");
         assert_eq!(third.wait().err(), Some(libc::ECANCELED));
-        // Hurrying the second runs the first as well.
-        second.hurry();
+        assert!(!first.cancel(), "a post the thread has taken is not cancelled");
+        drop(gate);
         let (_, b) = second.wait().unwrap();
-        let (_, a) = first.try_take().expect("the post before the hurried one ran first").unwrap();
+        let (_, a) = first.try_take().expect("the post before the second ran first").unwrap();
         for (fd, job, want) in [(a, &jobs[0], 0), (b, &jobs[1], 2)] {
             let status = crate::sys::pidfd_wait(fd.as_raw_fd()).unwrap().expect("exited");
             assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7, "status {status:#x}");
@@ -486,7 +473,7 @@ mod tests {
         let tiny = Stack::new(4096).unwrap();
         let (r, w) = crate::sys::pipe2(libc::O_CLOEXEC).unwrap();
         // SAFETY: refused before any child exists; `tiny` and `jobs` outlive the ticket.
-        let failed = unsafe { spawner.post(0, &tiny, &jobs[0], child, None, vec![w], None) };
+        let failed = unsafe { spawner.post(0, &tiny, &jobs[0], child, None, vec![w]) };
         assert_eq!(failed.wait().err(), Some(libc::EINVAL));
         assert_eq!(crate::sys::read(r.as_raw_fd(), &mut [0u8; 1]), Ok(0));
     }
