@@ -504,6 +504,31 @@ fn pids_limit_is_per_run() {
     assert_eq!(out.assert_probe_ok().must("forked"), "20", "{}", out.describe());
 }
 
+/// The program lives in PID 1's user namespace, where the bounds on its
+/// nested namespaces are (it reads them there), except when its process
+/// limit is RLIMIT_NPROC (`--pids` without a cgroup): the kernel counts that
+/// per user namespace and uid, PID 1 has the program's uid, and the tracee
+/// then makes one of its own below, where only the program's processes
+/// count (it reads the kernel's unbounded default there).
+#[test]
+fn the_program_shares_pid1s_user_namespace_unless_rlimit_nproc_counts() {
+    require!("the_program_shares_pid1s_user_namespace_unless_rlimit_nproc_counts", userns_available());
+    let read = |opts: &[&str]| {
+        let mut c = capsule(&["run", "-q"]);
+        c.args(opts).args(&["--", "/bin/cat", "/proc/sys/user/max_user_namespaces", "/proc/self/uid_map"]);
+        let out = c.json().run();
+        out.assert_code(0);
+        let acc = out.json()["accounting"].as_str().unwrap_or_default().to_string();
+        let first = out.stdout.lines().next().unwrap_or_default().to_string();
+        (first, acc, out)
+    };
+    let (bound, _, out) = read(&[]);
+    assert_eq!(bound, capsule::spec::NESTED_NAMESPACES.to_string(), "{}", out.describe());
+    let (bound, acc, out) = read(&["--pids", "9"]);
+    let own = if acc == "cgroup" { capsule::spec::NESTED_NAMESPACES.to_string() } else { i32::MAX.to_string() };
+    assert_eq!(bound, own, "--pids 9 with accounting {acc}; {}", out.describe());
+}
+
 #[test]
 fn working_directory() {
     require!("working_directory", userns_available());

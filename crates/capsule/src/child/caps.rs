@@ -12,7 +12,8 @@ const SECBIT_NO_CAP_AMBIENT_RAISE: u64 = 1 << 6;
 const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: u64 = 1 << 7;
 
 /// Drops every capability for good (child side; needs CAP_SETPCAP in the
-/// current user namespace, which the tracee has as its creator):
+/// current user namespace, which the tracee has as a clone of PID 1, the
+/// run's user namespace's creator, or as the creator of its own):
 /// securebits first so that uid 0 (`--root`) regains nothing at execve,
 /// then the bounding and ambient sets, then the process's own sets.
 pub(crate) fn drop_all(last_cap: u32) -> Result<(), Errno> {

@@ -124,11 +124,12 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     if let Some(set) = &plan.widen {
         let _ = sys::set_affinity(set);
     }
-    // 18. The tracee, in the run's user namespace, on PID 1's memory and descriptor table, in the run's cgroup;
-    //     PID 1 sleeps (interruptibly: an idle spare is no load) until it has exec'd or died.
-    let args = TraceeArgs { plan, arena, ruleset: &ruleset };
+    // 18. The tracee, in the run's user namespace (or one of its own under it, with RLIMIT_NPROC), on PID 1's memory
+    //     and descriptor table, in the run's cgroup; PID 1 sleeps (interruptibly: an idle spare is no load) until
+    //     it has exec'd or died.
+    let args = TraceeArgs { plan, arena, proc: p, ruleset: &ruleset };
     let cgroup = plan.cgroup.as_ref().map(|cg| cg.prog_dir);
-    let flags = libc::CLONE_FILES;
+    let flags = if plan.tracee_maps.is_some() { libc::CLONE_FILES | libc::CLONE_NEWUSER } else { libc::CLONE_FILES };
     // SAFETY: `tracee` (child/tracee.rs) makes raw `sys` calls only (never set_tid_address), allocates nothing,
     // and ends in execve or exit.
     let tracee = unsafe { sys::clone_until_exec(flags, cgroup, stack, &args, tracee) }

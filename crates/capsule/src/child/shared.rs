@@ -148,6 +148,10 @@ pub(crate) struct Plan {
     /// namespace, mapped onto the supervisor's 0 (the caller).
     pub uid_map: CString,
     pub gid_map: CString,
+    /// With a process limit but no cgroup (`rlimits::counts_processes`):
+    /// the uid and gid maps of the tracee's own user namespace, "U U 1\n"
+    /// and "G G 1\n" (its ids onto themselves in the run's).
+    pub tracee_maps: Option<[CString; 2]>,
     /// The network PID 1 joins.
     pub net: NetJoin,
     pub hostname: Option<CString>,

@@ -71,6 +71,7 @@ steps! {
     Wait => "waiting for the program (PID 1)",
     CloneTracee => "cloning the tracee (clone3)",
     // The tracee (`tracee_setup`).
+    TraceeIdMap => "writing the tracee's own uid/gid maps",
     CgroupNamespace => "creating the program's cgroup namespace (unshare CLONE_NEWCGROUP)",
     Setsid => "starting a new session (setsid)",
     NoNewPrivs => "setting no_new_privs",

@@ -1,4 +1,4 @@
-//! The tracee: in the run's user namespace and cgroup, drops everything, execs the program.
+//! The tracee: in the run's user namespace (or its own) and cgroup, drops everything, execs the program.
 //!
 //! `tracee_setup`'s steps are numbered as in docs/child.md ("PID 1 and the
 //! tracee, step by step"), which gives each one's full reason.
@@ -8,7 +8,7 @@ use super::cgroup::read_cpu_stat;
 use super::landlock;
 use super::pid1::Never;
 use super::rlimits;
-use super::shared::{inherit_targets, moved_fd, run_filter, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
+use super::shared::{inherit_targets, moved_fd, run_filter, write_proc, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
 use super::step::{Fail, Step};
 use crate::plan::rlimits::RawRlimit;
 use crate::proto::spec::MAX_INHERIT_FDS;
@@ -21,13 +21,15 @@ use std::sync::atomic::Ordering::SeqCst;
 pub(crate) struct TraceeArgs<'a> {
     pub(crate) plan: &'a Plan,
     pub(crate) arena: &'a Arena<Shared>,
+    /// The run's procfs (for the tracee's own id maps).
+    pub(crate) proc: RawFd,
     pub(crate) ruleset: &'a landlock::Built,
 }
 
 /// The tracee, on its own stack. Never returns: it becomes the program or
 /// exits.
 pub(crate) fn tracee(args: &TraceeArgs) -> ! {
-    match tracee_setup(args.plan, args.arena, args.ruleset) {
+    match tracee_setup(args.plan, args.arena, args.proc, args.ruleset) {
         Ok(never) => match never {},
         Err(f) => args.arena.fail(f),
     }
@@ -35,21 +37,34 @@ pub(crate) fn tracee(args: &TraceeArgs) -> ! {
 }
 
 /// The tracee's set-up, step by step.
-pub(crate) fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, ruleset: &landlock::Built) -> Result<Never, Fail> {
+pub(crate) fn tracee_setup(
+    plan: &Plan,
+    arena: &Arena<Shared>,
+    proc: RawFd,
+    ruleset: &landlock::Built,
+) -> Result<Never, Fail> {
     let shared: &Shared = arena;
     // 1. Named until execve names it after the program (ps, profiles).
     sys::set_comm(c"capsule-tracee");
-    // 2. A cgroup namespace rooted at the run's cgroup: the program sees none of the cgroups above, its limits.
+    // 2. With RLIMIT_NPROC: a user namespace of its own (the clone made it), its ids onto themselves, where the
+    //    kernel counts the program's processes without PID 1's (each map one line of its own effective id).
+    if let Some([uid_map, gid_map]) = &plan.tracee_maps {
+        write_proc(proc, b"setgroups", b"deny")
+            .and_then(|_| write_proc(proc, b"gid_map", gid_map.to_bytes()))
+            .and_then(|_| write_proc(proc, b"uid_map", uid_map.to_bytes()))
+            .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+    }
+    // 3. A cgroup namespace rooted at the run's cgroup: the program sees none of the cgroups above, its limits.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|e| Fail::new(Step::CgroupNamespace, e))?;
-    // 3. Default signals: the mask and ignored signals survive execve.
+    // 4. Default signals: the mask and ignored signals survive execve.
     sys::reset_signals();
-    // 4. A new session: no controlling terminal to push input into (CVE-2017-5226), process groups stay inside.
+    // 5. A new session: no controlling terminal to push input into (CVE-2017-5226), process groups stay inside.
     sys::setsid().map_err(|e| Fail::new(Step::Setsid, e))?;
-    // 5. no_new_privs: setuid binaries and file capabilities grant nothing; an unprivileged filter needs it.
+    // 6. no_new_privs: setuid binaries and file capabilities grant nothing; an unprivileged filter needs it.
     sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| Fail::new(Step::NoNewPrivs, e))?;
-    // 6. Drop every capability, PID 1's in the run's user namespace (securebits first: uid 0 regains none).
+    // 7. Drop every capability, PID 1's in the run's user namespace or its own's (securebits first: uid 0 gets none).
     caps::drop_all(plan.last_cap).map_err(|e| Fail::new(Step::DropCaps, e))?;
-    // 7. A filter that allows every call below is installed now: the costliest step left, off the request's path;
+    // 8. A filter that allows every call below is installed now: the costliest step left, off the request's path;
     //    one inherited from PID 1's creator is checked to be there (never a program without its filter).
     let filter_inherited = plan.filter_inherited;
     if filter_inherited && crate::sys::seccomp::seccomp_mode() != Ok(libc::SECCOMP_MODE_FILTER as i32) {
@@ -63,7 +78,7 @@ pub(crate) fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, ruleset: &landloc
         shared.notify_fd.store(listener + 1, SeqCst);
     }
 
-    // 8. Wait for the run (a PID 1 prepared ahead idles here): the go message brings its stdio, the arena the
+    // 9. Wait for the run (a PID 1 prepared ahead idles here): the go message brings its stdio, the arena the
     //    rest; end of stream: the supervisor dropped this prepared run.
     let mut received = [-1; 3 + MAX_INHERIT_FDS];
     let (n, nfds) = sys::recv_fds_into(plan.go_sock, &mut received).map_err(|e| Fail::new(Step::Go, e))?;
@@ -77,7 +92,7 @@ pub(crate) fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, ruleset: &landloc
         return Err(Fail::new(Step::Go, libc::EBADMSG));
     }
     let (stdio, inherited) = received[..nfds].split_at_mut(3);
-    // 9. The run's stdio onto 0-2, the received copies closed: PID 1 shares the table and must not keep them.
+    // 10. The run's stdio onto 0-2, the received copies closed: PID 1 shares the table and must not keep them.
     for (i, fd) in stdio.iter().enumerate() {
         sys::dup2(*fd, i as RawFd).map_err(|e| Fail::new(Step::Stdio, e))?;
     }
@@ -88,14 +103,14 @@ pub(crate) fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, ruleset: &landloc
     }
     //     The inherited ones onto their numbers; what of PID 1's or ours was there moves above them all.
     inherit_fds(shared, targets, inherited).map_err(|e| Fail::new(Step::InheritFds, e))?;
-    // 10. controlling_tty: needs the session (4) and fd 0 in place; seccomp still bars TIOCSTI.
+    // 11. controlling_tty: needs the session (5) and fd 0 in place; seccomp still bars TIOCSTI.
     if shared.go_controlling_tty.load(SeqCst) != 0 {
         sys::tty::set_controlling_tty(0).map_err(|e| Fail::new(Step::ControllingTty, e))?;
     }
-    // 11. Landlock rules for the stdio that are files or terminals open for writing, so reopening them works.
+    // 12. Landlock rules for the stdio that are files or terminals open for writing, so reopening them works.
     let ruleset_fd = moved_fd(arena, ruleset.raw_fd());
     landlock::add_stdio_rules(ruleset_fd, ruleset.handled.fs);
-    // 12. chdir after dropping capabilities: the program's own permissions decide.
+    // 13. chdir after dropping capabilities: the program's own permissions decide.
     let cwd = arena.cstr(shared.go_cwd.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     if let Err(e) = sys::chdir(cwd) {
         if shared.go_cwd_fallback.load(SeqCst) == 0 {
@@ -103,27 +118,27 @@ pub(crate) fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, ruleset: &landloc
         }
         sys::chdir(c"/").map_err(|e| Fail::new(Step::Chdir, e))?;
     }
-    // 13. Resource limits last before exec, so that capsule's own set-up is not limited by them.
+    // 14. Resource limits last before exec, so that capsule's own set-up is not limited by them.
     let limits = arena
         .slice::<RawRlimit>(shared.go_rlimits.load(SeqCst), shared.go_rlimits_len.load(SeqCst))
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     rlimits::apply(limits).map_err(|(i, e)| Fail { step: Step::Rlimit, errno: e, path: i as u32 })?;
-    // 14. Only 0, 1, 2 and the inherited descriptors reach the program.
+    // 15. Only 0, 1, 2 and the inherited descriptors reach the program.
     sys::cloexec_from(3).map_err(|e| Fail::new(Step::CloseFds, e))?;
     for &fd in targets {
         sys::set_cloexec(fd, false).map_err(|e| Fail::new(Step::CloseFds, e))?;
     }
-    // 15. What execve needs and the run's filter, from the arena.
+    // 16. What execve needs and the run's filter, from the arena.
     let argv = arena.ptr_array(shared.go_argv.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     let envp = arena.ptr_array(shared.go_envp.load(SeqCst)).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     let paths = arena
         .slice::<u64>(shared.go_exec_paths.load(SeqCst), shared.go_exec_paths_len.load(SeqCst))
         .ok_or(Fail::new(Step::Go, libc::EFAULT))?;
     let (filter, notify, _) = run_filter(plan, arena).ok_or(Fail::new(Step::Go, libc::EFAULT))?;
-    // 16. Landlock (it needs no_new_privs, step 5): from here on writes only where the rules allow.
+    // 17. Landlock (it needs no_new_privs, step 6): from here on writes only where the rules allow.
     let enforced = landlock::restrict(ruleset_fd, plan.landlock.requested, ruleset.handled)?;
     shared.landlock.store(enforced.to_u32(), SeqCst);
-    // 17. The CPU time used so far is the set-up's, not the program's: take the baselines (sched_yield first, so
+    // 18. The CPU time used so far is the set-up's, not the program's: take the baselines (sched_yield first, so
     //     that cpu.stat is up to date).
     if let Some(cg) = &plan.cgroup {
         sys::sched_yield();
@@ -134,12 +149,12 @@ pub(crate) fn tracee_setup(plan: &Plan, arena: &Arena<Shared>, ruleset: &landloc
     shared.setup_user_us.store(user, SeqCst);
     shared.setup_system_us.store(system, SeqCst);
     shared.exec_ns.store(sys::clock_monotonic_ns(), SeqCst);
-    // 18. Seccomp last (unless installed at step 7 or inherited): from here on only the program's own calls run.
+    // 19. Seccomp last (unless installed at step 8 or inherited): from here on only the program's own calls run.
     if !early && !filter_inherited {
         let listener = crate::sys::seccomp::install(filter, notify).map_err(|e| Fail::new(Step::Seccomp, e))?;
         shared.notify_fd.store(listener + 1, SeqCst);
     }
-    // 19. execve each candidate path in turn; EACCES, if one gave it, over a later "not found".
+    // 20. execve each candidate path in turn; EACCES, if one gave it, over a later "not found".
     let mut err = libc::ENOENT;
     let mut eacces = false;
     for &path in paths {

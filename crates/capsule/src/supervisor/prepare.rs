@@ -50,6 +50,8 @@ pub(crate) struct Shape {
     pub(crate) layers: Vec<PathBuf>,
     /// PID 1 bounds the nested namespaces and inotify instances as it is built.
     pub(crate) ucounts: [u32; 12],
+    /// The tracee gets a user namespace of its own (`rlimits::counts_processes`).
+    pub(crate) tracee_userns: bool,
 }
 
 /// A PID 1 created for a run of one shape: building the sandbox, or ready
@@ -265,6 +267,7 @@ impl Pools {
 impl Supervisor {
     /// The key a request's PID 1 is prepared by.
     pub(crate) fn shape(&self, spec: &RunSpec) -> Shape {
+        let tracee_userns = rlimits::counts_processes(&spec.limits, self.cgroups.is_some());
         Shape {
             empty_root: spec.empty_root,
             tmp_size: spec.tmp_size,
@@ -277,7 +280,8 @@ impl Supervisor {
             seccomp: spec.seccomp.clone(),
             landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
             layers: spec.layers.clone(),
-            ucounts: crate::plan::rlimits::ucounts(&spec.limits),
+            ucounts: crate::plan::rlimits::ucounts(&spec.limits, tracee_userns),
+            tracee_userns,
         }
     }
 
@@ -464,6 +468,7 @@ impl Supervisor {
         let plan = Plan {
             uid_map: c(format!("{uid} 0 1\n")),
             gid_map: c(format!("{gid} 0 1\n")),
+            tracee_maps: shape.tracee_userns.then(|| [c(format!("{uid} {uid} 1\n")), c(format!("{gid} {gid} 1\n"))]),
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
