@@ -434,15 +434,17 @@ both_policies!(ptrace_other_runs);
 // ---------------------------------------------------------------- 2. signals
 
 /// Signals and pidfds at PID 1, the parent, every visible process, host
-/// pids (a process of the same user, the test, the server) and -1: the run
-/// still ends with the program's own exit code (7), the host process lives,
-/// and a server keeps serving.
+/// pids (a process of the same user, the test, the server) and -1, and
+/// new resource limits for PID 1 (which `default` refuses with EPERM: PID
+/// 1 has the program's uid, all the kernel asks): the run still ends with
+/// the program's own exit code (7), the host process lives, and a server
+/// keeps serving.
 fn signals_to_pid1_and_supervisor(policy: &str) {
     require_hostile!("signals_to_pid1_and_supervisor");
     let _l = procs_shared();
     let e = Expect {
         strict_kill: None,
-        default_errnos: &[("kill-host-", &["ESRCH"]), ("pidfd-host-", &["ESRCH"])],
+        default_errnos: &[("kill-host-", &["ESRCH"]), ("pidfd-host-", &["ESRCH"]), ("prlimit-1-", &["EPERM"])],
         exit_code: 7,
     };
     // In a container the pids start at 1 (the test is often its PID 1): a

@@ -1,8 +1,10 @@
 /* Attack 2: signals and pidfds to PID 1, to the parent, to every visible
- * process, to host pids given in argv (the supervisor), kill(-1, SIGKILL).
+ * process, to host pids given in argv (the supervisor), kill(-1, SIGKILL);
+ * last, lowering PID 1's resource limits (it shares this program's uid).
  * The run must still end with this program's own result (exit 0, DONE). */
 #include "hostile.h"
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 static int pidfd_open_(pid_t p) { return syscall(SYS_pidfd_open, p, 0); }
@@ -60,6 +62,17 @@ int main(int argc, char **argv) {
     if (getppid() != 0) info_call("kill-ppid-KILL", kill(getppid(), SIGKILL));
     info_call("kill-minus1-TERM", kill(-1, SIGTERM));
     info_call("kill-minus1-KILL", kill(-1, SIGKILL));
+    /* PID 1's limits: read, never set (last: `strict` may end the run here). */
+    struct rlimit cur;
+    info_call("prlimit-read-1-NOFILE", prlimit(1, RLIMIT_NOFILE, NULL, &cur));
+    const struct { const char *name; int resource; } lims[] = {
+        {"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC}, {"CPU", RLIMIT_CPU}, {"AS", RLIMIT_AS}};
+    for (unsigned i = 0; i < sizeof lims / sizeof *lims; i++) {
+        char w[64];
+        snprintf(w, sizeof w, "prlimit-1-%s", lims[i].name);
+        struct rlimit zero = {lims[i].resource == RLIMIT_CPU ? 1 : 0, lims[i].resource == RLIMIT_CPU ? 1 : 0};
+        expect_fail(w, prlimit(1, lims[i].resource, &zero, NULL));
+    }
     /* Still alive, and PID 1 must report this exit code. */
     DONE();
     return 7;

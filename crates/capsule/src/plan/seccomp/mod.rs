@@ -165,7 +165,6 @@ const TRACEE_EPILOGUE: &[i32] = &[
     libc::SYS_landlock_add_rule as i32,
     libc::SYS_landlock_restrict_self as i32,
     libc::SYS_chdir as i32,
-    libc::SYS_prlimit64 as i32,
     libc::SYS_setrlimit as i32,
     libc::SYS_close_range as i32,
     libc::SYS_sched_yield as i32,
@@ -181,7 +180,8 @@ const TRACEE_EPILOGUE: &[i32] = &[
 
 /// Whether a filter allows every call the tracee makes after its go
 /// message, whatever their arguments (and `ioctl(0, TIOCSCTTY, 0)`, for
-/// `controlling_tty`): then a PID 1 prepared ahead installs it *before*
+/// `controlling_tty`, and `prlimit64` of itself, as `sys::setrlimit` calls
+/// it): then a PID 1 prepared ahead installs it *before*
 /// waiting for the go message, off the request's path (installing converts
 /// and JITs the program and fills the action cache; its cost is in
 /// docs/seccomp.md). Exact: a call whose result depends on its arguments
@@ -192,6 +192,16 @@ pub(crate) fn allows_tracee_epilogue(prog: &[libc::sock_filter]) -> bool {
     }
     TRACEE_EPILOGUE.iter().all(|&nr| allows(prog, nr as i64, &[0; 6], true))
         && allows(prog, libc::SYS_ioctl, &[0, libc::TIOCSCTTY, 0, 0, 0, 0], false)
+        && allows_own_limits(prog)
+}
+
+/// Whether `prog` lets a process set its own limits, every one of them:
+/// `prlimit64` of pid 0 with a new limit (a pointer) and no old one, as
+/// `sys::setrlimit` calls it.
+fn allows_own_limits(prog: &[libc::sock_filter]) -> bool {
+    // RLIMIT_CPU (0) to RLIMIT_RTTIME (15).
+    const RLIMITS: u64 = 16;
+    (0..RLIMITS).all(|r| allows(prog, libc::SYS_prlimit64, &[0, r, 0x7fff_0000, 0, 0, 0], false))
 }
 
 /// Whether `prog` allows native call `nr` with `args`; with `any_args`,
@@ -203,8 +213,8 @@ fn allows(prog: &[libc::sock_filter], nr: i64, args: &[u64; 6], any_args: bool) 
 
 /// Every system call the `sys` layer makes, to which capsule's child path
 /// (PID 1 and the tracee until the program's execve) is confined, less
-/// `ioctl` and `socket`, which [`allows_child_path`] checks with the
-/// arguments the child path passes; and the two the kernel or the vDSO may
+/// `ioctl`, `socket` and `prlimit64`, which [`allows_child_path`] checks
+/// with the arguments the child path passes; and the two the kernel or the vDSO may
 /// make for it (`restart_syscall`, `clock_gettime`). A superset of what a
 /// PID 1 calls: whatever the run's mounts, limits and network.
 const CHILD_PATH: &[i64] = &[
@@ -264,7 +274,6 @@ const CHILD_PATH: &[i64] = &[
     libc::SYS_ppoll,
     libc::SYS_prctl,
     libc::SYS_pread64,
-    libc::SYS_prlimit64,
     libc::SYS_process_vm_readv,
     libc::SYS_read,
     libc::SYS_readlinkat,
@@ -324,4 +333,5 @@ pub(crate) fn allows_child_path(prog: &[libc::sock_filter]) -> bool {
     CHILD_PATH.iter().all(|&nr| allows(prog, nr, &[0; 6], true))
         && ioctls.iter().all(|&cmd| allows(prog, libc::SYS_ioctl, &[3, cmd, 0, 0, 0, 0], false))
         && allows(prog, libc::SYS_socket, &[libc::AF_INET as u64, datagram, 0, 0, 0, 0], false)
+        && allows_own_limits(prog)
 }

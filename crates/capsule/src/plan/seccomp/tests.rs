@@ -63,6 +63,13 @@ fn default_policy_actions() {
     assert_eq!(native(&f, "ioctl", [0, 0x1_0000_5412, 0, 0, 0, 0]), eperm);
     assert_eq!(native(&f, "ioctl", [0, 0x541c, 0, 0, 0, 0]), eperm);
     assert_eq!(native(&f, "ioctl", [0, 0x5401, 0, 0, 0, 0]), RET_ALLOW);
+    // prlimit64: PID 1's limits are read, not set (whatever the upper 32
+    // bits of the pid); a process's own, and another's, are set.
+    assert_eq!(native(&f, "prlimit64", [1, 7, 0x1000, 0, 0, 0]), eperm, "setting PID 1's");
+    assert_eq!(native(&f, "prlimit64", [0x1_0000_0001, 7, 0x1000, 0x2000, 0, 0]), eperm);
+    assert_eq!(native(&f, "prlimit64", [1, 7, 0, 0x1000, 0, 0]), RET_ALLOW, "reading PID 1's");
+    assert_eq!(native(&f, "prlimit64", [0, 7, 0x1000, 0, 0, 0]), RET_ALLOW, "its own");
+    assert_eq!(native(&f, "prlimit64", [2, 7, 0x1000, 0, 0, 0]), RET_ALLOW, "its child's");
     // personality: the default values and the query only.
     for ok in [0u64, 8, 0x20000, 0x20008, 0xffff_ffff, 0x1_0000_0000] {
         assert_eq!(native(&f, "personality", [ok, 0, 0, 0, 0, 0]), RET_ALLOW, "{ok:#x}");
@@ -222,6 +229,10 @@ fn new_listener_refused_when_notifying() {
     assert_eq!(native(&f, "seccomp", [1, 8, 0, 0, 0, 0]), RET_ALLOW);
 }
 
+/// A policy that refuses a process's own RLIMIT_NOFILE (7): the child
+/// path sets it (the run's `limits.open_files`).
+const OWN_NOFILE_REFUSED: &str = "default_action = \"allow\"\n[[rule]]\nsyscall = [\"prlimit64\"]\nargs = [{ index = 0, op = \"eq\", value = 0 }, { index = 1, op = \"eq\", value = 7 }, { index = 2, op = \"ne\", value = 0 }]\naction = \"errno 1\"";
+
 #[test]
 fn which_filters_a_prepared_tracee_installs_early() {
     let built = |n: &str| compile(&n.parse().unwrap()).unwrap();
@@ -241,6 +252,8 @@ fn which_filters_a_prepared_tracee_installs_early() {
     assert!(!allows_tracee_epilogue(&file(deny)));
     let by_args = "default_action = \"allow\"\n[[rule]]\nsyscall = [\"close\"]\nargs = [{ index = 0, op = \"eq\", value = 99 }]\naction = \"errno 1\"";
     assert!(!allows_tracee_epilogue(&file(by_args)));
+    // Setting its own limits refused, for one resource; `default`'s rule (PID 1's) is another pid's.
+    assert!(!allows_tracee_epilogue(&file(OWN_NOFILE_REFUSED)));
     // TIOCSCTTY itself refused.
     let tty = format!(
         "default_action = \"allow\"\n[[rule]]\nsyscall = [\"ioctl\"]\nargs = [{{ index = 1, op = \"eq\", value = {} }}]\naction = \"errno 1\"",
@@ -268,6 +281,7 @@ fn which_filters_pid1_can_be_created_under() {
     assert!(allows_child_path(&file("default_action = \"allow\"")));
     // One call of PID 1's refused, or decided by its arguments; the
     // loopback's datagram socket or the terminal's ioctl refused.
+    assert!(!allows_child_path(&file(OWN_NOFILE_REFUSED)), "setting its own limits");
     for (call, args) in
         [("mount_setattr", ""), ("pivot_root", ""), ("unshare", "args = [{ index = 0, op = \"eq\", value = 1 }]")]
     {
