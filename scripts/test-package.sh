@@ -191,7 +191,14 @@ fi
 uid=$(id -u "$user") gid=$(id -g "$user")
 as_user() { (cd / && setpriv --reuid="$uid" --regid="$gid" --clear-groups -- env -i PATH=/usr/bin:/bin "$@"); }
 dpkg -s capsule >/dev/null 2>&1 && fail "a capsule package is installed already: dpkg --purge capsule first"
-snapshot() { find /usr /etc /var/lib/dpkg/info /var/cache/apparmor -xdev 2>/dev/null | sort; }
+# (Only the directories there are: find's status for a missing one, such as
+# /var/cache/apparmor without AppArmor's package, would end the script.)
+snapshot() {
+  local d
+  for d in /usr /etc /var/lib/dpkg/info /var/cache/apparmor; do
+    if [ -e "$d" ]; then find "$d" -xdev 2>/dev/null; fi
+  done | sort
+}
 snapshot >"$scratch/before"
 dpkg -i "$deb" >"$scratch/dpkg-i.log" 2>&1 || { cat "$scratch/dpkg-i.log" >&2; fail "dpkg -i $deb"; }
 purge() { dpkg --purge capsule >"$scratch/purge.log" 2>&1; }
