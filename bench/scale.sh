@@ -55,7 +55,13 @@
 #   `--no-cgroups` and with `--require-cgroups --cgroup BASE`;
 # - capsule serve: `capsule-bench serve --parallel P --window 2P` (a
 #   `capsule serve --parallel P` child, JSON lines, 2P requests in
-#   flight), with and without cgroups the same way.
+#   flight), with and without cgroups the same way;
+# - capsule serve per CPU, pinned: min(P, CPUs) servers at once, each
+#   `capsule-bench serve` under `taskset -c` one CPU of its own (its
+#   supervisor, PID 1s and programs stay there), the P slots and the runs
+#   shared out among them, without cgroups: the deployment docs/protocol.md
+#   gives judges that want a core per run (docs/latency.md, "Where P = 2
+#   stands"); its throughput is all their runs over the slowest one's time.
 # Each capsule measurement starts its own supervisor, does WARMUP runs on it
 # and then the RUNS timed ones. Method: ROUNDS rounds; in each, P by P, every
 # column once, their order rotated by one per round and P. A cell is the
@@ -163,14 +169,18 @@ busy_now() {
 # (raw data, writable by the user), as_bench, plist, rounds, runs, warmup;
 # cg_base and floor_base empty when the cgroup columns are skipped.
 measure() {
-    local configs=(bare ns sandbox sandbox+net lib serve) r p i k n c per line w
+    local configs=(bare ns sandbox sandbox+net lib serve serve-pin) r p i k n c per line w
     if [[ -n $cg_base ]]; then
-        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg serve serve-cg)
+        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg serve serve-cg serve-pin)
     fi
-    local -a ps
+    local -a ps cpus
     IFS=, read -r -a ps <<<"$plist"
+    # The CPUs this script may use, one per pinned server.
+    read -r -a cpus < <(awk '/^Cpus_allowed_list:/ { n = split($2, r, ","); for (i = 1; i <= n; i++) {
+        if (split(r[i], b, "-") == 2) { for (c = b[1]; c <= b[2]; c++) printf "%d ", c } else printf "%d ", r[i] }
+        print "" }' /proc/self/status)
     : >"$out/floor.jsonl"
-    for c in lib lib-cg serve serve-cg; do : >"$out/$c.jsonl"; done
+    for c in lib lib-cg serve serve-cg serve-pin; do : >"$out/$c.jsonl"; done
     chmod 0666 "$out"/*.jsonl
     log "$rounds rounds over P = $plist, columns ${configs[*]}; $runs runs per measurement, $warmup warm-up runs"
     local start
@@ -205,6 +215,29 @@ measure() {
                         as_bench "$stage/capsule-bench" serve --capsule "$stage/capsule" --parallel "$p" \
                             --window "$w" --runs "$runs" --warmup "$warmup" --round "$r" "${cgopt[@]}" \
                             --raw "$out/$c.jsonl" >>"$out/driver.log" || die "capsule-bench serve ($c, P $p) failed in round $r"
+                        ;;
+                    serve-pin)
+                        local servers=$((p < ${#cpus[@]} ? p : ${#cpus[@]})) j pj rj
+                        local -a pids=()
+                        for ((j = 0; j < servers; j++)); do
+                            pj=$((p / servers + (j < p % servers ? 1 : 0)))
+                            rj=$(((runs * pj + p - 1) / p))
+                            : >"$out/serve-pin.$j.jsonl"
+                            chmod 0666 "$out/serve-pin.$j.jsonl"
+                            as_bench taskset -c "${cpus[j]}" "$stage/capsule-bench" serve --capsule "$stage/capsule" \
+                                --parallel "$pj" --window $((2 * pj)) --runs "$rj" --warmup "$warmup" --round "$r" \
+                                --no-cgroups --raw "$out/serve-pin.$j.jsonl" >>"$out/driver.log" &
+                            pids+=($!)
+                        done
+                        for j in "${pids[@]}"; do
+                            wait "$j" || die "capsule-bench serve (serve-pin, P $p) failed in round $r"
+                        done
+                        jq -cs --argjson r "$r" --argjson p "$p" 'map(select(.kind == "throughput"))
+                            | {kind: "throughput", round: $r, parallel: $p, config: "serve-pin", servers: length,
+                               runs: (map(.runs) | add), secs: (map(.secs) | max)}
+                            | .per_sec = .runs / .secs' "$out"/serve-pin.[0-9]*.jsonl >>"$out/serve-pin.jsonl" ||
+                            die "combining the pinned servers' results failed in round $r"
+                        rm -f "$out"/serve-pin.[0-9]*.jsonl
                         ;;
                 esac
             done
@@ -281,7 +314,7 @@ if $inner; then
 fi
 
 # --- tools -------------------------------------------------------------------
-mapfile -t missing < <(missing_of jq:jq setpriv:util-linux python3:python3 "$cc":gcc)
+mapfile -t missing < <(missing_of jq:jq setpriv:util-linux taskset:util-linux python3:python3 "$cc":gcc)
 install_missing "${missing[@]}"
 if $vm_mode; then
     $is_root || die "--vm must run as root (the VM script starts QEMU and creates its user)"
@@ -353,12 +386,13 @@ from collections import defaultdict
 out, plist, with_cg = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], sys.argv[3] == "1"
 cols = [("bare", "bare"), ("ns", "ns floor"), ("ns+cg", "ns+cg floor"), ("sandbox", "sandbox floor"),
         ("sandbox+net", "sandbox+net floor"), ("lib", "capsule, library"), ("lib-cg", "capsule, library, cgroups"),
-        ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups")]
+        ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups"),
+        ("serve-pin", "`capsule serve` per CPU, pinned")]
 v = defaultdict(dict)  # (P, config) -> {round: runs/s}
 for line in open(f"{out}/floor.jsonl"):
     x = json.loads(line)
     v[(x["parallel"], x["config"])][x["round"]] = x["per_sec"]
-for c in ("lib", "lib-cg", "serve", "serve-cg"):
+for c in ("lib", "lib-cg", "serve", "serve-cg", "serve-pin"):
     for line in open(f"{out}/{c}.jsonl"):
         x = json.loads(line)
         if x.get("kind") == "throughput":
@@ -425,14 +459,14 @@ def ok(med, rr, limit):  # by the median; "not clearly" where the rounds disagre
 
 if 2 in plist:
     for c, name in (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
-                    ("lib-cg", "library, cgroups")):
+                    ("lib-cg", "library, cgroups"), ("serve-pin", "served as one pinned server per CPU")):
         if v[(2, c)]:
             r = ratio(2, c)
             T.append(f"| `parallel` 2, {name}: ≥ 0.8× the ns floor | {r:.2f}× | {ok(r, ratios(2, c), 0.8)} |")
     top = max(plist)
     if top > 2:
         for c, name in (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
-                        ("lib-cg", "library, cgroups")):
+                        ("lib-cg", "library, cgroups"), ("serve-pin", "served as one pinned server per CPU")):
             if v[(2, c)] and v[(top, c)]:
                 a, b = st.median(v[(top, c)].values()), st.median(v[(2, c)].values())
                 rr = [v[(top, c)][r] / v[(2, c)][r] for r in v[(top, c)] if r in v[(2, c)]]
