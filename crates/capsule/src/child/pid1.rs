@@ -6,7 +6,7 @@
 use super::landlock;
 use super::mounts::{self, Build};
 use super::rlimits;
-use super::shared::{fail_exit, inherit_targets, write_proc, NetJoin, Plan, Shared};
+use super::shared::{fail_exit, inherit_targets, write_id_maps, NetJoin, Plan, Shared};
 use super::step::{Fail, Step};
 use super::tracee::{tracee, TraceeArgs};
 use super::wait::pid1_wait;
@@ -101,10 +101,7 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     // 12. The run's user namespace (U2): the program's ids mapped onto the supervisor's root, i.e. the caller; PID 1
     //     keeps every capability in it, which the tracee, its clone, drops.
     sys::unshare(libc::CLONE_NEWUSER).map_err(|e| Fail::new(Step::UserNamespace, e))?;
-    write_proc(p, b"setgroups", b"deny")
-        .and_then(|_| write_proc(p, b"gid_map", plan.gid_map.to_bytes()))
-        .and_then(|_| write_proc(p, b"uid_map", plan.uid_map.to_bytes()))
-        .map_err(|e| Fail::new(Step::IdMap, e))?;
+    write_id_maps(p, &plan.uid_map, &plan.gid_map).map_err(|e| Fail::new(Step::IdMap, e))?;
     // 13. Bound the per-user counts here, where only PID 1 has CAP_SYS_RESOURCE: the program cannot use up the user's.
     rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail {
         step: Step::Ucounts,

@@ -258,8 +258,17 @@ pub(crate) fn fail_exit(shared: &Shared, f: Fail) -> ! {
     sys::exit(127)
 }
 
+/// Maps the calling process's user namespace (just created by it or its
+/// clone): one line each, through the procfs `proc`.
+pub(crate) fn write_id_maps(proc: RawFd, uid_map: &CStr, gid_map: &CStr) -> Result<(), Errno> {
+    // setgroups first: an unprivileged gid_map needs it denied.
+    write_proc(proc, b"setgroups", b"deny")?;
+    write_proc(proc, b"gid_map", gid_map.to_bytes())?;
+    write_proc(proc, b"uid_map", uid_map.to_bytes())
+}
+
 /// Writes `data` to `self/<file>` under the procfs `proc`.
-pub(crate) fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
+fn write_proc(proc: RawFd, file: &[u8], data: &[u8]) -> Result<(), Errno> {
     let mut buf = [0u8; 64];
     let path = b"self/";
     if path.len() + file.len() >= buf.len() {

@@ -8,7 +8,7 @@ use super::cgroup::read_cpu_stat;
 use super::landlock;
 use super::pid1::Never;
 use super::rlimits;
-use super::shared::{inherit_targets, moved_fd, run_filter, write_proc, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
+use super::shared::{inherit_targets, moved_fd, run_filter, write_id_maps, Plan, Shared, CWD_NAME, EXEC_NAME, FLAG_GO};
 use super::step::{Fail, Step};
 use crate::plan::rlimits::RawRlimit;
 use crate::proto::spec::MAX_INHERIT_FDS;
@@ -49,10 +49,7 @@ pub(crate) fn tracee_setup(
     // 2. With RLIMIT_NPROC: a user namespace of its own (the clone made it), its ids onto themselves, where the
     //    kernel counts the program's processes without PID 1's (each map one line of its own effective id).
     if let Some([uid_map, gid_map]) = &plan.tracee_maps {
-        write_proc(proc, b"setgroups", b"deny")
-            .and_then(|_| write_proc(proc, b"gid_map", gid_map.to_bytes()))
-            .and_then(|_| write_proc(proc, b"uid_map", uid_map.to_bytes()))
-            .map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+        write_id_maps(proc, uid_map, gid_map).map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
     }
     // 3. A cgroup namespace rooted at the run's cgroup: the program sees none of the cgroups above, its limits.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|e| Fail::new(Step::CgroupNamespace, e))?;
