@@ -457,16 +457,16 @@ def ok(med, rr, limit):  # by the median; "not clearly" where the rounds disagre
     return f"{'yes' if med >= limit else '**no**'} by the median, not clearly (rounds {min(rr):.2f}–{max(rr):.2f})"
 
 
+capsule_cols = (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
+                ("lib-cg", "library, cgroups"), ("serve-pin", "served as one pinned server per CPU"))
 if 2 in plist:
-    for c, name in (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
-                    ("lib-cg", "library, cgroups"), ("serve-pin", "served as one pinned server per CPU")):
+    for c, name in capsule_cols:
         if v[(2, c)]:
             r = ratio(2, c)
             T.append(f"| `parallel` 2, {name}: ≥ 0.8× the ns floor | {r:.2f}× | {ok(r, ratios(2, c), 0.8)} |")
     top = max(plist)
     if top > 2:
-        for c, name in (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
-                        ("lib-cg", "library, cgroups"), ("serve-pin", "served as one pinned server per CPU")):
+        for c, name in capsule_cols:
             if v[(2, c)] and v[(top, c)]:
                 a, b = st.median(v[(top, c)].values()), st.median(v[(2, c)].values())
                 rr = [v[(top, c)][r] / v[(2, c)][r] for r in v[(top, c)] if r in v[(2, c)]]
