@@ -56,6 +56,10 @@
 # - capsule serve: `capsule-bench serve --parallel P --window 2P` (a
 #   `capsule serve --parallel P` child, JSON lines, 2P requests in
 #   flight), with and without cgroups the same way;
+# - capsule serve --per-cpu: `capsule-bench serve --per-cpu --parallel P
+#   --window 2P`: one `capsule serve` whose front shares the requests out to
+#   min(P, CPUs) supervisors, each pinned with its runs to a CPU of its own
+#   (docs/protocol.md, "One supervisor per CPU"), with and without cgroups;
 # - capsule serve per CPU, pinned: min(P, CPUs) servers at once, each
 #   `capsule-bench serve` under `taskset -c` one CPU of its own (its
 #   supervisor, PID 1s and programs stay there), the P slots and the runs
@@ -169,9 +173,9 @@ busy_now() {
 # (raw data, writable by the user), as_bench, plist, rounds, runs, warmup;
 # cg_base and floor_base empty when the cgroup columns are skipped.
 measure() {
-    local configs=(bare ns sandbox sandbox+net lib serve serve-pin) r p i k n c per line w
+    local configs=(bare ns sandbox sandbox+net lib serve serve-cpu serve-pin) r p i k n c per line w
     if [[ -n $cg_base ]]; then
-        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg serve serve-cg serve-pin)
+        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg serve serve-cg serve-cpu serve-cpu-cg serve-pin)
     fi
     local -a ps cpus
     IFS=, read -r -a ps <<<"$plist"
@@ -180,7 +184,7 @@ measure() {
         if (split(r[i], b, "-") == 2) { for (c = b[1]; c <= b[2]; c++) printf "%d ", c } else printf "%d ", r[i] }
         print "" }' /proc/self/status)
     : >"$out/floor.jsonl"
-    for c in lib lib-cg serve serve-cg serve-pin; do : >"$out/$c.jsonl"; done
+    for c in lib lib-cg serve serve-cg serve-cpu serve-cpu-cg serve-pin; do : >"$out/$c.jsonl"; done
     chmod 0666 "$out"/*.jsonl
     log "$rounds rounds over P = $plist, columns ${configs[*]}; $runs runs per measurement, $warmup warm-up runs"
     local start
@@ -209,9 +213,10 @@ measure() {
                             --window "$w" --runs "$runs" --warmup "$warmup" --no-bare --round "$r" "${cgopt[@]}" \
                             --raw "$out/$c.jsonl" >>"$out/driver.log" || die "capsule-bench throughput ($c, P $p) failed in round $r"
                         ;;
-                    serve | serve-cg)
+                    serve | serve-cg | serve-cpu | serve-cpu-cg)
                         local cgopt=(--no-cgroups)
-                        [[ $c == serve-cg ]] && cgopt=(--require-cgroups --cgroup "$cg_base")
+                        [[ $c == *-cg ]] && cgopt=(--require-cgroups --cgroup "$cg_base")
+                        [[ $c == serve-cpu* ]] && cgopt+=(--per-cpu)
                         as_bench "$stage/capsule-bench" serve --capsule "$stage/capsule" --parallel "$p" \
                             --window "$w" --runs "$runs" --warmup "$warmup" --round "$r" "${cgopt[@]}" \
                             --raw "$out/$c.jsonl" >>"$out/driver.log" || die "capsule-bench serve ($c, P $p) failed in round $r"
@@ -387,12 +392,13 @@ out, plist, with_cg = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], sys
 cols = [("bare", "bare"), ("ns", "ns floor"), ("ns+cg", "ns+cg floor"), ("sandbox", "sandbox floor"),
         ("sandbox+net", "sandbox+net floor"), ("lib", "capsule, library"), ("lib-cg", "capsule, library, cgroups"),
         ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups"),
+        ("serve-cpu", "`capsule serve --per-cpu`"), ("serve-cpu-cg", "`capsule serve --per-cpu`, cgroups"),
         ("serve-pin", "`capsule serve` per CPU, pinned")]
 v = defaultdict(dict)  # (P, config) -> {round: runs/s}
 for line in open(f"{out}/floor.jsonl"):
     x = json.loads(line)
     v[(x["parallel"], x["config"])][x["round"]] = x["per_sec"]
-for c in ("lib", "lib-cg", "serve", "serve-cg", "serve-pin"):
+for c in ("lib", "lib-cg", "serve", "serve-cg", "serve-cpu", "serve-cpu-cg", "serve-pin"):
     for line in open(f"{out}/{c}.jsonl"):
         x = json.loads(line)
         if x.get("kind") == "throughput":
@@ -458,7 +464,8 @@ def ok(med, rr, limit):  # by the median; "not clearly" where the rounds disagre
 
 
 capsule_cols = (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
-                ("lib-cg", "library, cgroups"), ("serve-pin", "served as one pinned server per CPU"))
+                ("lib-cg", "library, cgroups"), ("serve-cpu", "served with --per-cpu"),
+                ("serve-cpu-cg", "served with --per-cpu, cgroups"), ("serve-pin", "served as one pinned server per CPU"))
 if 2 in plist:
     for c, name in capsule_cols:
         if v[(2, c)]:

@@ -53,6 +53,14 @@ fi
 # checks are the `server_*` tests of `cgroups`, run in the VM.
 cargo test --workspace --lib --test layout --bin capsule-cli --bin capsule-probe --bin capsule-bench --bin capsule-libtest --test cli --test isolation --test filesystem --test server --test library --test landlock --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge --test agent "$@"
 cargo test -p capsule-cli --test cgroups "$@" degraded_
+# `capsule serve --per-cpu` (a pinned supervisor per CPU behind a front that
+# shares the requests out): the protocol's tests once more, through the
+# front. Left out: those that look inside one supervisor process (its
+# threads, spares and filters), `--shared-network` (which --per-cpu
+# refuses) and the per_cpu tests themselves (they ran above).
+CAPSULE_TEST_PER_CPU=1 cargo test -p capsule-cli --test server "$@" -- --skip serve_concurrent_runs_have_their_own_network \
+  --skip serve_idle_spares_are_not_in_uninterruptible_sleep --skip served_runs_inherit_their_own_filter_and_no_other \
+  --skip serve_loop_takes_short_turns_and_its_programs_do_not --skip per_cpu
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.
 cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_

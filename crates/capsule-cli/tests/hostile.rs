@@ -1704,36 +1704,40 @@ fn serve_listen_refuses_sandboxed_peers() {
     let t = "serve_listen_refuses_sandboxed_peers";
     require!(t, userns_available());
     require!(t, python3());
-    let dir = Scratch::new("listen-peer");
-    let path = dir.join("sock");
-    let mut server = capsule(&["serve", "--listen", &path.display().to_string()]);
-    server.timeout(Duration::from_secs(120));
-    let server = server.spawn();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&path).is_err() {
-        assert!(Instant::now() < deadline, "capsule serve --listen did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let client = format!(
-        "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.settimeout(20)\n\
+    // One supervisor, and the per-CPU front, which checks its peers itself.
+    for extra in [&[][..], &["--per-cpu"][..]] {
+        let dir = Scratch::new("listen-peer");
+        let path = dir.join("sock");
+        let mut server = capsule(&["serve", "--listen", &path.display().to_string()]);
+        server.args(extra);
+        server.timeout(Duration::from_secs(120));
+        let server = server.spawn();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&path).is_err() {
+            assert!(Instant::now() < deadline, "capsule serve --listen did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let client = format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.settimeout(20)\n\
          try:\n    s.sendall(b'{{\"id\": 1, \"spec\": {{\"argv\": [\"/bin/true\"], \"seccomp\": \"none\"}}}}\\n')\n\
          except BrokenPipeError:\n    pass\n\
          data=b''\nwhile True:\n    b=s.recv(4096)\n    if not b: break\n    data+=b\n    if b'\\n' in data: break\n\
          print(data.decode().strip() or 'EOF')",
-        path.display().to_string()
-    );
-    let out = capsule(&["run", "-q", "--bind", &dir.s(), &dir.s(), "--", "python3", "-c", &client]).run();
-    assert_eq!(out.code, Some(0), "{}", out.describe());
-    let line = out.stdout.trim();
-    assert!(!line.contains("\"result\""), "a sandboxed peer had a run made: {line}");
-    assert!(line.contains("\"error\"") && line.contains("refused"), "no refusal line: {}", out.describe());
-    // The user's own client, outside any sandbox, is served.
-    let own = as_user(&["/usr/bin/python3", "-c", &client]).output().unwrap();
-    let own = String::from_utf8_lossy(&own.stdout);
-    assert!(own.contains("\"result\""), "the user's own client was not served: {own}");
-    // SAFETY: kill(2) on the server's pid (setpriv exec'd capsule), still our child.
-    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
-    let _ = server.wait();
+            path.display().to_string()
+        );
+        let out = capsule(&["run", "-q", "--bind", &dir.s(), &dir.s(), "--", "python3", "-c", &client]).run();
+        assert_eq!(out.code, Some(0), "{}", out.describe());
+        let line = out.stdout.trim();
+        assert!(!line.contains("\"result\""), "{extra:?}: a sandboxed peer had a run made: {line}");
+        assert!(line.contains("\"error\"") && line.contains("refused"), "no refusal line: {}", out.describe());
+        // The user's own client, outside any sandbox, is served.
+        let own = as_user(&["/usr/bin/python3", "-c", &client]).output().unwrap();
+        let own = String::from_utf8_lossy(&own.stdout);
+        assert!(own.contains("\"result\""), "{extra:?}: the user's own client was not served: {own}");
+        // SAFETY: kill(2) on the server's pid (setpriv exec'd capsule), still our child.
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+        let _ = server.wait();
+    }
 }
 
 // ---- issue 20: layers

@@ -147,6 +147,16 @@ fn error_text(v: &Value) -> Option<String> {
     Some(s.to_string())
 }
 
+/// `--per-cpu` when `CAPSULE_TEST_PER_CPU=1`: scripts/test.sh runs the
+/// protocol's tests once more through the per-CPU front
+/// (`capsule serve --per-cpu`), which must answer exactly as one supervisor.
+fn per_cpu() -> &'static [&'static str] {
+    match std::env::var("CAPSULE_TEST_PER_CPU").as_deref() {
+        Ok("1") => &["--per-cpu"],
+        _ => &[],
+    }
+}
+
 /// `capsule serve ARGS` with the protocol on its stdin/stdout.
 struct Serve {
     run: Running,
@@ -156,7 +166,10 @@ struct Serve {
 
 fn serve(args: &[&str]) -> Serve {
     let mut c = capsule(&["serve"]);
-    c.args(args).stdio(Stdio::piped(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(300));
+    c.args(per_cpu())
+        .args(args)
+        .stdio(Stdio::piped(), Stdio::piped(), Stdio::piped())
+        .timeout(Duration::from_secs(300));
     serve_cmd(c)
 }
 
@@ -309,7 +322,7 @@ fn connect_as_user(path: &Path) -> std::io::Result<UnixStream> {
 fn listen(dir: &Scratch, args: &[&str]) -> (Serve, PathBuf) {
     let path = dir.join("sock");
     let mut c = capsule(&["serve", "--listen", path.to_str().unwrap()]);
-    c.args(args).stdio(Stdio::null(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(300));
+    c.args(per_cpu()).args(args).stdio(Stdio::null(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(300));
     let mut s = serve_cmd(c);
     let deadline = Instant::now() + T;
     while UnixStream::connect(&path).is_err() {
@@ -1536,4 +1549,147 @@ fn serve_loop_takes_short_turns_and_its_programs_do_not() {
     }
     assert_eq!(keepers, 1, "one network keeper thread");
     s.finish().assert_code(0);
+}
+
+// ---------------------------------------------------------------- one supervisor per CPU
+
+/// `capsule serve --per-cpu ARGS` (whatever `CAPSULE_TEST_PER_CPU` says).
+fn serve_per_cpu(args: &[&str]) -> Serve {
+    let mut c = capsule(&["serve", "--per-cpu"]);
+    c.args(args).stdio(Stdio::piped(), Stdio::piped(), Stdio::piped()).timeout(Duration::from_secs(300));
+    serve_cmd(c)
+}
+
+/// The CPUs of a `Cpus_allowed_list` value ("0-2,5").
+fn cpu_list(list: &str) -> std::collections::BTreeSet<usize> {
+    let mut set = std::collections::BTreeSet::new();
+    for r in list.trim().split(',').filter(|r| !r.is_empty()) {
+        let (a, b) = r.split_once('-').unwrap_or((r, r));
+        set.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    set
+}
+
+fn cpus_of_pid(pid: i32) -> std::collections::BTreeSet<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    cpu_list(status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or(""))
+}
+
+/// The front's children: its supervisors, in the order it started them.
+fn front_children(front: i32) -> Vec<i32> {
+    let mut kids: Vec<i32> = all_procs().iter().filter(|p| p.ppid == front && p.state != 'Z').map(|p| p.pid).collect();
+    kids.sort();
+    kids
+}
+
+/// `--per-cpu --parallel N` on N CPUs: N supervisors, children of the
+/// front, each pinned to a CPU of its own, together all of the server's;
+/// N runs at once go one to each, and each run's program may run on its
+/// supervisor's CPU only. Idle, with spares prepared on every supervisor,
+/// nothing of the server waits in state D.
+#[test]
+fn serve_per_cpu_pins_a_supervisor_and_its_runs_to_each_cpu() {
+    require!("serve_per_cpu_pins_a_supervisor_and_its_runs_to_each_cpu", userns_available());
+    let _l = procs_shared();
+    let n = cpus_allowed();
+    let mine = cpus_of_pid(std::process::id() as i32);
+    let mut s = serve_per_cpu(&["--parallel", &n.to_string()]);
+    let spec = with(sh("grep Cpus_allowed_list /proc/self/status; sleep 1"), "stdout", json!({"capture": 200}));
+    for i in 0..n {
+        s.request(json!(i), spec.clone());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..n {
+        let r = s.result(&json!(i), T);
+        assert_exited(&r, 0);
+        let text = r["stdout"]["text"].as_str().unwrap_or("").to_string();
+        let cpus = cpu_list(text.trim().strip_prefix("Cpus_allowed_list:").unwrap_or_else(|| panic!("{r}")));
+        assert_eq!(cpus.len(), 1, "run {i} may run on {cpus:?}, not one CPU: {r}");
+        seen.extend(cpus);
+    }
+    assert_eq!(seen, mine, "{n} runs at once did not take every CPU once");
+    let kids = front_children(s.pid());
+    assert_eq!(kids.len(), n, "the front's supervisors: {:?}", process_tree(s.pid()));
+    let pinned: Vec<_> = kids.iter().map(|&k| cpus_of_pid(k)).collect();
+    assert!(pinned.iter().all(|c| c.len() == 1), "a supervisor not pinned to one CPU: {pinned:?}");
+    assert_eq!(pinned.iter().flatten().copied().collect::<std::collections::BTreeSet<_>>(), mine, "{pinned:?}");
+    // Each supervisor, having had a request, prepares spares of its shape.
+    let deadline = Instant::now() + T;
+    loop {
+        let spares = kids
+            .iter()
+            .map(|&k| process_tree(k).iter().filter(|(_, st, c)| c == "capsule-tracee" && *st == 'S').count())
+            .collect::<Vec<_>>();
+        if spares.iter().all(|&c| c >= 1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "spares per supervisor {spares:?}: {:?}", process_tree(s.pid()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..20 {
+        let tree = process_tree(s.pid());
+        let blocked: Vec<_> = tree.iter().filter(|(_, state, _)| *state == 'D').collect();
+        assert!(blocked.is_empty(), "idle, in uninterruptible sleep (state D): {blocked:?}; the tree: {tree:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    s.finish().assert_code(0);
+}
+
+/// A supervisor of `--per-cpu` that dies ends the server as one
+/// supervisor's death would: its run in flight is answered with an error
+/// naming it, the other supervisors kill their runs, the front exits 125,
+/// and no process of the runs is left.
+#[test]
+fn serve_per_cpu_a_supervisor_dying_ends_the_server() {
+    require!("serve_per_cpu_a_supervisor_dying_ends_the_server", userns_available());
+    let _l = procs_exclusive();
+    let n = cpus_allowed().min(2);
+    let mut s = serve_per_cpu(&["--parallel", &n.to_string()]);
+    let marks: Vec<String> = (0..n).map(|_| sleep_marker()).collect();
+    let _g: Vec<_> = marks.iter().map(|m| MarkerGuard(m.clone())).collect();
+    for (i, m) in marks.iter().enumerate() {
+        s.request(json!(i), json!({"argv": ["/bin/sleep", m]}));
+    }
+    for m in &marks {
+        wait_marker(m, T);
+    }
+    let kids = front_children(s.pid());
+    assert_eq!(kids.len(), n, "{:?}", process_tree(s.pid()));
+    // Run 0 went to the first supervisor.
+    // SAFETY: kill(2) of a process of the test user's server, by pid.
+    assert_eq!(unsafe { libc::kill(kids[0], libc::SIGKILL) }, 0);
+    let r = s.recv_id(&json!(0), T);
+    let e = error_text(&r).unwrap_or_else(|| panic!("run 0 on the killed supervisor: {r}"));
+    assert!(e.contains("supervisor on CPU") && e.contains("killed by signal 9"), "{e}");
+    let t0 = Instant::now();
+    let out = s.finish();
+    out.assert_code(125);
+    assert!(out.stderr.contains("killed by signal 9"), "{}", out.describe());
+    for m in &marks {
+        if let Err(left) = wait_marker_gone(m, t0, T) {
+            panic!("a run outlived its server: {left:?}");
+        }
+    }
+}
+
+/// What `--per-cpu` cannot do is refused up front, with the reason: one
+/// network for all runs (`--shared-network`), and a server none of whose
+/// supervisors could start (cgroups required where the base is missing)
+/// exits 125 at once with the supervisors' own error.
+#[test]
+fn serve_per_cpu_refusals() {
+    require!("serve_per_cpu_refusals", userns_available());
+    let _l = procs_shared();
+    let out = capsule(&["serve", "--per-cpu", "--shared-network"])
+        .stdio(Stdio::null(), Stdio::piped(), Stdio::piped())
+        .timeout(T)
+        .run();
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    assert!(out.stderr.contains("--shared-network") && out.stderr.contains("--per-cpu"), "{}", out.describe());
+    let out = capsule(&["serve", "--per-cpu", "--parallel", "2", "--require-cgroups", "--cgroup", "/nonexistent/base"])
+        .stdio(Stdio::null(), Stdio::piped(), Stdio::piped())
+        .timeout(T)
+        .run();
+    assert_eq!(out.code, Some(125), "{}", out.describe());
+    assert!(out.stderr.contains("cgroups are required"), "{}", out.describe());
 }

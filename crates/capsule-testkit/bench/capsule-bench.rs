@@ -83,7 +83,7 @@ const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] 
        capsule-bench throughput [--runs N] [--parallel P] [--window W] [--warmup N] [--no-bare] [--round N] [--raw FILE]
        capsule-bench serve [--runs N] [--parallel P] [--window W] [--warmup N] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, --fresh-network, \
+common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, --fresh-network, --per-cpu (serve), \
 --profile FILE (a TOML profile the sandboxed runs start from; not with serve)";
 
 const CONFIGS: [&str; 6] = ["bare", "server", "bare-2", "server-2", "server-shared", "server-2-shared"];
@@ -127,6 +127,8 @@ struct Opts {
     shared_network: bool,
     /// ... or one made per run (`Config::fresh_network`).
     fresh_network: bool,
+    /// `serve`: `capsule serve --per-cpu` (a pinned supervisor per CPU).
+    per_cpu: bool,
     gap: Duration,
     profile: Option<RunSpec>,
 }
@@ -170,6 +172,7 @@ fn parse_opts() -> Opts {
         no_bare: false,
         shared_network: false,
         fresh_network: false,
+        per_cpu: false,
         gap: Duration::ZERO,
         profile: None,
     };
@@ -208,6 +211,7 @@ fn parse_opts() -> Opts {
             "--no-bare" => o.no_bare = true,
             "--shared-network" => o.shared_network = true,
             "--fresh-network" => o.fresh_network = true,
+            "--per-cpu" => o.per_cpu = true,
             "--profile" => {
                 let path = val(&a);
                 let text = std::fs::read_to_string(&path).unwrap_or_else(|e| die(format!("{path}: {e}")));
@@ -759,6 +763,9 @@ fn serve(o: &Opts) {
     if o.fresh_network {
         cmd.arg("--fresh-network");
     }
+    if o.per_cpu {
+        cmd.arg("--per-cpu");
+    }
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -785,7 +792,7 @@ fn serve(o: &Opts) {
     }
     let per_sec = o.runs as f64 / secs;
     let mut raw = Raw::open(&o.raw);
-    raw.put(json!({"kind": "throughput", "round": o.first_round, "config": "serve", "parallel": o.parallel,
+    raw.put(json!({"kind": "throughput", "round": o.first_round, "config": "serve", "per_cpu": o.per_cpu, "parallel": o.parallel,
                    "window": o.window, "runs": o.runs, "secs": secs, "per_sec": per_sec,
                    "accounting": accounting}));
     raw.flush();

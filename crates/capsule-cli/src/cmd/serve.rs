@@ -23,6 +23,7 @@ pub fn command() -> Command {
         .after_help(SERVE_AFTER)
         .arg(Arg::new("listen").long("listen").value_name("PATH").help("Listen on a Unix socket at PATH (mode 0600) instead of stdin/stdout; one client per connection"))
         .arg(Arg::new("parallel").long("parallel").value_name("N").help("Run up to N requests at once (default 1)"))
+        .arg(flag("per-cpu", "One supervisor per CPU (min(N, CPUs) of them, the N slots shared out), each pinned with its runs to a CPU of its own, behind this process, which shares the requests out: more runs a second for judges; a run's processes then share one CPU", "Supervisor").conflicts_with("shared-network"))
         .arg(flag("no-prepare", "Do not prepare the next runs' sandboxes ahead of their requests (while idle or while every slot is busy)", "Supervisor"))
         .arg(flag("shared-network", "One loopback network for all runs instead of one per concurrent run: concurrent runs can then reach each other over 127.0.0.1", "Supervisor").conflicts_with("fresh-network"))
         .arg(flag("fresh-network", "Make each run's loopback network anew and tear it down after the run, instead of lending it a kept one no other run is using: slower, but the network's statistics (/proc/net/snmp, /proc/net/dev) do not carry over from earlier runs", "Supervisor"))
@@ -47,6 +48,10 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     let listen = m.get_one::<String>("listen").map(|p| absolute(p, &cwd));
     // Where a systemd user manager delegates cgroups, serve in them.
     super::restart_in_scope(&capsule::spec::RunSpec { cgroup: config.cgroup.clone(), ..Default::default() })?;
-    capsule::endpoints::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
+    if m.get_flag("per-cpu") {
+        capsule::endpoints::per_cpu::run_per_cpu(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
+    } else {
+        capsule::endpoints::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
+    }
     Ok(ExitCode::SUCCESS)
 }

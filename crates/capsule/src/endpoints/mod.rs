@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod once;
+pub mod per_cpu;
 pub mod serve;
 
 use std::os::fd::RawFd;

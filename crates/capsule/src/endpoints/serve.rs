@@ -111,7 +111,7 @@ pub(crate) fn lines_job(
 
 /// Binds a listening Unix socket at `path`, mode 0600. A stale socket
 /// (nobody listening) is replaced; anything else there is an error.
-fn bind_socket(path: &std::path::Path) -> Result<std::os::fd::OwnedFd, crate::Error> {
+pub(super) fn bind_socket(path: &std::path::Path) -> Result<std::os::fd::OwnedFd, crate::Error> {
     use crate::error::SysError;
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     use std::os::unix::net::{UnixListener, UnixStream};

@@ -110,6 +110,32 @@ pub fn error_line(id: &Value, message: &str) -> Vec<u8> {
     line(json!({ "id": id, "error": message }))
 }
 
+/// The answer to a `kill` or `cancel` of `target`: done, or no such run.
+pub fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
+    if found {
+        ok_line(id)
+    } else {
+        error_line(id, &format!("no run with id {target} on this connection"))
+    }
+}
+
+/// The error for a line past [`MAX_LINE`].
+pub fn too_long() -> String {
+    format!("request line longer than {MAX_LINE} bytes")
+}
+
+/// The error for a run whose id a run in flight on the connection has.
+pub const ID_IN_FLIGHT: &str = "a run with this id is still in flight on this connection";
+
+/// `serve --listen`'s answer to a peer of the same user unlike its caller.
+pub const REFUSED_NOT_ALIKE: &str =
+    "refused: this server takes requests only from processes like the one that started it \
+     (same user and user namespace, not in a deeper PID namespace, same no_new_privs and seccomp): a sandboxed \
+     program may not ask for runs outside its sandbox";
+
+/// `serve --listen`'s answer to a peer of another user.
+pub const REFUSED_OTHER_USER: &str = "refused: another user";
+
 /// `{"id": ..., "ok": true}`: a control request was carried out.
 pub fn ok_line(id: &Value) -> Vec<u8> {
     line(json!({ "id": id, "ok": true }))

@@ -913,13 +913,8 @@ impl Loop {
                     let cred = sys::peer_cred(sock.as_raw_fd()).ok();
                     let same_user = cred.is_some_and(|c| c.uid == sys::getuid() && c.pid > 0);
                     if !same_user || cred.and_then(|c| peer_fingerprint(c.pid)).as_ref() != Some(peer) {
-                        let why = if same_user {
-                            "refused: this server takes requests only from processes like the one that started it \
-                             (same user and user namespace, not in a deeper PID namespace, same no_new_privs and \
-                             seccomp): a sandboxed program may not ask for runs outside its sandbox"
-                        } else {
-                            "refused: another user"
-                        };
+                        use crate::proto::lines::{REFUSED_NOT_ALIKE, REFUSED_OTHER_USER};
+                        let why = if same_user { REFUSED_NOT_ALIKE } else { REFUSED_OTHER_USER };
                         let _ = sys::write_all(sock.as_raw_fd(), &crate::proto::lines::error_line(&Value::Null, why));
                         return;
                     }

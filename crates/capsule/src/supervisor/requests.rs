@@ -45,8 +45,7 @@ impl Loop {
                             match line {
                                 Line::Complete(line) => self.line(sup, i, &line),
                                 Line::TooLong => {
-                                    let msg = format!("request line longer than {} bytes", lines::MAX_LINE);
-                                    self.write(i, lines::error_line(&Value::Null, &msg));
+                                    self.write(i, lines::error_line(&Value::Null, &lines::too_long()));
                                 }
                             }
                         }
@@ -169,10 +168,7 @@ impl Loop {
             Ok(LineRequest::Run { id, spec }) => {
                 let cid = ClientId::Json(id.clone());
                 if self.in_flight(conn, &cid) {
-                    self.write(
-                        conn,
-                        lines::error_line(&id, "a run with this id is still in flight on this connection"),
-                    );
+                    self.write(conn, lines::error_line(&id, lines::ID_IN_FLIGHT));
                     return;
                 }
                 self.enqueue(
@@ -192,10 +188,7 @@ impl Loop {
             Ok(LineRequest::Interact { id, spec }) => {
                 let cid = ClientId::Json(id.clone());
                 if self.in_flight(conn, &cid) {
-                    self.write(
-                        conn,
-                        lines::error_line(&id, "a run with this id is still in flight on this connection"),
-                    );
+                    self.write(conn, lines::error_line(&id, lines::ID_IN_FLIGHT));
                     return;
                 }
                 self.enqueue_pair(sup, conn, cid, *spec, [None, None], None);
@@ -427,13 +420,7 @@ impl Loop {
     }
 }
 
-pub(crate) fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
-    if found {
-        lines::ok_line(id)
-    } else {
-        lines::error_line(id, &format!("no run with id {target} on this connection"))
-    }
-}
+pub(crate) use lines::control_line;
 
 /// A spec naming `inherit_fds` that came without them.
 fn no_fds() -> String {

@@ -141,6 +141,12 @@ pub fn one_cpu(cpu: usize) -> Option<libc::cpu_set_t> {
     Some(set)
 }
 
+/// The CPUs `set` holds, in order.
+pub fn cpus_of(set: &libc::cpu_set_t) -> Vec<usize> {
+    // SAFETY: CPU_ISSET only reads one bit of the set, within its size.
+    (0..8 * std::mem::size_of::<libc::cpu_set_t>()).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, set) }).collect()
+}
+
 /// How many CPUs `set` holds.
 pub fn cpus_in(set: &libc::cpu_set_t) -> usize {
     // SAFETY: CPU_COUNT only reads the set's bits.
@@ -149,6 +155,15 @@ pub fn cpus_in(set: &libc::cpu_set_t) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpus_of_lists_a_set() {
+        let mut set = one_cpu(3).unwrap();
+        // SAFETY: CPU_SET sets one bit within the set.
+        unsafe { libc::CPU_SET(7, &mut set) };
+        assert_eq!(cpus_of(&set), vec![3, 7]);
+        assert_eq!(cpus_of(&affinity().unwrap()).len(), cpus_in(&affinity().unwrap()));
+    }
+
     use super::*;
 
     #[test]
