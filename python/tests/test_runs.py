@@ -152,6 +152,23 @@ def test_async_same_calls(capsule_bin: str) -> None:
     arun(main())
 
 
+def test_per_cpu_runs_each_on_one_cpu(capsule_bin: str) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    spec = sh("grep Cpus_allowed_list /proc/self/status; sleep 0.5")
+    with cs.Sandbox(parallel=cpus, capsule=capsule_bin, per_cpu=True) as sb:
+        handles = [sb.submit(spec, stdout=cs.Capture()) for _ in range(cpus)]
+        seen = set()
+        for h in handles:
+            r = h.wait()
+            assert r.ok and r.stdout is not None, r.raw
+            one = r.stdout.text.split(":", 1)[1].strip()
+            assert one.isdigit(), r.raw
+            seen.add(int(one))
+        assert seen == os.sched_getaffinity(0), seen
+        h = sb.submit(["sleep", "10"])
+        assert h.kill() and h.wait().status is cs.Status.KILLED
+
+
 def asyncio_timeout() -> type[BaseException]:
     import asyncio
     return asyncio.TimeoutError

@@ -95,6 +95,8 @@ def test_bad_options() -> None:
         cs.Sandbox(parallel=0)
     with pytest.raises(ValueError, match="network"):
         cs.Sandbox(network="wide")
+    with pytest.raises(ValueError, match="per_cpu"):
+        cs.Sandbox(parallel=2, per_cpu=True, network="shared")
 
 
 def test_argv_requests_equal_the_encoders() -> None:

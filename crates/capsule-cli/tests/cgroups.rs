@@ -768,8 +768,16 @@ fn cgroups_below(dir: &std::path::Path) -> Vec<String> {
 #[test]
 fn server_runs_get_their_own_cgroups() {
     require_cgroups!("server_runs_get_their_own_cgroups");
+    // One supervisor, and one per CPU behind the front (`--per-cpu`), on one base.
+    for extra in [&[][..], &["--per-cpu"][..]] {
+        server_runs_get_their_own_cgroups_with(extra);
+    }
+}
+
+fn server_runs_get_their_own_cgroups_with(extra: &[&str]) {
+    eprintln!("capsule serve --parallel 2 {extra:?}");
     let _g = heavy();
-    let mut s = serve_in_scope(&["--parallel", "2"]);
+    let mut s = serve_in_scope(&[&["--parallel", "2"][..], extra].concat());
     let scope = s.scope_path().unwrap();
     let probe = probe();
     // The shells carry a marker ($0) so the test finds them, and their cgroups, on the host.
@@ -846,7 +854,15 @@ fn server_runs_get_their_own_cgroups() {
 #[test]
 fn server_many_runs_leave_no_cgroups() {
     require_cgroups!("server_many_runs_leave_no_cgroups");
-    let mut s = serve_in_scope(&["--parallel", "2"]);
+    // One supervisor, and one per CPU behind the front (`--per-cpu`), on one base.
+    for extra in [&[][..], &["--per-cpu"][..]] {
+        server_many_runs_leave_no_cgroups_with(extra);
+    }
+}
+
+fn server_many_runs_leave_no_cgroups_with(extra: &[&str]) {
+    eprintln!("capsule serve --parallel 2 {extra:?}");
+    let mut s = serve_in_scope(&[&["--parallel", "2"][..], extra].concat());
     let scope = s.scope_path().unwrap();
     let (total, batch, warm_up) = (300, 50, 50);
     let mut after_warm_up = None;

@@ -85,9 +85,9 @@ class AsyncSandbox:
     def __init__(self, parallel: int = 1, *, capsule: Optional[str] = None, prepare: bool = True,
                  network: Optional[str] = None, cgroup: Optional[str] = None, require_cgroups: bool = False,
                  no_cgroups: bool = False, server_args: Sequence[str] = (),
-                 env: Optional[Mapping[str, str]] = None) -> None:
+                 env: Optional[Mapping[str, str]] = None, per_cpu: bool = False) -> None:
         self._args = _proto.server_args(parallel, prepare, network, cgroup, require_cgroups, no_cgroups,
-                                        server_args)
+                                        server_args, per_cpu)
         self.capsule: Optional[str] = find_capsule(capsule)
         """The binary the server runs from (None for a socket)."""
         self._env = None if env is None else dict(env)

@@ -110,11 +110,15 @@ def encode(msg: Dict[str, Any]) -> bytes:
 
 
 def server_args(parallel: int, prepare: bool, network: Optional[str], cgroup: Optional[str],
-                require_cgroups: bool, no_cgroups: bool, extra: Sequence[str]) -> List[str]:
+                require_cgroups: bool, no_cgroups: bool, extra: Sequence[str], per_cpu: bool = False) -> List[str]:
     """``capsule serve``'s arguments for a Sandbox's options."""
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise ValueError(f"parallel must be a positive number of runs, not {parallel!r}")
+    if per_cpu and network == "shared":
+        raise ValueError("per_cpu with network='shared': each per-CPU supervisor has networks of its own")
     args = ["serve", "--parallel", str(parallel)]
+    if per_cpu:
+        args.append("--per-cpu")
     if not prepare:
         args.append("--no-prepare")
     if network is not None:

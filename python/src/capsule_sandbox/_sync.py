@@ -94,8 +94,9 @@ class Sandbox:
     """A long-lived ``capsule serve``: many runs, each in a fresh sandbox.
 
     ``Sandbox(parallel=N)`` starts ``capsule serve --parallel N`` with JSON
-    lines on pipes; :meth:`connect` talks to a ``capsule serve --listen``
-    socket instead. Thread-safe: any number of threads may submit and wait.
+    lines on pipes (``per_cpu=True``: ``--per-cpu``, a supervisor pinned to
+    each CPU with its runs, for judges); :meth:`connect` talks to a
+    ``capsule serve --listen`` socket instead. Thread-safe: any number of threads may submit and wait.
 
     There is no reader thread: a thread waiting for a result reads the
     server's responses itself and hands the others' to them (one reader at
@@ -107,8 +108,9 @@ class Sandbox:
     def __init__(self, parallel: int = 1, *, capsule: Optional[str] = None, prepare: bool = True,
                  network: Optional[str] = None, cgroup: Optional[str] = None, require_cgroups: bool = False,
                  no_cgroups: bool = False, server_args: Sequence[str] = (),
-                 env: Optional[Mapping[str, str]] = None) -> None:
-        args = _proto.server_args(parallel, prepare, network, cgroup, require_cgroups, no_cgroups, server_args)
+                 env: Optional[Mapping[str, str]] = None, per_cpu: bool = False) -> None:
+        args = _proto.server_args(parallel, prepare, network, cgroup, require_cgroups, no_cgroups, server_args,
+                                  per_cpu)
         self.capsule: Optional[str] = find_capsule(capsule)
         """The binary the server runs from (None for a connected socket)."""
         self._init_state()
