@@ -52,7 +52,9 @@
 # - capsule, library: `capsule-bench throughput --parallel P --window 2P`
 #   (crates/capsule-testkit/bench/capsule-bench.rs: a sandbox with
 #   `parallel` P, 2P runs in flight, results taken in order), with
-#   `--no-cgroups` and with `--require-cgroups --cgroup BASE`;
+#   `--no-cgroups` and with `--require-cgroups --cgroup BASE`; and
+#   `--per-cpu` (`Config::per_cpu`: a supervisor pinned to each CPU),
+#   without cgroups;
 # - capsule serve: `capsule-bench serve --parallel P --window 2P` (a
 #   `capsule serve --parallel P` child, JSON lines, 2P requests in
 #   flight), with and without cgroups the same way;
@@ -173,9 +175,9 @@ busy_now() {
 # (raw data, writable by the user), as_bench, plist, rounds, runs, warmup;
 # cg_base and floor_base empty when the cgroup columns are skipped.
 measure() {
-    local configs=(bare ns sandbox sandbox+net lib serve serve-cpu serve-pin) r p i k n c per line w
+    local configs=(bare ns sandbox sandbox+net lib lib-cpu serve serve-cpu serve-pin) r p i k n c per line w
     if [[ -n $cg_base ]]; then
-        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg serve serve-cg serve-cpu serve-cpu-cg serve-pin)
+        configs=(bare ns ns+cg sandbox sandbox+net lib lib-cg lib-cpu serve serve-cg serve-cpu serve-cpu-cg serve-pin)
     fi
     local -a ps cpus
     IFS=, read -r -a ps <<<"$plist"
@@ -184,7 +186,7 @@ measure() {
         if (split(r[i], b, "-") == 2) { for (c = b[1]; c <= b[2]; c++) printf "%d ", c } else printf "%d ", r[i] }
         print "" }' /proc/self/status)
     : >"$out/floor.jsonl"
-    for c in lib lib-cg serve serve-cg serve-cpu serve-cpu-cg serve-pin; do : >"$out/$c.jsonl"; done
+    for c in lib lib-cg lib-cpu serve serve-cg serve-cpu serve-cpu-cg serve-pin; do : >"$out/$c.jsonl"; done
     chmod 0666 "$out"/*.jsonl
     log "$rounds rounds over P = $plist, columns ${configs[*]}; $runs runs per measurement, $warmup warm-up runs"
     local start
@@ -206,9 +208,10 @@ measure() {
                         printf '{"round": %d, "parallel": %d, "config": "%s", "runs": %d, "per_sec": %s}\n' \
                             "$r" "$p" "$c" "$per" "$tput" >>"$out/floor.jsonl"
                         ;;
-                    lib | lib-cg)
+                    lib | lib-cg | lib-cpu)
                         local cgopt=(--no-cgroups)
                         [[ $c == lib-cg ]] && cgopt=(--require-cgroups --cgroup "$cg_base")
+                        [[ $c == lib-cpu ]] && cgopt+=(--per-cpu)
                         as_bench "$stage/capsule-bench" throughput --capsule "$stage/capsule-cli" --parallel "$p" \
                             --window "$w" --runs "$runs" --warmup "$warmup" --no-bare --round "$r" "${cgopt[@]}" \
                             --raw "$out/$c.jsonl" >>"$out/driver.log" || die "capsule-bench throughput ($c, P $p) failed in round $r"
@@ -391,6 +394,7 @@ from collections import defaultdict
 out, plist, with_cg = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], sys.argv[3] == "1"
 cols = [("bare", "bare"), ("ns", "ns floor"), ("ns+cg", "ns+cg floor"), ("sandbox", "sandbox floor"),
         ("sandbox+net", "sandbox+net floor"), ("lib", "capsule, library"), ("lib-cg", "capsule, library, cgroups"),
+        ("lib-cpu", "capsule, library, per_cpu"),
         ("serve", "`capsule serve`"), ("serve-cg", "`capsule serve`, cgroups"),
         ("serve-cpu", "`capsule serve --per-cpu`"), ("serve-cpu-cg", "`capsule serve --per-cpu`, cgroups"),
         ("serve-pin", "`capsule serve` per CPU, pinned")]
@@ -398,7 +402,7 @@ v = defaultdict(dict)  # (P, config) -> {round: runs/s}
 for line in open(f"{out}/floor.jsonl"):
     x = json.loads(line)
     v[(x["parallel"], x["config"])][x["round"]] = x["per_sec"]
-for c in ("lib", "lib-cg", "serve", "serve-cg", "serve-cpu", "serve-cpu-cg", "serve-pin"):
+for c in ("lib", "lib-cg", "lib-cpu", "serve", "serve-cg", "serve-cpu", "serve-cpu-cg", "serve-pin"):
     for line in open(f"{out}/{c}.jsonl"):
         x = json.loads(line)
         if x.get("kind") == "throughput":
@@ -464,7 +468,7 @@ def ok(med, rr, limit):  # by the median; "not clearly" where the rounds disagre
 
 
 capsule_cols = (("serve", "served"), ("lib", "library"), ("serve-cg", "served, cgroups"),
-                ("lib-cg", "library, cgroups"), ("serve-cpu", "served with --per-cpu"),
+                ("lib-cg", "library, cgroups"), ("lib-cpu", "library with per_cpu"), ("serve-cpu", "served with --per-cpu"),
                 ("serve-cpu-cg", "served with --per-cpu, cgroups"), ("serve-pin", "served as one pinned server per CPU"))
 if 2 in plist:
     for c, name in capsule_cols:

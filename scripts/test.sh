@@ -61,6 +61,8 @@ cargo test -p capsule-cli --test cgroups "$@" degraded_
 CAPSULE_TEST_PER_CPU=1 cargo test -p capsule-cli --test server "$@" -- --skip serve_concurrent_runs_have_their_own_network \
   --skip serve_idle_spares_are_not_in_uninterruptible_sleep --skip served_runs_inherit_their_own_filter_and_no_other \
   --skip serve_loop_takes_short_turns_and_its_programs_do_not --skip per_cpu
+# The library (`Config::per_cpu`) the same way: tests/library.rs with capsule-libtest's sandboxes per CPU.
+CAPSULE_TEST_PER_CPU=1 cargo test -p capsule-cli --test library "$@" -- --skip per_cpu
 # The hostile-program suite (issue 5); its fork and memory bombs
 # (`cgroup_*`) need cgroups and run in the VM stage below.
 cargo test -p capsule-cli --test hostile "$@" -- --skip cgroup_

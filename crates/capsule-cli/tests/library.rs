@@ -266,3 +266,35 @@ fn interact() {
     assert!(inv.starts_with("err:spec:") && inv.contains("solution.stdin"), "{inv}");
     assert_eq!(kv.must("after"), "ok:exited:0:-", "{}", out.describe());
 }
+
+/// `Config::per_cpu`: one supervisor per CPU of the caller's, each pinned
+/// to a CPU of its own; N runs at once go one to each supervisor, and each
+/// may run on its supervisor's CPU only.
+#[test]
+fn library_per_cpu_pins_a_supervisor_and_its_runs_to_each_cpu() {
+    require!("library_per_cpu_pins_a_supervisor_and_its_runs_to_each_cpu", userns_available());
+    let _l = procs_shared();
+    let cpus = |list: &str| -> std::collections::BTreeSet<usize> {
+        let mut set = std::collections::BTreeSet::new();
+        for r in list.split(',').filter(|r| !r.is_empty()) {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            set.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+        }
+        set
+    };
+    let probe = libtest_ok(&["per-cpu", "1"]).1;
+    let mine = cpus(probe.must("caller"));
+    let n = mine.len();
+    let (out, kv) = libtest_ok(&["per-cpu", &n.to_string()]);
+    let sups: Vec<_> = kv.must("supervisors").split(';').map(cpus).collect();
+    assert_eq!(sups.len(), n, "{}", out.describe());
+    assert!(sups.iter().all(|c| c.len() == 1), "a supervisor not pinned to one CPU: {sups:?}");
+    assert_eq!(sups.iter().flatten().copied().collect::<std::collections::BTreeSet<_>>(), mine, "{sups:?}");
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..n {
+        let c = cpus(kv.must(&format!("run.{i}")));
+        assert_eq!(c.len(), 1, "run {i} may run on {c:?}: {}", out.describe());
+        seen.extend(c);
+    }
+    assert_eq!(seen, mine, "{n} runs at once did not take every CPU once: {}", out.describe());
+}

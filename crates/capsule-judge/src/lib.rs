@@ -69,6 +69,9 @@ pub struct Options {
     pub interactor: Option<PathBuf>,
     /// Tests judged at once, 1 to [`MAX_PARALLEL`].
     pub parallel: usize,
+    /// One supervisor per CPU, each pinned with its tests to a CPU of its
+    /// own (`Config::per_cpu`, `capsule judge --per-cpu`).
+    pub per_cpu: bool,
 }
 
 /// An I/O error's reason as the rest of capsule words it
@@ -313,8 +316,8 @@ pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>))
     // Interactive runs take two of the supervisor's slots each.
     let slots = opts.parallel * if opts.interactor.is_some() { 2 } else { 1 };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_reason(&e)))?;
-    let sandbox = Sandbox::start(Config { parallel: slots, capsule_bin: Some(exe), ..Default::default() })
-        .map_err(|e| format!("cannot start the sandbox: {e}"))?;
+    let config = Config { parallel: slots, capsule_bin: Some(exe), per_cpu: opts.per_cpu, ..Default::default() };
+    let sandbox = Sandbox::start(config).map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let cgroups = sandbox.has_cgroups();
     report.accounting = Some(if cgroups { Accounting::Cgroup } else { Accounting::Rusage });
     let address_space =

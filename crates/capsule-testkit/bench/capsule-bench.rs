@@ -83,7 +83,7 @@ const USAGE: &str = "usage: capsule-bench latency --workloads FILE [--rounds R] 
        capsule-bench throughput [--runs N] [--parallel P] [--window W] [--warmup N] [--no-bare] [--round N] [--raw FILE]
        capsule-bench serve [--runs N] [--parallel P] [--window W] [--warmup N] [--round N] [--raw FILE]
        capsule-bench memory [--runs N] [--every M] [--parallel P] [--window W] [--raw FILE]
-common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, --fresh-network, --per-cpu (serve), \
+common options: --capsule PATH, --no-cgroups, --cgroup PATH, --require-cgroups, --shared-network, --fresh-network, --per-cpu, \
 --profile FILE (a TOML profile the sandboxed runs start from; not with serve)";
 
 const CONFIGS: [&str; 6] = ["bare", "server", "bare-2", "server-2", "server-shared", "server-2-shared"];
@@ -127,7 +127,7 @@ struct Opts {
     shared_network: bool,
     /// ... or one made per run (`Config::fresh_network`).
     fresh_network: bool,
-    /// `serve`: `capsule serve --per-cpu` (a pinned supervisor per CPU).
+    /// A pinned supervisor per CPU (`Config::per_cpu`, `capsule serve --per-cpu`).
     per_cpu: bool,
     gap: Duration,
     profile: Option<RunSpec>,
@@ -262,6 +262,7 @@ fn start_sandbox(o: &Opts, parallel: usize, own_network: bool) -> Sandbox {
         capsule_bin: o.capsule.clone(),
         own_network,
         fresh_network: o.fresh_network,
+        per_cpu: o.per_cpu,
         ..Config::default()
     };
     cfg.cgroup.disable = o.no_cgroups;

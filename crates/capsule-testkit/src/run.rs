@@ -285,6 +285,10 @@ impl Cmd {
         } else {
             c.env("CAPSULE_AGENT", "off");
         }
+        // capsule-libtest's sandboxes, one supervisor per CPU (test.sh runs tests/library.rs that way too).
+        if let Some(v) = std::env::var_os("CAPSULE_TEST_PER_CPU") {
+            c.env("CAPSULE_TEST_PER_CPU", v);
+        }
         for (k, v) in &self.env {
             c.env(k, v);
         }

@@ -15,6 +15,12 @@
 //!
 //! Dropping the [`Sandbox`], or the caller dying, closes the socket: the
 //! supervisor kills every run and exits.
+//!
+//! With [`Config::per_cpu`] there is one such supervisor per CPU, each
+//! pinned with its runs to a CPU of its own (started with the calling
+//! thread pinned there for the moment), each with its share of the slots;
+//! a run goes to the one with the fewest slots taken, and its handle talks
+//! to that one only. Ids are unique across them.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -38,9 +44,9 @@ pub struct StdioFds<'a> {
     pub stderr: Option<BorrowedFd<'a>>,
 }
 
-/// A running supervisor.
+/// A running supervisor (with `per_cpu`, one per CPU).
 pub struct Sandbox {
-    inner: Arc<Inner>,
+    shards: Vec<Arc<Inner>>,
     cgroups: String,
     has_cgroups: bool,
 }
@@ -49,7 +55,8 @@ struct Inner {
     sock: OwnedFd,
     pid: i32,
     pidfd: OwnedFd,
-    next_id: AtomicU64,
+    /// Shared by a sandbox's supervisors: ids unique across them.
+    next_id: Arc<AtomicU64>,
     /// Serializes sends, so that two threads' messages never interleave.
     send: Mutex<()>,
     state: Mutex<State>,
@@ -76,53 +83,64 @@ struct State {
     dropped: std::collections::HashSet<u64>,
     /// Why the supervisor is gone, once it is.
     dead: Option<String>,
+    /// Slots the runs sent and not yet answered take, by id (an
+    /// interactive run two), and their sum: `per_cpu` sends a run to the
+    /// supervisor with the fewest.
+    weights: HashMap<u64, usize>,
+    slots: usize,
 }
 
 impl Sandbox {
-    /// Starts a supervisor with `config`.
+    /// Starts a supervisor with `config` (with `per_cpu`, one per CPU of
+    /// the calling thread's affinity mask, at most `parallel`).
     pub fn start(config: Config) -> Result<Sandbox, Error> {
         config.validate()?;
         if crate::host::identity::is_real_root() {
             return Err(crate::host::identity::root_refusal());
         }
         let bin = find_capsule_bin(&config)?;
-        let (ours, theirs) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;
-        let (pid, pidfd) = sys::spawn_supervisor(&bin, theirs.as_raw_fd())
-            .map_err(|e| SysError::new("posix_spawn", e).path(bin.display().to_string()))?;
-        drop(theirs);
-        let inner = Arc::new(Inner {
-            sock: ours,
-            pid,
-            pidfd,
-            next_id: AtomicU64::new(1),
-            send: Mutex::new(()),
-            state: Mutex::new(State::default()),
-            filed: Condvar::new(),
-        });
-        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]).map_err(|e| e.to_string());
-        let answer = wire::recv::<ServerMsg>(inner.sock.as_raw_fd());
-        match (sent, answer) {
-            (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => {
-                Ok(Sandbox { inner, cgroups, has_cgroups })
-            }
-            (_, Ok(Some((ServerMsg::Fatal(msg), _)))) => {
-                inner.reap();
-                Err(Error::Setup(msg))
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                let why = inner.reap();
-                Err(Error::Supervisor(format!("starting `{} supervise`: {e}{why}", bin.display())))
-            }
-            (Ok(()), Ok(_)) => {
-                let why = inner.reap();
-                Err(Error::Supervisor(format!("`{} supervise` did not start{why}", bin.display())))
-            }
+        let next_id = Arc::new(AtomicU64::new(1));
+        if !config.per_cpu {
+            let (inner, cgroups, has_cgroups) = Inner::handshake(Inner::spawn(&bin, &next_id)?, &bin, config)?;
+            return Ok(Sandbox { shards: vec![inner], cgroups, has_cgroups });
         }
+        let mine = sys::affinity().map_err(|e| SysError::new("sched_getaffinity", e))?;
+        let shares = config.per_cpu_shares(&sys::cpus_of(&mine));
+        // All spawned first (each inherits this thread's pin of the moment), then started together.
+        let mut spawned = Vec::with_capacity(shares.len());
+        for (cpu, _) in &shares {
+            let one = sys::one_cpu(*cpu)
+                .ok_or_else(|| Error::Setup(format!("CPU {cpu} is past the 1024 capsule can pin to")))?;
+            sys::set_affinity(&one).map_err(|e| SysError::new("sched_setaffinity", e))?;
+            let inner = Inner::spawn(&bin, &next_id);
+            sys::set_affinity(&mine).map_err(|e| SysError::new("sched_setaffinity", e))?;
+            spawned.push(inner?);
+        }
+        for (inner, (_, c)) in spawned.iter().zip(&shares) {
+            // A failure here shows in its answer.
+            let _ = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(c.clone()), &[]);
+        }
+        let mut shards = Vec::with_capacity(spawned.len());
+        let mut notes = (String::new(), false);
+        for inner in spawned {
+            // A supervisor that failed drops the others (their sockets close: they exit).
+            let (inner, cgroups, has_cgroups) = Inner::answer(inner, &bin, Ok(()))?;
+            if shards.is_empty() {
+                notes = (cgroups, has_cgroups);
+            }
+            shards.push(inner);
+        }
+        Ok(Sandbox { shards, cgroups: notes.0, has_cgroups: notes.1 })
     }
 
-    /// The supervisor's process id (on the host).
+    /// The supervisor's process id (on the host); with `per_cpu`, the first one's.
     pub fn supervisor_pid(&self) -> i32 {
-        self.inner.pid
+        self.shards[0].pid
+    }
+
+    /// Every supervisor's process id (one, or one per CPU with `per_cpu`).
+    pub fn supervisor_pids(&self) -> Vec<i32> {
+        self.shards.iter().map(|s| s.pid).collect()
     }
 
     /// Where the runs' cgroups come from, or why there are none.
@@ -179,46 +197,117 @@ impl Sandbox {
         Ok(InteractHandle(handle))
     }
 
-    /// Sends a request built for a fresh id, with `fds` and a notify pipe.
+    /// Sends a request built for a fresh id, with `fds` and a notify pipe,
+    /// to the supervisor with the fewest slots taken.
     fn request(&self, msg: impl FnOnce(u64) -> ClientMsg, mut fds: Vec<RawFd>) -> Result<Handle, Error> {
-        if let Some(why) = self.inner.lock().dead.clone() {
+        let inner = match self.shards.as_slice() {
+            [one] => one,
+            all => all.iter().min_by_key(|s| s.lock().slots).expect("one supervisor at least"),
+        };
+        if let Some(why) = inner.lock().dead.clone() {
             return Err(Error::Supervisor(why));
         }
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (notify_read, notify_write) = sys::pipe().map_err(|e| SysError::new("pipe2", e))?;
         fds.push(notify_write.as_raw_fd());
         let msg = msg(id);
+        let weight = if matches!(msg, ClientMsg::Interact { .. }) { 2 } else { 1 };
         let sent = {
-            let _g = self.inner.send.lock().unwrap_or_else(|e| e.into_inner());
-            wire::send(self.inner.sock.as_raw_fd(), &msg, &fds)
+            let _g = inner.send.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = inner.lock();
+            st.weights.insert(id, weight);
+            st.slots += weight;
+            drop(st);
+            wire::send(inner.sock.as_raw_fd(), &msg, &fds)
         };
         drop(notify_write);
         match sent {
             Ok(()) => {}
-            // Too large to send, say: this run only.
-            Err(e) if !e.is_io() => return Err(Error::Run(e.to_string())),
-            Err(e) => return Err(Error::Supervisor(self.inner.died(&e.to_string()))),
+            Err(e) => {
+                inner.settled(id);
+                // Too large to send, say: this run only.
+                if !e.is_io() {
+                    return Err(Error::Run(e.to_string()));
+                }
+                return Err(Error::Supervisor(inner.died(&e.to_string())));
+            }
         }
-        Ok(Handle { inner: self.inner.clone(), id, notify: notify_read, finished: false })
+        Ok(Handle { inner: inner.clone(), id, notify: notify_read, finished: false })
     }
 }
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        // The supervisor sees the end of its socket: it kills every run and
-        // exits. Handles still alive then get "the sandbox was dropped".
-        sys::shutdown(self.inner.sock.as_raw_fd());
-        let mut st = self.inner.lock();
-        if st.dead.is_none() {
-            st.dead = Some("the sandbox was dropped".into());
+        // The supervisors see the end of their sockets: they kill every run
+        // and exit. Handles still alive then get "the sandbox was dropped".
+        for inner in &self.shards {
+            sys::shutdown(inner.sock.as_raw_fd());
+            let mut st = inner.lock();
+            if st.dead.is_none() {
+                st.dead = Some("the sandbox was dropped".into());
+            }
+            drop(st);
+            inner.filed.notify_all();
         }
-        drop(st);
-        self.inner.filed.notify_all();
-        self.inner.reap();
+        for inner in &self.shards {
+            inner.reap();
+        }
     }
 }
 
 impl Inner {
+    /// Spawns `capsule supervise` on a fresh socket pair.
+    fn spawn(bin: &Path, next_id: &Arc<AtomicU64>) -> Result<Arc<Inner>, Error> {
+        let (ours, theirs) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;
+        let (pid, pidfd) = sys::spawn_supervisor(bin, theirs.as_raw_fd())
+            .map_err(|e| SysError::new("posix_spawn", e).path(bin.display().to_string()))?;
+        drop(theirs);
+        Ok(Arc::new(Inner {
+            sock: ours,
+            pid,
+            pidfd,
+            next_id: next_id.clone(),
+            send: Mutex::new(()),
+            state: Mutex::new(State::default()),
+            filed: Condvar::new(),
+        }))
+    }
+
+    /// Sends `config` and takes the supervisor's answer.
+    fn handshake(inner: Arc<Inner>, bin: &Path, config: Config) -> Result<(Arc<Inner>, String, bool), Error> {
+        let sent = wire::send(inner.sock.as_raw_fd(), &ClientMsg::Start(config), &[]).map_err(|e| e.to_string());
+        Inner::answer(inner, bin, sent)
+    }
+
+    /// The answer to `Start`: started (where its cgroups come from, whether
+    /// it has them), or why not.
+    fn answer(inner: Arc<Inner>, bin: &Path, sent: Result<(), String>) -> Result<(Arc<Inner>, String, bool), Error> {
+        let answer = wire::recv::<ServerMsg>(inner.sock.as_raw_fd());
+        match (sent, answer) {
+            (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => Ok((inner, cgroups, has_cgroups)),
+            (_, Ok(Some((ServerMsg::Fatal(msg), _)))) => {
+                inner.reap();
+                Err(Error::Setup(msg))
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                let why = inner.reap();
+                Err(Error::Supervisor(format!("starting `{} supervise`: {e}{why}", bin.display())))
+            }
+            (Ok(()), Ok(_)) => {
+                let why = inner.reap();
+                Err(Error::Supervisor(format!("`{} supervise` did not start{why}", bin.display())))
+            }
+        }
+    }
+
+    /// Run `id` is answered (or was never sent): its slots are free.
+    fn settled(&self, id: u64) {
+        let mut st = self.lock();
+        if let Some(w) = st.weights.remove(&id) {
+            st.slots -= w;
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -277,6 +366,7 @@ impl Inner {
                         return Ok(())
                     }
                 };
+                self.settled(id);
                 let mut st = self.lock();
                 if !st.dropped.remove(&id) {
                     st.done.insert(id, outcome);

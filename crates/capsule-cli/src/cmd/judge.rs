@@ -68,6 +68,10 @@ pub fn command() -> Command {
             "Interactive problem: PROG talks to the solution, started as PROG input [answer]",
         ))
         .arg(opt("parallel", "N", "Tests judged at once (default 1)"))
+        .arg(Arg::new("per-cpu").long("per-cpu").action(ArgAction::SetTrue).help(
+            "One supervisor per CPU (min(N, CPUs) of them), each pinned with its tests to a CPU of its own: a test's \
+             processes then share one CPU (docs/protocol.md, \"One supervisor per CPU\")",
+        ))
         .arg(opt("json", "PATH", "Also write the verdict and every test's result as JSON to PATH"))
 }
 
@@ -139,6 +143,7 @@ fn options(m: &ArgMatches) -> Result<Options, String> {
         output_limit,
         interactor,
         parallel,
+        per_cpu: m.get_flag("per-cpu"),
     })
 }
 

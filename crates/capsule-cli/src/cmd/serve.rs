@@ -39,6 +39,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     config.prepare_ahead = !m.get_flag("no-prepare");
     config.own_network = !m.get_flag("shared-network");
     config.fresh_network = m.get_flag("fresh-network");
+    config.per_cpu = m.get_flag("per-cpu");
     if let Some(v) = last(m, "cgroup") {
         config.cgroup.path = Some(absolute(v, &cwd));
     }
@@ -48,10 +49,6 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
     let listen = m.get_one::<String>("listen").map(|p| absolute(p, &cwd));
     // Where a systemd user manager delegates cgroups, serve in them.
     super::restart_in_scope(&capsule::spec::RunSpec { cgroup: config.cgroup.clone(), ..Default::default() })?;
-    if m.get_flag("per-cpu") {
-        capsule::endpoints::per_cpu::run_per_cpu(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
-    } else {
-        capsule::endpoints::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
-    }
+    capsule::endpoints::serve::run_server(&config, listen.as_deref()).map_err(anyhow::Error::from)?;
     Ok(ExitCode::SUCCESS)
 }

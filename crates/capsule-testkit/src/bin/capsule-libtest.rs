@@ -48,7 +48,7 @@ fn die(msg: &str) -> ! {
 fn usage() -> ! {
     eprintln!(
         "usage: capsule-libtest pipeline N | wait-modes | kill-cancel DIR | stdio-fds | failures | \
-         supervisor-killed | drop | hang | interact"
+         supervisor-killed | drop | hang | interact | per-cpu N"
     );
     std::process::exit(2)
 }
@@ -69,7 +69,9 @@ fn with(mut base: Value, key: &str, v: Value) -> Value {
 }
 
 fn start(parallel: usize) -> Sandbox {
-    let config = Config { parallel, ..Config::default() };
+    // tests/library.rs runs once more with one supervisor per CPU.
+    let per_cpu = std::env::var("CAPSULE_TEST_PER_CPU").as_deref() == Ok("1");
+    let config = Config { parallel, per_cpu, ..Config::default() };
     match Sandbox::start(config) {
         Ok(sb) => {
             out("supervisor_pid", sb.supervisor_pid());
@@ -648,6 +650,33 @@ fn cmd_hang() {
     }
 }
 
+/// `Config::per_cpu` with `parallel` N: each supervisor's CPUs, and those
+/// of N runs at once (each must be one CPU, all of them the caller's).
+fn cmd_per_cpu(n: usize) {
+    let sb = match Sandbox::start(Config { parallel: n, per_cpu: true, ..Config::default() }) {
+        Ok(sb) => sb,
+        Err(e) => die(&format!("Sandbox::start: {} ({e})", kind(&e))),
+    };
+    let cpus_of = |pid: i32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?").trim().to_string()
+    };
+    let sups: Vec<String> = sb.supervisor_pids().iter().map(|&p| cpus_of(p)).collect();
+    out("supervisors", sups.join(";"));
+    out("caller", cpus_of(std::process::id() as i32));
+    let v = with(sh("grep Cpus_allowed_list /proc/self/status; sleep 0.5", &[]), "stdout", json!({"capture": 100}));
+    let handles: Vec<RunHandle> = (0..n).map(|_| must_submit(&sb, v.clone())).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.wait() {
+            Ok(r) => {
+                let text = r.stdout.as_ref().map(|c| c.text.clone()).unwrap_or_default();
+                out(&format!("run.{i}"), text.trim().strip_prefix("Cpus_allowed_list:").unwrap_or(&text).trim());
+            }
+            Err(e) => out(&format!("run.{i}"), format!("err:{e}")),
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let cmd = args.get(1).map(String::as_str).unwrap_or_else(|| usage());
@@ -661,6 +690,7 @@ fn main() {
         "drop" => cmd_drop(),
         "hang" => cmd_hang(),
         "interact" => cmd_interact(),
+        "per-cpu" => cmd_per_cpu(args.get(2).and_then(|n| n.parse().ok()).unwrap_or_else(|| usage())),
         _ => usage(),
     }
     out("done", 1);

@@ -200,6 +200,8 @@ pub fn config_for(spec: &RunSpec) -> Config {
         capsule_bin: None,
         own_network: true,
         fresh_network: false,
+        // An agent is the user's warm supervisor for `capsule run`, whose runs are not pinned.
+        per_cpu: false,
     }
 }
 

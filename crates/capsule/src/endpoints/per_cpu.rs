@@ -36,23 +36,19 @@ use crate::sys::{self, Forked};
 /// error found before serving.
 pub fn run_per_cpu(config: &Config, listen: Option<&Path>) -> Result<(), Error> {
     config.validate()?;
-    if !config.own_network {
-        // Each supervisor's network would be its own: runs on two CPUs could not meet.
-        return Err(Error::Refused(
-            "--per-cpu with --shared-network: each supervisor has networks of its own, so runs on different CPUs \
-             would not share one; use one server (without --per-cpu) for a network all runs share"
-                .into(),
-        ));
-    }
     // Each supervisor would refuse too, once per CPU.
     if is_real_root() {
         return Err(root_refusal());
     }
     let set = sys::affinity().map_err(|e| SysError::new("sched_getaffinity", e))?;
-    let cpus = sys::cpus_of(&set);
-    let n = config.parallel.min(cpus.len()).max(1);
+    let shares = config.per_cpu_shares(&sys::cpus_of(&set));
     let listener = match listen {
-        Some(path) => Some((super::serve::bind_socket(path)?, path.to_path_buf())),
+        Some(path) => {
+            let fd = super::serve::bind_socket(path)?;
+            // A client gone between poll and accept must not block the front.
+            sys::set_nonblocking(fd.as_raw_fd(), true).map_err(|e| SysError::new("fcntl(O_NONBLOCK)", e))?;
+            Some((fd, path.to_path_buf()))
+        }
         None => None,
     };
     // A peer of the listener must look like this process (the caller: the
@@ -65,13 +61,10 @@ pub fn run_per_cpu(config: &Config, listen: Option<&Path>) -> Result<(), Error> 
         })?),
         None => None,
     };
-    let mut shards = Vec::with_capacity(n);
-    for (i, &cpu) in cpus.iter().take(n).enumerate() {
-        let share = config.parallel / n + usize::from(i < config.parallel % n);
-        let mut c = config.clone();
-        c.parallel = share;
+    let mut shards = Vec::with_capacity(shares.len());
+    for (cpu, c) in &shares {
         // A failure drops the shards started: their input ends, they exit.
-        shards.push(Shard::start(&c, cpu)?);
+        shards.push(Shard::start(c, *cpu)?);
     }
     // After the forks: the supervisors start with the caller's signal mask and dispositions.
     sys::ignore_sigpipe();

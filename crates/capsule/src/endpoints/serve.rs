@@ -10,6 +10,9 @@ pub fn run_server(config: &crate::proto::config::Config, listen: Option<&std::pa
     use std::os::fd::OwnedFd;
 
     config.validate()?;
+    if config.per_cpu {
+        return super::per_cpu::run_per_cpu(config, listen);
+    }
     // The socket is made as the caller, before entering the namespaces.
     let listener: Option<(OwnedFd, std::path::PathBuf)> = match listen {
         None => None,

@@ -35,6 +35,12 @@ pub struct Config {
     /// one run at a time, taken back only when the run left no socket in
     /// it; its statistics carry over, docs/network-reuse.md).
     pub fresh_network: bool,
+    /// One supervisor per CPU (min(`parallel`, CPUs) of them, the slots
+    /// shared out), each pinned with its runs to a CPU of its own; runs go
+    /// to the one with the fewest slots taken (default false; `capsule
+    /// serve --per-cpu`, docs/protocol.md "One supervisor per CPU"). Not
+    /// with `own_network` false: each supervisor's networks are its own.
+    pub per_cpu: bool,
 }
 
 impl Default for Config {
@@ -46,6 +52,7 @@ impl Default for Config {
             capsule_bin: None,
             own_network: true,
             fresh_network: false,
+            per_cpu: false,
         }
     }
 }
@@ -61,7 +68,27 @@ impl Config {
                 format!("{} is not a number of runs between 1 and {MAX_PARALLEL}", self.parallel),
             ));
         }
+        if self.per_cpu && !self.own_network {
+            return Err(SpecError::new(
+                "per_cpu",
+                "one supervisor per CPU cannot share one network among all runs (own_network false, \
+                 --shared-network): each supervisor's networks are its own"
+                    .to_string(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The supervisors of a `per_cpu` config: one per CPU of `cpus` (at
+    /// most `parallel`), each with its share of the slots and `per_cpu` off.
+    pub fn per_cpu_shares(&self, cpus: &[usize]) -> Vec<(usize, Config)> {
+        let n = self.parallel.min(cpus.len()).max(1);
+        (0..n)
+            .map(|i| {
+                let share = self.parallel / n + usize::from(i < self.parallel % n);
+                (cpus.get(i).copied().unwrap_or(0), Config { parallel: share, per_cpu: false, ..self.clone() })
+            })
+            .collect()
     }
 }
 
@@ -75,4 +102,23 @@ pub struct CgroupConfig {
     pub require: bool,
     /// Do not use cgroups (degraded mode on purpose).
     pub disable: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slots shared out over at most as many supervisors as CPUs, and
+    /// no per-CPU supervisors with one network for all runs.
+    #[test]
+    fn per_cpu_shares_and_refusal() {
+        let c = Config { parallel: 5, per_cpu: true, ..Config::default() };
+        let shares: Vec<(usize, usize)> = c.per_cpu_shares(&[2, 7]).iter().map(|(cpu, s)| (*cpu, s.parallel)).collect();
+        assert_eq!(shares, vec![(2, 3), (7, 2)]);
+        assert!(c.per_cpu_shares(&[0, 1]).iter().all(|(_, s)| !s.per_cpu));
+        let one = Config { parallel: 1, per_cpu: true, ..Config::default() };
+        assert_eq!(one.per_cpu_shares(&[0, 1, 2]).len(), 1);
+        let shared = Config { per_cpu: true, own_network: false, ..Config::default() };
+        assert_eq!(shared.validate().unwrap_err().field, "per_cpu");
+    }
 }

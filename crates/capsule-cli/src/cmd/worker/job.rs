@@ -446,6 +446,7 @@ fn files(j: &JudgeJob, dir: &JobDir) -> Result<Options, String> {
         output_limit: j.output_limit,
         interactor: None,
         parallel: 1,
+        per_cpu: false,
     })
 }
 
