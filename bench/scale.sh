@@ -181,10 +181,11 @@ measure() {
     fi
     local -a ps cpus
     IFS=, read -r -a ps <<<"$plist"
-    # The CPUs this script may use, one per pinned server.
-    read -r -a cpus < <(awk '/^Cpus_allowed_list:/ { n = split($2, r, ","); for (i = 1; i <= n; i++) {
+    # The CPUs this script may use, one per pinned server (a here-string:
+    # the VM has no /dev/fd for a process substitution).
+    read -r -a cpus <<<"$(awk '/^Cpus_allowed_list:/ { n = split($2, r, ","); for (i = 1; i <= n; i++) {
         if (split(r[i], b, "-") == 2) { for (c = b[1]; c <= b[2]; c++) printf "%d ", c } else printf "%d ", r[i] }
-        print "" }' /proc/self/status)
+        print "" }' /proc/self/status)"
     : >"$out/floor.jsonl"
     for c in lib lib-cg lib-cpu serve serve-cg serve-cpu serve-cpu-cg serve-pin; do : >"$out/$c.jsonl"; done
     chmod 0666 "$out"/*.jsonl
