@@ -407,39 +407,34 @@ impl Front {
     }
 
     fn poll_set(&self) -> (Vec<libc::pollfd>, Vec<Token>) {
-        let mut pfds = Vec::with_capacity(4 + 2 * self.clients.len() + 3 * self.shards.len());
-        let mut tokens = Vec::with_capacity(pfds.capacity());
-        let mut add = |fd: i32, events: i16, t: Token| {
-            pfds.push(libc::pollfd { fd, events, revents: 0 });
-            tokens.push(t);
-        };
+        let mut set = sys::PollSet::with_capacity(4 + 2 * self.clients.len() + 3 * self.shards.len());
         if let Some(l) = &self.listener {
-            add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
+            set.add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
         }
         if let Some(s) = &self.signals {
-            add(s.as_raw_fd(), libc::POLLIN, Token::Signals);
+            set.add(s.as_raw_fd(), libc::POLLIN, Token::Signals);
         }
         let taking = self.stopping.is_none();
         for (i, c) in self.clients.iter().enumerate() {
             let Some(c) = c else { continue };
             if !c.eof && taking {
-                add(c.read.as_raw_fd(), libc::POLLIN, Token::Read(i));
+                set.add(c.read.as_raw_fd(), libc::POLLIN, Token::Read(i));
             }
             // With nothing to write: its POLLERR says the client went away.
-            add(c.wfd(), if c.out.is_empty() { 0 } else { libc::POLLOUT }, Token::Write(i));
+            set.add(c.wfd(), if c.out.is_empty() { 0 } else { libc::POLLOUT }, Token::Write(i));
         }
         for (i, s) in self.shards.iter().enumerate() {
             if let Some(fd) = &s.from {
-                add(fd.as_raw_fd(), libc::POLLIN, Token::ShardOut(i));
+                set.add(fd.as_raw_fd(), libc::POLLIN, Token::ShardOut(i));
             }
             if let (Some(fd), false) = (&s.to, s.out.is_empty()) {
-                add(fd.as_raw_fd(), libc::POLLOUT, Token::ShardIn);
+                set.add(fd.as_raw_fd(), libc::POLLOUT, Token::ShardIn);
             }
             if let (Some(fd), None) = (&s.pidfd, s.status) {
-                add(fd.as_raw_fd(), libc::POLLIN, Token::ShardExit(i));
+                set.add(fd.as_raw_fd(), libc::POLLIN, Token::ShardExit(i));
             }
         }
-        (pfds, tokens)
+        (set.fds, set.tokens)
     }
 
     fn event(&mut self, token: Token, revents: i16, buf: &mut [u8]) {

@@ -265,20 +265,15 @@ impl Loop {
     pub(crate) fn poll_set(&self) -> (Vec<libc::pollfd>, Vec<Token>) {
         // Sized once for the usual set (no regrowth on every wake-up).
         let n = 4 + 2 * self.conns.len() + 5 * self.running.len() + 2 * self.zombies.len() + self.spares.len();
-        let mut pfds = Vec::with_capacity(n);
-        let mut tokens = Vec::with_capacity(n);
-        let mut add = |fd: RawFd, events: i16, t: Token| {
-            pfds.push(libc::pollfd { fd, events, revents: 0 });
-            tokens.push(t);
-        };
+        let mut set = sys::PollSet::with_capacity(n);
         if let Some(l) = &self.listener {
-            add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
+            set.add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
         }
         if let Some(s) = &self.signals {
-            add(s.as_raw_fd(), libc::POLLIN, Token::Signals);
+            set.add(s.as_raw_fd(), libc::POLLIN, Token::Signals);
         }
         if let (Some(fd), true) = (self.agent.as_ref().and_then(|a| a.host_mounts.as_ref()), self.listener.is_some()) {
-            add(fd.as_raw_fd(), libc::POLLPRI, Token::HostMounts);
+            set.add(fd.as_raw_fd(), libc::POLLPRI, Token::HostMounts);
         }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
@@ -286,55 +281,55 @@ impl Loop {
                 continue;
             }
             if !c.eof {
-                add(c.read.as_raw_fd(), libc::POLLIN, Token::ConnRead(i));
+                set.add(c.read.as_raw_fd(), libc::POLLIN, Token::ConnRead(i));
             }
             if !c.out.is_empty() {
-                add(c.wfd(), libc::POLLOUT, Token::ConnWrite(i));
+                set.add(c.wfd(), libc::POLLOUT, Token::ConnWrite(i));
             } else if c.write.is_some() {
                 // stdout closing (the client went away) shows as POLLERR.
-                add(c.wfd(), 0, Token::ConnWrite(i));
+                set.add(c.wfd(), 0, Token::ConnWrite(i));
             }
         }
         for (i, r) in self.running.iter().enumerate() {
-            add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Run(i));
+            set.add(r.p.done.as_raw_fd(), libc::POLLIN, Token::Run(i));
             // (One still being created: its result pipe tells if it dies.)
             if let Some(fd) = r.p.pidfd() {
-                add(fd, libc::POLLIN, Token::Run(i));
+                set.add(fd, libc::POLLIN, Token::Run(i));
             }
             for (k, cap) in r.io.capture.iter().enumerate() {
                 if let Some(cap) = cap {
                     if !cap.eof {
-                        add(cap.fd(), libc::POLLIN, Token::Capture(i, k));
+                        set.add(cap.fd(), libc::POLLIN, Token::Capture(i, k));
                     }
                 }
             }
             for (k, c) in r.io.collect.iter().enumerate() {
                 if let Some(c) = c {
                     if !c.eof && !c.over {
-                        add(c.fd(), libc::POLLIN, Token::Collect(i, k));
+                        set.add(c.fd(), libc::POLLIN, Token::Collect(i, k));
                     }
                 }
             }
             if let Some(fd) = r.io.feed.as_ref().and_then(Feed::fd) {
-                add(fd, libc::POLLOUT, Token::Feed(i));
+                set.add(fd, libc::POLLOUT, Token::Feed(i));
             }
         }
         for (i, pair) in self.pairs.iter().enumerate() {
             for (fd, events, d, to_end) in pair.relay.poll_entries() {
-                add(fd, events, Token::Relay(i, d, to_end));
+                set.add(fd, events, Token::Relay(i, d, to_end));
             }
         }
         for (i, s) in self.spares.iter().enumerate() {
             if let Some(fd) = s.pidfd() {
-                add(fd, libc::POLLIN, Token::Spare(i));
+                set.add(fd, libc::POLLIN, Token::Spare(i));
             }
         }
         for (i, z) in self.zombies.iter().enumerate() {
             if let Some(fd) = z.pidfd() {
-                add(fd, libc::POLLIN, Token::Zombie(i));
+                set.add(fd, libc::POLLIN, Token::Zombie(i));
             }
         }
-        (pfds, tokens)
+        (set.fds, set.tokens)
     }
 
     /// Handles one ready descriptor. Indices refer to the poll set's

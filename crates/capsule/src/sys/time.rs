@@ -55,6 +55,24 @@ pub fn timerfd_at(fd: RawFd, at_ns: u64) -> SysResult<()> {
     .map(drop)
 }
 
+/// A poll set being built: the descriptors, and what each stands for.
+pub struct PollSet<T> {
+    pub fds: Vec<libc::pollfd>,
+    pub tokens: Vec<T>,
+}
+
+impl<T> PollSet<T> {
+    /// Sized once for the usual set (no regrowth on every wake-up).
+    pub fn with_capacity(n: usize) -> Self {
+        PollSet { fds: Vec::with_capacity(n), tokens: Vec::with_capacity(n) }
+    }
+
+    pub fn add(&mut self, fd: std::os::fd::RawFd, events: i16, token: T) {
+        self.fds.push(libc::pollfd { fd, events, revents: 0 });
+        self.tokens.push(token);
+    }
+}
+
 /// poll with a timeout of nanosecond resolution (None: no timeout).
 pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> SysResult<usize> {
     let ts = timeout.map(|t| libc::timespec {
