@@ -40,6 +40,9 @@ pub struct Config {
     /// to the one with the fewest slots taken (default false; `capsule
     /// serve --per-cpu`, docs/protocol.md "One supervisor per CPU"). Not
     /// with `own_network` false: each supervisor's networks are its own.
+    /// Left out of the JSON when false: an agent's identity is its
+    /// config's JSON, which the front end writes by hand.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub per_cpu: bool,
 }
 
