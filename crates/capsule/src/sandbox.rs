@@ -214,10 +214,12 @@ impl Sandbox {
         let weight = if matches!(msg, ClientMsg::Interact { .. }) { 2 } else { 1 };
         let sent = {
             let _g = inner.send.lock().unwrap_or_else(|e| e.into_inner());
-            let mut st = inner.lock();
-            st.weights.insert(id, weight);
-            st.slots += weight;
-            drop(st);
+            // Kept only where there is a choice: one supervisor's runs need no count.
+            if self.shards.len() > 1 {
+                let mut st = inner.lock();
+                st.weights.insert(id, weight);
+                st.slots += weight;
+            }
             wire::send(inner.sock.as_raw_fd(), &msg, &fds)
         };
         drop(notify_write);
@@ -366,8 +368,10 @@ impl Inner {
                         return Ok(())
                     }
                 };
-                self.settled(id);
                 let mut st = self.lock();
+                if let Some(w) = st.weights.remove(&id) {
+                    st.slots -= w;
+                }
                 if !st.dropped.remove(&id) {
                     st.done.insert(id, outcome);
                 }
