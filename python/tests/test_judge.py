@@ -46,6 +46,19 @@ def test_judge_verdicts(problem: Path, capsule_bin: str) -> None:
     assert v.verdict == "CE" and v.tests == [] and "error" in v.compile_output
 
 
+def test_judge_compile_time_and_per_cpu(problem: Path, capsule_bin: str) -> None:
+    v = cs.judge(lang="c", source=str(problem / "ok.c"), tests=str(problem / "tests"), compile_time=0.001,
+                 capsule=capsule_bin)
+    assert v.verdict == "CE" and v.compile_output.endswith("(the compiler ran out of time)\n"), v.raw
+    assert v.limits["compile_time_ms"] == 1.0, v.raw
+    v = arun(cs.judge_async(lang="c", source=str(problem / "ok.c"), tests=str(problem / "tests"),
+                            compile_time="2m", parallel=2, per_cpu=True, capsule=capsule_bin))
+    assert v.verdict == "OK" and v.limits["compile_time_ms"] == 120000.0, v.raw
+    with pytest.raises(cs.JudgeError, match="--compile-time"):
+        cs.judge(lang="c", source=str(problem / "ok.c"), tests=str(problem / "tests"), compile_time="2h",
+                 capsule=capsule_bin)
+
+
 def test_judge_errors(problem: Path, capsule_bin: str) -> None:
     with pytest.raises(cs.JudgeError, match="klingon"):
         cs.judge(lang="klingon", source=str(problem / "ok.c"), tests=str(problem / "tests"), capsule=capsule_bin)

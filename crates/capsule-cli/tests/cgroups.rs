@@ -927,7 +927,20 @@ fn judge_mle_with_cgroups() {
     s.write("mle.cpp", &std::fs::read(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display())));
     let json = s.join("result.json");
     let out = capsule(&[
-        "judge", "--lang", "cpp", "mle.cpp", "--tests", "tests", "--memory", "64M", "--time", "10s", "--json",
+        "judge",
+        "--lang",
+        "cpp",
+        "mle.cpp",
+        "--tests",
+        "tests",
+        "--memory",
+        "64M",
+        "--time",
+        "10s",
+        // g++ under the VM's software emulation can take the preset's 30 s.
+        "--compile-time",
+        "5m",
+        "--json",
     ])
     .arg(&json)
     .cwd(&s.path)

@@ -165,6 +165,7 @@ fn aplusb_ok_is_accepted_and_the_json_has_every_test() {
     assert_eq!(v["limits"]["wall_time_ms"], 3000.0);
     assert_eq!(v["limits"]["memory_bytes"], 256u64 << 20);
     assert_eq!(v["limits"]["output_bytes"], 64u64 << 20);
+    assert_eq!(v["limits"]["compile_time_ms"], 30000.0, "the preset's");
     assert!(v["compile_output"].is_string(), "{}", j.describe());
     assert!(v["timing"]["compile_ms"].as_f64().is_some_and(|t| t > 0.0), "{}", j.describe());
     assert!(v["timing"]["tests_ms"].as_f64().is_some_and(|t| t > 0.0), "{}", j.describe());
@@ -261,6 +262,28 @@ fn aplusb_ce_prints_the_compiler_message() {
     assert!(msg.ends_with("(the compiler exited with 1)\n"), "{}", j.describe());
     assert!(j.out.stdout.contains("solution.cpp:6"), "the message is printed; {}", j.describe());
     assert_eq!(j.out.stdout.lines().last(), Some("CE: compilation failed"), "{}", j.describe());
+}
+
+/// `--compile-time` is the compiler's wall-time limit: one too short for
+/// g++ is CE with the reason, and the report's limits say it (the preset's
+/// 30 s where it is not given).
+#[test]
+fn compile_time_limits_the_compiler() {
+    let Some((_s, j)) = aplusb("compile_time_limits_the_compiler", "cpp", "ok.cpp", &["--compile-time", "1ms"]) else {
+        return;
+    };
+    j.out.assert_code(1);
+    assert_eq!(j.verdict(), "CE", "{}", j.describe());
+    assert!(j.tests().is_empty(), "{}", j.describe());
+    let msg = j.json()["compile_output"].as_str().unwrap_or_default();
+    assert!(msg.ends_with("(the compiler ran out of time)\n"), "{}", j.describe());
+    assert_eq!(j.json()["limits"]["compile_time_ms"], 1.0, "{}", j.describe());
+    assert_eq!(j.out.stdout.lines().last(), Some("CE: compilation failed"), "{}", j.describe());
+    let Some((_s, j)) = aplusb("compile_time_limits_the_compiler", "cpp", "ok.cpp", &["--compile-time", "2m"]) else {
+        return;
+    };
+    all(&j, "OK");
+    assert_eq!(j.json()["limits"]["compile_time_ms"], 120000.0, "{}", j.describe());
 }
 
 /// Without cgroups (this host), the memory limit is the documented
@@ -577,7 +600,7 @@ fn bad_input_is_a_clear_error() {
     s.write("half/1.out", b"3\n");
     s.write("half/2.in", b"1 2\n");
     let ok = "solutions/ok.cpp";
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["--lang", "cpp", "solutions/missing.cpp", "--tests", "tests"],
             "SOURCE `solutions/missing.cpp`: No such file or directory (ENOENT)",
@@ -589,6 +612,12 @@ fn bad_input_is_a_clear_error() {
         (&["--lang", "cpp", ok, "--tests", "half"], "test `2`: "),
         (&["--lang", "cpp", ok, "--tests", "tests", "--time", "soon"], "--time soon: "),
         (&["--lang", "cpp", ok, "--tests", "tests", "--time", "0s"], "--time 0s: must be more than 0"),
+        (&["--lang", "cpp", ok, "--tests", "tests", "--compile-time", "0s"], "--compile-time 0s: must be more than 0"),
+        (
+            &["--lang", "cpp", ok, "--tests", "tests", "--compile-time", "2h"],
+            "--compile-time 2h: must be more than 0 and at most 1h",
+        ),
+        (&["--lang", "cpp", ok, "--tests", "tests", "--compile-time", "later"], "--compile-time later: "),
         (
             &["--lang", "cpp", ok, "--tests", "tests", "--checker", "float:abc"],
             "--checker: `float:abc`: `abc` is not a tolerance",

@@ -35,6 +35,13 @@ use verdict::{Limits, Verdict};
 
 /// Bytes of the compiler's messages kept.
 const COMPILE_CAPTURE: u64 = 64 << 10;
+
+/// The compile presets' wall-time limit (presets/*-compile.toml), which
+/// [`Options::compile_time`] replaces.
+pub const COMPILE_TIME: Duration = Duration::from_secs(30);
+
+/// The longest limit `--time` and `--compile-time` take.
+pub const MAX_TIME: Duration = Duration::from_secs(3600);
 /// Bytes kept of the solution's stderr and of a checker's or an
 /// interactor's messages.
 const MESSAGE_CAPTURE: u64 = 4 << 10;
@@ -61,6 +68,8 @@ pub struct Options {
     pub checker: Checker,
     /// CPU time per test; the wall-time limit is [`wall_limit`] of it.
     pub time: Duration,
+    /// The compiler's wall-time limit; None: the preset's ([`COMPILE_TIME`]).
+    pub compile_time: Option<Duration>,
     /// Memory per test, in bytes.
     pub memory: u64,
     /// Output per test, in bytes.
@@ -245,6 +254,7 @@ impl Report {
                 "wall_time_ms": wall_limit(o.time).as_secs_f64() * 1000.0,
                 "memory_bytes": o.memory,
                 "output_bytes": o.output_limit,
+                "compile_time_ms": o.compile_time.unwrap_or(COMPILE_TIME).as_secs_f64() * 1000.0,
             });
         }
         if let Some(a) = self.accounting {
@@ -334,7 +344,7 @@ pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>))
     }
 
     let started = Instant::now();
-    let compiled = compile(&sandbox, &lang, &work, cgroups, report);
+    let compiled = compile(&sandbox, &lang, &work, cgroups, opts.compile_time, report);
     report.compile_ms = started.elapsed().as_secs_f64() * 1000.0;
     if !compiled? {
         return Ok(());
@@ -362,19 +372,36 @@ pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>))
 
 /// Compiles the source in the box; Ok(false) for a compilation error,
 /// whose message is in the report.
-fn compile(sandbox: &Sandbox, lang: &Lang, work: &WorkDir, cgroups: bool, report: &mut Report) -> Result<bool, String> {
-    let (ok, text) = compile_box(sandbox, lang, &work.boxed(), cgroups)?;
+fn compile(
+    sandbox: &Sandbox,
+    lang: &Lang,
+    work: &WorkDir,
+    cgroups: bool,
+    wall: Option<Duration>,
+    report: &mut Report,
+) -> Result<bool, String> {
+    let (ok, text) = compile_box(sandbox, lang, &work.boxed(), cgroups, wall)?;
     report.compile_output = text;
     report.compiled = Some(ok);
     Ok(ok)
 }
 
-/// Compiles `box_dir/<source name>` with the preset's compile spec: whether
-/// it compiled, and the compiler's messages (with why it failed).
-fn compile_box(sandbox: &Sandbox, lang: &Lang, box_dir: &Path, cgroups: bool) -> Result<(bool, String), String> {
+/// Compiles `box_dir/<source name>` with the preset's compile spec (its
+/// wall-time limit `wall` where given): whether it compiled, and the
+/// compiler's messages (with why it failed).
+fn compile_box(
+    sandbox: &Sandbox,
+    lang: &Lang,
+    box_dir: &Path,
+    cgroups: bool,
+    wall: Option<Duration>,
+) -> Result<(bool, String), String> {
     let Some(mut spec) = lang.compile_spec(box_dir, cgroups) else {
         return Ok((true, String::new()));
     };
+    if wall.is_some() {
+        spec.limits.wall_time = wall;
+    }
     spec.stdout = Some(Stdio::Capture(Capture { capture: COMPILE_CAPTURE }));
     spec.stderr = Some(Stdio::Capture(Capture { capture: COMPILE_CAPTURE }));
     let r = sandbox.run(spec).and_then(|h| h.wait()).map_err(|e| format!("compiling: {e}"))?;
@@ -438,7 +465,7 @@ pub fn compile_helper(what: &str, lang: &str, source: &Path, dir: &Path) -> Resu
     let sandbox = Sandbox::start(Config { parallel: 1, capsule_bin: Some(exe), ..Default::default() })
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let (ok, text) =
-        compile_box(&sandbox, &lang, &dir, sandbox.has_cgroups()).map_err(|e| format!("the {what}: {e}"))?;
+        compile_box(&sandbox, &lang, &dir, sandbox.has_cgroups(), None).map_err(|e| format!("the {what}: {e}"))?;
     if !ok {
         return Err(format!("the {what} does not compile ({}):\n{}", lang.version(), text.trim_end()));
     }

@@ -909,6 +909,10 @@ mod tests {
                     s.limits.wall_time.is_none() || step == "compile",
                     "{n}-{step}: the caller sets the run's time"
                 );
+                if step == "compile" {
+                    // What the report's limits say when --compile-time is not given.
+                    assert_eq!(s.limits.wall_time, Some(crate::COMPILE_TIME), "{n}-{step}");
+                }
                 assert!(
                     s.mounts
                         .iter()

@@ -84,11 +84,14 @@ def _fmt_duration(v: Duration) -> str:
 
 
 def _argv(capsule: Optional[str], lang: str, source: str, tests: str, time: Optional[Duration],
-          memory: Optional[Size], output_limit: Optional[Size], checker: Optional[str],
-          interactor: Optional[str], parallel: Optional[int], json_path: str) -> List[str]:
+          compile_time: Optional[Duration], memory: Optional[Size], output_limit: Optional[Size],
+          checker: Optional[str], interactor: Optional[str], parallel: Optional[int], per_cpu: bool,
+          json_path: str) -> List[str]:
     argv = [find_capsule(capsule), "judge", "--lang", lang, os.fspath(source), "--tests", os.fspath(tests)]
     if time is not None:
         argv += ["--time", _fmt_duration(time)]
+    if compile_time is not None:
+        argv += ["--compile-time", _fmt_duration(compile_time)]
     if memory is not None:
         argv += ["--memory", str(memory)]
     if output_limit is not None:
@@ -99,6 +102,8 @@ def _argv(capsule: Optional[str], lang: str, source: str, tests: str, time: Opti
         argv += ["--interactor", os.fspath(interactor)]
     if parallel is not None:
         argv += ["--parallel", str(parallel)]
+    if per_cpu:
+        argv.append("--per-cpu")
     return argv + ["--json", json_path]
 
 
@@ -116,17 +121,20 @@ def _report(json_path: str, code: int, stdout: bytes, stderr: bytes) -> Judgemen
     return Judgement(raw, code)
 
 
-def judge(lang: str, source: str, tests: str, *, time: Optional[Duration] = None, memory: Optional[Size] = None,
+def judge(lang: str, source: str, tests: str, *, time: Optional[Duration] = None,
+          compile_time: Optional[Duration] = None, memory: Optional[Size] = None,
           output_limit: Optional[Size] = None, checker: Optional[str] = None, interactor: Optional[str] = None,
-          parallel: Optional[int] = None, capsule: Optional[str] = None) -> Judgement:
-    """Compile ``source`` with the preset ``lang`` and judge it on every
+          parallel: Optional[int] = None, per_cpu: bool = False, capsule: Optional[str] = None) -> Judgement:
+    """Compile ``source`` with the preset ``lang`` (within ``compile_time``
+    of wall time, the preset's 30 s by default) and judge it on every
     ``tests/*.in`` (``capsule judge --json``, docs/judge.md). Raises
     :class:`JudgeError` when the judge itself fails; a wrong solution is a
     :class:`Judgement` with its verdict."""
     d = tempfile.mkdtemp(prefix="capsule-judge-")
     try:
         path = os.path.join(d, "report.json")
-        argv = _argv(capsule, lang, source, tests, time, memory, output_limit, checker, interactor, parallel, path)
+        argv = _argv(capsule, lang, source, tests, time, compile_time, memory, output_limit, checker, interactor,
+                     parallel, per_cpu, path)
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         return _report(path, p.returncode, p.stdout, p.stderr)
     finally:
@@ -134,14 +142,16 @@ def judge(lang: str, source: str, tests: str, *, time: Optional[Duration] = None
 
 
 async def judge_async(lang: str, source: str, tests: str, *, time: Optional[Duration] = None,
-                      memory: Optional[Size] = None, output_limit: Optional[Size] = None,
-                      checker: Optional[str] = None, interactor: Optional[str] = None,
-                      parallel: Optional[int] = None, capsule: Optional[str] = None) -> Judgement:
+                      compile_time: Optional[Duration] = None, memory: Optional[Size] = None,
+                      output_limit: Optional[Size] = None, checker: Optional[str] = None,
+                      interactor: Optional[str] = None, parallel: Optional[int] = None, per_cpu: bool = False,
+                      capsule: Optional[str] = None) -> Judgement:
     """:func:`judge` for asyncio (the event loop is never blocked)."""
     d = tempfile.mkdtemp(prefix="capsule-judge-")
     try:
         path = os.path.join(d, "report.json")
-        argv = _argv(capsule, lang, source, tests, time, memory, output_limit, checker, interactor, parallel, path)
+        argv = _argv(capsule, lang, source, tests, time, compile_time, memory, output_limit, checker, interactor,
+                     parallel, per_cpu, path)
         p = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                  stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out: Tuple[bytes, bytes] = await p.communicate()

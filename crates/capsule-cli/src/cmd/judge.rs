@@ -17,7 +17,7 @@ use capsule::result::EXIT_CAPSULE_ERROR;
 use capsule::spec::RunSpec;
 use capsule::units::{parse_duration, parse_size};
 use capsule_judge::verdict::{self, Verdict};
-use capsule_judge::{io_reason, Case, Checker, Event, Options, Report, TestReport, MAX_PARALLEL};
+use capsule_judge::{io_reason, Case, Checker, Event, Options, Report, TestReport, MAX_PARALLEL, MAX_TIME};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 const ABOUT: &str = "Compile a solution in the sandbox and judge it on a directory of tests";
@@ -60,6 +60,7 @@ pub fn command() -> Command {
                 .conflicts_with("interactor"),
         )
         .arg(opt("time", "DURATION", "CPU time per test (default 1s); the wall-time limit is 2 x time + 1 s"))
+        .arg(opt("compile-time", "DURATION", "Wall time the compiler may take (default the preset's, 30s)"))
         .arg(opt("memory", "SIZE", "Memory per test (default 256M; cgroup memory.max, else checked after the run)"))
         .arg(opt("output-limit", "SIZE", "Output per test (default 64M)"))
         .arg(opt(
@@ -81,9 +82,19 @@ fn options(m: &ArgMatches) -> Result<Options, String> {
         Some(v) => parse_duration(v).map_err(|e| format!("--time {v}: {e}"))?,
         None => Duration::from_secs(1),
     };
-    if time.is_zero() || time > Duration::from_secs(3600) {
+    if time.is_zero() || time > MAX_TIME {
         return Err(format!("--time {}: must be more than 0 and at most 1h", get("time").unwrap_or_default()));
     }
+    let compile_time = match get("compile-time") {
+        Some(v) => {
+            let t = parse_duration(v).map_err(|e| format!("--compile-time {v}: {e}"))?;
+            if t.is_zero() || t > MAX_TIME {
+                return Err(format!("--compile-time {v}: must be more than 0 and at most 1h"));
+            }
+            Some(t)
+        }
+        None => None,
+    };
     let memory = match get("memory") {
         Some(v) => parse_size(v).map_err(|e| format!("--memory {v}: {e}"))?,
         None => 256 << 20,
@@ -139,6 +150,7 @@ fn options(m: &ArgMatches) -> Result<Options, String> {
         tests: PathBuf::from(get("tests").unwrap_or_default()),
         checker,
         time,
+        compile_time,
         memory,
         output_limit,
         interactor,

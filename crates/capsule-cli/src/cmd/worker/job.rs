@@ -18,7 +18,7 @@ use capsule::sandbox::{Config, Sandbox};
 use capsule::spec::RunSpec;
 use capsule::units::{parse_duration, parse_size};
 use capsule::Status;
-use capsule_judge::{io_reason, Checker, Options, Report};
+use capsule_judge::{io_reason, Checker, Options, Report, MAX_TIME};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -106,6 +106,8 @@ pub struct JudgeBody {
     pub checker: Option<CheckerBody>,
     #[serde(default)]
     pub time: Option<Amount>,
+    #[serde(default)]
+    pub compile_time: Option<Amount>,
     #[serde(default)]
     pub memory: Option<Amount>,
     #[serde(default)]
@@ -206,6 +208,7 @@ pub struct JudgeJob {
     checker: Result<Checker, Helper>,
     interactor: Option<Helper>,
     time: Duration,
+    compile_time: Option<Duration>,
     memory: u64,
     output_limit: u64,
 }
@@ -216,14 +219,19 @@ fn judge_job(body: Value) -> Result<JudgeJob, String> {
         p => format!("invalid judge job: {p}: {}", e.inner()),
     })?;
     // The limits as `capsule judge` checks them.
-    let time = match &body.time {
-        None => Duration::from_secs(1),
-        Some(Amount::Number(ms)) => Duration::from_millis(*ms),
-        Some(Amount::Text(t)) => parse_duration(t).map_err(|e| format!("time `{}`: {e}", t.escape_debug()))?,
+    let duration = |a: &Option<Amount>, what: &str| -> Result<Option<Duration>, String> {
+        let t = match a {
+            None => return Ok(None),
+            Some(Amount::Number(ms)) => Duration::from_millis(*ms),
+            Some(Amount::Text(t)) => parse_duration(t).map_err(|e| format!("{what} `{}`: {e}", t.escape_debug()))?,
+        };
+        if t.is_zero() || t > MAX_TIME {
+            return Err(format!("{what} {t:?}: must be more than 0 and at most 1h"));
+        }
+        Ok(Some(t))
     };
-    if time.is_zero() || time > Duration::from_secs(3600) {
-        return Err(format!("time {time:?}: must be more than 0 and at most 1h"));
-    }
+    let time = duration(&body.time, "time")?.unwrap_or(Duration::from_secs(1));
+    let compile_time = duration(&body.compile_time, "compile_time")?;
     let size = |a: &Option<Amount>, what: &str, default: u64| match a {
         None => Ok(default),
         Some(Amount::Number(n)) => Ok(*n),
@@ -281,7 +289,7 @@ fn judge_job(body: Value) -> Result<JudgeJob, String> {
             return Err(format!("tests[{i}] (`{}`): no `output` (only an interactive problem may omit it)", t.name));
         }
     }
-    Ok(JudgeJob { body, checker, interactor, time, memory, output_limit })
+    Ok(JudgeJob { body, checker, interactor, time, compile_time, memory, output_limit })
 }
 
 /// The worker's supervisor for `run` jobs, started anew if it dies.
@@ -442,6 +450,7 @@ fn files(j: &JudgeJob, dir: &JobDir) -> Result<Options, String> {
         tests,
         checker: j.checker.clone().unwrap_or(Checker::Exact),
         time: j.time,
+        compile_time: j.compile_time,
         memory: j.memory,
         output_limit: j.output_limit,
         interactor: None,
@@ -547,6 +556,7 @@ mod tests {
         match parse(&fields(&[("id", "a"), ("kind", "judge"), ("body", ok)])).work {
             Ok(Work::Judge(j)) => {
                 assert_eq!(j.time, Duration::from_secs(2));
+                assert_eq!(j.compile_time, None, "the preset's");
                 assert_eq!(j.memory, 64 << 20);
                 assert_eq!(j.output_limit, 64 << 20);
                 assert!(matches!(j.checker, Ok(Checker::Float(_))));
@@ -555,6 +565,18 @@ mod tests {
         }
         let t = r#""tests": [{"name": "1", "input": "", "output": ""}]"#;
         assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "time": "0s"}}"#)).contains("time"));
+        for (given, want) in [(r#""90s""#, 90_000), ("1500", 1_500)] {
+            let body = format!(r#"{{"lang": "c", "source": "", {t}, "compile_time": {given}}}"#);
+            match parse(&fields(&[("id", "a"), ("kind", "judge"), ("body", &body)])).work {
+                Ok(Work::Judge(j)) => assert_eq!(j.compile_time, Some(Duration::from_millis(want)), "{given}"),
+                other => panic!("{given}: {other:?}"),
+            }
+        }
+        let e = judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "compile_time": "2h"}}"#));
+        assert!(e.starts_with("compile_time 7200s: must be more than 0"), "{e}");
+        assert!(
+            judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "compile_time": 0}}"#)).contains("compile_time")
+        );
         assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "memory": "1M"}}"#)).contains("at least 4M"));
         assert!(judge_error(&format!(r#"{{"lang": "c", "source": "", {t}, "checker": "./x"}}"#)).contains("program"));
         let e = judge_error(&format!(
