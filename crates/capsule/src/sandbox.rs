@@ -90,6 +90,15 @@ struct State {
     slots: usize,
 }
 
+impl State {
+    /// Run `id` is answered (or was never sent): its slots are free.
+    fn settle(&mut self, id: u64) {
+        if let Some(w) = self.weights.remove(&id) {
+            self.slots -= w;
+        }
+    }
+}
+
 impl Sandbox {
     /// Starts a supervisor with `config` (with `per_cpu`, one per CPU of
     /// the calling thread's affinity mask, at most `parallel`).
@@ -226,7 +235,7 @@ impl Sandbox {
         match sent {
             Ok(()) => {}
             Err(e) => {
-                inner.settled(id);
+                inner.lock().settle(id);
                 // Too large to send, say: this run only.
                 if !e.is_io() {
                     return Err(Error::Run(e.to_string()));
@@ -302,14 +311,6 @@ impl Inner {
         }
     }
 
-    /// Run `id` is answered (or was never sent): its slots are free.
-    fn settled(&self, id: u64) {
-        let mut st = self.lock();
-        if let Some(w) = st.weights.remove(&id) {
-            st.slots -= w;
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -369,9 +370,7 @@ impl Inner {
                     }
                 };
                 let mut st = self.lock();
-                if let Some(w) = st.weights.remove(&id) {
-                    st.slots -= w;
-                }
+                st.settle(id);
                 if !st.dropped.remove(&id) {
                     st.done.insert(id, outcome);
                 }

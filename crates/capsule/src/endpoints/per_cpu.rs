@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::error::{Error, SysError};
-use crate::host::identity::{is_real_root, peer_fingerprint, root_refusal};
+use crate::host::identity::{is_real_root, listen_refusal, peer_fingerprint, root_refusal};
 use crate::proto::config::Config;
 use crate::proto::lines::{self, Line, LineReader, LineRequest};
 use crate::proto::result::EXIT_CAPSULE_ERROR;
@@ -473,10 +473,11 @@ impl Front {
         let Some(l) = &self.listener else { return };
         let Ok(sock) = sys::accept(l.as_raw_fd()) else { return };
         // The check `serve --listen` makes (docs/protocol.md), against this process.
-        let cred = sys::peer_cred(sock.as_raw_fd()).ok();
-        let same_user = cred.is_some_and(|c| c.uid == sys::getuid() && c.pid > 0);
-        if !same_user || cred.and_then(|c| peer_fingerprint(c.pid)) != self.peer {
-            let why = if same_user { lines::REFUSED_NOT_ALIKE } else { lines::REFUSED_OTHER_USER };
+        let why = match &self.peer {
+            Some(p) => listen_refusal(sock.as_raw_fd(), p),
+            None => Some(lines::REFUSED_NOT_ALIKE),
+        };
+        if let Some(why) = why {
             let _ = sys::write_all(sock.as_raw_fd(), &lines::error_line(&Value::Null, why));
             return;
         }
@@ -607,12 +608,13 @@ impl Front {
                     let s = &mut self.shards[i];
                     s.partial.extend_from_slice(&buf[..n]);
                     let mut start = 0;
-                    let data = std::mem::take(&mut s.partial);
+                    let mut data = std::mem::take(&mut s.partial);
                     while let Some(len) = data[start..].iter().position(|&b| b == b'\n') {
                         self.answer(i, &data[start..start + len]);
                         start += len + 1;
                     }
-                    self.shards[i].partial = data[start..].to_vec();
+                    data.drain(..start);
+                    self.shards[i].partial = data;
                     if n < buf.len() {
                         return;
                     }

@@ -89,6 +89,20 @@ pub fn peer_fingerprint(pid: i32) -> Option<String> {
     Some(f)
 }
 
+/// Why `serve --listen` refuses the peer on `sock`: another user, or a
+/// process unlike its caller (`expected`: the caller's [`peer_fingerprint`]);
+/// None: taken. A peer whose pid is not visible here (a deeper PID
+/// namespace's) counts as another user.
+pub fn listen_refusal(sock: std::os::fd::RawFd, expected: &str) -> Option<&'static str> {
+    use crate::proto::lines::{REFUSED_NOT_ALIKE, REFUSED_OTHER_USER};
+    let cred = sys::peer_cred(sock).ok();
+    let same_user = cred.is_some_and(|c| c.uid == sys::getuid() && c.pid > 0);
+    if !same_user {
+        return Some(REFUSED_OTHER_USER);
+    }
+    (cred.and_then(|c| peer_fingerprint(c.pid)).as_deref() != Some(expected)).then_some(REFUSED_NOT_ALIKE)
+}
+
 /// Where the agents of the user `uid` keep their sockets
 /// (`crate::endpoints::agent::socket_dir` chooses one): `$XDG_RUNTIME_DIR/capsule`
 /// and `/tmp/capsule-agent-UID`. Both are covered in every run

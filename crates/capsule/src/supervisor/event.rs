@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::child::FLAG_GO;
 use crate::host::cgroups::RunCgroup;
-use crate::host::identity::peer_fingerprint;
+use crate::host::identity::{listen_refusal, peer_fingerprint};
 use crate::plan::rlimits::Rlimit;
 use crate::proto::result::{InteractResult, RunResult, Side, Status};
 use crate::proto::spec::{InteractSpec, PipeFile, RunSpec, Stdio};
@@ -904,15 +904,9 @@ impl Loop {
             } else {
                 // `serve --listen`: the same check as an agent's, with an
                 // answer (its clients are programs that want to know).
-                if let Some(peer) = &self.peer {
-                    let cred = sys::peer_cred(sock.as_raw_fd()).ok();
-                    let same_user = cred.is_some_and(|c| c.uid == sys::getuid() && c.pid > 0);
-                    if !same_user || cred.and_then(|c| peer_fingerprint(c.pid)).as_ref() != Some(peer) {
-                        use crate::proto::lines::{REFUSED_NOT_ALIKE, REFUSED_OTHER_USER};
-                        let why = if same_user { REFUSED_NOT_ALIKE } else { REFUSED_OTHER_USER };
-                        let _ = sys::write_all(sock.as_raw_fd(), &crate::proto::lines::error_line(&Value::Null, why));
-                        return;
-                    }
+                if let Some(why) = self.peer.as_deref().and_then(|p| listen_refusal(sock.as_raw_fd(), p)) {
+                    let _ = sys::write_all(sock.as_raw_fd(), &crate::proto::lines::error_line(&Value::Null, why));
+                    return;
                 }
                 let _ = sys::set_nonblocking(sock.as_raw_fd(), true);
                 Conn::new(sock, None, Framing::Lines, false)

@@ -155,6 +155,8 @@ pub fn cpus_in(set: &libc::cpu_set_t) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn cpus_of_lists_a_set() {
         let mut set = one_cpu(3).unwrap();
@@ -163,8 +165,6 @@ mod tests {
         assert_eq!(cpus_of(&set), vec![3, 7]);
         assert_eq!(cpus_of(&affinity().unwrap()).len(), cpus_in(&affinity().unwrap()));
     }
-
-    use super::*;
 
     #[test]
     fn affinity_sets_hold_the_current_cpu() {
