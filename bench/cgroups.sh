@@ -11,7 +11,7 @@
 #
 # Where: the development machines have a hybrid cgroup v1/v2 layout without
 # v2 controllers, so capsule runs there in degraded mode. The only pure
-# cgroup v2 hierarchy at hand is the QEMU VM /work/shared/vm/cgroup2-vm
+# cgroup v2 hierarchy at hand is the QEMU VM scripts/vm/cgroup2-vm
 # (software emulation, no KVM): absolute times there are inflated many times
 # over, the ratio of the two capsule commands is the number that carries over.
 #
@@ -46,7 +46,7 @@
 #   CARGO_TARGET_DIR  honoured by the build (the binary is looked up there)
 #   ROUNDS            hyperfine invocations (default 10; at most RUNS)
 #   WARMUP            warm-up runs per command in each round (default 3)
-#   VM                the VM script (default /work/shared/vm/cgroup2-vm)
+#   VM                the VM script (default scripts/vm/cgroup2-vm)
 #   VM_CPUS, VM_MEM   its --cpus and --mem (default 2 and 4096)
 #   VM_TIMEOUT        its --timeout in seconds (default 3600)
 #   BENCH_DIR         staging directory (default /var/tmp/capsule-bench-cgroups)
@@ -60,7 +60,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 runs=${1:-${RUNS:-300}}
 rounds=${ROUNDS:-10}
 warmup=${WARMUP:-3}
-vm=${VM:-/work/shared/vm/cgroup2-vm}
+vm=${VM:-$repo/scripts/vm/cgroup2-vm}
 vm_cpus=${VM_CPUS:-2}
 vm_mem=${VM_MEM:-4096}
 vm_timeout=${VM_TIMEOUT:-3600}

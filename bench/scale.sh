@@ -92,7 +92,7 @@
 #   PARALLEL, ROUNDS, RUNS, WARMUP, OUTPUT   as the options
 #   BENCH_USER        user to benchmark as when started as root (capsule-bench)
 #   BENCH_DIR         staging directory (/var/tmp/capsule-bench; with --vm /var/tmp/capsule-bench-scale)
-#   VM                the VM script (default /work/shared/vm/cgroup2-vm)
+#   VM                the VM script (default scripts/vm/cgroup2-vm)
 #   VM_CPUS, VM_MEM   its --cpus and --mem (default 2 and 4096)
 #   VM_TIMEOUT        its --timeout in seconds (default 3600)
 #   CARGO_TARGET_DIR  honoured by the build
@@ -141,7 +141,7 @@ done
 [[ $warmup =~ ^[0-9]+$ ]] || die "warmup must be a non-negative integer, got '$warmup'"
 [[ -z $plist || $plist =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--parallel wants a list like 1,2,4,16, got '$plist'"
 [[ -z $output ]] || output=$(realpath -m "$output")
-vm=${VM:-/work/shared/vm/cgroup2-vm}
+vm=${VM:-$repo/scripts/vm/cgroup2-vm}
 vm_cpus=${VM_CPUS:-2}
 vm_mem=${VM_MEM:-4096}
 vm_timeout=${VM_TIMEOUT:-3600}

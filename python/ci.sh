@@ -12,7 +12,7 @@
 # Needs python3 (>= 3.9) with venv, pytest, mypy, setuptools and wheel
 # (.ci/run installs Debian's). CAPSULE_PY_TESTS picks tests (pytest -k).
 # The cgroup v2 tests (memory-limit, cpu-time-limit) need delegated
-# cgroups: scripts/test.sh runs `ci.sh --cgroups` in its VM.
+# cgroups: scripts/test-slow.sh runs `ci.sh --cgroups` in its VMs.
 set -euo pipefail
 cd "$(dirname "$0")"
 py=${PYTHON:-/usr/bin/python3}
@@ -59,7 +59,7 @@ pytest_args=(-p no:cacheprovider -q --durations=5 -o "cache_dir=$stage/.cache")
 base_env=(env -i PATH=/usr/bin:/bin HOME="$stage" LANG=C.UTF-8 CAPSULE_TEST_STRICT="${CAPSULE_TEST_STRICT:-0}")
 
 if $cgroups; then
-  # In scripts/test.sh's cgroup2 VM, as root there: a delegated scope of
+  # In scripts/test-slow.sh's cgroup2 VM, as root there: a delegated scope of
   # the VM user's own (as the Rust harness gives each capsule), the shell
   # moved into it, then only the tests that need cgroups, which must pass.
   [ "${CGROUP2_VM:-}" = 1 ] && [ "$(id -u)" = 0 ] || { echo "python/ci.sh --cgroups: run it as root in the cgroup2 VM" >&2; exit 1; }
@@ -84,7 +84,10 @@ echo "== python: mypy --strict"
 
 echo "== python: pytest against $debug/capsule serve"
 (cd "$stage" && as_user "${base_env[@]}" CAPSULE_BIN="$stage/bin/capsule" PYTHONPATH="$stage/src" \
-  "$py" -m pytest "${pytest_args[@]}" tests)
+  "$py" -m pytest "${pytest_args[@]}" -rs tests) | tee "$stage/pytest.log"
+# Each skipped test with its reason (-rs) into scripts/test.sh's summary.
+[ -z "${CAPSULE_TEST_SKIP_LOG:-}" ] ||
+  sed -n 's/^SKIPPED \[[0-9]*\] \(.*\)$/python \1/p' "$stage/pytest.log" >>"$CAPSULE_TEST_SKIP_LOG"
 
 echo "== python: the wheel and the sdist, installed with pip"
 wbins=$debug

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # capsule inside Podman containers without --privileged (issue 24,
 # docs/containers.md), end to end: Debian's podman runs as root inside
-# ../shared/vm/cgroup2-vm (this machine's own cgroups are hybrid, which
+# scripts/vm/cgroup2-vm (this machine's own cgroups are hybrid, which
 # crun refuses), each container on the host's root as an overlay
 # (`--rootfs /:O`: no image, no registry), capsule in it as the VM's
 # unprivileged user. Checked there:
@@ -24,8 +24,9 @@
 #      workers taking jobs from a real redis-server (scripts/test-kube.sh);
 #   9. docker: scripts/test-docker.sh in the same VM (Debian's docker.io,
 #      the same image built with docker, the documented docker lines).
-# Run as root after `cargo build --workspace --all-targets` (scripts/test.sh
-# does both); CAPSULE_TEST_STRICT=1 makes a missing podman or VM a failure.
+# Run as root: `sudo scripts/test-slow.sh containers` (this script with no
+# arguments does that), after which a missing podman or VM is a failure
+# under CAPSULE_TEST_STRICT=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -160,22 +161,35 @@ if [ "${1:-}" = --in-vm ]; then
 fi
 
 # --- on the host ---------------------------------------------------------------
-strict=${CAPSULE_TEST_STRICT:-0}
-skip() {
-  if [ "$strict" = 1 ]; then echo "test-container.sh: $1 (CAPSULE_TEST_STRICT=1)" >&2; exit 1; fi
-  echo "SKIP the container tests: $1"; exit 0
-}
-vm=../shared/vm/cgroup2-vm
-[ "$(id -u)" = 0 ] || skip "they must be started as root (the VM runs podman as root)"
-[ -x "$vm" ] || skip "$vm is missing"
-command -v podman >/dev/null || skip "podman is not installed (apt-get install podman uidmap)"
-{ [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ]; } || skip "docker is not installed (apt-get install docker.io)"
+# `sudo scripts/test-slow.sh containers` boots the VM (and shares its boot
+# with the cgroup tests when it runs both); it calls the two steps below.
+case ${1:-} in
+  --prepare) stage=$2 ;;
+  --base) stage=$2 ;;
+  "") exec scripts/test-slow.sh containers ;;
+  *) echo "usage: scripts/test-container.sh [--prepare STAGE | --base STAGE | --in-vm STAGE HELPERS_DIR]" >&2; exit 2 ;;
+esac
+if [ "$1" = --base ]; then
+  # The image's base, made while the VM runs, once the VM asks for it
+  # (STAGE/start-base): Debian's essential packages and passwd (useradd),
+  # no documentation.
+  while [ ! -e "$stage/start-base" ]; do sleep 1; done
+  [ ! -e "$stage/vm-done" ] || exit 0
+  t=$SECONDS
+  if mmdebstrap --quiet --variant=essential --include=passwd,mount --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    bookworm "$stage/base.tmp.tar" >"$stage/base.log" 2>&1; then
+    chmod a+r "$stage/base.tmp.tar" && mv "$stage/base.tmp.tar" "$stage/base.tar"
+    echo "test-container.sh: the image's base made in $((SECONDS - t)) s ($(du -m "$stage/base.tar" | cut -f1) MB)"
+  else
+    tail -n 5 "$stage/base.log" >"$stage/base.failed"
+  fi
+  exit 0
+fi
 # shellcheck source=scripts/cargo-env.sh
 . scripts/cargo-env.sh
 target=${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/debug
-# The binaries a run uses, staged: a build while the VM runs must not
-# change them under it. The test executable finds capsule beside it.
-stage=$(cd "$target" && pwd)/container-test
 rm -rf "$stage" && mkdir -p "$stage/bin"
 cp "$target/capsule" "$target/capsule-cli" "$target/capsule-probe" "$stage/bin/"
 for t in hostile; do
@@ -197,26 +211,3 @@ for b in capsule capsule-cli; do
   objcopy --strip-debug "$target/$b" "$stage/ctx/target/x86_64-unknown-linux-gnu/debug/$b"
 done
 chmod -R a+rX "$stage"
-# Its base, made while the VM boots and runs the checks before the image:
-# Debian's essential packages and passwd (useradd), no documentation.
-command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get install mmdebstrap)"
-(
-  t=$SECONDS
-  if mmdebstrap --quiet --variant=essential --include=passwd,mount --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
-    bookworm "$stage/base.tmp.tar" > "$stage/base.log" 2>&1; then
-    chmod a+r "$stage/base.tmp.tar" && mv "$stage/base.tmp.tar" "$stage/base.tar"
-    echo "test-container.sh: the image's base made in $((SECONDS - t)) s ($(du -m "$stage/base.tar" | cut -f1) MB)"
-  else
-    tail -n 5 "$stage/base.log" > "$stage/base.failed"
-  fi
-) &
-base_job=$!
-t0=$SECONDS
-rc=0
-scripts/vm-retry "$vm" --as-root --timeout 2700 -- bash scripts/test-container.sh --in-vm "$stage" "$(cd "$target/.." && pwd)/tmp" || rc=$?
-echo "test-container.sh: $((SECONDS - t0)) s in the VM"
-wait "$base_job" || true
-rm -rf "$stage"
-exit $rc

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # capsule inside Docker containers without --privileged (issue 24,
 # docs/containers.md): Debian's docker.io (dockerd, its containerd, runc)
-# as root inside ../shared/vm/cgroup2-vm. scripts/test-container.sh runs
+# as root inside scripts/vm/cgroup2-vm. scripts/test-container.sh runs
 # this in the same VM after its podman checks, with what it staged there
 # (the binaries, the hostile suite's test executable, the image's build
 # context and its mmdebstrap base): usage, in the VM as root,

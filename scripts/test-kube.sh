@@ -14,7 +14,7 @@
 #   4. `podman pod stop` (SIGTERM, the 300 s grace) ends a worker with 0.
 # Not a cluster: no kubelet, scheduler, Service or DNS (docs/containers.md
 # says what podman does differently). Run as root inside
-# ../shared/vm/cgroup2-vm by `scripts/test-container.sh` (its VM, after
+# scripts/vm/cgroup2-vm by `scripts/test-container.sh` (its VM, after
 # its step 7 built localhost/capsule in the same storage).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

@@ -24,6 +24,7 @@ fail() {
 skip() {
   if [ "$strict" = 1 ] && [ "${2:-}" != allowed ]; then fail "$1 (cannot be checked here; CAPSULE_TEST_STRICT=1)"; fi
   echo "SKIP $1"
+  [ -z "${CAPSULE_TEST_SKIP_LOG:-}" ] || echo "package: $1" >>"$CAPSULE_TEST_SKIP_LOG"
   skipped=$((skipped + 1))
 }
 
@@ -36,7 +37,9 @@ for tool in dpkg-deb dpkg file man setpriv; do
   command -v "$tool" >/dev/null || fail "$tool is missing (apt-get install dpkg file man-db util-linux)"
 done
 
-scripts/package.sh
+# CAPSULE_PACKAGE_BUILT=1: scripts/test.sh built them already (with the
+# system's libseccomp hidden).
+[ "${CAPSULE_PACKAGE_BUILT:-0}" = 1 ] || scripts/package.sh
 tdir=${CARGO_TARGET_DIR:-target}
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 deb=$tdir/package/capsule_${version}_amd64.deb

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# capsule through a systemd user manager (issue 24): ../shared/vm/cgroup2-vm
+# capsule through a systemd user manager (issue 24): scripts/vm/cgroup2-vm
 # --systemd boots the host's systemd in the VM and runs the in-VM half of
 # this script as the VM's user from a service once that user's manager runs
 # (lingering, XDG_RUNTIME_DIR), as in a login session. Nothing there is
@@ -25,8 +25,9 @@
 #      itself in a scope of the manager's, and each test checks that (the
 #      run's scope) besides its verdicts and accounting; the tests that
 #      need root to set up a base cgroup are the only ones skipped.
-# Run as root after `cargo build --workspace --all-targets`;
-# CAPSULE_TEST_STRICT=1 makes a missing VM a failure.
+# Run as root after `cargo build --workspace --all-targets`
+# (`sudo scripts/test-slow.sh systemd` does both); CAPSULE_TEST_STRICT=1
+# makes a missing systemd a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,7 +129,9 @@ if [ "${1:-}" = --in-vm ]; then
   expect refused-isolate 2 "refused a delegated scope" "systemctl --user unmask app.slice" -- \
     "$B/capsule" isolate --cg -b 9 --run -- /bin/true
   systemctl --user unmask app.slice
-  expect sigterm 0 "passed on" -- sh -c "'$B/capsule' run -- /bin/sleep 600 & p=\$!; sleep 10; kill -TERM \$p; wait \$p;
+  # The signal once the run's program is there (polled: the scope's start takes a while here).
+  expect sigterm 0 "passed on" -- sh -c "'$B/capsule' run -- /bin/sleep 600 & p=\$!;
+    i=0; until pgrep -u \$(id -u) -x sleep >/dev/null || [ \$i -ge 600 ]; do sleep 0.1; i=\$((i+1)); done; kill -TERM \$p; wait \$p;
     echo \"status \$?\"; pgrep -u \$(id -u) -x sleep || echo 'SIGTERM passed on'"
   echo "== 8. the cgroup test suite through the user manager's scopes"
   # The tests that make a base cgroup of their own as root; each says why.
@@ -166,9 +169,8 @@ skip() {
   if [ "$strict" = 1 ]; then echo "test-systemd.sh: $1 (CAPSULE_TEST_STRICT=1)" >&2; exit 1; fi
   echo "SKIP the systemd tests: $1"; exit 0
 }
-vm=$(realpath -m ../shared/vm/cgroup2-vm)
+vm=$PWD/scripts/vm/cgroup2-vm
 [ "$(id -u)" = 0 ] || skip "they must be started as root (the VM needs it)"
-[ -x "$vm" ] || skip "$vm is missing"
 [ -x /lib/systemd/systemd ] || skip "systemd is not installed (the VM boots the host's)"
 # shellcheck source=scripts/cargo-env.sh
 . scripts/cargo-env.sh
@@ -188,7 +190,7 @@ cp scripts/test-systemd.sh "$scratch/"
 chmod -R a+rX "$scratch"
 t0=$SECONDS
 rc=0
-(cd "$scratch" && "$repo/scripts/vm-retry" "$vm" --systemd --timeout 900 -- bash "$scratch/test-systemd.sh" --in-vm "$repo" "$scratch") || rc=$?
+(cd "$scratch" && "$vm" --systemd --timeout 900 -- bash "$scratch/test-systemd.sh" --in-vm "$repo" "$scratch") || rc=$?
 echo "test-systemd.sh: $((SECONDS - t0)) s in the VM"
 rm -rf "$scratch"
 exit $rc

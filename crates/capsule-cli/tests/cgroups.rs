@@ -5,20 +5,16 @@
 //! mode without delegation.
 //!
 //! The cgroup tests need a delegated cgroup v2 hierarchy with controllers,
-//! which the development hosts (hybrid v1/v2) lack: they run in the VM,
-//!
-//! ```text
-//! /work/shared/vm/cgroup2-vm --as-root --timeout 1500 -- bash -c \
-//!   'export PATH=/root/.cargo/bin:$PATH; CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1 cargo test --offline --test cgroups'
-//! ```
-//!
+//! which the development hosts (hybrid v1/v2) lack: they run in the VM
+//! (`sudo scripts/test-slow.sh cgroups`, or by hand
+//! `scripts/vm/cgroup2-vm --as-root -- env CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1 cargo test --offline -p capsule-cli --test cgroups`),
 //! where the harness gives every capsule invocation a delegated scope of its
 //! own. Elsewhere they skip (even under `CAPSULE_TEST_STRICT=1`); under
 //! `CAPSULE_TEST_CGROUPS=1` they fail instead. The degraded-mode tests
 //! (`degraded_*`) run everywhere.
 //!
 //! The same tests through a systemd user manager (scripts/test-systemd.sh,
-//! in `cgroup2-vm --systemd`), as the logged-in user with
+//! in `scripts/vm/cgroup2-vm --systemd`), as the logged-in user with
 //! `CAPSULE_TEST_SYSTEMD=1`: capsule finds no delegated cgroup and
 //! re-starts itself in `systemd-run --user --scope -p Delegate=yes`; every
 //! run's verdict and accounting must be the same, and each test checks

@@ -38,7 +38,7 @@ pub fn skip_cgroups(test: &str, reason: &str) {
     if cgroups_wanted() {
         panic!("{test}: cgroup v2 delegation missing (CAPSULE_TEST_CGROUPS=1): {reason}");
     }
-    eprintln!("SKIP {test}: {reason}");
+    crate::report_skip(test, reason);
 }
 
 /// `require_cgroups!(test_name)`: returns from the test after
@@ -71,7 +71,7 @@ pub fn cgroups_available() -> Result<(), String> {
         return Err(format!(
             "no delegated cgroup v2 hierarchy to test in (cgroup2 controllers at {CGROUP_ROOT}: {controllers}; \
              own cgroups: {}); the cgroup tests run in the VM: \
-             `/work/shared/vm/cgroup2-vm --as-root -- env CAPSULE_TEST_CGROUPS=1 cargo test --offline -p capsule-cli --test cgroups`",
+             `sudo scripts/test-slow.sh cgroups`",
             own.trim().replace('\n', " ")
         ));
     }

@@ -15,10 +15,11 @@
 //!   so the spawned pid *is* capsule once setpriv exec'd. Both binaries are
 //!   copied to a world-readable directory under /var/tmp (not /tmp: the
 //!   sandbox's /tmp is private). As any other user, capsule runs directly.
-//! * Missing kernel features make a test print `SKIP <test>: <reason>` and
-//!   pass, unless `CAPSULE_TEST_STRICT=1` (CI), where they fail.
+//! * Missing kernel features make a test print `SKIP <test>: <reason>` (and
+//!   append it to `$CAPSULE_TEST_SKIP_LOG`, which scripts/test.sh sums up)
+//!   and pass, unless `CAPSULE_TEST_STRICT=1` (CI), where they fail.
 //! * The probe (`capsule-probe`) prints `key=value` lines; [`Kv`] parses them.
-//! * In the cgroup v2 VM (`/work/shared/vm/cgroup2-vm --as-root`: root with
+//! * In the cgroup v2 VM (`scripts/vm/cgroup2-vm --as-root`: root with
 //!   `CGROUP2_VM=1`), the unprivileged user is the VM's (`CGROUP2_VM_USER`,
 //!   default `cgvm`), and every capsule invocation gets a delegated scope of
 //!   its own, `/sys/fs/cgroup/delegated/scope-<unique>` (like `systemd-run

@@ -71,7 +71,7 @@ pub fn systemd_scope_in(cgroup: &str, uid: u32) -> Option<String> {
 /// the systemd mode runs as the user and gets every cgroup from the
 /// manager. Never a failure (scripts/test-systemd.sh checks the list).
 pub fn skip_systemd(test: &str, why: &str) {
-    eprintln!("SKIP {test}: not in the systemd mode ({SYSTEMD_ENV}=1): {why}");
+    crate::report_skip(test, &format!("not in the systemd mode ({SYSTEMD_ENV}=1): {why}"));
 }
 
 /// `not_in_systemd_mode!(test_name, why)`: returns from the test after

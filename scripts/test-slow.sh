@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# The slow test stages: what needs a VM or containers. Each stage is one
+# command; with none named, all of them, as CI runs them (.ci/run):
+#
+#   sudo scripts/test-slow.sh cgroups     the cgroup v2 suite (tests/cgroups.rs),
+#       the hostile suite's fork and memory bombs and `capsule isolate --cg`
+#       (their `cgroup_*` tests) and the Python client's cgroup tests, as root
+#       in scripts/vm/cgroup2-vm (a delegated cgroup v2 hierarchy; this kind
+#       of machine's own cgroups are hybrid), twice: on the oldest kernel in
+#       /boot (Debian 12's 6.1: a fresh cgroup per run) and on the newest
+#       (>= 6.12: run cgroups kept per slot and reused, docs/cgroup-reuse.md)
+#   sudo scripts/test-slow.sh containers  capsule in Podman and Docker containers
+#       without --privileged, the image of deploy/container/Containerfile and
+#       deploy/kubernetes under podman kube play (scripts/test-container.sh,
+#       docs/containers.md), in the VM on the newest kernel
+#   sudo scripts/test-slow.sh systemd     capsule through a systemd user manager's
+#       delegated scopes (scripts/test-systemd.sh), in the VM booting systemd
+#
+# All of them boot three VMs: the newest kernel's runs the cgroup tests and
+# then the containers in one boot. The test executables are built here once
+# (`cargo build --workspace --all-targets`, as scripts/test.sh does) and run
+# as they are in the VMs, no cargo there. Each stage prints its time, the
+# last line all of them (docs/testing.md has the figures).
+#
+# Root only (QEMU, podman as root in the VM). CAPSULE_TEST_STRICT=1: a stage
+# that cannot run is a failure, not a skip. CAPSULE_VM_ALL=1: the cgroup
+# stage runs every test executable of the workspace in its VMs, not only
+# the cgroup ones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+strict=${CAPSULE_TEST_STRICT:-0}
+vm=$repo/scripts/vm/cgroup2-vm
+
+# --- in the VM (as root): the cgroup tests, then optionally the containers ---
+if [ "${1:-}" = --in-vm ]; then
+  list=$2
+  shift 2
+  echo "== in the VM: Linux $(uname -r)"
+  export CAPSULE_TEST_STRICT=1 CAPSULE_TEST_CGROUPS=1
+  # The executables copied off the 9p share into the VM's memory first, the
+  # workspace's binaries beside them (where the harness looks): page faults
+  # on a binary read over 9p count as the reader's system time, which the
+  # CPU accounting tests measure.
+  bins=/var/tmp/capsule-vm-bins
+  mkdir -p "$bins"
+  built=$(dirname "$(dirname "$(head -n1 "$list" | cut -d' ' -f1)")")
+  for b in capsule capsule-cli capsule-probe capsule-libtest capsule-bench; do cp "$built/$b" "$bins/"; done
+  while read -r exe filter; do
+    t0=$SECONDS
+    cp "$exe" "$bins/"
+    # Run where cargo runs them: the package's directory.
+    (cd crates/capsule-cli && "$bins/$(basename "$exe")" --color never ${filter:+"$filter"})
+    echo "-- $(basename "${exe%-*}") ${filter:-}: $((SECONDS - t0)) s"
+  done <"$list"
+  t0=$SECONDS
+  python/ci.sh --cgroups
+  echo "-- python --cgroups: $((SECONDS - t0)) s"
+  if [ "${1:-}" = containers ]; then
+    # The host makes the image's base from now on (not during the cgroup
+    # tests: its CPU would count in the VM's measurements).
+    touch "$2/start-base"
+    bash scripts/test-container.sh --in-vm "$2" "$3"
+  fi
+  exit 0
+fi
+
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(cgroups containers systemd)
+for s in "${stages[@]}"; do
+  case $s in cgroups | containers | systemd) ;; *)
+    echo "test-slow.sh: unknown stage '$s' (stages: cgroups containers systemd; see the head of this file)" >&2
+    exit 2
+    ;;
+  esac
+done
+want() { printf '%s\n' "${stages[@]}" | grep -qx "$1"; }
+t_start=$SECONDS times=()
+finish() {
+  local rc=$?
+  echo "test-slow.sh: $([ $rc = 0 ] && echo passed || echo FAILED) in $(((SECONDS - t_start) / 60))m$(((SECONDS - t_start) % 60))s (${times[*]})"
+}
+trap finish EXIT
+timed() { # timed NAME COMMAND...
+  local name=$1 t0=$SECONDS
+  shift
+  echo "=== $name"
+  "$@"
+  times+=("$name $((SECONDS - t0))s")
+  echo "=== $name: $((SECONDS - t0)) s"
+}
+cannot() {
+  if [ "$strict" = 1 ]; then echo "test-slow.sh: $1 (CAPSULE_TEST_STRICT=1)" >&2; exit 1; fi
+  echo "SKIP the slow stages ${stages[*]}: $1"
+  exit 0
+}
+[ "$(id -u)" = 0 ] || cannot "they must be started as root (QEMU; podman as root in the VM)"
+command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* >/dev/null 2>&1 ||
+  cannot "QEMU or a kernel image is missing: apt-get install -y qemu-system-x86 linux-image-amd64 busybox-static cpio gzip"
+if want containers; then
+  command -v podman >/dev/null || cannot "podman is not installed (apt-get install podman uidmap)"
+  { [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ]; } || cannot "docker is not installed (apt-get install docker.io)"
+  command -v mmdebstrap >/dev/null || cannot "mmdebstrap is not installed (apt-get install mmdebstrap)"
+fi
+! want systemd || [ -x /lib/systemd/systemd ] || cannot "systemd is not installed (the VM boots the host's)"
+
+# shellcheck source=scripts/cargo-env.sh
+. scripts/cargo-env.sh
+tdir=$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)
+timed build cargo build --workspace --all-targets
+
+# The test executables, as cargo built them: `EXE [FILTER]` a line.
+list=$tdir/slow-tests.list
+if want cgroups || want containers; then
+  if [ "${CAPSULE_VM_ALL:-0}" = 1 ]; then sel=(--workspace); else sel=(-p capsule-cli --test cgroups --test hostile --test isolate); fi
+  cargo test --offline -q "${sel[@]}" --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for m in map(json.loads, sys.stdin):
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
+        print(m["target"]["name"], m["executable"])' >"$tdir/slow-tests.all"
+  if [ "${CAPSULE_VM_ALL:-0}" = 1 ]; then
+    cut -d' ' -f2 "$tdir/slow-tests.all" >"$list"
+  else
+    # The cgroup suite whole; of the others, their cgroup cases.
+    awk '$1 == "cgroups" { print $2 } $1 == "hostile" || $1 == "isolate" { print $2, "cgroup_" }' "$tdir/slow-tests.all" >"$list"
+  fi
+  [ "$(wc -l <"$list")" -ge 3 ] || { echo "test-slow.sh: no test executables found (cargo test --no-run)" >&2; exit 1; }
+fi
+
+# The kernels: the oldest in /boot and the newest, which must be >= 6.12.
+kernels=$(find /boot -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sed 's/^vmlinuz-//' | sort -V)
+oldest=$(head -n1 <<<"$kernels") newest=$(tail -n1 <<<"$kernels")
+if [ "$(printf '%s\n' 6.12 "$newest" | sort -V | head -n1)" != 6.12 ]; then
+  [ "$strict" = 1 ] && { echo "test-slow.sh: no kernel >= 6.12 in /boot for the cgroup reuse tests (.ci/run installs Debian 12's linux-image-6.12.*-amd64-unsigned)" >&2; exit 1; }
+  echo "SKIP the cgroup tests with reused cgroups: no kernel >= 6.12 in /boot"
+fi
+
+# The VM with the cgroup tests on kernel $1, then the containers if $2 is
+# `containers` (the stage prepared by scripts/test-container.sh --prepare).
+cgroup_vm() {
+  local k=$1 extra=()
+  [ "${2:-}" != containers ] || extra=(containers "$stage" "$tdir/x86_64-unknown-linux-gnu/tmp")
+  "$vm" --kernel "$k" --as-root --timeout 3600 --env CAPSULE_VM_ALL -- bash scripts/test-slow.sh --in-vm "$list" "${extra[@]}"
+}
+# The containers' stage: binaries and the image's build context staged
+# (a build meanwhile must not change them), the image's base made on the
+# host while the VM runs (once the VM asks for it).
+containers_prepare() {
+  stage=$tdir/container-test
+  scripts/test-container.sh --prepare "$stage"
+  scripts/test-container.sh --base "$stage" &
+  base_job=$!
+}
+containers_done() {
+  local rc=$1
+  touch "$stage/start-base" "$stage/vm-done"
+  wait "$base_job" || true
+  rm -rf "$stage"
+  return "$rc"
+}
+with_containers() { # the newest kernel's VM: cgroup tests, then containers
+  containers_prepare
+  local rc=0
+  if want cgroups; then cgroup_vm "$newest" containers || rc=$?; else
+    touch "$stage/start-base"
+    "$vm" --kernel "$newest" --as-root --timeout 2700 -- bash scripts/test-container.sh --in-vm "$stage" \
+      "$tdir/x86_64-unknown-linux-gnu/tmp" || rc=$?
+  fi
+  containers_done "$rc"
+}
+
+if want cgroups && [ "$oldest" != "$newest" ]; then timed "cgroups-$oldest" cgroup_vm "$oldest"; fi
+if want containers; then
+  timed "$(want cgroups && echo "cgroups+containers" || echo containers)-$newest" with_containers
+elif want cgroups; then
+  timed "cgroups-$newest" cgroup_vm "$newest"
+fi
+if want systemd; then timed systemd scripts/test-systemd.sh; fi
