@@ -666,9 +666,9 @@ fn check_names_cgroup_source() {
 // Degraded mode (everywhere: the host has no delegation; in the VM the run
 // starts in root's cgroup) ---------------------------------------------------
 
-/// Without delegation, `--pids` and `--cpu-time` still run with their
-/// rlimit fallbacks (RLIMIT_NPROC, RLIMIT_CPU in whole seconds), and the
-/// accounting is `rusage`.
+/// Without delegation, `--pids` still runs with its rlimit fallback
+/// (RLIMIT_NPROC), `--cpu-time` with PID 1 watching the run's processes,
+/// and the accounting is `rusage`.
 #[test]
 fn degraded_limits_fall_back() {
     require!("degraded_limits_fall_back", userns_available());
@@ -686,7 +686,56 @@ fn degraded_limits_fall_back() {
     assert_killed_by_limit(&out, true);
     let cpu = cpu_ms(&out);
     eprintln!("degraded --cpu-time 500ms: cpu {cpu:.1} ms, signal-free status {}", out.status());
-    assert!((450.0..=2100.0).contains(&cpu), "cpu {cpu:.0} ms under --cpu-time 500ms (RLIMIT_CPU); {}", out.describe());
+    assert!((500.0..=550.0).contains(&cpu), "cpu {cpu:.0} ms under --cpu-time 500ms (no cgroup); {}", out.describe());
+}
+
+/// Without delegation, `--cpu-time` is the CPU time of the whole tree, to
+/// the millisecond, not RLIMIT_CPU's whole seconds per process: children
+/// spinning under a shell together use up the limit (each alone would never
+/// reach it), and the kill is the run's, not a SIGXCPU the shell reports
+/// ("CPU time limit exceeded"), within 50 ms of the limit.
+#[test]
+fn degraded_cpu_time_is_the_whole_trees() {
+    require!("degraded_cpu_time_is_the_whole_trees", userns_available());
+    let _g = heavy();
+    let spin = "while :; do :; done";
+    for (limit, script) in [
+        (300.0, format!("({spin}) & ({spin}) & ({spin}) & wait")),
+        (700.0, format!("sh -c '{spin}'; echo after")),
+        (
+            150.0,
+            format!(
+                "for i in 1 2 3 4 5 6 7 8; do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done; {spin}"
+            ),
+        ),
+    ] {
+        let out = capsule(&[
+            "run",
+            "-q",
+            "--cpu-time",
+            &format!("{limit}ms"),
+            "--wall-time",
+            "30s",
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .json()
+        .no_scope()
+        .run();
+        out.assert_code(124);
+        assert_eq!(out.status(), "cpu-time-limit", "{script}: {}", out.describe());
+        assert_accounting(&out, "rusage");
+        let cpu = cpu_ms(&out);
+        eprintln!("degraded --cpu-time {limit}ms ({script}): cpu {cpu:.1} ms");
+        assert!(
+            (limit..=limit + 50.0).contains(&cpu),
+            "{script}: cpu {cpu:.0} ms under --cpu-time {limit}ms; {}",
+            out.describe()
+        );
+        assert!(!out.stderr.contains("CPU time limit exceeded"), "{script}: {}", out.describe());
+    }
 }
 
 /// Without delegation, the limits that only cgroups can enforce

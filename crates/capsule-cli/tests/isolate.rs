@@ -358,6 +358,65 @@ fn cpu_time_limit_is_to() {
     iso.cleanup();
 }
 
+/// Without cgroups the CPU time limit is the whole box's, to the
+/// millisecond: `-t 0.5` kills at 0.5 s of CPU (RLIMIT_CPU's whole seconds
+/// killed at 1.0 s), `-t 1.5` at 1.5 s, within 50 ms.
+#[test]
+fn cpu_time_limit_is_exact_without_cgroups() {
+    require!("cpu_time_limit_is_exact_without_cgroups", userns_available());
+    let iso = Iso::new("iso-to-exact", 31);
+    iso.init();
+    for t in [0.5, 1.5] {
+        let (out, meta) = iso.run(&["-t", &t.to_string(), "-w", "30"], &["spin"]);
+        out.assert_code(1);
+        assert_eq!(meta.must("status"), "TO", "{}", meta.1);
+        assert_eq!(meta.must("killed"), "1", "{}", meta.1);
+        let time = meta.secs("time");
+        assert!((t..t + 0.05).contains(&time), "-t {t}: {}", meta.1);
+    }
+    iso.cleanup();
+}
+
+/// Judge0's shape: `bash run.sh` in the box runs the solution as a child.
+/// A child burning CPU is the box's TLE (`TO`, `killed:1`), killed by the
+/// box within 50 ms of `-t`, not by the kernel's SIGXCPU, which bash would
+/// report into the program's stderr ("CPU time limit exceeded").
+#[test]
+fn cpu_time_limit_covers_a_child_under_bash() {
+    require!("cpu_time_limit_covers_a_child_under_bash", userns_available());
+    let iso = Iso::new("iso-to-child", 32);
+    iso.init();
+    iso.put("sol", sol());
+    iso.put_text("run.sh", "./sol spin\necho after\n");
+    let meta_path = iso.scratch.join(&unique("bash.meta"));
+    let out = iso
+        .cmd(&[
+            &format!("--meta={}", meta_path.display()),
+            "-t",
+            "0.4",
+            "-w",
+            "30",
+            "-p60",
+            "-r",
+            "err.txt",
+            "-o",
+            "out.txt",
+        ])
+        .args(&["--run", "--", "/bin/bash", "run.sh"])
+        .run();
+    let meta = Meta::parse(&std::fs::read_to_string(&meta_path).unwrap_or_default());
+    out.assert_code(1);
+    assert_eq!(meta.must("status"), "TO", "{}\n{}", meta.1, out.describe());
+    assert_eq!(meta.must("message"), "Time limit exceeded", "{}", meta.1);
+    assert_eq!(meta.must("killed"), "1", "{}", meta.1);
+    let time = meta.secs("time");
+    assert!((0.4..0.45).contains(&time), "{}", meta.1);
+    let err = iso.read("err.txt");
+    assert!(!err.contains("CPU time limit exceeded"), "bash saw a SIGXCPU: {err:?}");
+    assert_eq!(iso.read("out.txt"), "", "the script went on after its child");
+    iso.cleanup();
+}
+
 #[test]
 fn wall_time_limit_is_to_and_killed() {
     require!("wall_time_limit_is_to_and_killed", userns_available());

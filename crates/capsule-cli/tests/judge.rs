@@ -216,7 +216,7 @@ fn aplusb_tle() {
     for t in j.tests() {
         let status = t["status"].as_str().unwrap();
         assert!(["cpu-time-limit", "wall-time-limit"].contains(&status), "{t}");
-        // Killed near the CPU limit (RLIMIT_CPU or the cgroup's timer), by
+        // Killed near the CPU limit (PID 1's timer, over the cgroup or the processes), by
         // the wall-time limit at the latest.
         assert!(t["wall_time_ms"].as_f64().unwrap() < 3500.0, "{t}");
     }

@@ -81,8 +81,8 @@ pub fn run_verdict(r: &RunResult, l: &Limits) -> Result<Option<Judged>, String> 
         Status::OutputLimit => (Verdict::Ole, format!("more than {} bytes of output", l.output)),
         Status::WallTimeLimit => (Verdict::Tle, format!("wall-time limit {} hit", secs(l.wall))),
         Status::CpuTimeLimit => (Verdict::Tle, format!("CPU-time limit {} hit", secs(l.time))),
-        // Over the limit but not killed for it (RLIMIT_CPU counts whole
-        // seconds per process; a run may end just past the limit).
+        // Over the limit but not killed for it (the kill comes a few ms
+        // after the limit is reached; a run may end meanwhile).
         _ if cpu_ms > l.time.as_secs_f64() * 1000.0 => {
             (Verdict::Tle, format!("CPU time {:.0} ms over the limit of {}", cpu_ms, secs(l.time)))
         }

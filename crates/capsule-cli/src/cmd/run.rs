@@ -89,7 +89,7 @@ pub fn command() -> Command {
         .arg(one("address-space", "SIZE", "Address space (RLIMIT_AS); breaks JIT runtimes such as the JVM, V8 and Go", lim))
         .arg(one("pids", "N", "Most processes and threads (pids.max; RLIMIT_NPROC per run without cgroups)", lim))
         .arg(one("memory", "SIZE", "Memory of all the run's processes (memory.max, no swap; needs cgroups)", lim))
-        .arg(one("cpu-time", "DURATION", "CPU time over all processes and threads (without cgroups: RLIMIT_CPU per process, whole seconds)", lim))
+        .arg(one("cpu-time", "DURATION", "CPU time over all processes and threads, from the program's execve", lim))
         .arg(one("cpu-bandwidth", "CPUS", "CPU bandwidth in CPUs, e.g. 0.5 or 2 (cpu.max; needs cgroups)", lim))
         .arg(one("cpus", "LIST", "CPUs the run may use, e.g. 0,1 or 0-3 (cpuset; needs cgroups)", lim))
         .arg(one("nested-namespaces", "N", "Most namespaces of each kind (user, PID, mount, network, IPC, UTS, cgroup, time) the program may hold at once; default 256, 0: none", lim))

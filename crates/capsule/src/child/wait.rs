@@ -3,7 +3,7 @@
 //! Its reasons in full: docs/child.md ("PID 1's event loop").
 
 use super::cgroup::read_cpu_stat;
-use super::fuse::abort_fuse;
+use super::fuse::{abort_fuse, join};
 use super::netlog::{self, NetLog};
 use super::pid1::Never;
 use super::seccomp::is_net_log;
@@ -41,12 +41,21 @@ pub(crate) fn pid1_wait(
             sys::timerfd_at(wall.as_raw_fd(), exec_ns + wall_time_ns).map_err(|e| Fail::new(Step::Wait, e))?;
         }
         // CPU time has no timer: check when the limit could first be reached (`cpu_timer` re-arms).
-        if let (true, Some(_)) = (cpu_time_ns != 0, &plan.cgroup) {
+        if cpu_time_ns != 0 {
             sys::timerfd_at(cpu.as_raw_fd(), exec_ns + cpu_time_ns / parallelism)
                 .map_err(|e| Fail::new(Step::Wait, e))?;
         }
     }
-    let limits = TimeLimits { wall: wall.as_raw_fd(), cpu: cpu.as_raw_fd(), cpu_time_ns, parallelism };
+    // Without a cgroup, what the run's processes used before execve (the tracee's set-up, a FUSE daemon's start).
+    let tree_base_ns = if cpu_time_ns != 0 && plan.cgroup.is_none() { tree_cpu_ns(proc.as_raw_fd()) } else { 0 };
+    let limits = TimeLimits {
+        wall: wall.as_raw_fd(),
+        cpu: cpu.as_raw_fd(),
+        cpu_time_ns,
+        parallelism,
+        proc: proc.as_raw_fd(),
+        tree_base_ns,
+    };
     // Short turns from here on, as the supervisor's (reset on fork: the network log's reader gets the default): the
     // program's exit may wake it on a CPU busy with the next run's preparation, and the result waits for it.
     if plan.slice_ns != 0 {
@@ -137,6 +146,10 @@ pub(crate) struct TimeLimits {
     cpu: RawFd,
     cpu_time_ns: u64,
     parallelism: u64,
+    /// The run's procfs, where a run without a cgroup counts its processes' CPU time.
+    proc: RawFd,
+    /// Without a cgroup: [`tree_cpu_ns`] when the program had just exec'd.
+    tree_base_ns: u64,
 }
 
 /// The CPU-time timer fired: FLAG_CPU_TIME when the run has used up its
@@ -146,11 +159,17 @@ pub(crate) fn cpu_timer(plan: &Plan, shared: &Shared, l: &TimeLimits) -> Result<
     let mut b = [0u8; 8];
     let _ = sys::read(l.cpu, &mut b);
     let limit = if l.cpu_time_ns == 0 { u64::MAX } else { l.cpu_time_ns };
-    let used = cpu_used_ns(plan, shared);
+    let mut used = cpu_used_ns(plan, shared, l);
+    // Read twice before a kill: a child's time moving to its parent's `cutime` mid-walk may count twice once.
+    if used >= limit && plan.cgroup.is_none() {
+        used = cpu_used_ns(plan, shared, l);
+    }
     if used >= limit {
         return Ok(FLAG_CPU_TIME);
     }
-    let next = ((limit - used) / l.parallelism).max(1_000_000);
+    // Without a cgroup /proc counts in clock ticks: poll at least every TREE_POLL_NS near the limit.
+    let floor = if plan.cgroup.is_some() { 1_000_000 } else { TREE_POLL_NS };
+    let next = ((limit - used) / l.parallelism).max(floor);
     sys::timerfd_at(l.cpu, sys::clock_monotonic_ns() + next).map_err(|e| Fail::new(Step::Wait, e))?;
     Ok(0)
 }
@@ -253,11 +272,66 @@ pub(crate) fn kill_run(plan: &Plan) {
     let _ = sys::kill(-1, libc::SIGKILL);
 }
 
-/// CPU time the program's cgroup used since execve, ns.
-pub(crate) fn cpu_used_ns(plan: &Plan, shared: &Shared) -> u64 {
-    let Some(cg) = &plan.cgroup else { return 0 };
+/// CPU time the run used since the program's execve, ns: its cgroup's, else every process's of the run.
+pub(crate) fn cpu_used_ns(plan: &Plan, shared: &Shared, l: &TimeLimits) -> u64 {
+    let Some(cg) = &plan.cgroup else { return tree_cpu_ns(l.proc).saturating_sub(l.tree_base_ns) };
     let (user, system) = read_cpu_stat(cg.cpu_stat).unwrap_or((0, 0));
     (user + system).saturating_sub(shared.cgroup_cpu_us_at_exec.load(SeqCst)) * 1000
+}
+
+/// How often, at most, PID 1 walks the run's processes for their CPU time (no cgroup): the kill comes this
+/// late at most, and a tick or two of waited-for children's time (below).
+pub(crate) const TREE_POLL_NS: u64 = 5_000_000;
+
+/// The kernel's USER_HZ, the unit of /proc/N/stat's times: 100 on every architecture capsule runs on.
+const TICK_NS: u64 = 10_000_000;
+
+/// CPU time of every process of a run without a cgroup, ns: what PID 1 reaped (its children's rusage, exact)
+/// and, for each process still there, its own (its CPU clock, exact) and its waited-for children's
+/// (`/proc/N/stat`, whole clock ticks). Orphans become PID 1's children, so every process of the run is in one
+/// of these. No allocation.
+pub(crate) fn tree_cpu_ns(proc: RawFd) -> u64 {
+    let (user, system, _) = sys::rusage_children();
+    let mut ns = (user + system) * 1000;
+    let Ok(dir) = sys::openat(proc, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return ns };
+    let mut ents = [0u8; 4096];
+    while let Ok(n) = sys::getdents64(dir.as_raw_fd(), &mut ents) {
+        if n == 0 {
+            break;
+        }
+        for name in sys::dirent_names(&ents[..n]).map_while(Result::ok) {
+            if !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name != b"1" {
+                let pid = name.iter().fold(0i32, |a, b| a.saturating_mul(10).saturating_add((b - b'0') as i32));
+                // Gone meanwhile: its time is in its parent's, read now or at the next walk.
+                let Ok(own) = sys::process_cpu_ns(pid) else { continue };
+                ns += own + children_ticks(proc, name) * TICK_NS;
+            }
+        }
+    }
+    ns
+}
+
+/// cutime + cstime of process `pid` (digits) in clock ticks; 0 when it is gone.
+fn children_ticks(proc: RawFd, pid: &[u8]) -> u64 {
+    let mut at = [0u8; 32];
+    let Some(path) = join(&mut at, &[pid, b"/stat"]) else { return 0 };
+    let Ok(file) = sys::openat(proc, path, libc::O_RDONLY, 0) else { return 0 };
+    let mut buf = [0u8; 1024];
+    let Ok(n) = sys::read(file.as_raw_fd(), &mut buf) else { return 0 };
+    parse_children_ticks(&buf[..n])
+}
+
+/// The waited-for children's CPU times in a `/proc/N/stat` line, summed: fields 16 and 17, counted after the
+/// name's closing parenthesis (the name may hold spaces and parentheses of its own).
+pub(crate) fn parse_children_ticks(line: &[u8]) -> u64 {
+    let Some(close) = line.iter().rposition(|&b| b == b')') else { return 0 };
+    let fields = line[close + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
+    // After the name: state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime.
+    fields
+        .skip(13)
+        .take(2)
+        .map(|f| f.iter().take_while(|b| b.is_ascii_digit()).fold(0u64, |a, b| a * 10 + (b - b'0') as u64))
+        .sum()
 }
 
 /// Notes a reaped process; when it is the program's first process, the run
@@ -323,5 +397,18 @@ pub(crate) fn reap_next(r: &Reaper) -> Option<(i32, i32)> {
             Ok(0) => abort_fuse(r),
             _ => sys::drain_signalfd(r.sigchld),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_children_ticks;
+
+    #[test]
+    fn children_ticks_are_counted_after_the_name() {
+        let line = b"42 (a) b (c) R 1 42 42 0 -1 4194304 100 0 0 0 250 30 7 3 20 0 1 0 12345 0\n";
+        assert_eq!(parse_children_ticks(line), 7 + 3);
+        assert_eq!(parse_children_ticks(b"42 (x"), 0);
+        assert_eq!(parse_children_ticks(b""), 0);
     }
 }

@@ -54,11 +54,12 @@ pub(crate) fn prepare(limits: &Limits, cgroup: bool) -> Vec<Rlimit> {
     // elsewhere do not count against it.
     if !cgroup {
         add(libc::RLIMIT_NPROC, limits.pids, "limits.pids");
-        // Without a cgroup, CPU time is limited per process, in whole
-        // seconds (SIGXCPU at the limit, SIGKILL a second later).
+        // Without a cgroup, PID 1 enforces the CPU time of the whole tree
+        // (child::wait); RLIMIT_CPU only backs it up, a whole second past
+        // the limit, soft = hard: a SIGKILL, never a SIGXCPU a shell reports.
         if let Some(t) = limits.cpu_time {
-            let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0);
-            v.push(Rlimit { resource: libc::RLIMIT_CPU, value: secs, hard: secs + 1, field: "limits.cpu_time" });
+            let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0) + 1;
+            v.push(Rlimit { resource: libc::RLIMIT_CPU, value: secs, hard: secs, field: "limits.cpu_time" });
         }
     }
     v

@@ -332,8 +332,8 @@ pub struct Limits {
     #[serde(with = "units::opt_size")]
     pub memory: Option<u64>,
     /// CPU time over all processes and threads from the program's execve
-    /// (cgroup `cpu.stat`); without cgroups RLIMIT_CPU of each process, in
-    /// whole seconds.
+    /// (cgroup `cpu.stat`; without cgroups the run's processes in its
+    /// procfs, watched by PID 1 at most every 5 ms near the limit).
     #[serde(with = "units::opt_duration")]
     pub cpu_time: Option<Duration>,
     /// CPU bandwidth in CPUs (`cpu.max`), e.g. 0.5 or 2. Needs cgroups.
