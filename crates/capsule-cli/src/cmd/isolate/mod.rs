@@ -307,7 +307,7 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     spec.cgroup.disable = !o.cg;
     let (result, interrupt) = run_interruptible(&spec, fds);
     if !o.special_files {
-        let n = boxes::remove_special(&b.dir.join("box"))?;
+        let n = b.remove_special()?;
         if n > 0 {
             say(o, 1, &format!("Removed {n} special files from the box"));
         }

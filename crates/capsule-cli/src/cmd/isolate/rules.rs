@@ -153,7 +153,7 @@ pub fn mounts(rules: &[DirRule], box_dir: &Path, say: &mut dyn FnMut(String)) ->
         }
         let src = host_dir(outside, box_dir);
         if r.flags.tmp {
-            make_tmp(&src)?;
+            make_tmp(box_dir, outside)?;
         }
         if r.flags.maybe && !src.is_dir() {
             say(format!("Not binding {outside} on {} (does not exist)", r.inside));
@@ -175,26 +175,47 @@ pub fn mounts(rules: &[DirRule], box_dir: &Path, say: &mut dyn FnMut(String)) ->
     Ok(ops)
 }
 
-/// A `tmp` rule's directory in the box directory (mode 0700, as isolate's).
-fn make_tmp(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    if let Some(parent) = dir.parent() {
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(parent)
-            .map_err(|e| format!("Cannot create {}: {}", parent.display(), super::boxes::io_text(&e)))?;
+/// Opens `rel` (`tmp/x`, `box`...) in the box directory `box_dir`
+/// (`ROOT/N`) from the box root, following no link (`O_PATH`).
+fn open_in_box(box_dir: &Path, rel: &str) -> Result<OwnedFd, i32> {
+    use std::os::fd::AsRawFd;
+    let (Some(root), Some(name)) = (box_dir.parent(), box_dir.file_name()) else { return Err(libc::EINVAL) };
+    let croot = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|_| libc::EINVAL)?;
+    let rootfd = capsule::sys::open(&croot, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)?;
+    let mut path = name.as_encoded_bytes().to_vec();
+    if !rel.is_empty() {
+        path.push(b'/');
+        path.extend_from_slice(rel.as_bytes());
     }
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("Cannot create {}: it exists and is not a directory", dir.display())),
-        Err(_) => std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("Cannot create {}: {}", dir.display(), super::boxes::io_text(&e)))?,
+    let cpath = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    capsule::sys::open_in_root_nofollow(rootfd.as_raw_fd(), &cpath, libc::O_PATH | libc::O_DIRECTORY)
+}
+
+/// A `tmp` rule's directory in the box directory (mode 0700, as isolate's),
+/// `./tmp/NAME`, made from the box root without following a link.
+fn make_tmp(box_dir: &Path, outside: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let dir = host_dir(outside, box_dir);
+    let fail = |what: &str, e: i32| format!("Cannot {what} {}: {}", dir.display(), errno_text(e));
+    let name =
+        outside.strip_prefix("./tmp/").filter(|n| !n.contains('/')).ok_or_else(|| fail("create", libc::EINVAL))?;
+    let cname = std::ffi::CString::new(name).map_err(|_| fail("create", libc::EINVAL))?;
+    let boxfd = open_in_box(box_dir, "").map_err(|e| fail("create", e))?;
+    match capsule::sys::mkdirat(boxfd.as_raw_fd(), c"tmp", 0o700) {
+        Ok(()) | Err(libc::EEXIST) => {}
+        Err(e) => return Err(fail("create", e)),
     }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("Cannot chmod {}: {}", dir.display(), super::boxes::io_text(&e)))
+    let tmp = open_in_box(box_dir, "tmp").map_err(|e| fail("create", e))?;
+    match capsule::sys::mkdirat(tmp.as_raw_fd(), &cname, 0o700) {
+        Ok(()) | Err(libc::EEXIST) => {}
+        Err(e) => return Err(fail("create", e)),
+    }
+    let fd = capsule::sys::openat(tmp.as_raw_fd(), &cname, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+        .map_err(|e| match e {
+            libc::ENOTDIR | libc::ELOOP => format!("Cannot create {}: it exists and is not a directory", dir.display()),
+            e => fail("create", e),
+        })?;
+    capsule::sys::chmod_fd(fd.as_raw_fd(), 0o700).map_err(|e| fail("chmod", e))
 }
 
 /// The environment: the caller's with `-e`, then `LIBC_FATAL_STDERR_=1`,
@@ -262,9 +283,15 @@ pub fn open_stdio(rules: &[DirRule], box_dir: &Path, path: &str, write: bool) ->
     if write && !rule.flags.rw {
         return Err(fail("Read-only file system"));
     }
-    let dir = host_dir(outside, box_dir);
-    let cdir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| fail("Invalid argument"))?;
-    let root = capsule::sys::open(&cdir, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| fail(&errno_text(e)))?;
+    let root = match outside.strip_prefix("./") {
+        // In the box directory: reached from the box root, through no link.
+        Some(rel) => open_in_box(box_dir, rel.trim_end_matches('/')),
+        None => {
+            let cdir = std::ffi::CString::new(outside).map_err(|_| fail("Invalid argument"))?;
+            capsule::sys::open(&cdir, libc::O_PATH | libc::O_DIRECTORY, 0)
+        }
+    }
+    .map_err(|e| fail(&errno_text(e)))?;
     let rel = std::ffi::CString::new(if rest.is_empty() { ".".to_string() } else { rest })
         .map_err(|_| fail("Invalid argument"))?;
     use std::os::fd::AsRawFd;
