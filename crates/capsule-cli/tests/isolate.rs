@@ -1318,6 +1318,58 @@ fn hostile_box_replaced_by_a_link() {
     intact(&obox);
 }
 
+/// Issue 48, 3: `-d` binding the caller's home (however the path is
+/// written) or a directory above it hides the home's secrets, as `capsule
+/// run` does; the rest of it is seen.
+#[test]
+fn hostile_dir_rules_hide_the_home_secrets() {
+    require!("hostile_dir_rules_hide_the_home_secrets", userns_available());
+    let iso = Iso::new("iso-h48-home", 50);
+    iso.init();
+    let (home, _) = home_with_key(&iso);
+    let k = home.join("proj/k");
+    std::os::unix::fs::symlink("../.ssh/id_ed25519", &k).unwrap();
+    std::os::unix::fs::lchown(&k, Some(h().uid), Some(h().gid)).unwrap();
+    let h = home.display().to_string();
+    let parent = home.parent().unwrap().display().to_string();
+    let doubled = h.replacen("/", "//", 2);
+    let cases = [
+        (format!("/h={h}"), "/h"),
+        (format!("/h={h}/"), "/h"),
+        (format!("/h={doubled}"), "/h"),
+        (format!("/h={parent}/./home"), "/h"),
+        (format!("/h={h}/proj/.."), "/h"),
+        (format!("/h={h}:rw"), "/h"),
+        (format!("/p={parent}"), "/p/home"),
+    ];
+    for (rule, at) in &cases {
+        let script = format!("cat {at}/notes.txt; cat {at}/.ssh/id_ed25519; ls -A {at}/.ssh");
+        let mut c = iso.cmd(&["--processes", "-d", rule, "--run", "--", "/bin/sh", "-c", &script]);
+        let out = c.env("HOME", &h).run();
+        assert!(out.stdout.contains("visible"), "-d {rule}: {}", out.describe());
+        assert!(!out.stdout.contains("SECRET-KEY"), "-d {rule} shows the key: {}", out.describe());
+        assert!(!out.stdout.contains("id_ed25519"), "-d {rule} lists the key: {}", out.describe());
+        // Nor does a stdio file reach it, directly or through a link in the home.
+        for i in [format!("{at}/.ssh/id_ed25519"), format!("{at}/proj/k")] {
+            let mut c = iso.cmd(&["-d", rule, "-i", &i, "--run", "--", "/bin/cat"]);
+            let out = c.env("HOME", &h).run();
+            out.assert_code(2);
+            assert!(out.stderr.contains("secrets"), "-d {rule} -i {i}: {}", out.describe());
+            assert!(!out.stdout.contains("SECRET-KEY"), "-d {rule} -i {i}: {}", out.describe());
+        }
+    }
+    // A stdio file written there is refused before anything is truncated.
+    let mut c = iso.cmd(&["-d", &format!("/h={h}:rw"), "-o", "/h/.ssh/id_ed25519", "--run", "--", "/bin/true"]);
+    let out = c.env("HOME", &h).run();
+    out.assert_code(2);
+    assert_eq!(std::fs::read_to_string(home.join(".ssh/id_ed25519")).unwrap(), "SECRET-KEY\n");
+    // A rule naming the secret itself shows it, as asked.
+    let mut c = iso.cmd(&["-d", &format!("/k={h}/.ssh"), "--run", "--", "/bin/cat", "/k/id_ed25519"]);
+    let out = c.env("HOME", &h).run();
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "SECRET-KEY\n"), "{}", out.describe());
+    iso.cleanup();
+}
+
 /// Issue 48, 4: a default box root another user made first (mode 0777)
 /// is refused with one line naming the fix, and nothing is written into
 /// it; the user's own runtime directory is used where there is one.

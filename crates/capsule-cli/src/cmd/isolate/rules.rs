@@ -172,7 +172,77 @@ pub fn mounts(rules: &[DirRule], box_dir: &Path, say: &mut dyn FnMut(String)) ->
             MountOp::RoBind { src, dst, try_: false, noexec }
         });
     }
+    // The caller's secrets, hidden wherever a bind shows them (after every bind, so none uncovers one).
+    let secrets = secrets();
+    let mut hides = Vec::new();
+    for op in &ops {
+        let (MountOp::Bind { src, dst, .. } | MountOp::RoBind { src, dst, .. } | MountOp::DevBind { src, dst, .. }) =
+            op
+        else {
+            continue;
+        };
+        let Ok(src) = std::fs::canonicalize(src) else { continue };
+        for secret in &secrets {
+            if let Some(rel) = shown(&src, secret) {
+                let path = dst.join(rel);
+                say(format!("Hiding {} ({}, a secret of the caller's)", path.display(), secret.display()));
+                hides.push(MountOp::Hide { path });
+            }
+        }
+    }
+    ops.extend(hides);
     Ok(ops)
+}
+
+/// The caller's usual secrets (`capsule::host::fsrules::SECRETS` in each of
+/// its homes, docs/filesystem.md) that exist, as canonical paths: a rule
+/// that binds a directory holding one, however its path is written
+/// (`//`, `.`, `..`, a trailing `/`, a link on the way), does not show it.
+fn secrets() -> Vec<PathBuf> {
+    use capsule::host::fsrules::{caller_homes, SECRETS};
+    let homes = caller_homes(capsule::sys::geteuid());
+    let mut out = Vec::new();
+    for home in homes.home.iter().chain(&homes.passwd) {
+        for s in SECRETS {
+            let p = home.join(&s[2..]);
+            // One lstat for a secret that is not there (most of them).
+            if std::fs::symlink_metadata(&p).is_err() {
+                continue;
+            }
+            if let Ok(real) = std::fs::canonicalize(&p) {
+                if !out.contains(&real) {
+                    out.push(real);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Where a bind of the canonical `src` shows `secret`, relative to the
+/// bind's place; None when it does not, or when the rule names the secret
+/// (or a path in it) itself, which shows it as asked.
+fn shown(src: &Path, secret: &Path) -> Option<PathBuf> {
+    let rel = secret.strip_prefix(src).ok()?;
+    (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
+}
+
+/// Refuses a stdio file `fd` (an `O_PATH` descriptor of it, or of the
+/// directory it would be made in) in one of the caller's secrets that the
+/// rule's directory `dir` does not name itself.
+fn check_not_secret(dir: &Path, fd: &OwnedFd) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| e.to_string())?;
+    let src = std::fs::canonicalize(dir).map_err(|e| e.to_string())?;
+    for secret in secrets() {
+        if shown(&src, &secret).is_some() && real.starts_with(&secret) {
+            return Err(format!(
+                "No such file or directory ({} is one of the caller's secrets, hidden from runs: docs/filesystem.md)",
+                secret.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Opens `rel` (`tmp/x`, `box`...) in the box directory `box_dir`
@@ -292,9 +362,26 @@ pub fn open_stdio(rules: &[DirRule], box_dir: &Path, path: &str, write: bool) ->
         }
     }
     .map_err(|e| fail(&errno_text(e)))?;
+    let parent = match rest.rsplit_once('/') {
+        Some((p, _)) => p.to_string(),
+        None => ".".to_string(),
+    };
     let rel = std::ffi::CString::new(if rest.is_empty() { ".".to_string() } else { rest })
         .map_err(|_| fail("Invalid argument"))?;
     use std::os::fd::AsRawFd;
+    // Not into a secret the rule's directory holds (looked at before a write truncates or creates anything).
+    if !outside.starts_with("./") {
+        let at = match capsule::sys::open_in_root(root.as_raw_fd(), &rel, libc::O_PATH, 0) {
+            Err(libc::ENOENT) if write => {
+                let p = std::ffi::CString::new(parent).map_err(|_| fail("Invalid argument"))?;
+                capsule::sys::open_in_root(root.as_raw_fd(), &p, libc::O_PATH, 0)
+            }
+            r => r,
+        };
+        if let Ok(at) = at {
+            check_not_secret(Path::new(outside), &at).map_err(|w| fail(&w))?;
+        }
+    }
     let fd = capsule::sys::open_in_root(
         root.as_raw_fd(),
         &rel,
