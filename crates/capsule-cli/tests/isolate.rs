@@ -1416,6 +1416,16 @@ fn hostile_squatted_default_box_root() {
     // Without XDG_RUNTIME_DIR, /run/user/UID where it is the user's (made
     // here for the test when missing, removed after).
     let made = !runtime.exists() && Path::new("/run/user").is_dir() && std::fs::create_dir(&runtime).is_ok();
+    // Removed even when an assertion fails.
+    struct Gone(Option<PathBuf>);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            if let Some(p) = &self.0 {
+                let _ = std::fs::remove_dir_all(p);
+            }
+        }
+    }
+    let _gone = Gone(made.then(|| runtime.clone()));
     if made {
         chown_to_user(&runtime);
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -1425,9 +1435,6 @@ fn hostile_squatted_default_box_root() {
         out.assert_code(0);
         assert_eq!(out.stdout.trim(), runtime.join("capsule-isolate/51").display().to_string(), "{}", out.describe());
         capsule(&["isolate", "--box-id=51", "--cleanup"]).run().assert_code(0);
-    }
-    if made {
-        let _ = std::fs::remove_dir_all(&runtime);
     }
     assert_eq!(std::fs::read_dir(&squat).unwrap().count(), 0);
     std::fs::remove_dir(&squat).unwrap();
