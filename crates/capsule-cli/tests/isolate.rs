@@ -1267,3 +1267,234 @@ fn cgroup_inherit_fds_and_interrupt() {
     interrupt_case(&iso);
     inherit_fds_case(iso);
 }
+
+// Issue 48: hostile boxes
+
+/// `--processes --run -- /bin/sh -c SCRIPT` (a shell needs more than one process).
+fn sh_run(iso: &Iso, args: &[&str], script: &str) -> Out {
+    let mut c = iso.cmd(&["--processes"]);
+    c.args(args).args(&["--run", "--", "/bin/sh", "-c", script]);
+    c.run()
+}
+
+/// A fake home of the test user's with a key in `.ssh` and a file
+/// anyone may see: (home, key path).
+fn home_with_key(iso: &Iso) -> (PathBuf, PathBuf) {
+    let home = iso.scratch.mkdir("home");
+    iso.scratch.mkdir("home/.ssh");
+    iso.scratch.mkdir("home/proj");
+    let key = iso.scratch.write("home/.ssh/id_ed25519", b"SECRET-KEY\n");
+    iso.scratch.write("home/notes.txt", b"visible\n");
+    (home, key)
+}
+
+fn lmode(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).mode() & 0o7777
+}
+
+/// Issue 48, 1: the links, FIFOs and sockets the program leaves are
+/// removed after the run however it set the modes of the box and of the
+/// directories in it (a subdirectory its owner may not read, `chmod 0100
+/// /box`); the modes stay as it set them, and --cleanup still works.
+#[test]
+fn hostile_modes_keep_no_links_in_the_box() {
+    require!("hostile_modes_keep_no_links_in_the_box", userns_available());
+    let iso = Iso::new("iso-h48-modes", 48);
+    let dir = iso.init();
+    let (_, key) = home_with_key(&iso);
+    let k = key.display();
+    let script = format!(
+        "mkdir -p d/e && ln -s {k} d/e/l && ln -s {k} d/l && mkfifo d/f && echo kept > d/file && chmod 0311 d/e && chmod 0311 d \
+         && ln -s {k} output.txt && mkfifo fifo && chmod 0100 /box"
+    );
+    let out = sh_run(&iso, &[], &script);
+    out.assert_code(0);
+    for p in ["box/output.txt", "box/fifo", "box/d/l", "box/d/f", "box/d/e/l"] {
+        assert!(std::fs::symlink_metadata(dir.join(p)).is_err(), "{p} survived the run: {}", out.describe());
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("box/d/file")).unwrap(), "kept\n");
+    assert_eq!(
+        (lmode(&dir.join("box")), lmode(&dir.join("box/d")), lmode(&dir.join("box/d/e"))),
+        (0o100, 0o311, 0o311)
+    );
+    // A judge reading the output as the user gets nothing of the key.
+    let read = as_user(&["cat", &dir.join("box/output.txt").display().to_string()]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&read.stdout).contains("SECRET-KEY"));
+    iso.cleanup();
+}
+
+/// Issue 48, 2: a box directory (`ROOT/N/box`, or `ROOT/N`) replaced by a
+/// link is refused, and nothing goes through the link: not the removal
+/// after the run, not a stdio file, not --cleanup.
+#[test]
+fn hostile_box_replaced_by_a_link() {
+    require!("hostile_box_replaced_by_a_link", userns_available());
+    let iso = Iso::new("iso-h48-link", 49);
+    let dir = iso.init();
+    // The link's target: a tree with a link, a FIFO and a file in it.
+    let target = iso.scratch.mkdir("target");
+    let populate = |t: &Path| {
+        let l = t.join("l");
+        std::os::unix::fs::symlink("/etc/passwd", &l).unwrap();
+        std::os::unix::fs::lchown(&l, Some(h().uid), Some(h().gid)).unwrap();
+        assert!(Command::new("mkfifo").arg(t.join("fifo")).status().unwrap().success());
+        chown_to_user(&t.join("fifo"));
+        std::fs::write(t.join("victim"), "precious").unwrap();
+        chown_to_user(&t.join("victim"));
+    };
+    populate(&target);
+    let intact = |t: &Path| {
+        assert!(std::fs::symlink_metadata(t.join("l")).unwrap().file_type().is_symlink(), "{}", t.display());
+        assert!(std::fs::symlink_metadata(t.join("fifo")).is_ok(), "{}", t.display());
+        assert_eq!(std::fs::read_to_string(t.join("victim")).unwrap(), "precious");
+    };
+    let link = |at: &Path, to: &Path| {
+        std::os::unix::fs::symlink(to, at).unwrap();
+        std::os::unix::fs::lchown(at, Some(h().uid), Some(h().gid)).unwrap();
+    };
+    std::fs::remove_dir(dir.join("box")).unwrap();
+    link(&dir.join("box"), &target);
+    for args in [&[][..], &["-o", "victim"], &["--special-files"]] {
+        let out = sh_run(&iso, args, "echo ran");
+        out.assert_code(2);
+        assert!(!out.stdout.contains("ran"), "{}", out.describe());
+        intact(&target);
+    }
+    iso.cleanup();
+    intact(&target);
+    // The box directory itself a link to a tree with a `box/`.
+    iso.init();
+    let other = iso.scratch.mkdir("other");
+    let obox = iso.scratch.mkdir("other/box");
+    populate(&obox);
+    std::fs::remove_dir_all(&dir).unwrap();
+    link(&dir, &other);
+    let out = sh_run(&iso, &[], "echo ran");
+    out.assert_code(2);
+    intact(&obox);
+    iso.cleanup();
+    intact(&obox);
+}
+
+/// Issue 48, 3: `-d` binding the caller's home (however the path is
+/// written) or a directory above it hides the home's secrets, as `capsule
+/// run` does; the rest of it is seen.
+#[test]
+fn hostile_dir_rules_hide_the_home_secrets() {
+    require!("hostile_dir_rules_hide_the_home_secrets", userns_available());
+    let iso = Iso::new("iso-h48-home", 50);
+    iso.init();
+    let (home, _) = home_with_key(&iso);
+    let k = home.join("proj/k");
+    std::os::unix::fs::symlink("../.ssh/id_ed25519", &k).unwrap();
+    std::os::unix::fs::lchown(&k, Some(h().uid), Some(h().gid)).unwrap();
+    let h = home.display().to_string();
+    let parent = home.parent().unwrap().display().to_string();
+    let doubled = h.replacen("/", "//", 2);
+    let cases = [
+        (format!("/h={h}"), "/h"),
+        (format!("/h={h}/"), "/h"),
+        (format!("/h={doubled}"), "/h"),
+        (format!("/h={parent}/./home"), "/h"),
+        (format!("/h={h}/proj/.."), "/h"),
+        (format!("/h={h}:rw"), "/h"),
+        (format!("/p={parent}"), "/p/home"),
+    ];
+    for (rule, at) in &cases {
+        let script = format!("cat {at}/notes.txt; cat {at}/.ssh/id_ed25519; ls -A {at}/.ssh");
+        let mut c = iso.cmd(&["--processes", "-d", rule, "--run", "--", "/bin/sh", "-c", &script]);
+        let out = c.env("HOME", &h).run();
+        assert!(out.stdout.contains("visible"), "-d {rule}: {}", out.describe());
+        assert!(!out.stdout.contains("SECRET-KEY"), "-d {rule} shows the key: {}", out.describe());
+        assert!(!out.stdout.contains("id_ed25519"), "-d {rule} lists the key: {}", out.describe());
+        // Nor does a stdio file reach it, directly or through a link in the home.
+        for i in [format!("{at}/.ssh/id_ed25519"), format!("{at}/proj/k")] {
+            let mut c = iso.cmd(&["-d", rule, "-i", &i, "--run", "--", "/bin/cat"]);
+            let out = c.env("HOME", &h).run();
+            out.assert_code(2);
+            assert!(out.stderr.contains("secrets"), "-d {rule} -i {i}: {}", out.describe());
+            assert!(!out.stdout.contains("SECRET-KEY"), "-d {rule} -i {i}: {}", out.describe());
+        }
+    }
+    // A stdio file written there is refused before anything is truncated.
+    let mut c = iso.cmd(&["-d", &format!("/h={h}:rw"), "-o", "/h/.ssh/id_ed25519", "--run", "--", "/bin/true"]);
+    let out = c.env("HOME", &h).run();
+    out.assert_code(2);
+    assert_eq!(std::fs::read_to_string(home.join(".ssh/id_ed25519")).unwrap(), "SECRET-KEY\n");
+    // A rule naming the secret itself shows it, as asked.
+    let mut c = iso.cmd(&["-d", &format!("/k={h}/.ssh"), "--run", "--", "/bin/cat", "/k/id_ed25519"]);
+    let out = c.env("HOME", &h).run();
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "SECRET-KEY\n"), "{}", out.describe());
+    iso.cleanup();
+}
+
+/// Issue 48, 4: a default box root another user made first (mode 0777)
+/// is refused with one line naming the fix, and nothing is written into
+/// it; the user's own runtime directory is used where there is one.
+#[test]
+fn hostile_squatted_default_box_root() {
+    require!("hostile_squatted_default_box_root", userns_available());
+    not_in_systemd_mode!("hostile_squatted_default_box_root", "it makes a directory of another user's, as root");
+    if !h().is_root {
+        return skip("hostile_squatted_default_box_root", "it makes a directory of another user's, as root");
+    }
+    let uid = h().uid;
+    let squat = PathBuf::from(format!("/tmp/capsule-isolate-{uid}"));
+    let runtime = PathBuf::from(format!("/run/user/{uid}"));
+    // The tests give isolate roots of their own; this one is a leftover.
+    let _ = std::fs::remove_dir_all(&squat);
+    std::fs::create_dir(&squat).unwrap();
+    std::os::unix::fs::chown(&squat, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = capsule(&["isolate", "--box-id=51", "--init"]).run();
+    if runtime.is_dir() {
+        // /run/user/UID is the user's: the squatted directory is not even looked at.
+        out.assert_code(0);
+        assert!(out.stdout.starts_with(&runtime.display().to_string()), "{}", out.describe());
+        capsule(&["isolate", "--box-id=51", "--cleanup"]).run().assert_code(0);
+    } else {
+        out.assert_code(2);
+        let err: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(err.len(), 1, "{}", out.describe());
+        assert!(
+            err[0].contains(&squat.display().to_string()) && err[0].contains("CAPSULE_ISOLATE_ROOT"),
+            "{}",
+            out.describe()
+        );
+    }
+    assert_eq!(std::fs::read_dir(&squat).unwrap().count(), 0, "something was written into the squatted root");
+    // XDG_RUNTIME_DIR, the user's own private directory, is used first.
+    let rt = Scratch::new("iso-h48-rt");
+    std::fs::set_permissions(&rt.path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = capsule(&["isolate", "--box-id=51", "--init"]).env("XDG_RUNTIME_DIR", &rt.s()).run();
+    out.assert_code(0);
+    assert_eq!(out.stdout.trim(), rt.join("capsule-isolate/51").display().to_string(), "{}", out.describe());
+    capsule(&["isolate", "--box-id=51", "--cleanup"]).env("XDG_RUNTIME_DIR", &rt.s()).run().assert_code(0);
+    assert_eq!(std::fs::read_dir(&squat).unwrap().count(), 0);
+    // Without XDG_RUNTIME_DIR, /run/user/UID where it is the user's (made
+    // here for the test when missing, removed after).
+    let made = !runtime.exists() && Path::new("/run/user").is_dir() && std::fs::create_dir(&runtime).is_ok();
+    // Removed even when an assertion fails.
+    struct Gone(Option<PathBuf>);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            if let Some(p) = &self.0 {
+                let _ = std::fs::remove_dir_all(p);
+            }
+        }
+    }
+    let _gone = Gone(made.then(|| runtime.clone()));
+    if made {
+        chown_to_user(&runtime);
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    if runtime.is_dir() {
+        let out = capsule(&["isolate", "--box-id=51", "--init"]).run();
+        out.assert_code(0);
+        assert_eq!(out.stdout.trim(), runtime.join("capsule-isolate/51").display().to_string(), "{}", out.describe());
+        capsule(&["isolate", "--box-id=51", "--cleanup"]).run().assert_code(0);
+    }
+    assert_eq!(std::fs::read_dir(&squat).unwrap().count(), 0);
+    std::fs::remove_dir(&squat).unwrap();
+}

@@ -988,3 +988,51 @@ fn bench_worker_vs_serve() {
         stop(w);
     }
 }
+
+// Issue 48: hostile boxes
+
+/// Issue 48, 5: a run job reaches neither the worker's Redis nor anything
+/// else on the worker's network: `share_net` is refused unless the worker
+/// was started with `--allow-host-network`, and Redis's Unix socket is
+/// hidden from every run. (A listener on the worker's loopback stands for
+/// a Redis on 127.0.0.1.)
+#[test]
+fn worker_jobs_get_no_host_network() {
+    require!("worker_jobs_get_no_host_network", redis_available());
+    require!("worker_jobs_get_no_host_network", userns_available());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let r = Redis::start();
+    let job = |net: bool, script: &str| {
+        json!({"argv": ["/bin/bash", "-c", script], "share_net": net, "stdout": {"capture": 4096},
+               "limits": {"wall_time": "20s"}})
+    };
+    let tcp = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
+    let unix =
+        format!("redis-cli -s {} PING; redis-cli -s {} XLEN capsule:jobs", r.sock().display(), r.sock().display());
+    let w = worker(&r, "n1", &[]);
+    wait_ready(&r, &["n1"]);
+    let mut c = r.con();
+    let shared = add(&mut c, "shared", "run", &job(true, &tcp));
+    let own = add(&mut c, "own", "run", &job(false, &tcp));
+    let sock = add(&mut c, "sock", "run", &job(false, &unix));
+    let got = wait_results(&r, 3, Duration::from_secs(60));
+    stop(w);
+    let res = |e: &str| got.iter().find(|r| r.entry == e).unwrap().result.clone();
+    let err = res(&shared)["error"].as_str().unwrap_or_default().to_string();
+    assert!(err.contains("share_net") && err.contains("--allow-host-network"), "{:?}", res(&shared));
+    let text = |v: &Value| v["stdout"]["text"].as_str().unwrap_or_default().to_string();
+    assert!(!text(&res(&own)).contains("connected"), "{:?}", res(&own));
+    let s = text(&res(&sock));
+    assert!(s.trim().is_empty(), "a job talked to the worker's Redis: {:?}", res(&sock));
+    assert!(listener.accept().is_err(), "a job connected to the worker's loopback");
+    // Allowed explicitly, the job has the host's network.
+    let w = worker(&r, "n2", &["--allow-host-network"]);
+    wait_ready(&r, &["n2"]);
+    let shared = add(&mut c, "shared2", "run", &job(true, &tcp));
+    let got = wait_results(&r, 4, Duration::from_secs(60));
+    stop(w);
+    let res = got.iter().find(|x| x.entry == shared).unwrap();
+    assert_eq!(text(&res.result), "connected\n", "{res:?}");
+}

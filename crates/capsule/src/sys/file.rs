@@ -114,6 +114,28 @@ pub fn stat_path(path: &CStr, follow: bool) -> SysResult<libc::stat> {
     newfstatat(libc::AT_FDCWD, path, if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW })
 }
 
+/// lstat(2) of `name` in the directory `dir` (a link is not followed).
+pub fn lstat_at(dir: RawFd, name: &CStr) -> SysResult<libc::stat> {
+    newfstatat(dir, name, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// unlinkat(2): removes `name` in `dir`, a directory with `dir_flag`
+/// (AT_REMOVEDIR); a link is removed, never followed.
+pub fn unlinkat(dir: RawFd, name: &CStr, dir_flag: bool) -> SysResult<()> {
+    let flags = if dir_flag { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: name is NUL-terminated; `dir` (maybe AT_FDCWD) is sign-extended.
+    cvt(unsafe { raw_syscall(libc::SYS_unlinkat, [dir as u64, name.as_ptr() as u64, flags as u64, 0, 0, 0]) }).map(drop)
+}
+
+/// Sets the mode of the file `fd` refers to, `O_PATH` descriptors
+/// included (through `/proc/self/fd`: no path lookup of the file itself).
+pub fn chmod_fd(fd: RawFd, mode: u32) -> SysResult<()> {
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
+    // SAFETY: path is NUL-terminated; fchmodat follows the magic link to the object itself.
+    cvt(unsafe { raw_syscall(libc::SYS_fchmodat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, mode as u64, 0, 0, 0]) })
+        .map(drop)
+}
+
 /// The filesystem type (`f_type`, statfs(2)) of the filesystem holding `path`.
 pub fn fs_type(path: &CStr) -> SysResult<i64> {
     let mut st = MaybeUninit::<libc::statfs>::uninit();

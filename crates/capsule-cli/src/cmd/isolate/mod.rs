@@ -47,8 +47,8 @@ pub fn command() -> Command {
         .about("isolate's command line and meta file: a box per --box-id, runs in capsule's sandbox (docs/isolate.md)")
         .after_help(
             "Commands: --init prints the box directory and creates box/ in it; --run -- PROGRAM ARGS runs in it; \
-             --cleanup removes it. Boxes live in $CAPSULE_ISOLATE_ROOT, else $XDG_RUNTIME_DIR/capsule-isolate, \
-             else /tmp/capsule-isolate-UID. A binary named `isolate` linked to capsule behaves as `capsule isolate`.\n\n\
+             --cleanup removes it. Boxes live in $CAPSULE_ISOLATE_ROOT, else capsule-isolate in $XDG_RUNTIME_DIR \
+             (or /run/user/UID), else /tmp/capsule-isolate-UID. A binary named `isolate` linked to capsule behaves as `capsule isolate`.\n\n\
              Exit status: 0 the program finished correctly; 1 it did not (meta status RE, SG, TO); 2 an error of \
              the sandbox or the command line (status XX).",
         )
@@ -307,7 +307,7 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     spec.cgroup.disable = !o.cg;
     let (result, interrupt) = run_interruptible(&spec, fds);
     if !o.special_files {
-        let n = boxes::remove_special(&b.dir.join("box"))?;
+        let n = b.remove_special()?;
         if n > 0 {
             say(o, 1, &format!("Removed {n} special files from the box"));
         }

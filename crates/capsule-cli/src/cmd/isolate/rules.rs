@@ -153,7 +153,7 @@ pub fn mounts(rules: &[DirRule], box_dir: &Path, say: &mut dyn FnMut(String)) ->
         }
         let src = host_dir(outside, box_dir);
         if r.flags.tmp {
-            make_tmp(&src)?;
+            make_tmp(box_dir, outside)?;
         }
         if r.flags.maybe && !src.is_dir() {
             say(format!("Not binding {outside} on {} (does not exist)", r.inside));
@@ -172,29 +172,120 @@ pub fn mounts(rules: &[DirRule], box_dir: &Path, say: &mut dyn FnMut(String)) ->
             MountOp::RoBind { src, dst, try_: false, noexec }
         });
     }
+    // The caller's secrets, hidden wherever a bind shows them (after every bind, so none uncovers one).
+    let secrets = secrets();
+    let mut hides = Vec::new();
+    for op in &ops {
+        let (MountOp::Bind { src, dst, .. } | MountOp::RoBind { src, dst, .. } | MountOp::DevBind { src, dst, .. }) =
+            op
+        else {
+            continue;
+        };
+        let Ok(src) = std::fs::canonicalize(src) else { continue };
+        for secret in &secrets {
+            if let Some(rel) = shown(&src, secret) {
+                let path = dst.join(rel);
+                say(format!("Hiding {} ({}, a secret of the caller's)", path.display(), secret.display()));
+                hides.push(MountOp::Hide { path });
+            }
+        }
+    }
+    ops.extend(hides);
     Ok(ops)
 }
 
-/// A `tmp` rule's directory in the box directory (mode 0700, as isolate's).
-fn make_tmp(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    if let Some(parent) = dir.parent() {
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(parent)
-            .map_err(|e| format!("Cannot create {}: {}", parent.display(), super::boxes::io_text(&e)))?;
+/// The caller's usual secrets (`capsule::host::fsrules::SECRETS` in each of
+/// its homes, docs/filesystem.md) that exist, as canonical paths: a rule
+/// that binds a directory holding one, however its path is written
+/// (`//`, `.`, `..`, a trailing `/`, a link on the way), does not show it.
+fn secrets() -> Vec<PathBuf> {
+    use capsule::host::fsrules::{caller_homes, SECRETS};
+    let homes = caller_homes(capsule::sys::geteuid());
+    let mut out = Vec::new();
+    for home in homes.home.iter().chain(&homes.passwd) {
+        for s in SECRETS {
+            let p = home.join(&s[2..]);
+            // One lstat for a secret that is not there (most of them).
+            if std::fs::symlink_metadata(&p).is_err() {
+                continue;
+            }
+            if let Ok(real) = std::fs::canonicalize(&p) {
+                if !out.contains(&real) {
+                    out.push(real);
+                }
+            }
+        }
     }
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("Cannot create {}: it exists and is not a directory", dir.display())),
-        Err(_) => std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("Cannot create {}: {}", dir.display(), super::boxes::io_text(&e)))?,
+    out
+}
+
+/// Where a bind of the canonical `src` shows `secret`, relative to the
+/// bind's place; None when it does not, or when the rule names the secret
+/// (or a path in it) itself, which shows it as asked.
+fn shown(src: &Path, secret: &Path) -> Option<PathBuf> {
+    let rel = secret.strip_prefix(src).ok()?;
+    (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
+}
+
+/// Refuses a stdio file `fd` (an `O_PATH` descriptor of it, or of the
+/// directory it would be made in) in one of the caller's secrets that the
+/// rule's directory `dir` does not name itself.
+fn check_not_secret(dir: &Path, fd: &OwnedFd) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| e.to_string())?;
+    let src = std::fs::canonicalize(dir).map_err(|e| e.to_string())?;
+    for secret in secrets() {
+        if shown(&src, &secret).is_some() && real.starts_with(&secret) {
+            return Err(format!(
+                "No such file or directory ({} is one of the caller's secrets, hidden from runs: docs/filesystem.md)",
+                secret.display()
+            ));
+        }
     }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("Cannot chmod {}: {}", dir.display(), super::boxes::io_text(&e)))
+    Ok(())
+}
+
+/// Opens `rel` (`tmp/x`, `box`...) in the box directory `box_dir`
+/// (`ROOT/N`) from the box root, following no link (`O_PATH`).
+fn open_in_box(box_dir: &Path, rel: &str) -> Result<OwnedFd, i32> {
+    use std::os::fd::AsRawFd;
+    let (Some(root), Some(name)) = (box_dir.parent(), box_dir.file_name()) else { return Err(libc::EINVAL) };
+    let croot = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|_| libc::EINVAL)?;
+    let rootfd = capsule::sys::open(&croot, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)?;
+    let mut path = name.as_encoded_bytes().to_vec();
+    if !rel.is_empty() {
+        path.push(b'/');
+        path.extend_from_slice(rel.as_bytes());
+    }
+    let cpath = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    capsule::sys::open_in_root_nofollow(rootfd.as_raw_fd(), &cpath, libc::O_PATH | libc::O_DIRECTORY)
+}
+
+/// A `tmp` rule's directory in the box directory (mode 0700, as isolate's),
+/// `./tmp/NAME`, made from the box root without following a link.
+fn make_tmp(box_dir: &Path, outside: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let dir = host_dir(outside, box_dir);
+    let fail = |what: &str, e: i32| format!("Cannot {what} {}: {}", dir.display(), errno_text(e));
+    let name =
+        outside.strip_prefix("./tmp/").filter(|n| !n.contains('/')).ok_or_else(|| fail("create", libc::EINVAL))?;
+    let cname = std::ffi::CString::new(name).map_err(|_| fail("create", libc::EINVAL))?;
+    let boxfd = open_in_box(box_dir, "").map_err(|e| fail("create", e))?;
+    match capsule::sys::mkdirat(boxfd.as_raw_fd(), c"tmp", 0o700) {
+        Ok(()) | Err(libc::EEXIST) => {}
+        Err(e) => return Err(fail("create", e)),
+    }
+    let tmp = open_in_box(box_dir, "tmp").map_err(|e| fail("create", e))?;
+    match capsule::sys::mkdirat(tmp.as_raw_fd(), &cname, 0o700) {
+        Ok(()) | Err(libc::EEXIST) => {}
+        Err(e) => return Err(fail("create", e)),
+    }
+    let fd = capsule::sys::openat(tmp.as_raw_fd(), &cname, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+        .map_err(|e| match e {
+            libc::ENOTDIR | libc::ELOOP => format!("Cannot create {}: it exists and is not a directory", dir.display()),
+            e => fail("create", e),
+        })?;
+    capsule::sys::chmod_fd(fd.as_raw_fd(), 0o700).map_err(|e| fail("chmod", e))
 }
 
 /// The environment: the caller's with `-e`, then `LIBC_FATAL_STDERR_=1`,
@@ -262,12 +353,35 @@ pub fn open_stdio(rules: &[DirRule], box_dir: &Path, path: &str, write: bool) ->
     if write && !rule.flags.rw {
         return Err(fail("Read-only file system"));
     }
-    let dir = host_dir(outside, box_dir);
-    let cdir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| fail("Invalid argument"))?;
-    let root = capsule::sys::open(&cdir, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| fail(&errno_text(e)))?;
+    let root = match outside.strip_prefix("./") {
+        // In the box directory: reached from the box root, through no link.
+        Some(rel) => open_in_box(box_dir, rel.trim_end_matches('/')),
+        None => {
+            let cdir = std::ffi::CString::new(outside).map_err(|_| fail("Invalid argument"))?;
+            capsule::sys::open(&cdir, libc::O_PATH | libc::O_DIRECTORY, 0)
+        }
+    }
+    .map_err(|e| fail(&errno_text(e)))?;
+    let parent = match rest.rsplit_once('/') {
+        Some((p, _)) => p.to_string(),
+        None => ".".to_string(),
+    };
     let rel = std::ffi::CString::new(if rest.is_empty() { ".".to_string() } else { rest })
         .map_err(|_| fail("Invalid argument"))?;
     use std::os::fd::AsRawFd;
+    // Not into a secret the rule's directory holds (looked at before a write truncates or creates anything).
+    if !outside.starts_with("./") {
+        let at = match capsule::sys::open_in_root(root.as_raw_fd(), &rel, libc::O_PATH, 0) {
+            Err(libc::ENOENT) if write => {
+                let p = std::ffi::CString::new(parent).map_err(|_| fail("Invalid argument"))?;
+                capsule::sys::open_in_root(root.as_raw_fd(), &p, libc::O_PATH, 0)
+            }
+            r => r,
+        };
+        if let Ok(at) = at {
+            check_not_secret(Path::new(outside), &at).map_err(|w| fail(&w))?;
+        }
+    }
     let fd = capsule::sys::open_in_root(
         root.as_raw_fd(),
         &rel,

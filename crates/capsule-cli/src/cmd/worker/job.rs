@@ -292,16 +292,42 @@ fn judge_job(body: Value) -> Result<JudgeJob, String> {
     Ok(JudgeJob { body, checker, interactor, time, compile_time, memory, output_limit })
 }
 
+/// What the worker lets `run` jobs have (docs/scale-out.md, "Security").
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// `--allow-host-network`: `share_net` is honoured (else refused: a job
+    /// would reach the worker's Redis on loopback).
+    pub host_network: bool,
+    /// Redis's Unix socket, hidden from every run job.
+    pub redis_socket: Option<PathBuf>,
+}
+
+impl Policy {
+    /// Why the worker does not run `spec`, or the spec it runs.
+    fn apply(&self, mut spec: RunSpec) -> Result<RunSpec, String> {
+        if spec.share_net && !self.host_network {
+            return Err("share_net: this worker gives run jobs no host network (a job could reach its Redis on \
+                        loopback, add jobs and read results); start the worker with --allow-host-network to allow it"
+                .into());
+        }
+        if let Some(sock) = &self.redis_socket {
+            spec.mounts.push(capsule::MountOp::Hide { path: sock.clone() });
+        }
+        Ok(spec)
+    }
+}
+
 /// The worker's supervisor for `run` jobs, started anew if it dies.
 pub struct Supervisor {
     config: Config,
+    policy: Policy,
     current: Mutex<Arc<Sandbox>>,
 }
 
 impl Supervisor {
-    pub fn start(config: Config) -> Result<Supervisor, capsule::Error> {
+    pub fn start(config: Config, policy: Policy) -> Result<Supervisor, capsule::Error> {
         let sandbox = Sandbox::start(config.clone())?;
-        Ok(Supervisor { config, current: Mutex::new(Arc::new(sandbox)) })
+        Ok(Supervisor { config, policy, current: Mutex::new(Arc::new(sandbox)) })
     }
 
     fn get(&self) -> Arc<Sandbox> {
@@ -327,6 +353,10 @@ pub fn execute(work: Work, sup: &Supervisor) -> Outcome {
 }
 
 fn run(spec: RunSpec, sup: &Supervisor) -> Outcome {
+    let spec = match sup.policy.apply(spec) {
+        Ok(spec) => spec,
+        Err(why) => return Outcome::error(why),
+    };
     for attempt in 0..2 {
         let sandbox = sup.get();
         match sandbox.run(spec.clone()).and_then(|h| h.wait()) {

@@ -77,6 +77,9 @@ pub fn command() -> Command {
         .arg(
             opt("claim-idle", "DURATION", "Claim jobs of another worker idle this long (it died)").default_value("30s"),
         )
+        .arg(Arg::new("allow-host-network").long("allow-host-network").action(ArgAction::SetTrue).help(
+            "Let run jobs have the host's network (`share_net`); refused without it: a job would reach this worker's Redis",
+        ))
         .arg(Arg::new("stats").long("stats").action(ArgAction::SetTrue).help(
             "Print the group's statistics (every worker's jobs done, running, failed, per status) as JSON and exit",
         ))
@@ -140,6 +143,15 @@ fn opts(m: &ArgMatches) -> Result<Opts> {
         max_deliveries,
         claim_idle,
     })
+}
+
+/// The Unix socket a `unix://` (or `redis+unix://`) Redis URL names, as a
+/// clean absolute path, for run jobs not to see it.
+fn redis_socket(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("unix://").or_else(|| url.strip_prefix("redis+unix://"))?;
+    let path = std::path::Path::new(rest.split('?').next()?);
+    let path = std::fs::canonicalize(path).ok().or_else(|| path.is_absolute().then(|| path.to_path_buf()))?;
+    path.is_absolute().then_some(path).filter(|p| p.components().all(|c| c != std::path::Component::ParentDir))
 }
 
 /// This worker's counts, for its statistics entry.
@@ -213,8 +225,9 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
         .map_err(|e| anyhow!("signalfd: {}", capsule::error::errno_text(e)))?;
     let signals = Signals { fd, seen: Cell::new(0) };
     let exe = std::env::current_exe().context("cannot find the capsule binary")?;
-    let sup = job::Supervisor::start(Config { parallel: o.parallel, capsule_bin: Some(exe), ..Default::default() })
-        .map_err(|e| anyhow!("cannot start the sandbox: {e}"))?;
+    let policy = job::Policy { host_network: m.get_flag("allow-host-network"), redis_socket: redis_socket(&o.url) };
+    let config = Config { parallel: o.parallel, capsule_bin: Some(exe), ..Default::default() };
+    let sup = job::Supervisor::start(config, policy).map_err(|e| anyhow!("cannot start the sandbox: {e}"))?;
     let sup = Arc::new(sup);
     let shared = Arc::new(Shared {
         names: o.names.clone(),
