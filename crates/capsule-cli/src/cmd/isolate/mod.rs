@@ -50,6 +50,9 @@ pub fn command() -> Command {
             "Commands: --init prints the box directory and creates box/ in it; --run -- PROGRAM ARGS runs in it; \
              --cleanup removes it. Boxes live in $CAPSULE_ISOLATE_ROOT, else $XDG_RUNTIME_DIR/capsule-isolate, \
              else /tmp/capsule-isolate-UID. A binary named `isolate` linked to capsule behaves as `capsule isolate`.\n\n\
+             The program runs as you: box/ is its own (as isolate chowns it to the box's uid), and in the other \
+             read-write rules it may do what the permission bits for others allow (mounts say so; the meta file's \
+             capsule-box-mode:permission-bits).\n\n\
              Exit status: 0 the program finished correctly; 1 it did not (meta status RE, SG, TO); 2 an error of \
              the sandbox or the command line (status XX).",
         )
