@@ -1393,3 +1393,19 @@ fn box_dir_stays_the_programs() {
     out.assert_code(0);
     iso.cleanup();
 }
+
+/// `capsule check` says which mode `capsule isolate` uses and whether the
+/// caller has subordinate ids, in text and JSON.
+#[test]
+fn check_names_the_isolate_mode() {
+    let out = capsule(&["check"]).run();
+    let line =
+        out.stdout.lines().find(|l| l.contains("isolate-box-user:")).unwrap_or_else(|| panic!("{}", out.describe()));
+    assert!(
+        line.starts_with("ok   isolate-box-user: capsule isolate runs the program as you, in permission-bit mode"),
+        "{line}"
+    );
+    assert!(line.contains("subordinate ids usable (") || line.contains("subordinate ids not usable ("), "{line}");
+    let out = capsule(&["check", "--json"]).run();
+    assert!(out.stdout.contains("\"name\": \"isolate-box-user\""), "{}", out.describe());
+}
