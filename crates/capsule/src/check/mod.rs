@@ -186,7 +186,26 @@ pub fn run_checks() -> Vec<CheckItem> {
     items.push(container_item(&host, &refusals(&probed, &visible, label.as_deref())));
     items.extend(cgroup_items(&host));
     items.push(cgroup_source_item(&crate::host::cgroups::discover(&crate::proto::config::CgroupConfig::default())));
+    items.push(isolate_item(&crate::host::subids::SubIds::read(&host.user, host.euid), &host.user));
     items
+}
+
+/// How `capsule isolate` keeps a box's files from the program, and whether
+/// the caller has subordinate ids (a uid of the program's own, as isolate's
+/// box uid, would need them). Informational: nothing here stops a run.
+fn isolate_item(ids: &crate::host::subids::SubIds, user: &str) -> CheckItem {
+    let sub = match ids.usable(user) {
+        Ok(s) => format!("subordinate ids usable ({s}), not used yet"),
+        Err(e) => format!("subordinate ids not usable ({e})"),
+    };
+    CheckItem::ok(
+        "isolate-box-user",
+        false,
+        format!(
+            "capsule isolate runs the program as you, in permission-bit mode (box/ is its own; in other read-write \
+             rules the bits for others are enforced by mounts: docs/isolate.md); {sub}"
+        ),
+    )
 }
 
 /// True iff no required item failed.
@@ -295,6 +314,24 @@ mod tests {
     }
 
     #[test]
+    fn isolate_item_names_the_mode_and_subordinate_ids() {
+        use crate::host::subids::{Range, SubIds};
+        let none = isolate_item(&SubIds::default(), "alice");
+        assert_eq!((none.status, none.fix.as_deref()), (CheckStatus::Ok, None));
+        assert!(none.detail.contains("permission-bit mode"), "{}", none.detail);
+        assert!(
+            none.detail.contains("subordinate ids not usable (no range for alice in /etc/subuid"),
+            "{}",
+            none.detail
+        );
+        let r = vec![Range { first: 100000, count: 65536 }];
+        let helper = Some((std::path::PathBuf::from("/usr/bin/newuidmap"), true));
+        let some = SubIds { uids: r.clone(), gids: r, newuidmap: helper.clone(), newgidmap: helper };
+        let it = isolate_item(&some, "alice");
+        assert!(it.detail.contains("subordinate ids usable (uids 100000+65536"), "{}", it.detail);
+    }
+
+    #[test]
     fn status_serializes_lowercase() {
         let json = serde_json::to_string(&item("x", CheckStatus::Warn, false)).unwrap();
         assert!(json.contains("\"status\":\"warn\""), "{json}");
@@ -325,6 +362,7 @@ mod tests {
             "cgroup-controllers",
             "cgroup-delegation",
             "container",
+            "isolate-box-user",
         ] {
             assert!(names.contains(n), "missing {n}");
         }

@@ -1,7 +1,8 @@
 //! What capsule knows of the host it runs on: the caller's identity
 //! ([`identity`]) and homes with the filesystem rules ([`fsrules`]), the
 //! mount table ([`mountinfo`]), the cgroup hierarchy and the caller's place
-//! in it ([`cgroups`]), the container it may run in ([`container`]).
+//! in it ([`cgroups`]), the container it may run in ([`container`]), the
+//! caller's subordinate ids ([`subids`]).
 //!
 //! Imports `error`, `sys` and `proto` only. Runs in the supervisor's
 //! process, and in the client's for the root check: may allocate. PID 1
@@ -12,6 +13,7 @@ pub mod container;
 pub mod fsrules;
 pub mod identity;
 pub mod mountinfo;
+pub mod subids;
 
 /// The highest capability number the running kernel knows.
 pub(crate) fn last_cap() -> u32 {

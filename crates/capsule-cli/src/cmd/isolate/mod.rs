@@ -8,6 +8,7 @@
 mod boxes;
 mod meta;
 mod opts;
+mod perms;
 mod rules;
 
 use std::collections::BTreeMap;
@@ -49,6 +50,9 @@ pub fn command() -> Command {
             "Commands: --init prints the box directory and creates box/ in it; --run -- PROGRAM ARGS runs in it; \
              --cleanup removes it. Boxes live in $CAPSULE_ISOLATE_ROOT, else capsule-isolate in $XDG_RUNTIME_DIR \
              (or /run/user/UID), else /tmp/capsule-isolate-UID. A binary named `isolate` linked to capsule behaves as `capsule isolate`.\n\n\
+             The program runs as you: box/ is its own (as isolate chowns it to the box's uid), and in the other \
+             read-write rules it may do what the permission bits for others allow (mounts say so; the meta file's \
+             capsule-box-mode:permission-bits).\n\n\
              Exit status: 0 the program finished correctly; 1 it did not (meta status RE, SG, TO); 2 an error of \
              the sandbox or the command line (status XX).",
         )
@@ -298,11 +302,11 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
         return Err(format!("Box not found, did you run `{name} --init'?"));
     };
     let rules = rules::effective(&o.dirs, !o.no_default_dirs);
-    let mut spec = spec_of(o, &rules, &b.dir, b.state.quota)?;
+    let (mut spec, guard) = spec_of(o, &rules, &b.dir, b.state.quota)?;
     spec.inherit_fds = inherited;
     spec.validate().map_err(|e| e.to_string())?;
     say(o, 2, &format!("Run spec: {}", serde_json::to_string(&spec).unwrap_or_default()));
-    let (fds, _keep) = stdio(o, &rules, &b.dir)?;
+    let (fds, _keep) = stdio(o, &rules, &b.dir, &guard)?;
     spec.cgroup.require = o.cg;
     spec.cgroup.disable = !o.cg;
     let (result, interrupt) = run_interruptible(&spec, fds);
@@ -315,7 +319,7 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     let mut r = result.map_err(|e| e.to_string())?;
     let checked = meta::Checked { time_ms: o.time_ms, wall_ms: o.wall_ms, cg: o.cg };
     if let Some(sig) = interrupt {
-        return Ok(meta::interrupted(&r, sig, checked));
+        return Ok(with_mode(meta::interrupted(&r, sig, checked)));
     }
     if r.status == capsule::Status::Error {
         let e = r.error.clone().unwrap_or_default();
@@ -329,7 +333,14 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
         r.status = capsule::Status::Exited;
         r.exit_code = Some(127);
     }
-    Ok(meta::report(&r, checked))
+    Ok(with_mode(meta::report(&r, checked)))
+}
+
+/// A run's report with capsule's own meta field saying how the box's files
+/// were kept from the program (docs/isolate.md).
+fn with_mode(mut r: Report) -> Report {
+    r.meta.push_str(&format!("{}:{}\n", perms::META_KEY, perms::MODE));
+    r
 }
 
 /// The signals that interrupt isolate (its `SIGNAL_INTERRUPT` rules).
@@ -375,12 +386,21 @@ fn write_fd(fd: RawFd, bytes: &[u8]) {
     let _ = capsule::sys::write_all(fd, bytes);
 }
 
-/// The run spec of `--run`: an empty root with the directory rules, the
-/// environment rules, the limits; the program in /box (or `-c`).
-fn spec_of(o: &Opts, rules: &[rules::DirRule], box_dir: &Path, quota: Option<(u64, u64)>) -> Result<RunSpec, String> {
+/// The run spec of `--run`: an empty root with the directory rules (the
+/// read-write ones outside the box as others' permission bits allow:
+/// perms.rs), the environment rules, the limits; the program in /box (or
+/// `-c`).
+fn spec_of(
+    o: &Opts,
+    rules: &[rules::DirRule],
+    box_dir: &Path,
+    quota: Option<(u64, u64)>,
+) -> Result<(RunSpec, perms::Guard), String> {
     let mut spec = RunSpec::new(o.args.iter().cloned());
     spec.empty_root = true;
-    spec.mounts = rules::mounts(rules, box_dir, &mut |l| say(o, 1, &l))?;
+    let ops = rules::mounts(rules, box_dir, &mut |l| say(o, 1, &l))?;
+    let (ops, guard) = perms::refine(ops, box_dir, &mut |l| say(o, 1, &l))?;
+    spec.mounts = ops;
     let caller: BTreeMap<String, String> =
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
     spec.env = rules::environment(o.full_env, &o.env, &caller);
@@ -424,7 +444,7 @@ fn spec_of(o: &Opts, rules: &[rules::DirRule], box_dir: &Path, quota: Option<(u6
     // isolate's setup_rlimits.
     l.locked_memory = Some(0);
     spec.validate().map_err(|e| e.to_string())?;
-    Ok(spec)
+    Ok((spec, guard))
 }
 
 /// isolate's default stack limit is "unlimited"; capsule can give it where
@@ -437,12 +457,20 @@ fn unlimited_stack() -> Option<u64> {
 }
 
 /// The program's stdin, stdout and stderr: the caller's, or the files the
-/// options name, opened as the sandbox would see them.
-fn stdio(o: &Opts, rules: &[rules::DirRule], box_dir: &Path) -> Result<([Option<RawFd>; 3], Vec<OwnedFd>), String> {
+/// options name, opened as the sandbox would see them (where others'
+/// permission bits are enforced, only if they allow it: isolate opens them
+/// as the box's uid).
+fn stdio(
+    o: &Opts,
+    rules: &[rules::DirRule],
+    box_dir: &Path,
+    guard: &perms::Guard,
+) -> Result<([Option<RawFd>; 3], Vec<OwnedFd>), String> {
     let mut fds = [Some(0), Some(1), Some(2)];
     let mut keep = Vec::new();
     for (i, path, write) in [(0, &o.stdin, false), (1, &o.stdout, true), (2, &o.stderr, true)] {
         if let Some(p) = path {
+            perms::check_stdio(guard, p, write)?;
             let fd = rules::open_stdio(rules, box_dir, p, write)?;
             fds[i] = Some(fd.as_raw_fd());
             keep.push(fd);
