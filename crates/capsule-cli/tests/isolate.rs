@@ -744,6 +744,28 @@ fn links_the_program_made_are_not_followed() {
     iso.cleanup();
 }
 
+/// `-M /dev/null` (a judge that wants no meta file) is written as isolate's
+/// fopen would; a FIFO at the meta file's place is refused, not waited on.
+#[test]
+fn meta_to_a_device_but_not_a_fifo() {
+    require!("meta_to_a_device_but_not_a_fifo", userns_available());
+    let iso = Iso::new("iso-meta-dev", 33);
+    iso.init();
+    iso.put("sol", sol());
+    let out = iso.cmd(&["-M", "/dev/null", "--run", "--", "./sol", "exit", "0"]).run();
+    out.assert_code(0);
+    assert!(out.stderr.starts_with("OK ("), "{}", out.describe());
+    let fifo = iso.scratch.join("meta-fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    chown_to_user(&fifo);
+    let t = Instant::now();
+    let out = iso.cmd(&[&format!("--meta={}", fifo.display()), "--run", "--", "./sol", "exit", "0"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.contains("Failed to open metafile"), "{}", out.describe());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    iso.cleanup();
+}
+
 /// Interface names in a `/proc/net/dev` text.
 fn interfaces(dev: &str) -> Vec<String> {
     let mut v: Vec<String> =
@@ -1014,13 +1036,13 @@ fn bad_and_refused_options_exit_2_naming_them() {
     require!("bad_and_refused_options_exit_2_naming_them", userns_available());
     let iso = Iso::new("iso-bad", 24);
     let cases: [(&[&str], &str); 12] = [
+        (&["--no-cg-timing", "--init"], "Options related to control groups require --cg to be set."),
         (&["--bogus", "--init"], "isolate: unrecognized option '--bogus'"),
         (&["-Z", "--init"], "isolate: invalid option -- 'Z'"),
         (&["--tty-hack", "--init"], "isolate: option '--tty-hack' is not supported by capsule isolate"),
         (&["--as-uid=5", "--init"], "isolate: option '--as-uid' is not supported by capsule isolate"),
         (&["--as-gid=5", "--init"], "isolate: option '--as-gid' is not supported by capsule isolate"),
         (&["--core=10", "--init"], "isolate: option '--core=10' is not supported by capsule isolate"),
-        (&["--no-cg-timing", "--init"], "isolate: option '--no-cg-timing' is not supported by capsule isolate"),
         (&["--time"], "isolate: option '--time' requires an argument"),
         (&[], "Please specify an isolate command (e.g. --init, --run)."),
         (&["--init", "--cleanup"], "Only one command is allowed."),
@@ -1233,8 +1255,8 @@ fn cgroup_memory_limit() {
 }
 
 /// With --cg, -t counts the whole group's CPU time and kills at once (not
-/// in whole seconds), -x lets it run on to the extra time; --cg-timing is
-/// accepted.
+/// in whole seconds), -x lets it run on to the extra time; --cg-timing and
+/// --no-cg-timing are accepted.
 #[test]
 fn cgroup_time_and_extra_time() {
     require_cgroups!("cgroup_time_and_extra_time");
@@ -1251,6 +1273,17 @@ fn cgroup_time_and_extra_time() {
     out.assert_code(1);
     assert_eq!(meta.must("status"), "TO");
     assert!(meta.secs("time") >= 1.0, "{}", meta.1);
+    // Judge0's mixed mode: --no-cg-timing, a child spinning under bash is TO all the same.
+    iso.put_text("run.sh", "./sol spin\n");
+    let meta_path = iso.scratch.join(&unique("nocg.meta"));
+    let out = iso
+        .cmd(&[&format!("--meta={}", meta_path.display()), "--no-cg-timing", "-t", "0.3", "-w", "20", "-p60"])
+        .args(&["--run", "--", "/bin/bash", "run.sh"])
+        .run();
+    let meta = Meta::parse(&std::fs::read_to_string(&meta_path).unwrap_or_default());
+    out.assert_code(1);
+    assert_eq!(meta.must("status"), "TO", "{}\n{}", meta.1, out.describe());
+    assert!((0.3..0.9).contains(&meta.secs("time")), "{}", meta.1);
     iso.cleanup();
 }
 

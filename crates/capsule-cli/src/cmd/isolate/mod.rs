@@ -181,7 +181,7 @@ fn finish(meta: Option<&mut Box<dyn Write>>, o: &Opts, r: Report) -> ExitCode {
 /// stdout; a link at its place is not followed (the program may have made
 /// it when the file is in its box).
 fn open_meta(path: Option<&str>) -> Result<Option<Box<dyn Write>>, String> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     match path {
         None => Ok(None),
         Some("-") => Ok(Some(Box::new(std::io::stdout()))),
@@ -194,8 +194,9 @@ fn open_meta(path: Option<&str>) -> Result<Option<Box<dyn Write>>, String> {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(p)
                 .map_err(|e| format!("Failed to open metafile '{p}': {}", boxes::io_text(&e)))?;
-            if !f.metadata().is_ok_and(|m| m.is_file()) {
-                return Err(format!("Failed to open metafile '{p}': not a regular file"));
+            // A device is written as isolate's fopen would (`-M /dev/null`); a FIFO or socket could block.
+            if !f.metadata().is_ok_and(|m| m.is_file() || m.file_type().is_char_device()) {
+                return Err(format!("Failed to open metafile '{p}': not a regular file or a character device"));
             }
             Ok(Some(Box::new(f)))
         }
