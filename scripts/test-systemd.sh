@@ -60,6 +60,10 @@ if [ "${1:-}" = --in-vm ]; then
   expect run-pids 0 "forked=7" "fork_error=EAGAIN" '"accounting": "cgroup"' '"pids_peak": 8' -- \
     sh -c "'$B/capsule' run --pids 8 --json /tmp/pids.json -q -- '$B/capsule-probe' fork-bomb 50 && cat /tmp/pids.json"
   expect run-cpu 124 "cpu time limit" "cgroup)" -- "$B/capsule" run --cpu-time 500ms --wall-time 60s -- "$B/capsule-probe" spin-threads 2
+  # CMS's cycle, unmodified: `isolate --cg --init`, a run with --cg-mem in the scope it gets by itself, --cleanup.
+  expect isolate-cg-init 0 "/capsule-isolate/7" -- "$B/capsule" isolate --cg -b 7 --init
+  expect isolate-cg-run 0 "cg-mem:" "OK (" -- sh -c "'$B/capsule' isolate --cg -b 7 --cg-mem 65536 -M /tmp/iso.meta --run -- /bin/true && cat /tmp/iso.meta"
+  expect isolate-cg-cleanup 0 -- "$B/capsule" isolate --cg -b 7 --cleanup
   echo "== 3. capsule judge with --memory"
   # Python: no compile step, which the emulated VM would take long over.
   mkdir -p /tmp/judge-tests && cp "$repo"/examples/aplusb/tests/1.in "$repo"/examples/aplusb/tests/1.out /tmp/judge-tests/
@@ -73,6 +77,8 @@ if [ "${1:-}" = --in-vm ]; then
   echo "== 5. no usable user manager: a named fallback, never a hang"
   expect absent 0 "rusage)" -- env -u XDG_RUNTIME_DIR "$B/capsule" run -- /bin/true
   expect absent-memory 125 "delegat" -- env -u XDG_RUNTIME_DIR "$B/capsule" run --memory 64M -- /bin/true
+  expect absent-isolate 2 "Control groups are not available" "systemd-run --user --scope -p Delegate=yes" -- \
+    env -u XDG_RUNTIME_DIR CAPSULE_ISOLATE_ROOT=/tmp/iso-absent "$B/capsule" isolate --cg -b 7 --init
   mkdir -p /tmp/stopped/systemd /tmp/hung/systemd
   python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' /tmp/stopped/systemd/private
   expect stopped 0 "cannot connect to" "going on without one" "rusage)" -- \

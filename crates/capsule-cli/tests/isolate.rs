@@ -1168,6 +1168,11 @@ fn cg_needs_cgroups() {
     } else {
         out.assert_code(2);
         assert!(out.stderr.starts_with("Control groups are not available"), "{}", out.describe());
+        // One line that says what to do.
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.describe());
+        assert!(out.stderr.contains("systemd-run --user --scope -p Delegate=yes"), "{}", out.describe());
+        let check = capsule(&["check"]).run();
+        assert!(check.stdout.contains("`capsule isolate --cg` fails"), "{}", check.describe());
     }
 }
 

@@ -97,12 +97,20 @@ pub(super) fn cgroup_source_item(d: &crate::host::cgroups::Discovery) -> CheckIt
         Source::SystemdScope => CheckItem::ok(
             NAME,
             false,
-            format!("{}: `capsule run` re-starts itself in `systemd-run --user --scope -p Delegate=yes`", d.detail),
+            format!(
+                "{}: `capsule run` (and `capsule isolate --cg`) re-starts itself in `systemd-run --user --scope -p \
+                 Delegate=yes`",
+                d.detail
+            ),
         ),
         Source::None => CheckItem::problem(
             NAME,
             false,
-            format!("degraded mode, no cgroup limits, `accounting: rusage`: {}", d.detail),
+            format!(
+                "degraded mode, no cgroup limits, `accounting: rusage`, and `capsule isolate --cg` fails (status 2, \
+                 as isolate without control groups): {}",
+                d.detail
+            ),
             Some(crate::host::cgroups::DELEGATION_HINT.into()),
         ),
     }

@@ -260,12 +260,18 @@ fn quiet() -> Report {
     Report { meta: String::new(), line: String::new(), code: 0 }
 }
 
+/// What `--cg` needs, in one line, where no cgroups are found.
+const ISOLATE_CG_HINT: &str = "for --cg, run it in a systemd user session (it then gets a delegated scope by \
+itself; `loginctl enable-linger USER` gives a service account one), under `systemd-run --user --scope -p \
+Delegate=yes`, or in a container with its own cgroup namespace, on a kernel with the unified hierarchy \
+(`capsule check` says what is missing here)";
+
 fn init(o: &Opts) -> Result<Report, String> {
     if o.cg {
         // isolate --cg --init fails where there are no control groups.
         let d = capsule::host::cgroups::discover(&Default::default());
         if d.source == capsule::host::cgroups::Source::None {
-            return Err(format!("Control groups are not available: {}", d.detail));
+            return Err(format!("Control groups are not available: {}; {ISOLATE_CG_HINT}", d.detail));
         }
     }
     let root = boxes::root()?;
