@@ -744,6 +744,27 @@ fn links_the_program_made_are_not_followed() {
     iso.cleanup();
 }
 
+/// `max-rss` is the program's: a program that touches 24 MB reports about
+/// that, and one that touches nothing reports no more than the floor of
+/// what is resident where it came from (the one-shot supervisor sheds its
+/// code first: ~1.5 MB in a release build, more for a debug one's bigger
+/// text; before, its whole resident set).
+#[test]
+fn max_rss_is_the_programs() {
+    require!("max_rss_is_the_programs", userns_available());
+    let iso = Iso::new("iso-rss", 34);
+    iso.init();
+    let (out, small) = iso.run(&[], &["alloc", "0"]);
+    out.assert_code(0);
+    let (out, big) = iso.run(&[], &["alloc", "24"]);
+    out.assert_code(0);
+    let kb = |m: &Meta| m.must("max-rss").parse::<u64>().unwrap();
+    let floor = if cfg!(debug_assertions) { 8 << 10 } else { 2 << 10 };
+    assert!(kb(&small) < floor, "{}", small.1);
+    assert!((24 << 10..(24 << 10) + floor).contains(&kb(&big)), "{}", big.1);
+    iso.cleanup();
+}
+
 /// `-M /dev/null` (a judge that wants no meta file) is written as isolate's
 /// fopen would; a FIFO at the meta file's place is refused, not waited on.
 #[test]

@@ -79,6 +79,11 @@ pub struct RunResult {
     pub wall_time_ms: f64,
     pub cpu_user_ms: f64,
     pub cpu_system_ms: f64,
+    /// Peak memory: the cgroup's `memory.peak`; without cgroups the largest
+    /// resident set of any of the run's processes (`ru_maxrss`), whose first
+    /// process counts what was resident in the supervisor's memory at its
+    /// `execve` (a one-shot supervisor sheds its code first: ~1.5 MiB; a
+    /// served one's whole resident set; docs/child.md, "Peak memory").
     pub peak_memory_bytes: u64,
     pub accounting: Accounting,
     /// Most processes and threads alive at once (cgroup `pids.peak`), when

@@ -646,6 +646,11 @@ impl Loop {
         // sandbox (its reason is in the arena) or was killed; the run is
         // collected like any other and reports why.
         let fds: Vec<RawFd> = fds.into_iter().chain(req.inherit.iter().map(|f| f.as_raw_fd())).collect();
+        if self.once && p.cgroup.is_none() {
+            // The tracee execs from this memory and its peak counts in the program's rusage (`max-rss`):
+            // only what is resident now, not all the code this process ran (docs/child.md, "Peak memory").
+            sys::shed_text();
+        }
         let _ = sys::send_with_fds(p.go.as_raw_fd(), b"g", &fds);
         Ok((filled, io))
     }

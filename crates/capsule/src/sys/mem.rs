@@ -273,6 +273,74 @@ impl<T> Drop for Arena<T> {
     }
 }
 
+/// Drops this process's page-table entries for its read-only code and
+/// data (every loaded object's segments that are neither writable nor
+/// relocated at start-up, as its program headers say: pages the kernel
+/// reads back from the file, never written) and resets its peak resident
+/// set to what is left (`/proc/self/clear_refs` 5). A process that shares
+/// this memory (a run's PID 1 and tracee) and execs then records that
+/// smaller peak in its rusage, not every page of code this one ever ran.
+/// The pages fault back in as they are used. Best effort: a range or the
+/// reset that fails is left as it is.
+pub fn shed_text() {
+    for &(start, len) in read_only_segments() {
+        // SAFETY: MADV_DONTNEED on a range of private file mappings that are
+        // not writable and hold no relocations only unmaps its pages; every
+        // later access reads them back from the file, unchanged (no private
+        // copy exists to lose).
+        let _ =
+            unsafe { raw_syscall(libc::SYS_madvise, [start as u64, len as u64, libc::MADV_DONTNEED as u64, 0, 0, 0]) };
+    }
+    if let Ok(f) = super::open(c"/proc/self/clear_refs", libc::O_WRONLY | libc::O_CLOEXEC, 0) {
+        let _ = write_all(f.as_raw_fd(), b"5");
+    }
+}
+
+/// The page-aligned ranges of every loaded object's `PT_LOAD` segments
+/// without `PF_W`, less its `PT_GNU_RELRO` range (written once, by the
+/// relocations, before it was made read-only), found once.
+fn read_only_segments() -> &'static [(usize, usize)] {
+    static RANGES: std::sync::OnceLock<Vec<(usize, usize)>> = std::sync::OnceLock::new();
+    RANGES.get_or_init(|| {
+        unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> i32 {
+            // SAFETY: dl_iterate_phdr passes a valid info for the call's
+            // duration and `data` is the Vec handed to it below.
+            let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<(usize, usize)>)) };
+            let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+                &[]
+            } else {
+                // SAFETY: the loader's program headers of this object, dlpi_phnum of them.
+                unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) }
+            };
+            let page = 4096usize;
+            let at = |h: &libc::Elf64_Phdr| info.dlpi_addr as usize + h.p_vaddr as usize;
+            let relro =
+                phdrs.iter().find(|h| h.p_type == libc::PT_GNU_RELRO).map(|h| (at(h), at(h) + h.p_memsz as usize));
+            for h in phdrs.iter().filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W == 0) {
+                // Whole pages inside the segment, less any that hold the relocated range.
+                let (mut a, mut b) = ((at(h) + page - 1) & !(page - 1), (at(h) + h.p_filesz as usize) & !(page - 1));
+                if let Some((ra, rb)) = relro {
+                    if ra < b && rb > a {
+                        if ra & !(page - 1) > a {
+                            b = ra & !(page - 1)
+                        } else {
+                            a = (rb + page - 1) & !(page - 1)
+                        }
+                    }
+                }
+                if b > a {
+                    out.push((a, b - a));
+                }
+            }
+            0
+        }
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        // SAFETY: `each` only reads the headers it is given and pushes to `out`, which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<(usize, usize)> as *mut libc::c_void) };
+        out
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
