@@ -417,6 +417,114 @@ fn cpu_time_limit_covers_a_child_under_bash() {
     iso.cleanup();
 }
 
+/// Judge0's `isolate_job.rb`, replayed: `-s -b N -M WORKDIR/metadata.txt
+/// -t -x -w -k -p60 [--cg --cg-timing --cg-mem | -m] -f -E ... -d /etc:noexec
+/// --run -- /bin/bash run < stdin > stdout 2> stderr`, the box's `run`
+/// script changed per case, the meta keys Judge0 reads checked for each:
+/// OK, wrong output, exit 1, a signal, CPU time in the script's child and
+/// in its exec'd main process, wall time, memory, the output limit, a fork
+/// refused at the process limit, the environment, `/etc` without exec,
+/// writes into the box (allowed: Judge0's box is the program's). Runs
+/// here without cgroups, and with them in the cgroup VM
+/// (`cgroup_judge0_replay`).
+fn judge0_replay(cg: bool, id: u32) {
+    let mut iso = Iso::new(if cg { "iso-j0-cg" } else { "iso-j0" }, id);
+    iso.cg = cg;
+    let dir = iso.init();
+    iso.put("sol", sol());
+    let mem: &[&str] = if cg { &["--cg-timing", "--cg-mem=65536"] } else { &["-m", "65536"] };
+    let env =
+        ["-E", "HOME=/tmp", "-E", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "-E", "LANG"];
+    let case = |script: &str, stdin: &str, limits: &[&str]| {
+        iso.put_text("run", script);
+        let input = iso.scratch.join(&unique("stdin"));
+        std::fs::write(&input, stdin).unwrap();
+        let meta = dir.join("metadata.txt");
+        let mut c =
+            iso.cmd(&["-s", "-M", &meta.display().to_string(), "-t", "1", "-x", "0.5", "-w", "4", "-k", "128000"]);
+        c.arg("-p60").args(mem).args(&["-f", "1024"]).args(&env).args(&["-d", "/etc:noexec"]).args(limits);
+        c.args(&["--run", "--", "/bin/bash", "run"]);
+        c.stdio(
+            std::fs::File::open(&input).unwrap().into(),
+            std::process::Stdio::piped(),
+            std::process::Stdio::piped(),
+        );
+        let out = c.run();
+        let m = Meta::parse(&std::fs::read_to_string(&meta).unwrap_or_default());
+        (out, m)
+    };
+    // OK, and a wrong answer (Judge0 compares stdout itself): no status, exit code 0.
+    for (input, want) in [("2 3\n", "5\n"), ("2 2\n", "4\n")] {
+        let (out, m) = case("./sol sum\n", input, &[]);
+        out.assert_code(0);
+        assert_eq!(out.stdout, want, "{}", out.describe());
+        assert_eq!((m.get("status"), m.must("exitcode")), (None, "0"), "{}", m.1);
+        m.assert_stats();
+    }
+    let (out, m) = case("./sol exit 1\n", "", &[]);
+    out.assert_code(1);
+    assert_eq!((m.must("status"), m.must("exitcode")), ("RE", "1"), "{}", m.1);
+    // A signal: the main process's, or the child's as bash reports it (128 + 11), as under isolate.
+    let (out, m) = case("exec ./sol segv\n", "", &[]);
+    out.assert_code(1);
+    assert_eq!((m.must("status"), m.must("exitsig")), ("SG", "11"), "{}", m.1);
+    let (out, m) = case("./sol segv\n", "", &[]);
+    out.assert_code(1);
+    assert_eq!((m.must("status"), m.must("exitcode")), ("RE", "139"), "{}", m.1);
+    // CPU time: the script's child, then its main process (exec), both TO within the extra time.
+    for script in ["./sol spin\necho after\n", "exec ./sol spin\n"] {
+        let (out, m) = case(script, "", &[]);
+        out.assert_code(1);
+        assert_eq!(
+            (m.must("status"), m.must("message"), m.must("killed")),
+            ("TO", "Time limit exceeded", "1"),
+            "{}",
+            m.1
+        );
+        assert!((1.0..1.06).contains(&m.secs("time")), "{script}: {}", m.1);
+        assert!(!out.stdout.contains("after") && !out.stderr.contains("CPU time limit"), "{}", out.describe());
+    }
+    let (out, m) = case("./sol sleep 30\n", "", &[]);
+    out.assert_code(1);
+    assert_eq!((m.must("status"), m.must("message")), ("TO", "Time limit exceeded (wall clock)"), "{}", m.1);
+    // Memory: --cg-mem OOM-kills the group; -m makes the allocation fail.
+    let (out, m) = case("exec ./sol alloc 512\n", "", &[]);
+    out.assert_code(1);
+    if cg {
+        assert_eq!((m.must("status"), m.must("exitsig"), m.must("cg-oom-killed")), ("SG", "9", "1"), "{}", m.1);
+    } else {
+        assert_eq!((m.must("status"), m.must("exitcode")), ("RE", "7"), "{}", m.1);
+        assert!(out.stdout.starts_with("malloc failed"), "{}", out.describe());
+    }
+    // The output limit (-f 1024 KB): SIGXFSZ.
+    let (out, m) = case("exec ./sol write 4096 >o\n", "", &[]);
+    out.assert_code(1);
+    assert_eq!((m.must("status"), m.must("exitsig")), ("SG", "25"), "{}", m.1);
+    // One process (-p1 after -p60): the program's fork fails.
+    let (out, m) = case("exec ./sol fork\n", "", &["-p1"]);
+    assert_eq!((out.code, out.stdout.as_str()), (Some(0), "fork failed errno=11\n"), "{}\n{}", out.describe(), m.1);
+    // The environment as set, /etc readable but not executable, the box writable.
+    let (out, m) = case("./sol env | grep -E '^(HOME|PATH)=' | sort; head -c4 /etc/passwd; echo; cp /bin/true /tmp/t && /tmp/t && echo tmp-exec; echo x >written && cat written\n", "", &[]);
+    out.assert_code(0);
+    assert_eq!(
+        out.stdout,
+        "HOME=/tmp\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nroot\ntmp-exec\nx\n",
+        "{}\n{}",
+        out.describe(),
+        m.1
+    );
+    let (out, _) =
+        case("cp /bin/true /etc/t 2>/dev/null || echo no-write; /etc/passwd 2>/dev/null || echo no-exec\n", "", &[]);
+    assert_eq!(out.stdout, "no-write\nno-exec\n", "{}", out.describe());
+    iso.cleanup();
+}
+
+#[test]
+fn judge0_replay_without_cgroups() {
+    require!("judge0_replay_without_cgroups", userns_available());
+    judge0_replay(false, 35);
+}
+
 #[test]
 fn wall_time_limit_is_to_and_killed() {
     require!("wall_time_limit_is_to_and_killed", userns_available());
@@ -1262,6 +1370,12 @@ fn cgroup_cms_cycle() {
     out.assert_code(2);
     assert_eq!(out.stderr.trim(), "This box was initialized with an incompatible control group mode");
     iso.cleanup();
+}
+
+#[test]
+fn cgroup_judge0_replay() {
+    require_cgroups!("cgroup_judge0_replay");
+    judge0_replay(true, 36);
 }
 
 #[test]
