@@ -18,7 +18,7 @@ pub type Build = fn() -> Command;
 /// The subcommands, built on demand: a command line names one, and
 /// building only that one halves clap's share of a `capsule run`
 /// (~150 µs for all of them).
-pub const SUBCOMMANDS: [(&str, Build); 12] = [
+pub const SUBCOMMANDS: [(&str, Build); 14] = [
     ("run", cmd::run::command),
     ("shell", cmd::shell::command),
     ("serve", cmd::serve::command),
@@ -31,6 +31,8 @@ pub const SUBCOMMANDS: [(&str, Build); 12] = [
     ("supervise", cmd::supervise::command),
     ("check", cmd::check::command),
     ("worker", cmd::worker::command),
+    ("why", cmd::why::command),
+    ("mcp", cmd::mcp::command),
 ];
 
 /// The whole command line interface, or with `only` the one subcommand

@@ -46,6 +46,8 @@ fn main() -> ExitCode {
         Some(("check", m)) => cmd::check::run(m),
         Some(("serve", m)) => cmd::serve::run(m),
         Some(("layer", m)) => return cmd::layer::run(m),
+        Some(("why", m)) => return cmd::why::run(m),
+        Some(("mcp", m)) => return cmd::mcp::run(m),
         Some(("interact", m)) => return cmd::interact::run(m),
         Some(("presets", m)) => cmd::presets::run(m),
         Some(("agent", m)) => cmd::agent::run(m),

@@ -209,7 +209,7 @@ fn warn_interrupted(layer: &Layer) -> Result<()> {
 
 /// The report as lines: what was committed (for stdout), then the
 /// refusals and the summary (for stderr).
-fn report_lines(r: &CommitReport, dir: &Path) -> (Vec<String>, Vec<String>) {
+pub(crate) fn report_lines(r: &CommitReport, dir: &Path) -> (Vec<String>, Vec<String>) {
     let done = r.committed.iter().map(|c| format!("committed  {}  {}", c.kind.letter(), quote_path(&c.path))).collect();
     let mut refused: Vec<String> = Vec::new();
     refused.extend(r.conflicts.iter().map(|c| format!("capsule: conflict, not committed: {c}")));

@@ -13,12 +13,14 @@ pub mod interact;
 pub mod isolate;
 pub mod judge;
 pub mod layer;
+pub mod mcp;
 pub mod presets;
 pub mod run;
 pub mod scope;
 pub mod serve;
 pub mod shell;
 pub mod supervise;
+pub mod why;
 pub mod worker;
 
 pub fn pair(id: &'static str, a: &'static str, b: &'static str, help: &'static str) -> Arg {

@@ -80,6 +80,7 @@ pub fn command() -> Command {
         .arg(one("tcp-connect", "PORTS", "Allow TCP connect only to these ports (80,443 or none; Landlock, Linux ≥ 6.7, else the run fails; MPTCP and SMC sockets fail)", "Network"))
         .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
         .arg(flag("net-log", "Record each connect/sendto/sendmsg/sendmmsg destination (seccomp user notification) and print a summary at the end; --json/--meta have it as net_log (docs/network.md)", "Network"))
+        .arg(flag("explain", "Report what the run is refused (file writes the view refuses, reads of hidden paths, network destinations it cannot reach, a forbidden call), with the rule and the option that would allow it: a block on stderr after the run, `violations` in --json (docs/explain.md). Slows file-heavy programs: every open is looked at", io))
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
         .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), python, jvm, go, bash (judged programs of those runtimes), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
@@ -120,7 +121,7 @@ pub fn command() -> Command {
 
 /// Builds the spec from the profile (if any) and the flags of a caller in
 /// directory `caller_cwd`.
-fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
+pub(crate) fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     let caller_cwd = caller_cwd.to_path_buf();
     let mut spec = match m.get_one::<String>("profile") {
         Some(path) => {
@@ -156,6 +157,7 @@ fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     set(m, "tcp-connect", &mut spec.tcp_connect, spec::parse_ports)?;
     set(m, "tcp-bind", &mut spec.tcp_bind, spec::parse_ports)?;
     spec.net_log |= m.get_flag("net-log");
+    spec.explain |= m.get_flag("explain");
     if m.get_flag("no-landlock") {
         spec.landlock = Some(false);
     }
@@ -418,6 +420,9 @@ pub fn run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
     }
     write_outputs(m, &result)?;
     eprint!("{}", result.report(quiet));
+    if m.get_flag("explain") && result.status != capsule::Status::Error {
+        eprint!("{}", capsule::supervisor::explain::block(&result));
+    }
     if let (Some(layers), false) = (review, result.status == capsule::Status::Error) {
         // The shell choice opens `capsule shell` over the same layers.
         let shell = || -> Result<()> {
@@ -442,8 +447,9 @@ pub fn run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
 /// The options of `capsule run` only the caller's own process can serve:
 /// files it opens or writes (relative to itself), a terminal, a layer's
 /// review menu, cgroup settings (another agent's), no agent at all.
-const OWN_PROCESS: [&str; 12] = [
+const OWN_PROCESS: [&str; 13] = [
     "profile",
+    "explain",
     "stdin",
     "stdout",
     "stderr",

@@ -13,6 +13,7 @@
 
 mod caps;
 mod cgroup;
+mod fswatch;
 mod fuse;
 mod landlock;
 mod mounts;
@@ -26,6 +27,7 @@ mod tracee;
 mod wait;
 
 // What the supervisor uses.
+pub(crate) use fswatch::{classify, Place, FS_CAPACITY, KIND_READ_HIDDEN, KIND_WRITE};
 pub(crate) use mounts::build_template;
 pub(crate) use netlog::{Dest, NetLog, CAPACITY, DATA, INVALID, UNREADABLE};
 pub(crate) use pid1::{pid1, Pid1};

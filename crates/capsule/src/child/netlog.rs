@@ -168,6 +168,8 @@ pub(crate) struct NetLog {
     /// Calls to destinations beyond [`CAPACITY`].
     pub(crate) dropped: AtomicU64,
     pub(crate) entries: [Entry; CAPACITY],
+    /// `explain`'s refused file calls (`child::fswatch`).
+    pub(crate) fs: super::fswatch::FsLog,
 }
 
 impl Default for NetLog {
@@ -176,6 +178,7 @@ impl Default for NetLog {
             len: AtomicU32::new(0),
             dropped: AtomicU64::new(0),
             entries: std::array::from_fn(|_| Entry::default()),
+            fs: Default::default(),
         }
     }
 }

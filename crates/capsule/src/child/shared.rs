@@ -186,6 +186,8 @@ pub(crate) struct Plan {
     pub filter_inherited: bool,
     /// The network log (`net_log`), shared with the supervisor.
     pub net_log: Option<Rc<Arena<NetLog>>>,
+    /// With `explain`: what its file watch classifies paths against.
+    pub watch: Option<crate::plan::mounts::WatchView>,
     /// /sys/fs/fuse/connections in the supervisor's view (O_PATH), or -1.
     pub fusectl: RawFd,
     /// The supervisor's CPUs, when PID 1 was created on one of them: it

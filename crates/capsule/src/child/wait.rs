@@ -179,6 +179,9 @@ pub(crate) struct ReadJob<'a> {
     log: &'a NetLog,
     listener: RawFd,
     notif: sys::SeccompNotif,
+    /// For `explain`'s file calls: the run's mount plan and procfs.
+    view: Option<&'a crate::plan::mounts::WatchView>,
+    proc: RawFd,
 }
 
 /// The reader: a child sharing PID 1's memory (and so the log) that reads
@@ -187,7 +190,13 @@ pub(crate) struct ReadJob<'a> {
 pub(crate) fn read_destination(job: &ReadJob) -> ! {
     let n = &job.notif;
     let caller = netlog::Caller { pid: n.pid as i32, listener: job.listener, id: n.id };
-    netlog::observe(job.log, n.arch, n.nr, &n.args, &caller);
+    if n.arch == crate::sys::seccomp::AUDIT_ARCH_X86_64 && super::fswatch::is_fs_call(n.nr) {
+        if let Some(view) = job.view {
+            super::fswatch::observe(&job.log.fs, view, job.proc, n.pid as i32, n.nr, &n.args, &caller);
+        }
+    } else {
+        netlog::observe(job.log, n.arch, n.nr, &n.args, &caller);
+    }
     sys::exit(0)
 }
 
@@ -205,7 +214,7 @@ pub(crate) fn net_log_call(
     listener: RawFd,
     n: &sys::SeccompNotif,
 ) -> Result<u32, Fail> {
-    let job = ReadJob { log, listener, notif: *n };
+    let job = ReadJob { log, listener, notif: *n, view: plan.watch.as_ref(), proc: limits.proc };
     // SAFETY: the reader runs on the tracee's stack, free since the tracee
     // exec'd (a notification comes from the program), and PID 1 waits
     // here until the reader is reaped, so nothing else runs on it.
@@ -249,7 +258,8 @@ pub(crate) fn net_log_call(
         // No reader (out of processes): the call goes on unread.
         Err(_) => false,
     };
-    if !done && sys::seccomp_notif_id_valid(listener, n.id) {
+    let fs_call = n.arch == crate::sys::seccomp::AUDIT_ARCH_X86_64 && super::fswatch::is_fs_call(n.nr);
+    if !done && !fs_call && sys::seccomp_notif_id_valid(listener, n.id) {
         // The reader could not run or was killed (the program runs as the
         // same user and may signal it where Landlock does not scope
         // signals): the call is recorded, its destination unknown.

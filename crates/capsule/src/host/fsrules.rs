@@ -214,7 +214,7 @@ impl Homes {
     }
 
     /// Where the default secrets are hidden.
-    fn secret_homes(&self) -> impl Iterator<Item = &Path> {
+    pub fn secret_homes(&self) -> impl Iterator<Item = &Path> {
         self.home.iter().chain(&self.passwd).map(PathBuf::as_path)
     }
 }
@@ -318,6 +318,12 @@ fn expand(field: &str, p: &Path, home: Option<&Path>) -> Result<String, SpecErro
         return Err(SpecError::new(field, format!("`{s}` is `/` itself, which a rule cannot cover or bind")));
     }
     Ok(out)
+}
+
+/// A rule's path as the plan uses it (`~` expanded, clean), None when it
+/// is not a valid rule path.
+pub fn rule_path(p: &Path, home: Option<&Path>) -> Option<String> {
+    expand("", p, home).ok()
 }
 
 /// Whether the clean path `p` is `dir` or beneath it.

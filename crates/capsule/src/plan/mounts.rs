@@ -479,6 +479,58 @@ fn shadowed(spec: &RunSpec, path: &Path) -> bool {
         || !spec.empty_root && [&b"/proc"[..], b"/dev", b"/tmp", b"/run"].iter().any(|m| under(p, m))
 }
 
+/// `explain`'s view of a plan (`child::fswatch` classifies paths against
+/// it without touching the plan's descriptors): per operation, in the
+/// plan's order, where it acts and what it makes of what is beneath.
+pub(crate) struct WatchView {
+    /// The base takes writes (a `--root` layer's fuse-overlayfs).
+    pub base_writable: bool,
+    /// (dst, one of the `W_*`, for [`W_AS_SAVED`] the index of its `Save`).
+    pub ops: Vec<(CString, u8, u32)>,
+}
+
+/// Not a mount: changes nothing beneath.
+pub(crate) const W_SKIP: u8 = 0;
+pub(crate) const W_WRITABLE: u8 = 1;
+pub(crate) const W_READ_ONLY: u8 = 2;
+pub(crate) const W_HIDDEN: u8 = 3;
+/// capsule's `/dev`: only its nodes and `shm` take writes.
+pub(crate) const W_DEV: u8 = 4;
+/// A clone shown again as it was when it was taken (by the `Save` at the index).
+pub(crate) const W_AS_SAVED: u8 = 5;
+/// Shown again read-only by a rule.
+pub(crate) const W_READ_ONLY_RULE: u8 = 6;
+
+impl MountPlan {
+    /// The plan as `explain` looks at it.
+    pub(crate) fn watch_view(&self) -> WatchView {
+        let mut ops = Vec::with_capacity(self.ops.len());
+        for (i, op) in self.ops.iter().enumerate() {
+            let rdonly = |attrs: u64| if attrs & MOUNT_ATTR_RDONLY != 0 { W_READ_ONLY } else { W_WRITABLE };
+            let (kind, aux) = match op {
+                Op::Bind { src: Some(_), attrs, .. } | Op::Tmpfs { attrs, .. } => (rdonly(*attrs), 0),
+                Op::Proc { .. } | Op::Overlay { .. } => (W_WRITABLE, 0),
+                Op::Dev { .. } => (W_DEV, 0),
+                Op::Hide { .. } => (W_HIDDEN, 0),
+                &Op::Reveal { slot, attrs, .. } if attrs & MOUNT_ATTR_RDONLY != 0 => {
+                    let _ = slot;
+                    (W_READ_ONLY_RULE, 0)
+                }
+                &Op::Reveal { slot, .. } => {
+                    let save = self.ops[..i].iter().rposition(|o| matches!(o, Op::Save { slot: s, .. } if *s == slot));
+                    match save {
+                        Some(j) => (W_AS_SAVED, j as u32),
+                        None => (W_READ_ONLY, 0),
+                    }
+                }
+                _ => (W_SKIP, 0),
+            };
+            ops.push((op.dst().into(), kind, aux));
+        }
+        WatchView { base_writable: matches!(self.base, Base::Fuse { .. }), ops }
+    }
+}
+
 impl Op {
     /// Where the operation acts in the run's tree.
     pub(crate) fn dst(&self) -> &CStr {

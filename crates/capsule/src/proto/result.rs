@@ -121,6 +121,15 @@ pub struct RunResult {
     /// no room for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net_log_dropped: Option<u64>,
+    /// What the run was refused, with the rule and the option that would
+    /// allow it (docs/explain.md): a forbidden call always; with
+    /// `explain`, refused file writes, reads of hidden paths and network
+    /// destinations. Absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub violations: Option<Vec<Violation>>,
+    /// With `explain`: refused calls the table had no room for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub violations_dropped: Option<u64>,
     /// Voluntary context switches of the run's processes (rusage
     /// `ru_nvcsw` of everything its PID 1 reaped), for runs that happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,6 +176,62 @@ impl NetLogEntry {
             (f, _) => f.to_string(),
         }
     }
+}
+
+/// What a run was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ViolationKind {
+    /// A write (open for writing, create, remove, rename, change) the
+    /// run's view does not allow: read-only or hidden there.
+    FsWrite,
+    /// An open of a path a rule hides (it reads as empty or missing).
+    FsReadHidden,
+    /// A network destination the run's network does not reach.
+    Network,
+    /// A call the seccomp policy forbids.
+    Syscall,
+}
+
+impl ViolationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViolationKind::FsWrite => "fs-write",
+            ViolationKind::FsReadHidden => "fs-read-hidden",
+            ViolationKind::Network => "network",
+            ViolationKind::Syscall => "syscall",
+        }
+    }
+}
+
+/// One thing a run was refused (result field `violations`), in the order
+/// first seen: what, where, the call, the rule that refused it and the
+/// option that would allow it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    /// fs kinds: the path as the program named it, made absolute in the
+    /// sandbox's tree (any bytes: printed quoted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// network: the destination's address (a host name where one is
+    /// known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The call (`openat`, `mkdir`, `connect`, ...).
+    pub syscall: String,
+    /// What the call got (`EROFS`, `ENETUNREACH`...); absent when the
+    /// policy killed the run instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<String>,
+    /// The rule that refused it.
+    pub rule: String,
+    /// The option that would allow it.
+    pub fix: String,
+    /// Calls refused alike (same kind, call and place).
+    pub count: u64,
 }
 
 /// One of the two programs of an interactive run.
@@ -232,6 +297,8 @@ impl RunResult {
             landlock: None,
             net_log: None,
             net_log_dropped: None,
+            violations: None,
+            violations_dropped: None,
             csw_voluntary: None,
             csw_forced: None,
         }

@@ -89,6 +89,14 @@ pub struct RunSpec {
     /// every seccomp policy; with `none`, the run gets a filter that only
     /// does this.
     pub net_log: bool,
+    /// Report what the run was refused (the result's `violations`,
+    /// docs/explain.md): besides a forbidden call and refused network
+    /// destinations (the network log, which this turns on for the
+    /// filter), every file open and write-type call is sent to PID 1
+    /// (seccomp user notifications, as the network log's), whose reader
+    /// classifies its path against the run's mount plan. An observation:
+    /// nothing is refused because of it.
+    pub explain: bool,
     /// Seccomp policy: `default`, `strict`, `compile`, `python`, `jvm`,
     /// `go`, `bash`, `none` or a policy file (docs/seccomp.md).
     pub seccomp: crate::proto::policy::PolicyName,

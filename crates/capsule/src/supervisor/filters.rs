@@ -20,8 +20,8 @@ pub(crate) struct Filters {
     pub(crate) compiled: Vec<(FilterKey, Option<FileStamp>, Rc<SealedFilter>)>,
 }
 
-/// Policy, the run's guards, with the network log.
-pub(crate) type FilterKey = (PolicyName, Guards, bool);
+/// Policy, the run's guards, what the filter watches ([`watch`]).
+pub(crate) type FilterKey = (PolicyName, Guards, u8);
 
 /// What identifies a version of a policy file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,23 +40,23 @@ impl Filters {
     pub(crate) fn get(&mut self, spec: &RunSpec) -> Result<Rc<SealedFilter>, String> {
         let (name, guards) = (&spec.seccomp, Guards::of(spec));
         let stamp = Self::stamp(name)?;
-        match self.find(name, guards, spec.net_log, stamp) {
+        match self.find(name, guards, watch(spec), stamp) {
             Some(f) => Ok(f),
-            None => self.compile(name, guards, spec.net_log, stamp),
+            None => self.compile(name, guards, watch(spec), stamp),
         }
     }
 
     /// The filter of `spec` if it is compiled already (and, for a policy
     /// file, the file has not changed since).
     pub(crate) fn compiled(&self, spec: &RunSpec) -> Result<Option<Rc<SealedFilter>>, String> {
-        Ok(self.find(&spec.seccomp, Guards::of(spec), spec.net_log, Self::stamp(&spec.seccomp)?))
+        Ok(self.find(&spec.seccomp, Guards::of(spec), watch(spec), Self::stamp(&spec.seccomp)?))
     }
 
     pub(crate) fn find(
         &self,
         name: &PolicyName,
         guards: Guards,
-        net_log: bool,
+        net_log: u8,
         stamp: Option<FileStamp>,
     ) -> Option<Rc<SealedFilter>> {
         self.compiled
@@ -88,14 +88,15 @@ impl Filters {
         &mut self,
         name: &PolicyName,
         guards: Guards,
-        net_log: bool,
+        net_log: u8,
         stamp: Option<FileStamp>,
     ) -> Result<Rc<SealedFilter>, String> {
         let mut filter: Filter = crate::plan::seccomp::compile(name).map_err(|e| e.to_string())?;
         filter =
             crate::plan::seccomp::with_guards(&filter, guards).map_err(|e| format!("seccomp policy {name}: {e}"))?;
-        if net_log {
-            filter = crate::plan::seccomp::with_net_log(&filter).map_err(|e| format!("seccomp policy {name}: {e}"))?;
+        if net_log > 0 {
+            filter = crate::plan::seccomp::with_watch(&filter, net_log > 1)
+                .map_err(|e| format!("seccomp policy {name}: {e}"))?;
         }
         let map = sys::SealedMap::new(c"capsule-seccomp", &filter.program)
             .map_err(|e| SysError::new("memfd_create (seccomp filter)", e).to_string())?;
@@ -108,5 +109,16 @@ impl Filters {
             Rc::new(SealedFilter { map, notify: filter.notify, net_log_from: filter.net_log_from, early, inherit });
         self.compiled.push(((name.clone(), guards, net_log), stamp, sealed.clone()));
         Ok(sealed)
+    }
+}
+
+/// What a run's filter sends to PID 1 besides the policy's `kill`: 0
+/// nothing, 1 the network log, 2 the network log and `explain`'s file
+/// calls.
+pub(crate) fn watch(spec: &RunSpec) -> u8 {
+    if spec.explain {
+        2
+    } else {
+        u8::from(spec.net_log)
     }
 }

@@ -52,6 +52,7 @@ use crate::sys::{self};
 
 mod conn;
 mod event;
+pub mod explain;
 mod filters;
 mod handoff;
 mod namespaces;

@@ -57,13 +57,20 @@ impl Supervisor {
             landlock: crate::proto::result::Enforcement::from_u32(shared.landlock.load(SeqCst)),
             net_log: None,
             net_log_dropped: None,
+            violations: None,
+            violations_dropped: None,
             csw_voluntary: Some(shared.csw_voluntary.load(SeqCst)),
             csw_forced: Some(shared.csw_forced.load(SeqCst)),
         };
+        let mut net_entries = Vec::new();
         if let Some(log) = &r.p.net_log {
             let (entries, dropped) = log.entries();
-            res.net_log = Some(entries);
-            res.net_log_dropped = (dropped > 0).then_some(dropped);
+            // (`explain` alone watches the network without the log's field.)
+            if r.req.spec.net_log {
+                res.net_log = Some(entries.clone());
+                res.net_log_dropped = (dropped > 0).then_some(dropped);
+            }
+            net_entries = entries;
         }
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve (PID 1
@@ -141,6 +148,13 @@ impl Supervisor {
             res.status,
             Status::WallTimeLimit | Status::CpuTimeLimit | Status::MemoryLimit | Status::OutputLimit
         );
+        let plan = r.p.run.as_ref().map(|p1| &p1.plan.mounts);
+        let log = r.p.net_log.as_deref().map(|a| &**a);
+        let (list, dropped) = super::explain::violations(&r.req.spec, &self.home, plan, log, &res, &net_entries);
+        if !list.is_empty() || r.req.spec.explain {
+            res.violations = Some(list);
+        }
+        res.violations_dropped = (dropped > 0).then_some(dropped);
         res
     }
 }

@@ -414,7 +414,7 @@ impl Supervisor {
         let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
         let arena = self.pools.arenas.take(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
         // (`with_net_log` gives every policy, `none` too, the log's epilogue.)
-        let net_log = match spec.net_log {
+        let net_log = match spec.net_log || spec.explain {
             false => None,
             true => Some(Rc::new(Arena::<NetLog>::new(0).map_err(|e| fail("mmap (network log)", e))?)),
         };
@@ -479,6 +479,7 @@ impl Supervisor {
                 spec.tcp_connect.as_deref(),
                 spec.tcp_bind.as_deref(),
             ),
+            watch: spec.explain.then(|| mounts.watch_view()),
             mounts,
             mount_template,
             last_cap: self.last_cap,

@@ -196,6 +196,22 @@ pub fn readlink_fd(fd: RawFd) -> SysResult<Vec<u8>> {
     Ok(buf)
 }
 
+/// The target of the link `name` in `dir` into `buf`, without allocating
+/// (PID 1's reader); its length, `ENAMETOOLONG` when it does not fit.
+pub fn readlinkat_into(dir: RawFd, name: &CStr, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: name is NUL-terminated; buf is writable for buf.len() bytes.
+    let n = cvt(unsafe {
+        raw_syscall(
+            libc::SYS_readlinkat,
+            [dir as u64, name.as_ptr() as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0],
+        )
+    })? as usize;
+    if n >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    Ok(n)
+}
+
 /// Reads a whole file a client named (a policy file, a layer's record)
 /// without ever waiting on it: opened with O_NONBLOCK, so a FIFO opens at
 /// once, and refused unless it is a regular file.

@@ -33,7 +33,7 @@ use std::path::Path;
 
 pub use self::compile::compile_policy;
 pub use self::guards::{with_guards, Guards};
-pub use self::netlog::with_net_log;
+pub use self::netlog::{with_net_log, with_watch, FS_WATCHED};
 use self::policy::{parse_json, parse_toml};
 pub use self::policy::{Action, ArgCond, OneOrMany, Op, Policy, Rule, Value};
 pub use crate::proto::policy::{PolicyError, PolicyName};

@@ -15,22 +15,70 @@ use crate::sys::seccomp::*;
 /// errno, its `kill`) stays: the policy wins. A jump replaces a `ret` one
 /// for one, so the policy's own jumps keep their targets.
 pub fn with_net_log(filter: &Filter) -> Result<Filter, PolicyError> {
-    let (program, n) = extend_passes(filter, "the network log", net_log_epilogue)?;
+    with_watch(filter, false)
+}
+
+/// [`with_net_log`], and with `fs` (`explain`, docs/explain.md) the native
+/// calls of [`FS_WATCHED`] sent to the listener too, wherever the policy
+/// lets them run.
+pub fn with_watch(filter: &Filter, fs: bool) -> Result<Filter, PolicyError> {
+    let what = if fs { "explain's watch" } else { "the network log" };
+    let (program, n) = extend_passes(filter, what, |pass| net_log_epilogue(pass, fs))?;
     Ok(Filter { program, notify: true, net_log_from: n as u32 })
 }
 
+/// The native file calls `explain` sends to PID 1 (`child::fswatch`
+/// reads their paths): opens, and every call that creates, removes,
+/// renames or changes a file.
+pub const FS_WATCHED: [i64; 29] = [
+    libc::SYS_open,
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_creat,
+    libc::SYS_mkdir,
+    libc::SYS_rmdir,
+    libc::SYS_unlink,
+    libc::SYS_mknod,
+    libc::SYS_truncate,
+    libc::SYS_chmod,
+    libc::SYS_chown,
+    libc::SYS_lchown,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_mkdirat,
+    libc::SYS_unlinkat,
+    libc::SYS_mknodat,
+    libc::SYS_fchmodat,
+    libc::SYS_fchownat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_link,
+    libc::SYS_symlink,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_utimensat,
+];
+
 /// The epilogue of [`with_net_log`] for a policy's action `pass` (`allow`
 /// or `log`).
-fn net_log_epilogue(pass: u32) -> Result<Vec<libc::sock_filter>, PolicyError> {
+fn net_log_epilogue(pass: u32, fs: bool) -> Result<Vec<libc::sock_filter>, PolicyError> {
     use Asm::*;
     const NEXT: &str = "";
     let args_lo = |i: u32| 16 + 8 * i;
-    let code = [
+    let mut code = vec![
         Ld(4),
         Jeq(AUDIT_ARCH_X86_64, "native", NEXT),
         Jeq(AUDIT_ARCH_I386, "i386", "pass"),
         Label("native"),
         Ld(0),
+    ];
+    if fs {
+        code.extend(FS_WATCHED.iter().map(|&nr| Jeq(nr as u32, "notify", NEXT)));
+    }
+    code.extend([
         Jeq(NR_CONNECT, "notify", NEXT),
         Jeq(NR_SENDMSG, "notify", NEXT),
         Jeq(NR_SENDMMSG, "notify", NEXT),
@@ -65,6 +113,6 @@ fn net_log_epilogue(pass: u32) -> Result<Vec<libc::sock_filter>, PolicyError> {
         Ret(RET_USER_NOTIF),
         Label("pass"),
         Ret(pass),
-    ];
+    ]);
     assemble(&code).map_err(PolicyError::Invalid)
 }
