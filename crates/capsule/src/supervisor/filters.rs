@@ -40,16 +40,16 @@ impl Filters {
     pub(crate) fn get(&mut self, spec: &RunSpec) -> Result<Rc<SealedFilter>, String> {
         let (name, guards) = (&spec.seccomp, Guards::of(spec));
         let stamp = Self::stamp(name)?;
-        match self.find(name, guards, spec.net_log, stamp) {
+        match self.find(name, guards, spec.logs_net(), stamp) {
             Some(f) => Ok(f),
-            None => self.compile(name, guards, spec.net_log, stamp),
+            None => self.compile(name, guards, spec.logs_net(), stamp),
         }
     }
 
     /// The filter of `spec` if it is compiled already (and, for a policy
     /// file, the file has not changed since).
     pub(crate) fn compiled(&self, spec: &RunSpec) -> Result<Option<Rc<SealedFilter>>, String> {
-        Ok(self.find(&spec.seccomp, Guards::of(spec), spec.net_log, Self::stamp(&spec.seccomp)?))
+        Ok(self.find(&spec.seccomp, Guards::of(spec), spec.logs_net(), Self::stamp(&spec.seccomp)?))
     }
 
     pub(crate) fn find(

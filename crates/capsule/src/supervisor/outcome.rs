@@ -14,7 +14,14 @@ use crate::proto::result::{signal_name, Accounting, RunResult, Status};
 use super::*;
 
 impl Supervisor {
-    pub(crate) fn result(&self, r: &Running, pid1_status: Option<i32>, stats: Option<Stats>) -> RunResult {
+    /// `egress`: the proxy's report and how many it had no room for.
+    pub(crate) fn result(
+        &self,
+        r: &Running,
+        pid1_status: Option<i32>,
+        stats: Option<Stats>,
+        egress: Option<(Vec<crate::proto::result::NetworkEntry>, u64)>,
+    ) -> RunResult {
         if let Some(why) = r.p.never() {
             return RunResult::error(format!("the run's PID 1 could not be created: {why}"));
         }
@@ -57,13 +64,23 @@ impl Supervisor {
             landlock: crate::proto::result::Enforcement::from_u32(shared.landlock.load(SeqCst)),
             net_log: None,
             net_log_dropped: None,
+            network: None,
+            network_dropped: None,
             csw_voluntary: Some(shared.csw_voluntary.load(SeqCst)),
             csw_forced: Some(shared.csw_forced.load(SeqCst)),
         };
         if let Some(log) = &r.p.net_log {
             let (entries, dropped) = log.entries();
-            res.net_log = Some(entries);
-            res.net_log_dropped = (dropped > 0).then_some(dropped);
+            if let Some((mut network, over)) = egress {
+                network.extend(super::egress::direct_entries(&entries));
+                res.network = Some(network);
+                res.network_dropped = (over > 0).then_some(over);
+            }
+            // (With `egress` alone, the log only feeds that report.)
+            if r.req.spec.net_log {
+                res.net_log = Some(entries);
+                res.net_log_dropped = (dropped > 0).then_some(dropped);
+            }
         }
         if let Some(st) = &stats {
             // From the program's cgroup, counted from its execve (PID 1
