@@ -40,10 +40,6 @@ pub struct Egress {
     /// host's resolver (a hosts file of the run's own). The addresses are
     /// checked like any other: a local one still needs `allow_local`.
     pub resolve: BTreeMap<String, Vec<IpAddr>>,
-    /// `capsule serve` only: a host no rule names is asked about
-    /// (`{"id":..,"ask":{"host":..,"port":..}}`, answered with
-    /// `allow-once`, `allow-run` or `deny`); a deny rule is never asked about.
-    pub ask: bool,
 }
 
 /// A host part of a pattern.

@@ -295,10 +295,12 @@ impl Supervisor {
     }
 
     /// The TCP ports the run may connect to: `tcp_connect`, and with
-    /// `egress` where Landlock has network rules, only those and the
-    /// proxy's (the run's loopback has nothing else to reach outside it).
+    /// `egress` where Landlock has network rules (and is not turned off),
+    /// only those and the proxy's (the run's loopback has nothing else to
+    /// reach outside it).
     pub(crate) fn tcp_connect(&self, spec: &RunSpec) -> Option<Vec<u16>> {
-        if spec.egress.is_none() || self.landlock_abi < crate::plan::landlock::NET_ABI {
+        let layer = spec.landlock != Some(false);
+        if spec.egress.is_none() || !layer || self.landlock_abi < crate::plan::landlock::NET_ABI {
             return spec.tcp_connect.clone();
         }
         let mut ports = spec.tcp_connect.clone().unwrap_or_default();
