@@ -41,6 +41,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Stack of a connection's threads: the resolver (glibc's NSS) needs tens of KiB.
 const THREAD_STACK: usize = 256 << 10;
+/// The relay's pipe: a splice moves up to this much at once.
+const PIPE_SIZE: usize = 1 << 20;
 /// How long stopping waits for connections to wind down (after shutting
 /// their sockets down; only one still resolving a name takes longer).
 const STOP_WAIT: Duration = Duration::from_millis(200);
@@ -380,7 +382,53 @@ fn relay(client: TcpStream, upstream: TcpStream) -> (u64, u64) {
     (sent, received)
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream) -> u64 {
+/// One direction of a connection, until its end: spliced through a pipe
+/// (the bytes never enter the supervisor's memory), or copied where a pipe
+/// cannot be had.
+fn pump(from: TcpStream, to: TcpStream) -> u64 {
+    let Ok((r, w)) = sys::pipe2(libc::O_CLOEXEC) else { return copy(from, to) };
+    let _ = sys::set_pipe_size(w.as_raw_fd(), PIPE_SIZE);
+    let (f, t) = (from.as_raw_fd(), to.as_raw_fd());
+    let mut n = 0u64;
+    let fail = |n| {
+        let _ = from.shutdown(Shutdown::Both);
+        let _ = to.shutdown(Shutdown::Both);
+        n
+    };
+    loop {
+        let got = match splice_waiting(f, w.as_raw_fd(), PIPE_SIZE, f, libc::POLLIN) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(_) => return fail(n),
+        };
+        let mut left = got;
+        while left > 0 {
+            match splice_waiting(r.as_raw_fd(), t, left, t, libc::POLLOUT) {
+                Ok(k) if k > 0 => left -= k,
+                // The other side is gone: so is this direction.
+                _ => return fail(n),
+            }
+        }
+        n += got as u64;
+    }
+    let _ = to.shutdown(Shutdown::Write);
+    n
+}
+
+/// `splice` that waits (poll on `sock` for `event`) where the socket would block.
+fn splice_waiting(from: RawFd, to: RawFd, len: usize, sock: RawFd, event: i16) -> sys::SysResult<usize> {
+    loop {
+        match sys::splice(from, to, len) {
+            Err(libc::EAGAIN) => {
+                let mut p = [libc::pollfd { fd: sock, events: event, revents: 0 }];
+                sys::poll(&mut p, -1)?;
+            }
+            r => return r,
+        }
+    }
+}
+
+fn copy(mut from: TcpStream, mut to: TcpStream) -> u64 {
     let mut buf = vec![0u8; 128 << 10];
     let mut n = 0u64;
     loop {
@@ -388,7 +436,6 @@ fn pump(mut from: TcpStream, mut to: TcpStream) -> u64 {
             Ok(0) => break,
             Ok(k) => {
                 if to.write_all(&buf[..k]).is_err() {
-                    // The other side is gone: so is this direction.
                     let _ = from.shutdown(Shutdown::Both);
                     let _ = to.shutdown(Shutdown::Both);
                     return n;
