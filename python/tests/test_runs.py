@@ -246,3 +246,37 @@ def test_every_limit_the_protocol_has(sb: cs.Sandbox) -> None:
     assert rows["Max locked memory"] == ["0", "0"], text
     assert rows["Max open files"] == ["64", "64"], text
     assert rows["Max stack size"] == [str(4 << 20), str(4 << 20)], text
+
+
+def test_egress_by_name(sb: cs.Sandbox) -> None:
+    """``egress`` through the protocol: an allowed name reaches a server of
+    this process through capsule's proxy, another gets the proxy's 403, and
+    the result's ``network`` report has both (docs/egress.md)."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello " + self.path.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_address[1]
+        egress = {"allow_hosts": ["ok.test"], "resolve": {"ok.test": ["127.0.0.1"]}, "allow_local": True}
+        r = sb.run(sh(f"curl -sS http://ok.test:{port}/x; curl -s -o /dev/null -w ' %{{http_code}}' http://no.test/"),
+                   stdout=cs.Capture(4096), egress=egress)
+        assert r.ok and r.stdout is not None and r.stdout.text == "hello /x 403", r.raw
+        net = r.network
+        assert net is not None and [(e["host"], e["verdict"]) for e in net] == [("ok.test", "allowed"),
+                                                                               ("no.test", "refused")], r.raw
+        assert net[0]["via"] == "http" and net[0]["bytes_received"] > 0 and net[1]["rule"] == "no allow-host"
+    finally:
+        srv.shutdown()

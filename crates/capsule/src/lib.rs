@@ -30,6 +30,6 @@ pub mod sys;
 
 pub use error::{Error, SpecError, SysError};
 pub use proto::{result, spec, units};
-pub use result::{Accounting, InteractResult, NetLogEntry, RunResult, Side, Status};
+pub use result::{Accounting, InteractResult, NetLogEntry, NetworkEntry, RunResult, Side, Status};
 pub use spec::{InteractSpec, Limits, MountOp, RunSpec};
 pub use supervisor::Supervisor;

@@ -206,6 +206,12 @@ class Result:
         return self.raw.get("net_log")
 
     @property
+    def network(self) -> Optional[List[Any]]:
+        """With ``egress``: the destinations asked for through capsule's
+        proxy, and direct attempts past it (docs/egress.md)."""
+        return self.raw.get("network")
+
+    @property
     def stdout(self) -> Optional[Output]:
         """The captured stdout (``None`` unless the spec captured it)."""
         if self._stdout is None and self.raw.get("stdout") is not None:

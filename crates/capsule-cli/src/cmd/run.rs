@@ -81,6 +81,10 @@ pub fn command() -> Command {
         .arg(one("tcp-bind", "PORTS", "Allow TCP bind only on these ports (8080 or none; 0 = any free port; Landlock, Linux ≥ 6.7)", "Network"))
         .arg(flag("net-log", "Record each connect/sendto/sendmsg/sendmmsg destination (seccomp user notification) and print a summary at the end; --json/--meta have it as net_log (docs/network.md)", "Network"))
         .arg(flag("explain", "Report what the run is refused (file writes the view refuses, reads of hidden paths, network destinations it cannot reach, a forbidden call), with the rule and the option that would allow it: a block on stderr after the run, `violations` in --json (docs/explain.md). Slows file-heavy programs: every open is looked at", io))
+        .arg(one("allow-host", "PATTERN", "Let the run reach this host by name through capsule's proxy (HTTP and SOCKS5, outside the run's network): example.com, *.example.com (subdomains), *, an address; :PORT optional; @pypi @npm @crates @go @apt @github for groups. The run's network stays loopback-only; HTTP_PROXY etc. are set inside (docs/egress.md)", "Network"))
+        .arg(one("deny-host", "PATTERN", "Refuse this host even if --allow-host covers it (deny wins); turns the proxy on", "Network"))
+        .arg(flag("allow-local", "Let the proxy connect to loopback, private, link-local and metadata addresses (refused by default whatever the name); turns the proxy on", "Network"))
+        .arg(one("resolve-host", "NAME=ADDR[,ADDR]", "The proxy resolves NAME to these addresses instead of asking the host's resolver (local addresses still need --allow-local); turns the proxy on", "Network"))
         .arg(flag("no-landlock", "No Landlock layer (it forbids mounts inside: nested bwrap, unshare -m)", "Security"))
         .arg(one("seccomp", "POLICY", "Seccomp policy: default, strict (judged solutions), compile (build tools), python, jvm, go, bash (judged programs of those runtimes), none, or a policy file (docs/seccomp.md)", "Security"))
         .arg(one("wall-time", "DURATION", "Kill the run after DURATION of wall time (1.5s, 300ms)", lim))
@@ -117,6 +121,31 @@ pub fn command() -> Command {
                 .trailing_var_arg(true)
                 .help("The program and its arguments (after --)"),
         )
+}
+
+/// The egress flags, added to the profile's `egress` (any of them turns
+/// the proxy on).
+fn egress_from(m: &ArgMatches, spec: &mut RunSpec) -> Result<()> {
+    let list = |id: &str| m.get_many::<String>(id).map(|v| v.cloned().collect::<Vec<_>>()).unwrap_or_default();
+    let (allow, deny, resolve) = (list("allow-host"), list("deny-host"), list("resolve-host"));
+    let local = m.get_flag("allow-local");
+    if allow.is_empty() && deny.is_empty() && resolve.is_empty() && !local {
+        return Ok(());
+    }
+    let e = spec.egress.get_or_insert_with(Default::default);
+    e.allow_hosts.extend(allow);
+    e.deny_hosts.extend(deny);
+    e.allow_local |= local;
+    for r in resolve {
+        let (name, addrs) =
+            r.split_once('=').ok_or_else(|| anyhow!("--resolve-host: `{r}` is not NAME=ADDR[,ADDR...]"))?;
+        let addrs = addrs
+            .split(',')
+            .map(|a| a.trim().parse().map_err(|_| anyhow!("--resolve-host: `{a}` is not an IP address")))
+            .collect::<Result<Vec<std::net::IpAddr>>>()?;
+        e.resolve.insert(name.to_string(), addrs);
+    }
+    Ok(())
 }
 
 /// Builds the spec from the profile (if any) and the flags of a caller in
@@ -158,6 +187,7 @@ pub(crate) fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     set(m, "tcp-bind", &mut spec.tcp_bind, spec::parse_ports)?;
     spec.net_log |= m.get_flag("net-log");
     spec.explain |= m.get_flag("explain");
+    egress_from(m, &mut spec)?;
     if m.get_flag("no-landlock") {
         spec.landlock = Some(false);
     }

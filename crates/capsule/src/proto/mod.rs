@@ -7,6 +7,7 @@
 //! types and constants only. No system calls but the socket I/O of [`wire`].
 
 pub mod config;
+pub mod egress;
 pub mod lines;
 pub mod policy;
 pub mod result;

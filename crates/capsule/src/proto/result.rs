@@ -130,6 +130,15 @@ pub struct RunResult {
     /// With `explain`: refused calls the table had no room for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub violations_dropped: Option<u64>,
+    /// With `egress`: every destination the run asked the proxy for, and
+    /// every direct attempt past it, in the order first seen
+    /// (docs/egress.md). Absent without `egress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Vec<NetworkEntry>>,
+    /// With `egress`, when the report was full: connections to destinations
+    /// it had no room for (it keeps 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_dropped: Option<u64>,
     /// Voluntary context switches of the run's processes (rusage
     /// `ru_nvcsw` of everything its PID 1 reaped), for runs that happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,6 +243,89 @@ pub struct Violation {
     pub count: u64,
 }
 
+/// How a destination of the `network` report was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Via {
+    /// A plain-HTTP request to the proxy (absolute URI).
+    Http,
+    /// An HTTP `CONNECT` tunnel (TLS and anything else).
+    Connect,
+    /// SOCKS5 `CONNECT`.
+    Socks,
+    /// A `connect` or `sendto` past the proxy, seen by the network log:
+    /// the run's network has no route out, so it reached nothing.
+    Direct,
+}
+
+/// What became of a destination of the `network` report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Allowed,
+    Refused,
+}
+
+/// One destination of the `network` report (`egress`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkEntry {
+    /// The name asked for (or the address literal); absent for `direct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The address connected to (or that a rule refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub port: u16,
+    pub via: Via,
+    pub verdict: Verdict,
+    /// The pattern that allowed or denied it (`*.example.com`, `pypi.org
+    /// (@pypi)`), or why it was refused: `no allow-host`, `local address
+    /// (allow-local)`, `no route`.
+    pub rule: String,
+    /// Connections (or, for `direct`, calls).
+    pub count: u64,
+    /// Bytes the program sent to the host, and received from it.
+    #[serde(default)]
+    pub bytes_sent: u64,
+    #[serde(default)]
+    pub bytes_received: u64,
+    /// For an allowed destination that could not be reached: the last
+    /// failure (`resolve: ...`, `connect: ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl NetworkEntry {
+    /// `allowed.test:443 via connect allowed by *.test ×2 (120 B out, 4096 B in)`.
+    pub fn describe(&self) -> String {
+        let dest = match (&self.host, &self.address) {
+            (Some(h), _) if h.contains(':') => format!("[{h}]:{}", self.port),
+            (Some(h), _) => format!("{h}:{}", self.port),
+            (None, Some(a)) if a.contains(':') => format!("[{a}]:{}", self.port),
+            (None, Some(a)) => format!("{a}:{}", self.port),
+            (None, None) => format!("?:{}", self.port),
+        };
+        let via = match self.via {
+            Via::Http => "http",
+            Via::Connect => "connect",
+            Via::Socks => "socks",
+            Via::Direct => "direct",
+        };
+        let mut out = match self.verdict {
+            Verdict::Allowed => format!("{dest} via {via} allowed by {}", self.rule),
+            Verdict::Refused => format!("{dest} via {via} refused ({})", self.rule),
+        };
+        out.push_str(&format!(" \u{d7}{}", self.count));
+        if self.bytes_sent + self.bytes_received > 0 {
+            out.push_str(&format!(" ({} B out, {} B in)", self.bytes_sent, self.bytes_received));
+        }
+        if let Some(e) = &self.error {
+            out.push_str(&format!(" [{e}]"));
+        }
+        out
+    }
+}
+
 /// One of the two programs of an interactive run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -299,6 +391,8 @@ impl RunResult {
             net_log_dropped: None,
             violations: None,
             violations_dropped: None,
+            network: None,
+            network_dropped: None,
             csw_voluntary: None,
             csw_forced: None,
         }
@@ -329,6 +423,7 @@ impl RunResult {
                 let text = match v {
                     serde_json::Value::Null => continue,
                     _ if k == "net_log" => self.net_log_text().unwrap_or_default(),
+                    _ if k == "network" => self.network_text().unwrap_or_default(),
                     serde_json::Value::String(s) => s.replace('\n', " "),
                     other => other.to_string(),
                 };
@@ -346,6 +441,26 @@ impl RunResult {
     /// 127.0.0.53:53 ×4` (`none` when the program made no such call).
     pub fn net_log_summary(&self) -> Option<String> {
         self.net_log_text().map(|t| format!("capsule: network: {t}"))
+    }
+
+    /// The `network` report as one line for people, when the run had
+    /// one: `capsule: egress: pypi.org:443 via connect allowed by pypi.org
+    /// ×1 (517 B out, 6120 B in); evil.test:443 via connect refused (no
+    /// allow-host)` (`none` when nothing was asked for).
+    pub fn network_summary(&self) -> Option<String> {
+        self.network_text().map(|t| format!("capsule: egress: {t}"))
+    }
+
+    fn network_text(&self) -> Option<String> {
+        let n = self.network.as_ref()?;
+        if n.is_empty() {
+            return Some("none".into());
+        }
+        let mut parts: Vec<String> = n.iter().map(NetworkEntry::describe).collect();
+        if let Some(d) = self.network_dropped.filter(|d| *d > 0) {
+            parts.push(format!("{d} more connection{} the report had no room for", if d == 1 { "" } else { "s" }));
+        }
+        Some(parts.join("; "))
     }
 
     fn net_log_text(&self) -> Option<String> {
@@ -376,6 +491,10 @@ impl RunResult {
             out.push('\n');
         }
         if let (false, Some(line)) = (quiet, self.net_log_summary()) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        if let (false, Some(line)) = (quiet, self.network_summary()) {
             out.push_str(&line);
             out.push('\n');
         }

@@ -97,6 +97,11 @@ pub struct RunSpec {
     /// classifies its path against the run's mount plan. An observation:
     /// nothing is refused because of it.
     pub explain: bool,
+    /// Egress by name (docs/egress.md): the run keeps its loopback-only
+    /// network, and a proxy outside it (HTTP and SOCKS5, on the run's
+    /// 127.0.0.1:3128) reaches the hosts `allow_hosts` names and no
+    /// other. Absent: no proxy. Not with `share_net`.
+    pub egress: Option<crate::proto::egress::Egress>,
     /// Seccomp policy: `default`, `strict`, `compile`, `python`, `jvm`,
     /// `go`, `bash`, `none` or a policy file (docs/seccomp.md).
     pub seccomp: crate::proto::policy::PolicyName,
@@ -563,6 +568,12 @@ impl RunSpec {
         RunSpec { argv: argv.into_iter().map(Into::into).collect(), ..Default::default() }
     }
 
+    /// Whether PID 1 records the run's network calls: `net_log`, or
+    /// `egress`, whose report lists direct attempts that bypass the proxy.
+    pub fn logs_net(&self) -> bool {
+        self.net_log || self.egress.is_some()
+    }
+
     /// Checks every field once; the error names the field.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.argv.is_empty() {
@@ -649,6 +660,15 @@ impl RunSpec {
             }
         }
         self.limits.validate()?;
+        if let Some(e) = &self.egress {
+            if self.share_net {
+                return Err(SpecError::new(
+                    "egress",
+                    "the egress proxy is the only way out of the run's own network; with `share_net` the run has the host's, which no proxy can filter: drop one",
+                ));
+            }
+            e.validate()?;
+        }
         for (field, ports) in [("tcp_connect", &self.tcp_connect), ("tcp_bind", &self.tcp_bind)] {
             if ports.as_ref().is_some_and(|p| p.len() > MAX_PORTS) {
                 return Err(SpecError::new(field, format!("more than {MAX_PORTS} ports")));

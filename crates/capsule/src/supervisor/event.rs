@@ -90,6 +90,8 @@ pub(crate) struct Running {
     pub(crate) output_over: bool,
     /// Cancelled: no result is sent.
     pub(crate) cancelled: bool,
+    /// With `egress`: the run's proxy, stopped when the run is over.
+    pub(crate) proxy: Option<super::egress::Proxy>,
 }
 
 /// The streams the supervisor carries for a run: stdout and stderr
@@ -479,6 +481,22 @@ impl Loop {
                 return self.reply(req, RunResult::error(msg));
             }
         }
+        // The proxy listens in the run's network before its program starts.
+        let proxy = match &req.spec.egress {
+            None => None,
+            Some(e) => match sup
+                .run_net(&p)
+                .ok_or_else(|| "egress: the run's network is not the supervisor's to listen in".to_string())
+                .and_then(|fd| super::egress::Proxy::start(fd, e))
+            {
+                Ok(px) => Some(px),
+                Err(msg) => {
+                    kill_prepared(&mut p);
+                    self.zombies.push(bury(p));
+                    return self.reply(req, RunResult::error(msg));
+                }
+            },
+        };
         match self.go(sup, &mut p, &req) {
             Ok((f, io)) => {
                 if req.pair.is_some() {
@@ -495,6 +513,7 @@ impl Loop {
                     io,
                     output_over: false,
                     cancelled: false,
+                    proxy,
                 })
             }
             Err(msg) => {
@@ -696,7 +715,9 @@ impl Loop {
                 continue;
             }
             let stats = r.p.cgroup.as_ref().map(RunCgroup::stats);
-            let mut result = sup.result(&r, status, stats);
+            // The run's processes are gone: its proxy's connections end too.
+            let egress = r.proxy.take().map(super::egress::Proxy::stop);
+            let mut result = sup.result(&r, status, stats, egress);
             for (k, cap) in r.io.capture.iter_mut().enumerate() {
                 if let Some(cap) = cap.take() {
                     let c = cap.finish();

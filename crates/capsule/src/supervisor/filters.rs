@@ -119,6 +119,6 @@ pub(crate) fn watch(spec: &RunSpec) -> u8 {
     if spec.explain {
         2
     } else {
-        u8::from(spec.net_log)
+        u8::from(spec.logs_net())
     }
 }

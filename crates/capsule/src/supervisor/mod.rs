@@ -51,6 +51,7 @@ use crate::supervisor::namespaces::PendingNet;
 use crate::sys::{self};
 
 mod conn;
+mod egress;
 mod event;
 pub mod explain;
 mod filters;

@@ -129,6 +129,14 @@ pub(crate) fn enter_shared(shared_net: bool) -> Result<SupervisorNs, SysError> {
     Ok(SupervisorNs { loopback_net: net })
 }
 
+/// A loopback-only network made for one run, by a thread that enters it
+/// and ends (the caller stays in its own network).
+pub(crate) fn own_network() -> Result<OwnedFd, SysError> {
+    std::thread::spawn(loopback_network)
+        .join()
+        .unwrap_or_else(|_| Err(SysError::new("unshare(CLONE_NEWNET)", libc::EIO)))
+}
+
 /// Creates a network namespace holding only `lo`, up, and returns an fd
 /// to it. Runs in a thread of its own: the supervisor itself stays in the
 /// host's network namespace (it could never return to it) and network

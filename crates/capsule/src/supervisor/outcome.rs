@@ -14,7 +14,14 @@ use crate::proto::result::{signal_name, Accounting, RunResult, Status};
 use super::*;
 
 impl Supervisor {
-    pub(crate) fn result(&self, r: &Running, pid1_status: Option<i32>, stats: Option<Stats>) -> RunResult {
+    /// `egress`: the proxy's report and how many it had no room for.
+    pub(crate) fn result(
+        &self,
+        r: &Running,
+        pid1_status: Option<i32>,
+        stats: Option<Stats>,
+        egress: Option<(Vec<crate::proto::result::NetworkEntry>, u64)>,
+    ) -> RunResult {
         if let Some(why) = r.p.never() {
             return RunResult::error(format!("the run's PID 1 could not be created: {why}"));
         }
@@ -59,13 +66,20 @@ impl Supervisor {
             net_log_dropped: None,
             violations: None,
             violations_dropped: None,
+            network: None,
+            network_dropped: None,
             csw_voluntary: Some(shared.csw_voluntary.load(SeqCst)),
             csw_forced: Some(shared.csw_forced.load(SeqCst)),
         };
         let mut net_entries = Vec::new();
         if let Some(log) = &r.p.net_log {
             let (entries, dropped) = log.entries();
-            // (`explain` alone watches the network without the log's field.)
+            if let Some((mut network, over)) = egress {
+                network.extend(super::egress::direct_entries(&entries));
+                res.network = Some(network);
+                res.network_dropped = (over > 0).then_some(over);
+            }
+            // (`explain` or `egress` alone watch the network without the log's field.)
             if r.req.spec.net_log {
                 res.net_log = Some(entries.clone());
                 res.net_log_dropped = (dropped > 0).then_some(dropped);

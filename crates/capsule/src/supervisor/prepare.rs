@@ -45,6 +45,9 @@ pub(crate) struct Shape {
     pub(crate) seccomp: PolicyName,
     /// `landlock`, `tcp_connect`, `tcp_bind`: PID 1 builds the ruleset.
     pub(crate) landlock: (bool, Option<Vec<u16>>, Option<Vec<u16>>),
+    /// `egress`: the supervisor holds the run's network (the proxy listens
+    /// in it), and PID 1 gets `landlock`'s connect rule for the proxy.
+    pub(crate) egress: bool,
     /// Layer runs are never prepared ahead: a layer is locked by one run
     /// at a time, and its roots depend on the request.
     pub(crate) layers: Vec<PathBuf>,
@@ -104,6 +107,9 @@ pub(crate) struct Prepared {
     pub(crate) layers: Option<crate::plan::overlay::LayerPlan>,
     /// The kept network PID 1 joined, given back once PID 1 is gone.
     pub(crate) net: Option<Lent>,
+    /// With `egress`, a network made for this run alone where none is kept
+    /// (`--fresh-network`, or every kept one lent): the proxy listens in it.
+    pub(crate) own_net: Option<OwnedFd>,
 }
 
 /// A PID 1's process as the supervisor knows it.
@@ -141,6 +147,8 @@ pub(crate) enum NetHeld {
     /// Our end and PID 1's of the socket the shared network is sent over.
     Pending(OwnedFd, OwnedFd),
     Lent(Lent),
+    /// Made for an `egress` run.
+    Own(OwnedFd),
 }
 
 impl Prepared {
@@ -278,11 +286,28 @@ impl Supervisor {
             ids: self.ids(spec),
             cgroup: if self.cgroups.is_some() { cgroups::shape(&spec.limits) } else { [false; 4] },
             seccomp: spec.seccomp.clone(),
-            landlock: (spec.landlock != Some(false), spec.tcp_connect.clone(), spec.tcp_bind.clone()),
+            landlock: (spec.landlock != Some(false), self.tcp_connect(spec), spec.tcp_bind.clone()),
+            egress: spec.egress.is_some(),
             layers: spec.layers.clone(),
             ucounts: crate::plan::rlimits::ucounts(&spec.limits, tracee_userns),
             tracee_userns,
         }
+    }
+
+    /// The TCP ports the run may connect to: `tcp_connect`, and with
+    /// `egress` where Landlock has network rules (and is not turned off),
+    /// only those and the proxy's (the run's loopback has nothing else to
+    /// reach outside it).
+    pub(crate) fn tcp_connect(&self, spec: &RunSpec) -> Option<Vec<u16>> {
+        let layer = spec.landlock != Some(false);
+        if spec.egress.is_none() || !layer || self.landlock_abi < crate::plan::landlock::NET_ABI {
+            return spec.tcp_connect.clone();
+        }
+        let mut ports = spec.tcp_connect.clone().unwrap_or_default();
+        if !ports.contains(&crate::proto::egress::PROXY_PORT) {
+            ports.push(crate::proto::egress::PROXY_PORT);
+        }
+        Some(ports)
     }
 
     pub(crate) fn ids(&self, spec: &RunSpec) -> (u32, u32) {
@@ -302,6 +327,11 @@ impl Supervisor {
             spec.tcp_connect.as_deref(),
             spec.tcp_bind.as_deref(),
         );
+        if spec.egress.is_some() && !self.config.own_network && self.config.parallel > 1 {
+            return Err("egress: the proxy listens in the run's network, which this supervisor shares among \
+                 concurrent runs (capsule serve --shared-network, Config::own_network false): serve without it"
+                .into());
+        }
         crate::plan::landlock::check_network(self.landlock_abi, asked)?;
         let c = &spec.cgroup;
         if c.path.is_some() && c.path != self.config.cgroup.path || c.disable && !self.config.cgroup.disable {
@@ -339,19 +369,40 @@ impl Supervisor {
         if spec.share_net {
             return Ok((NetJoin::Host, NetHeld::None));
         }
+        let own = |why: &str| -> Result<(NetJoin, NetHeld), String> {
+            // The proxy needs the network PID 1 will join: made here.
+            let fd = namespaces::own_network().map_err(|e| format!("creating the run's network ({why}): {e}"))?;
+            Ok((NetJoin::Fd(fd.as_raw_fd()), NetHeld::Own(fd)))
+        };
         match &self.net {
             Net::Ready(fd) => Ok((NetJoin::Fd(fd.as_raw_fd()), NetHeld::None)),
+            Net::PerRun if spec.egress.is_some() => own("egress, --fresh-network"),
             Net::Failed(msg) => Err(msg.clone()),
             Net::PerRun => Ok((NetJoin::Own, NetHeld::None)),
-            Net::Pool(pool) => Ok(match pool.take() {
-                Some(lent) => (NetJoin::Fd(lent.fd()), NetHeld::Lent(lent)),
-                None => (NetJoin::Own, NetHeld::None),
-            }),
+            Net::Pool(pool) => match pool.take() {
+                Some(lent) => Ok((NetJoin::Fd(lent.fd()), NetHeld::Lent(lent))),
+                None if spec.egress.is_some() => own("egress, every kept network lent"),
+                None => Ok((NetJoin::Own, NetHeld::None)),
+            },
             Net::Pending(_) => {
                 let (ours, theirs) =
                     sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e).to_string())?;
                 Ok((NetJoin::Receive(theirs.as_raw_fd()), NetHeld::Pending(ours, theirs)))
             }
+        }
+    }
+
+    /// The network `p`'s PID 1 joins, when the supervisor holds it.
+    pub(crate) fn run_net(&self, p: &Prepared) -> Option<RawFd> {
+        if let Some(l) = &p.net {
+            return Some(l.fd());
+        }
+        if let Some(fd) = &p.own_net {
+            return Some(fd.as_raw_fd());
+        }
+        match (&self.net, p.shape.share_net) {
+            (Net::Ready(fd), false) => Some(fd.as_raw_fd()),
+            _ => None,
         }
     }
 
@@ -414,7 +465,7 @@ impl Supervisor {
         let fail = |what: &str, e: i32| SysError::new(what, e).to_string();
         let arena = self.pools.arenas.take(ARENA_SIZE).map_err(|e| fail("mmap (run arena)", e))?;
         // (`with_net_log` gives every policy, `none` too, the log's epilogue.)
-        let net_log = match spec.net_log || spec.explain {
+        let net_log = match spec.logs_net() || spec.explain {
             false => None,
             true => Some(Rc::new(Arena::<NetLog>::new(0).map_err(|e| fail("mmap (network log)", e))?)),
         };
@@ -444,7 +495,7 @@ impl Supervisor {
         // clone): a filter PID 1 can live under comes from the thread that
         // has it installed already.
         let spawner = match (&filter, &layers, &held) {
-            (Some(f), None, NetHeld::None | NetHeld::Lent(_)) => self.spawner(f, ahead),
+            (Some(f), None, NetHeld::None | NetHeld::Lent(_) | NetHeld::Own(_)) => self.spawner(f, ahead),
             _ => None,
         };
         let inherited = spawner.is_some_and(|(_, with_filter)| with_filter);
@@ -476,7 +527,7 @@ impl Supervisor {
                 self.landlock_abi,
                 &mounts,
                 spec.landlock != Some(false),
-                spec.tcp_connect.as_deref(),
+                self.tcp_connect(spec).as_deref(),
                 spec.tcp_bind.as_deref(),
             ),
             watch: spec.explain.then(|| mounts.watch_view()),
@@ -543,14 +594,15 @@ impl Supervisor {
                 }
             }
         };
-        let net_lent = match held {
+        let (net_lent, own_net) = match held {
             NetHeld::Pending(ours, theirs) => {
                 drop(theirs);
                 self.deliver_net(ours);
-                None
+                (None, None)
             }
-            NetHeld::Lent(lent) => Some(lent),
-            NetHeld::None => None,
+            NetHeld::Lent(lent) => (Some(lent), None),
+            NetHeld::Own(fd) => (None, Some(fd)),
+            NetHeld::None => (None, None),
         };
         Ok(Prepared {
             signalled: false,
@@ -574,6 +626,7 @@ impl Supervisor {
             net_log,
             layers,
             net: net_lent,
+            own_net,
         })
     }
 
@@ -630,6 +683,11 @@ impl Supervisor {
         for k in &spec.keep_env {
             if let Ok(v) = std::env::var(k) {
                 env.entry(k.clone()).or_insert(v);
+            }
+        }
+        if spec.egress.is_some() {
+            for (k, v) in crate::proto::egress::proxy_env() {
+                env.entry(k.into()).or_insert(v);
             }
         }
         let path_var = env.get("PATH").cloned();

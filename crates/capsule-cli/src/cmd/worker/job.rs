@@ -295,8 +295,9 @@ fn judge_job(body: Value) -> Result<JudgeJob, String> {
 /// What the worker lets `run` jobs have (docs/scale-out.md, "Security").
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
-    /// `--allow-host-network`: `share_net` is honoured (else refused: a job
-    /// would reach the worker's Redis on loopback).
+    /// `--allow-host-network`: `share_net` and `egress.allow_local` are
+    /// honoured (else refused: a job would reach the worker's Redis on
+    /// loopback).
     pub host_network: bool,
     /// Redis's Unix socket, hidden from every run job.
     pub redis_socket: Option<PathBuf>,
@@ -308,6 +309,12 @@ impl Policy {
         if spec.share_net && !self.host_network {
             return Err("share_net: this worker gives run jobs no host network (a job could reach its Redis on \
                         loopback, add jobs and read results); start the worker with --allow-host-network to allow it"
+                .into());
+        }
+        if spec.egress.as_ref().is_some_and(|e| e.allow_local) && !self.host_network {
+            return Err("egress.allow_local: this worker lets run jobs reach no local address through the egress \
+                        proxy (a job could reach its Redis on loopback); start the worker with \
+                        --allow-host-network to allow it"
                 .into());
         }
         if let Some(sock) = &self.redis_socket {
@@ -539,6 +546,17 @@ mod tests {
         }
         let e = error(&[("id", "a"), ("kind", "run"), ("body", r#"{"argv": ["x"], "wal_time": 1}"#)]);
         assert!(e.starts_with("invalid spec: wal_time: unknown field `wal_time`"), "{e}");
+    }
+
+    #[test]
+    fn egress_to_local_addresses_needs_the_host_network() {
+        let mut spec = RunSpec::new(["/bin/true"]);
+        spec.egress = Some(capsule::proto::egress::Egress { allow_local: true, ..Default::default() });
+        let e = Policy::default().apply(spec.clone()).expect_err("refused");
+        assert!(e.starts_with("egress.allow_local: ") && e.contains("--allow-host-network"), "{e}");
+        assert!(Policy { host_network: true, ..Default::default() }.apply(spec.clone()).is_ok());
+        spec.egress = Some(capsule::proto::egress::Egress { allow_hosts: vec!["*".into()], ..Default::default() });
+        assert!(Policy::default().apply(spec).is_ok());
     }
 
     #[test]

@@ -27,7 +27,7 @@ impl Guards {
     /// policy but `none`, unless the run shares the host's network.
     pub fn of(spec: &crate::proto::spec::RunSpec) -> Guards {
         Guards {
-            ports: spec.tcp_connect.is_some() || spec.tcp_bind.is_some(),
+            ports: spec.tcp_connect.is_some() || spec.tcp_bind.is_some() || spec.egress.is_some(),
             vsock: !spec.share_net && spec.seccomp != PolicyName::None,
             keep_size: spec.limits.output_limit.is_some(),
         }
