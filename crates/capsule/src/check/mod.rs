@@ -197,8 +197,8 @@ pub fn run_checks() -> Vec<CheckItem> {
 /// bits. Informational: nothing here stops a run.
 fn isolate_item(ids: &crate::host::subids::SubIds, user: &str, setting: Option<&str>) -> CheckItem {
     use crate::host::subids::{box_mode, BoxMode, MODE_ENV};
-    let bits = "in permission-bit mode: it runs as you (box/ is its own; in other read-write rules the bits for \
-                others are enforced by mounts: docs/isolate.md)";
+    let bits = "the program as you, in permission-bit mode (box/ is its own; in other read-write rules the bits \
+                for others are enforced by mounts: docs/isolate.md)";
     let detail = match (box_mode(setting, ids, user, None), ids.usable(user)) {
         (Ok(BoxMode::Subordinate(b)), Ok(s)) => format!(
             "capsule isolate runs box N's program as subordinate uid {}+N, gid {}+N (mode subordinate-ids: the \
