@@ -50,9 +50,13 @@ pub fn command() -> Command {
             "Commands: --init prints the box directory and creates box/ in it; --run -- PROGRAM ARGS runs in it; \
              --cleanup removes it. Boxes live in $CAPSULE_ISOLATE_ROOT, else capsule-isolate in $XDG_RUNTIME_DIR \
              (or /run/user/UID), else /tmp/capsule-isolate-UID. A binary named `isolate` linked to capsule behaves as `capsule isolate`.\n\n\
-             The program runs as you: box/ is its own (as isolate chowns it to the box's uid), and in the other \
-             read-write rules it may do what the permission bits for others allow (mounts say so; the meta file's \
-             capsule-box-mode:permission-bits).\n\n\
+             Where you have subordinate ids (/etc/subuid, /etc/subgid, newuidmap: package uidmap), box N's \
+             program runs as the uid and gid FIRST+N of your ranges, and box/ (with the tmp rules' directories) is \
+             handed to them for the run and back after, as isolate does: the kernel enforces the permission bits \
+             (meta capsule-box-mode:subordinate-ids). Else it runs as you: box/ is its own, and in the other \
+             read-write rules it may do what the permission bits for others allow (mounts say so; \
+             capsule-box-mode:permission-bits). CAPSULE_ISOLATE_BOX_MODE=permission-bits or subordinate-ids \
+             chooses; capsule check says which mode runs.\n\n\
              Exit status: 0 the program finished correctly; 1 it did not (meta status RE, SG, TO); 2 an error of \
              the sandbox or the command line (status XX).",
         )
