@@ -47,6 +47,7 @@ mod pty;
 mod run;
 mod scratch;
 mod skip;
+mod subids;
 mod systemd;
 
 use std::time::Duration;
@@ -60,6 +61,7 @@ pub use pty::*;
 pub use run::*;
 pub use scratch::*;
 pub use skip::*;
+pub use subids::*;
 pub use systemd::*;
 
 pub const TEST_USER: &str = "capsule-test";

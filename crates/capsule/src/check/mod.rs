@@ -186,26 +186,34 @@ pub fn run_checks() -> Vec<CheckItem> {
     items.push(container_item(&host, &refusals(&probed, &visible, label.as_deref())));
     items.extend(cgroup_items(&host));
     items.push(cgroup_source_item(&crate::host::cgroups::discover(&crate::proto::config::CgroupConfig::default())));
-    items.push(isolate_item(&crate::host::subids::SubIds::read(&host.user, host.euid), &host.user));
+    let mode = std::env::var(crate::host::subids::MODE_ENV).ok();
+    items.push(isolate_item(&crate::host::subids::SubIds::read(&host.user, host.euid), &host.user, mode.as_deref()));
     items
 }
 
-/// How `capsule isolate` keeps a box's files from the program, and whether
-/// the caller has subordinate ids (a uid of the program's own, as isolate's
-/// box uid, would need them). Informational: nothing here stops a run.
-fn isolate_item(ids: &crate::host::subids::SubIds, user: &str) -> CheckItem {
-    let sub = match ids.usable(user) {
-        Ok(s) => format!("subordinate ids usable ({s}), not used yet"),
-        Err(e) => format!("subordinate ids not usable ({e})"),
-    };
-    CheckItem::ok(
-        "isolate-box-user",
-        false,
-        format!(
-            "capsule isolate runs the program as you, in permission-bit mode (box/ is its own; in other read-write \
-             rules the bits for others are enforced by mounts: docs/isolate.md); {sub}"
+/// How `capsule isolate` keeps a box's files from the program: as a
+/// subordinate uid of its own where the caller has them (and
+/// `CAPSULE_ISOLATE_BOX_MODE` does not say otherwise), else by permission
+/// bits. Informational: nothing here stops a run.
+fn isolate_item(ids: &crate::host::subids::SubIds, user: &str, setting: Option<&str>) -> CheckItem {
+    use crate::host::subids::{box_mode, BoxMode, MODE_ENV};
+    let bits = "the program as you, in permission-bit mode (box/ is its own; in other read-write rules the bits \
+                for others are enforced by mounts: docs/isolate.md)";
+    let detail = match (box_mode(setting, ids, user, None), ids.usable(user)) {
+        (Ok(BoxMode::Subordinate(b)), Ok(s)) => format!(
+            "capsule isolate runs box N's program as subordinate uid {}+N, gid {}+N (mode subordinate-ids: the \
+             kernel enforces the permission bits; docs/isolate.md): {s}",
+            b.uid, b.gid
         ),
-    )
+        (Ok(BoxMode::PermissionBits(why)), _) if why.starts_with(MODE_ENV) => {
+            format!("capsule isolate runs {bits}, as {why} says")
+        }
+        (Ok(_), Err(e)) | (Ok(BoxMode::PermissionBits(e)), _) => {
+            format!("capsule isolate runs {bits}; subordinate ids not usable ({e})")
+        }
+        (Err(e), _) => format!("capsule isolate will refuse to run: {e}"),
+    };
+    CheckItem::ok("isolate-box-user", false, detail)
 }
 
 /// True iff no required item failed.
@@ -263,18 +271,7 @@ fn read_u64(path: &str) -> Option<u64> {
     read_trimmed(path)?.parse().ok()
 }
 
-/// The login name for `uid` from /etc/passwd, or the number.
-fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2].parse::<u32>().ok() == Some(uid)).then(|| f[0].to_string())
-            })
-        })
-        .unwrap_or_else(|| uid.to_string())
-}
+use crate::host::identity::user_name;
 
 #[cfg(test)]
 mod tests {
@@ -316,7 +313,7 @@ mod tests {
     #[test]
     fn isolate_item_names_the_mode_and_subordinate_ids() {
         use crate::host::subids::{Range, SubIds};
-        let none = isolate_item(&SubIds::default(), "alice");
+        let none = isolate_item(&SubIds::default(), "alice", None);
         assert_eq!((none.status, none.fix.as_deref()), (CheckStatus::Ok, None));
         assert!(none.detail.contains("permission-bit mode"), "{}", none.detail);
         assert!(
@@ -327,8 +324,13 @@ mod tests {
         let r = vec![Range { first: 100000, count: 65536 }];
         let helper = Some((std::path::PathBuf::from("/usr/bin/newuidmap"), true));
         let some = SubIds { uids: r.clone(), gids: r, newuidmap: helper.clone(), newgidmap: helper };
-        let it = isolate_item(&some, "alice");
-        assert!(it.detail.contains("subordinate ids usable (uids 100000+65536"), "{}", it.detail);
+        let it = isolate_item(&some, "alice", None);
+        assert!(it.detail.contains("mode subordinate-ids"), "{}", it.detail);
+        assert!(it.detail.contains("subordinate uid 100000+N"), "{}", it.detail);
+        let forced = isolate_item(&some, "alice", Some("permission-bits"));
+        assert!(forced.detail.contains("permission-bit mode") && forced.detail.contains("CAPSULE_ISOLATE_BOX_MODE"));
+        let bad = isolate_item(&SubIds::default(), "alice", Some("subordinate-ids"));
+        assert!(bad.detail.contains("will refuse"), "{}", bad.detail);
     }
 
     #[test]

@@ -99,9 +99,15 @@ pub(crate) fn pid1_setup(plan: &Plan, arena: &Arena<Shared>, stack: &sys::Stack)
     }
 
     // 12. The run's user namespace (U2): the program's ids mapped onto the supervisor's root, i.e. the caller; PID 1
-    //     keeps every capability in it, which the tracee, its clone, drops.
-    sys::unshare(libc::CLONE_NEWUSER).map_err(|e| Fail::new(Step::UserNamespace, e))?;
-    write_id_maps(p, &plan.uid_map, &plan.gid_map).map_err(|e| Fail::new(Step::IdMap, e))?;
+    //     keeps every capability in it, which the tracee, its clone, drops. With subordinate ids the supervisor
+    //     made it (mapping more than one id needs its capabilities over U1): PID 1, its owner, joins it.
+    if plan.user_ns >= 0 {
+        sys::setns(plan.user_ns, libc::CLONE_NEWUSER).map_err(|e| Fail::new(Step::JoinUserNamespace, e))?;
+        sys::close(plan.user_ns);
+    } else {
+        sys::unshare(libc::CLONE_NEWUSER).map_err(|e| Fail::new(Step::UserNamespace, e))?;
+        write_id_maps(p, &plan.uid_map, &plan.gid_map).map_err(|e| Fail::new(Step::IdMap, e))?;
+    }
     // 13. Bound the per-user counts here, where only PID 1 has CAP_SYS_RESOURCE: the program cannot use up the user's.
     rlimits::apply_ucounts(p, &plan.ucounts).map_err(|(i, e)| Fail {
         step: Step::Ucounts,

@@ -152,6 +152,12 @@ pub(crate) struct Plan {
     /// the uid and gid maps of the tracee's own user namespace, "U U 1\n"
     /// and "G G 1\n" (its ids onto themselves in the run's).
     pub tracee_maps: Option<[CString; 2]>,
+    /// With subordinate ids: the run's user namespace, made and mapped by
+    /// the supervisor, which PID 1 joins instead of making one; else -1.
+    pub user_ns: RawFd,
+    /// With subordinate ids: the program's uid and gid in it, which the
+    /// tracee switches to (mapped onto the supervisor's 1).
+    pub box_ids: Option<(u32, u32)>,
     /// The network PID 1 joins.
     pub net: NetJoin,
     pub hostname: Option<CString>,

@@ -65,6 +65,7 @@ steps! {
     LandlockPort => "adding a Landlock TCP port rule for tcp_connect/tcp_bind (landlock_add_rule)",
     JoinNetwork => "joining the sandbox network namespace (setns)",
     NewNetwork => "creating the run's loopback-only network namespace (unshare CLONE_NEWNET, lo up)",
+    JoinUserNamespace => "joining the run's user namespace the supervisor made for its subordinate ids (setns)",
     IdMap => "writing the run's uid/gid maps (PID 1)",
     Ucounts => "bounding the run's nested namespaces and inotify/fanotify instances (writing /proc/sys/user/max_* in its user namespace)",
     NonDumpable => "making PID 1 non-dumpable (prctl PR_SET_DUMPABLE)",
@@ -72,6 +73,7 @@ steps! {
     CloneTracee => "cloning the tracee (clone3)",
     // The tracee (`tracee_setup`).
     TraceeIdMap => "writing the tracee's own uid/gid maps",
+    BoxIds => "switching to the subordinate uid and gid (setgroups, setresgid, setresuid)",
     CgroupNamespace => "creating the program's cgroup namespace (unshare CLONE_NEWCGROUP)",
     Setsid => "starting a new session (setsid)",
     NoNewPrivs => "setting no_new_privs",

@@ -46,10 +46,17 @@ pub(crate) fn tracee_setup(
     let shared: &Shared = arena;
     // 1. Named until execve names it after the program (ps, profiles).
     sys::set_comm(c"capsule-tracee");
-    // 2. With RLIMIT_NPROC: a user namespace of its own (the clone made it), its ids onto themselves, where the
+    // 2. The program's user. With RLIMIT_NPROC: a user namespace of its own (the clone made it), its ids onto themselves, where the
     //    kernel counts the program's processes without PID 1's (each map one line of its own effective id).
+    //    With subordinate ids instead: the box's uid and gid, no supplementary group, while the capabilities last
+    //    (neither id is 0: none is lost yet); the kernel then treats the caller's files as another user's.
     if let Some([uid_map, gid_map]) = &plan.tracee_maps {
         write_id_maps(proc, uid_map, gid_map).map_err(|e| Fail::new(Step::TraceeIdMap, e))?;
+    }
+    if let Some((uid, gid)) = plan.box_ids {
+        sys::setgroups_empty().map_err(|e| Fail::new(Step::BoxIds, e))?;
+        sys::setresgid_all(gid).map_err(|e| Fail::new(Step::BoxIds, e))?;
+        sys::setresuid_all(uid).map_err(|e| Fail::new(Step::BoxIds, e))?;
     }
     // 3. A cgroup namespace rooted at the run's cgroup: the program sees none of the cgroups above, its limits.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|e| Fail::new(Step::CgroupNamespace, e))?;

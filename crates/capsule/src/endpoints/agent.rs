@@ -202,6 +202,9 @@ pub fn config_for(spec: &RunSpec) -> Config {
         fresh_network: false,
         // An agent is the user's warm supervisor for `capsule run`, whose runs are not pinned.
         per_cpu: false,
+        // An agent's user namespace is its own: it maps no subordinate ids (such runs are refused).
+        subordinate: None,
+        user_ns: None,
     }
 }
 

@@ -42,6 +42,17 @@ pub struct OnceRun {
 /// can serve) this caller ([`crate::endpoints::agent`]); else, or when none does, to
 /// a supervisor forked for it.
 pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Result<OnceRun, Error> {
+    start(spec, stdio, agent, None)
+}
+
+/// Like [`start_once`] in a supervisor forked for it, which joins the user
+/// namespace `user_ns` (`host::subids::Namespace`: the caller as 0, the
+/// spec's `subordinate` ids as 1) instead of making its own.
+pub fn start_once_in(spec: &RunSpec, stdio: [Option<RawFd>; 3], user_ns: RawFd) -> Result<OnceRun, Error> {
+    start(spec, stdio, false, Some(user_ns))
+}
+
+fn start(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool, user_ns: Option<RawFd>) -> Result<OnceRun, Error> {
     spec.validate()?;
     if crate::host::identity::is_real_root() {
         return Err(crate::host::identity::root_refusal());
@@ -65,11 +76,11 @@ pub fn start_once(spec: &RunSpec, stdio: [Option<RawFd>; 3], agent: bool) -> Res
             Err(crate::endpoints::agent::Missed::Fallback) => {}
         }
     }
-    fork_supervisor(spec, &msg, &fds)
+    fork_supervisor(spec, &msg, &fds, user_ns)
 }
 
 /// Forks a supervisor for `msg`'s one run and sends it.
-fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<OnceRun, Error> {
+fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd], user_ns: Option<RawFd>) -> Result<OnceRun, Error> {
     let (client, server) = sys::socketpair_stream().map_err(|e| SysError::new("socketpair", e))?;
     let parent = sys::getpid();
     // One run: the supervisor's network is the run's own, and a thread
@@ -79,6 +90,8 @@ fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Onc
         cgroup: spec.cgroup.clone(),
         prepare_ahead: false,
         own_network: false,
+        subordinate: user_ns.and(spec.subordinate),
+        user_ns,
         ..Config::default()
     };
     // SAFETY: the caller is single-threaded (`start_once`'s contract; this is its helper).
@@ -92,7 +105,7 @@ fn fork_supervisor(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Onc
     })? {
         Forked::Child => {
             drop(client);
-            supervisor_main(parent, server, &config)
+            supervisor_main(parent, server, config)
         }
         Forked::Parent { pid, .. } => pid,
     };
@@ -158,6 +171,11 @@ impl OnceRun {
 /// process: only `sock` (as fd 3) and stderr are kept of what it inherited,
 /// 0 and 1 become /dev/null.
 pub fn isolate_fds(sock: OwnedFd) -> OwnedFd {
+    isolate_fds_keeping(sock, None)
+}
+
+/// [`isolate_fds`], moving `keep` (above 3) to fd 4 and keeping it too.
+fn isolate_fds_keeping(sock: OwnedFd, keep: Option<RawFd>) -> OwnedFd {
     // Keep nothing of the caller but the socket and stderr: the caller's
     // other descriptors, CLOEXEC or not, must not reach any run, and 0-2
     // must stay occupied so received descriptors land above them.
@@ -169,7 +187,10 @@ pub fn isolate_fds(sock: OwnedFd) -> OwnedFd {
     let _ = sys::set_cloexec(3, true);
     // SAFETY: fd 3 is the socket `raw` released (dup2'd there), owned by nothing else.
     let sock = unsafe { sys::reclaim_fd(3) };
-    let _ = sys::close_from(4);
+    if let Some(k) = keep {
+        let _ = sys::dup2(k, 4);
+    }
+    let _ = sys::close_from(if keep.is_some() { 5 } else { 4 });
     if let Ok(null) = sys::open(c"/dev/null", libc::O_RDWR, 0) {
         for fd in 0..3 {
             if fd != 2 || sys::fd_mode(2).is_err() {
@@ -181,14 +202,21 @@ pub fn isolate_fds(sock: OwnedFd) -> OwnedFd {
 }
 
 /// The forked supervisor's life: never returns.
-fn supervisor_main(parent: i32, sock: OwnedFd, config: &Config) -> ! {
+fn supervisor_main(parent: i32, sock: OwnedFd, mut config: Config) -> ! {
     // Die with the client (the thread that forked us is its only thread).
     let _ = sys::set_pdeathsig(libc::SIGKILL);
     if sys::getppid() != parent {
         sys::exit(1);
     }
-    let sock = isolate_fds(sock);
-    serve_socket(sock, config, true)
+    // The user namespace to join survives `isolate_fds`, as fd 4 (out of the way of the socket's move first).
+    let keep = match config.user_ns.map(|fd| sys::dup_at_least(fd, 64)) {
+        None => None,
+        Some(Ok(high)) => Some(high),
+        Some(Err(_)) => sys::exit(1),
+    };
+    config.user_ns = keep.map(|_| 4);
+    let sock = isolate_fds_keeping(sock, keep);
+    serve_socket(sock, &config, true)
 }
 
 /// Runs a supervisor on `sock` (the library's protocol) until the client

@@ -2,12 +2,23 @@
 //! `/etc/subuid` and `/etc/subgid` (`NAME_OR_UID:FIRST:COUNT` lines; Debian's
 //! `useradd` gives every new user one), which shadow-utils' setuid helpers
 //! `newuidmap` and `newgidmap` (Debian's package `uidmap`) write into the
-//! maps of the user's user namespaces, as rootless podman does. A sandbox
-//! could run a program as one of them, a uid of its own as isolate's box
-//! uid; `capsule check` reports whether the caller could.
+//! maps of the user's user namespaces, as rootless podman does.
+//! `capsule isolate` runs a box's program as one of them, a uid of its own
+//! as isolate's box uid (the run spec's `subordinate`); `capsule check`
+//! reports whether the caller can.
+//!
+//! A box's user namespace ([`Namespace`]) maps the caller to 0 and the
+//! box's subordinate uid and gid to 1: the one-shot supervisor joins it
+//! (`Config::user_ns`), and `capsule isolate` hands the box's files to the
+//! box's uid and back in it.
 
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use crate::proto::spec::SubordinateIds;
+use crate::sys;
 
 /// One range of subordinate ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +50,7 @@ const HELPER_DIRS: [&str; 3] = ["/usr/bin", "/bin", "/usr/sbin"];
 
 /// A helper's path, if it is there and may act for the caller: setuid
 /// root, or (where distributions use file capabilities) executable.
-fn helper(name: &str) -> Option<(PathBuf, bool)> {
+pub fn helper(name: &str) -> Option<(PathBuf, bool)> {
     HELPER_DIRS.iter().map(|d| Path::new(d).join(name)).find_map(|p| {
         let m = std::fs::metadata(&p).ok()?;
         let setuid_root = m.uid() == 0 && m.mode() & libc::S_ISUID != 0;
@@ -98,6 +109,171 @@ impl SubIds {
             helper(&self.newuidmap),
             helper(&self.newgidmap)
         ))
+    }
+}
+
+impl SubIds {
+    /// Box `id`'s ids: the first uid and gid of the caller's first ranges
+    /// plus `id`, as isolate's `first_uid + box_id`.
+    pub fn box_ids(&self, id: u32) -> Result<SubordinateIds, String> {
+        let pick = |rs: &[Range], file: &str| {
+            let r = rs.first().ok_or_else(|| format!("no range in {file}"))?;
+            let id64 = u64::from(id);
+            if id64 >= r.count || r.first + id64 > u64::from(u32::MAX - 1) {
+                return Err(format!(
+                    "box {id} is beyond the {} ids of the range {}+{} in {file}",
+                    r.count, r.first, r.count
+                ));
+            }
+            Ok((r.first + id64) as u32)
+        };
+        Ok(SubordinateIds { uid: pick(&self.uids, "/etc/subuid")?, gid: pick(&self.gids, "/etc/subgid")? })
+    }
+}
+
+/// The variable that chooses `capsule isolate`'s box mode:
+/// `permission-bits`, `subordinate-ids` (required), or unset (the latter
+/// where usable).
+pub const MODE_ENV: &str = "CAPSULE_ISOLATE_BOX_MODE";
+
+/// How `capsule isolate` keeps a box's files from its program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoxMode {
+    /// The program runs as these subordinate ids.
+    Subordinate(SubordinateIds),
+    /// It runs as the caller, others' permission bits enforced by mounts;
+    /// why subordinate ids are not used.
+    PermissionBits(String),
+}
+
+/// The mode for box `id` (any box: `None`, for `capsule check`) of `user`
+/// with `ids`, `setting` being [`MODE_ENV`]'s value.
+pub fn box_mode(setting: Option<&str>, ids: &SubIds, user: &str, id: Option<u32>) -> Result<BoxMode, String> {
+    let usable = ids.usable(user).and_then(|_| ids.box_ids(id.unwrap_or(0)));
+    match (setting.unwrap_or(""), usable) {
+        ("permission-bits", _) => Ok(BoxMode::PermissionBits(format!("{MODE_ENV}=permission-bits"))),
+        ("subordinate-ids" | "", Ok(b)) => Ok(BoxMode::Subordinate(b)),
+        ("subordinate-ids", Err(e)) => {
+            Err(format!("{MODE_ENV}=subordinate-ids, but subordinate ids are not usable: {e}"))
+        }
+        ("", Err(e)) => Ok(BoxMode::PermissionBits(e)),
+        (other, _) => Err(format!("{MODE_ENV}={other}: expected permission-bits or subordinate-ids (or unset)")),
+    }
+}
+
+/// Runs `newuidmap` and `newgidmap` on process `pid` (a fresh user
+/// namespace's, the caller's own): the caller (`caller`: uid, gid) to 0,
+/// `ids` to 1.
+pub fn map_box_ids(pid: i32, caller: (u32, u32), ids: SubordinateIds) -> Result<(), String> {
+    for (name, own, sub) in [("newuidmap", caller.0, ids.uid), ("newgidmap", caller.1, ids.gid)] {
+        let (path, _) = helper(name)
+            .ok_or_else(|| format!("no {name} in {} (Debian: apt install uidmap)", HELPER_DIRS.join(", ")))?;
+        let args = [pid.to_string(), "0".into(), own.to_string(), "1".into(), "1".into(), sub.to_string(), "1".into()];
+        let out = std::process::Command::new(&path)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} {} failed ({}): {}",
+                path.display(),
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A box's user namespace: the caller as 0, the box's subordinate uid and
+/// gid as 1 (made with `newuidmap`/`newgidmap`), kept by a descriptor.
+pub struct Namespace {
+    fd: OwnedFd,
+    pub ids: SubordinateIds,
+}
+
+fn sys_text(what: &str, e: i32) -> String {
+    crate::error::SysError::new(what, e).to_string()
+}
+
+impl Namespace {
+    /// Makes one. The caller must be single-threaded (a child is forked).
+    pub fn create(ids: SubordinateIds) -> Result<Namespace, String> {
+        let caller = (sys::getuid(), sys::getgid());
+        let (ready_r, ready_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+        let (go_r, go_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+        let (theirs, ours) = (go_w.as_raw_fd(), ready_r.as_raw_fd());
+        let pid = sys::fork_call(|| {
+            // The parent's ends: the read below must see the end of the pipe when the parent goes.
+            sys::close(theirs);
+            sys::close(ours);
+            if sys::unshare(libc::CLONE_NEWUSER).is_err() {
+                return 1;
+            }
+            // Mapped from outside meanwhile; held until the parent has opened it.
+            let _ = sys::write_all(ready_w.as_raw_fd(), b"u");
+            let mut b = [0u8; 1];
+            let _ = sys::read(go_r.as_raw_fd(), &mut b);
+            0
+        })
+        .map_err(|e| sys_text("fork (the box's user namespace)", e))?;
+        drop((ready_w, go_r));
+        let made = (|| {
+            let mut b = [0u8; 1];
+            if sys::read(ready_r.as_raw_fd(), &mut b) != Ok(1) {
+                return Err("unshare(CLONE_NEWUSER) failed in the helper making the box's user namespace: see \
+                            `capsule check`"
+                    .into());
+            }
+            map_box_ids(pid, caller, ids)?;
+            let path = CString::new(format!("/proc/{pid}/ns/user")).expect("no NUL");
+            sys::open(&path, libc::O_RDONLY | libc::O_CLOEXEC, 0)
+                .map_err(|e| sys_text(&format!("open /proc/{pid}/ns/user"), e))
+        })();
+        drop(go_w);
+        let _ = sys::waitpid(pid, false);
+        Ok(Namespace { fd: made?, ids })
+    }
+
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Runs `work` in a child in the namespace, as its root (every
+    /// capability over the caller's and the box's files); its error, if
+    /// any. The caller must be single-threaded.
+    pub fn run(&self, work: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+        let (err_r, err_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+        let ns = self.fd.as_raw_fd();
+        let ours = err_r.as_raw_fd();
+        let pid = sys::fork_call(|| {
+            sys::close(ours);
+            let r = sys::setns(ns, libc::CLONE_NEWUSER)
+                .map_err(|e| sys_text("setns(CLONE_NEWUSER) into the box's user namespace", e))
+                .and_then(|()| work());
+            match r {
+                Ok(()) => 0,
+                Err(m) => {
+                    let _ = sys::write_all(err_w.as_raw_fd(), m.as_bytes());
+                    1
+                }
+            }
+        })
+        .map_err(|e| sys_text("fork (a helper in the box's user namespace)", e))?;
+        drop(err_w);
+        let mut text = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = sys::read(err_r.as_raw_fd(), &mut buf) {
+            text.extend_from_slice(&buf[..n]);
+        }
+        let status = sys::waitpid(pid, false).ok().flatten().map_or(-1, |(_, s)| s);
+        match (status, text.is_empty()) {
+            (0, true) => Ok(()),
+            (_, false) => Err(String::from_utf8_lossy(&text).into_owned()),
+            (s, true) => Err(format!("the helper in the box's user namespace failed (wait status {s})")),
+        }
     }
 }
 

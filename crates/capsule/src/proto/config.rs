@@ -44,6 +44,18 @@ pub struct Config {
     /// config's JSON, which the front end writes by hand.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub per_cpu: bool,
+    /// The supervisor's user namespace maps the caller to 0 and these
+    /// subordinate ids to 1, for runs whose spec asks for them
+    /// (`RunSpec::subordinate`): it is `user_ns`, made by the caller with
+    /// `newuidmap`/`newgidmap` (`host::subids::Namespace`), which the
+    /// supervisor joins instead of making its own. Only the one-shot
+    /// client sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subordinate: Option<crate::proto::spec::SubordinateIds>,
+    /// That user namespace's descriptor, in the process that starts the
+    /// supervisor (not carried across its re-execution).
+    #[serde(skip)]
+    pub user_ns: Option<i32>,
 }
 
 impl Default for Config {
@@ -56,6 +68,8 @@ impl Default for Config {
             own_network: true,
             fresh_network: false,
             per_cpu: false,
+            subordinate: None,
+            user_ns: None,
         }
     }
 }

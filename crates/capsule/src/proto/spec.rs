@@ -135,6 +135,23 @@ pub struct RunSpec {
     /// spec that names any reaches every other endpoint without them and
     /// is refused there (JSON cannot carry a descriptor).
     pub inherit_fds: Vec<i32>,
+    /// Run the program as these host ids, a subordinate uid and gid of the
+    /// caller's (`/etc/subuid`, `/etc/subgid`; `capsule isolate`'s box
+    /// user, docs/isolate.md), seen inside as the same numbers, with no
+    /// supplementary group: the kernel then treats the caller's files as
+    /// another user's. Only a supervisor whose user namespace maps them
+    /// (`Config::subordinate`: the one-shot client's, made with
+    /// `newuidmap`) runs such a spec; every other refuses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subordinate: Option<SubordinateIds>,
+}
+
+/// Host ids of the caller's subordinate ranges (`RunSpec::subordinate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubordinateIds {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// Most descriptors `inherit_fds` may name: they travel in one message
@@ -616,6 +633,17 @@ impl RunSpec {
         for (field, id) in [("uid", self.uid), ("gid", self.gid)] {
             if id == Some(u32::MAX) {
                 return Err(SpecError::new(field, "4294967295 is not a valid id"));
+            }
+        }
+        if let Some(ids) = self.subordinate {
+            if self.root || !self.layers.is_empty() {
+                return Err(SpecError::new(
+                    "subordinate",
+                    "a run as subordinate ids cannot be combined with `root` or `layers`",
+                ));
+            }
+            if ids.uid == u32::MAX || ids.gid == u32::MAX {
+                return Err(SpecError::new("subordinate", "4294967295 is not a valid id"));
             }
         }
         if self.tmp_size == Some(0) {

@@ -193,7 +193,18 @@ impl Supervisor {
         // (it is armed only after PID 1's credentials change).
         let self_pidfd = sys::pidfd_open(sys::getpid())
             .map_err(|e| SysError::new("pidfd_open", e).hint("capsule needs Linux ≥ 5.3"))?;
-        namespaces::enter_user(host_uid, host_gid)?;
+        match (config.subordinate, config.user_ns) {
+            (None, _) => namespaces::enter_user(host_uid, host_gid)?,
+            (Some(ids), Some(fd)) => {
+                namespaces::join_user(fd, host_uid, host_gid, ids)?;
+                sys::close(fd);
+            }
+            (Some(_), None) => return Err(Error::Refused(
+                "subordinate ids need the user namespace the caller made with newuidmap (host::subids::Namespace); \
+                     only the one-shot client passes one"
+                    .into(),
+            )),
+        }
         Ok(Prelude {
             config: config.clone(),
             host_uid,

@@ -2,11 +2,11 @@
 //! mount, IPC, UTS and time namespaces, and the loopback network where
 //! runs share one.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 
 use crate::error::SysError;
 use crate::host::container::{self, Refusal};
-use crate::proto::spec::DEFAULT_HOSTNAME;
+use crate::proto::spec::{SubordinateIds, DEFAULT_HOSTNAME};
 use crate::sys;
 
 /// The loopback-only network namespace, still being created by a thread.
@@ -59,6 +59,45 @@ pub(crate) fn enter_user(uid: u32, gid: u32) -> Result<(), SysError> {
     write("setgroups", "deny".into())?;
     write("gid_map", format!("0 {gid} 1\n"))?;
     write("uid_map", format!("0 {uid} 1\n"))
+}
+
+/// Joins the user namespace `fd`, which the caller made with
+/// `newuidmap`/`newgidmap` (`host::subids::Namespace`), instead of making
+/// one: it maps the caller (`uid`, `gid` on the host) to root and the
+/// subordinate `ids` to 1, checked here.
+pub(crate) fn join_user(fd: RawFd, uid: u32, gid: u32, ids: SubordinateIds) -> Result<(), SysError> {
+    sys::setns(fd, libc::CLONE_NEWUSER).map_err(|e| {
+        SysError::new("setns(CLONE_NEWUSER)", e).hint("the box's user namespace (made with newuidmap) is not joinable")
+    })?;
+    let read = |file: &str| std::fs::read_to_string(format!("/proc/self/{file}")).unwrap_or_default();
+    let lines = |m: String| m.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>();
+    let want = |own: u32, sub: u32| vec![format!("0 {own} 1"), format!("1 {sub} 1")];
+    if lines(read("uid_map")) != want(uid, ids.uid) || lines(read("gid_map")) != want(gid, ids.gid) {
+        return Err(SysError::new("setns(CLONE_NEWUSER)", libc::EINVAL)
+            .path("/proc/self/uid_map")
+            .hint("the joined user namespace does not map the caller to 0 and the subordinate ids to 1"));
+    }
+    Ok(())
+}
+
+/// A run's own user namespace for a spec with subordinate ids (the
+/// supervisor's maps them to 1): `uid_map` and `gid_map` written from
+/// here, where the supervisor may map more than its own id (PID 1 could
+/// not, from inside), by a child held on `stack`; PID 1 joins it.
+pub(crate) fn run_user_ns(stack: &sys::Stack, uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysError> {
+    let fill = |pid: i32| -> Result<OwnedFd, SysError> {
+        for (file, map) in [("uid_map", uid_map), ("gid_map", gid_map)] {
+            let path = format!("/proc/{pid}/{file}");
+            std::fs::write(&path, map)
+                .map_err(|e| SysError::new("write", e.raw_os_error().unwrap_or(libc::EIO)).path(path.clone()))?;
+        }
+        let path = format!("/proc/{pid}/ns/user");
+        let c = std::ffi::CString::new(path.clone()).expect("no NUL");
+        sys::open(&c, libc::O_RDONLY | libc::O_CLOEXEC, 0).map_err(|e| SysError::new("open", e).path(path))
+    };
+    // SAFETY: `stack` is the run's tracee stack, which nothing uses before its PID 1 exists.
+    unsafe { sys::with_user_ns_child(stack, fill) }
+        .map_err(|e| SysError::new("clone3(CLONE_NEWUSER) (the run's user namespace)", e))?
 }
 
 /// Creates the namespaces shared by every run (the loopback network only

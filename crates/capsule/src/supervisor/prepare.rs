@@ -55,6 +55,8 @@ pub(crate) struct Shape {
     pub(crate) ucounts: [u32; 12],
     /// The tracee gets a user namespace of its own (`rlimits::counts_processes`).
     pub(crate) tracee_userns: bool,
+    /// The program runs as these subordinate ids (`RunSpec::subordinate`).
+    pub(crate) subordinate: Option<crate::proto::spec::SubordinateIds>,
 }
 
 /// A PID 1 created for a run of one shape: building the sandbox, or ready
@@ -275,7 +277,9 @@ impl Pools {
 impl Supervisor {
     /// The key a request's PID 1 is prepared by.
     pub(crate) fn shape(&self, spec: &RunSpec) -> Shape {
-        let tracee_userns = rlimits::counts_processes(&spec.limits, self.cgroups.is_some());
+        // With subordinate ids the program's uid is not PID 1's: RLIMIT_NPROC counts it alone in the run's.
+        let tracee_userns =
+            spec.subordinate.is_none() && rlimits::counts_processes(&spec.limits, self.cgroups.is_some());
         Shape {
             empty_root: spec.empty_root,
             tmp_size: spec.tmp_size,
@@ -291,6 +295,7 @@ impl Supervisor {
             layers: spec.layers.clone(),
             ucounts: crate::plan::rlimits::ucounts(&spec.limits, tracee_userns),
             tracee_userns,
+            subordinate: spec.subordinate,
         }
     }
 
@@ -321,6 +326,23 @@ impl Supervisor {
     /// Checks what a long-lived supervisor cannot change per run.
     pub(crate) fn check_request(&self, spec: &RunSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
+        if let Some(ids) = spec.subordinate {
+            if Some(ids) != self.config.subordinate {
+                return Err(format!(
+                    "invalid spec: subordinate: this supervisor's user namespace does not map uid {} and gid {}: \
+                     only the one-shot client's does, made for them with newuidmap (capsule isolate)",
+                    ids.uid, ids.gid
+                ));
+            }
+            let (uid, gid) = self.ids(spec);
+            if uid == ids.uid || gid == ids.gid {
+                return Err(format!(
+                    "invalid spec: subordinate: uid {} and gid {} are the caller's own ids inside (uid {uid}, gid \
+                     {gid}): set `uid`/`gid` to others",
+                    ids.uid, ids.gid
+                ));
+            }
+        }
         // Asked for, so enforced or refused (the filesystem part is best effort).
         let asked = crate::plan::landlock::requested(
             spec.landlock != Some(false),
@@ -520,6 +542,8 @@ impl Supervisor {
             uid_map: c(format!("{uid} 0 1\n")),
             gid_map: c(format!("{gid} 0 1\n")),
             tracee_maps: shape.tracee_userns.then(|| [c(format!("{uid} {uid} 1\n")), c(format!("{gid} {gid} 1\n"))]),
+            user_ns: -1,
+            box_ids: shape.subordinate.map(|s| (s.uid, s.gid)),
             net,
             hostname: spec.hostname.as_deref().map(|h| c(h.to_string())),
             supervisor_pidfd: self.self_pidfd.as_raw_fd(),
@@ -558,6 +582,33 @@ impl Supervisor {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
         };
+        let mut plan = plan;
+        // Subordinate ids: the run's user namespace maps the program's ids (the host's numbers) onto the
+        // supervisor's 1, the caller's onto its 0; made here (PID 1 could map only its own id), joined by PID 1.
+        let user_ns = match shape.subordinate {
+            None => None,
+            Some(s) => {
+                let made = namespaces::run_user_ns(
+                    &tracee_stack,
+                    &format!("{uid} 0 1\n{} 1 1\n", s.uid),
+                    &format!("{gid} 0 1\n{} 1 1\n", s.gid),
+                );
+                match made {
+                    Ok(fd) => {
+                        plan.user_ns = fd.as_raw_fd();
+                        plan.keep_fds.push(fd.as_raw_fd());
+                        plan.keep_fds.sort_unstable();
+                        Some(fd)
+                    }
+                    Err(e) => {
+                        self.pools.stacks.give(stack);
+                        self.pools.stacks.give(tracee_stack);
+                        self.pools.arenas.give(arena);
+                        return fail_early(cgroup, e.to_string());
+                    }
+                }
+            }
+        };
         let run = Box::new(child::Pid1 { plan, arena, stack, tracee_stack });
         let flags = libc::CLONE_NEWPID as u64;
         // For both calls below: `run` (boxed: it does not move), its stacks
@@ -575,7 +626,14 @@ impl Supervisor {
             // memory, and the ticket is settled before `run` is freed
             // (`Drop`), which waits for PID 1's exit as before.
             Some((i, _)) => Process::Coming(unsafe {
-                self.spawners[i].1.post(flags, &run.stack, &*run, child::pid1, pin, vec![go_child, done_child])
+                self.spawners[i].1.post(
+                    flags,
+                    &run.stack,
+                    &*run,
+                    child::pid1,
+                    pin,
+                    [go_child, done_child].into_iter().chain(user_ns).collect(),
+                )
             }),
             None => {
                 // SAFETY: as said above.
@@ -583,6 +641,7 @@ impl Supervisor {
                     Ok((_, pidfd)) => {
                         drop(go_child);
                         drop(done_child);
+                        drop(user_ns);
                         Process::Created(pidfd)
                     }
                     Err(e) => {

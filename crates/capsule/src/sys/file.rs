@@ -127,6 +127,18 @@ pub fn unlinkat(dir: RawFd, name: &CStr, dir_flag: bool) -> SysResult<()> {
     cvt(unsafe { raw_syscall(libc::SYS_unlinkat, [dir as u64, name.as_ptr() as u64, flags as u64, 0, 0, 0]) }).map(drop)
 }
 
+/// fchownat(2) of `name` in `dir` to `uid`, `gid`, never following a
+/// link (a link itself is changed); an empty `name` with `dir` an open
+/// file: that file (AT_EMPTY_PATH).
+pub fn chown_at(dir: RawFd, name: &CStr, uid: u32, gid: u32) -> SysResult<()> {
+    let flags = libc::AT_SYMLINK_NOFOLLOW | if name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
+    // SAFETY: name is NUL-terminated; plain integers otherwise.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_fchownat, [dir as u64, name.as_ptr() as u64, uid as u64, gid as u64, flags as u64, 0])
+    })
+    .map(drop)
+}
+
 /// Sets the mode of the file `fd` refers to, `O_PATH` descriptors
 /// included (through `/proc/self/fd`: no path lookup of the file itself).
 pub fn chmod_fd(fd: RawFd, mode: u32) -> SysResult<()> {

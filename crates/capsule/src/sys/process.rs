@@ -72,6 +72,24 @@ pub fn geteuid() -> u32 {
     unsafe { raw_syscall(libc::SYS_geteuid, [0; 6]) as u32 }
 }
 
+/// setresuid(uid, uid, uid): every uid of the caller (errno-free: the child path uses it).
+pub fn setresuid_all(uid: u32) -> SysResult<()> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe { raw_syscall(libc::SYS_setresuid, [uid as u64, uid as u64, uid as u64, 0, 0, 0]) }).map(drop)
+}
+
+/// setresgid(gid, gid, gid).
+pub fn setresgid_all(gid: u32) -> SysResult<()> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe { raw_syscall(libc::SYS_setresgid, [gid as u64, gid as u64, gid as u64, 0, 0, 0]) }).map(drop)
+}
+
+/// setgroups(0, NULL): no supplementary groups.
+pub fn setgroups_empty() -> SysResult<()> {
+    // SAFETY: a zero-length list; the kernel reads no memory.
+    cvt(unsafe { raw_syscall(libc::SYS_setgroups, [0; 6]) }).map(drop)
+}
+
 pub fn setsid() -> SysResult<()> {
     // SAFETY: plain syscall without arguments.
     cvt(unsafe { raw_syscall(libc::SYS_setsid, [0; 6]) }).map(drop)
@@ -303,6 +321,61 @@ pub unsafe fn with_vm_child<T: Sync, R>(
     let r = parent(fd);
     let status = reap.finish();
     Ok((r, status))
+}
+
+/// Creates a user namespace below the caller's, held by a child that
+/// shares the caller's memory and runs on `stack` doing nothing, and calls
+/// `parent(pid)` meanwhile (to write the namespace's maps and open it
+/// through `/proc/PID`); then the child is killed and reaped.
+///
+/// # Safety
+/// Nothing else runs on `stack` until this returns.
+pub unsafe fn with_user_ns_child<R>(stack: &Stack, parent: impl FnOnce(i32) -> R) -> SysResult<R> {
+    fn hold(_: &()) -> ! {
+        loop {
+            // SAFETY: pause takes no arguments; the child only waits here to be killed.
+            unsafe { raw_syscall(libc::SYS_pause, [0; 6]) };
+        }
+    }
+    let call = Call { arg: &(), child: hold };
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: libc::CLONE_VM as u64 | libc::CLONE_NEWUSER as u64 | CLONE_PIDFD,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base as u64,
+        stack_size: (stack.len & !15) as u64,
+        ..Default::default()
+    };
+    // SAFETY: the child (which touches nothing but its stack) is killed and
+    // reaped below before `stack` is used by anything else (the caller's
+    // contract); `call` lives on this frame until then.
+    let ret = unsafe { clone3_on_stack(&mut args, &call) };
+    if ret < 0 {
+        return Err(-ret as Errno);
+    }
+    let fd = owned(pidfd as libc::c_long);
+    let r = parent(ret as i32);
+    let _ = pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
+    let _ = pidfd_wait(fd.as_raw_fd());
+    Ok(r)
+}
+
+/// Forks a child that runs `child` and exits with its value; returns the
+/// child's pid. Refused (EBUSY) unless the caller is single-threaded, so
+/// that the child may allocate.
+pub fn fork_call(child: impl FnOnce() -> i32) -> SysResult<i32> {
+    let threads = std::fs::read_dir("/proc/self/task").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?.count();
+    if threads != 1 {
+        return Err(libc::EBUSY);
+    }
+    // SAFETY: the process has one thread (counted just now; only this
+    // thread could start another), so the child is a whole copy of it and
+    // may do anything; it ends with `exit`.
+    match unsafe { fork() }? {
+        Forked::Child => exit(child()),
+        Forked::Parent { pid, .. } => Ok(pid),
+    }
 }
 
 /// fork() for a single-threaded caller.

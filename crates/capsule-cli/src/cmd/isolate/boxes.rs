@@ -105,6 +105,10 @@ pub struct State {
     pub cg: bool,
     /// `-q` given at `--init`: (blocks, inodes).
     pub quota: Option<(u64, u64)>,
+    /// `box/` and `tmp/` may be these subordinate ids' (host numbers):
+    /// recorded before they are handed to the box's uid, cleared once
+    /// they are the caller's again.
+    pub boxed: Option<(u32, u32)>,
 }
 
 impl State {
@@ -122,6 +126,10 @@ impl State {
                     let (b, i) = v.split_once(',')?;
                     s.quota = Some((b.parse().ok()?, i.parse().ok()?));
                 }
+                ("boxed", v) => {
+                    let (u, g) = v.split_once(',')?;
+                    s.boxed = Some((u.parse().ok()?, g.parse().ok()?));
+                }
                 _ => return None,
             }
         }
@@ -132,6 +140,9 @@ impl State {
         let mut t = format!("capsule-isolate 1\ninit={}\ncg={}\n", u8::from(self.initialized), u8::from(self.cg));
         if let Some((b, i)) = self.quota {
             t.push_str(&format!("quota={b},{i}\n"));
+        }
+        if let Some((u, g)) = self.boxed {
+            t.push_str(&format!("boxed={u},{g}\n"));
         }
         t
     }
@@ -187,7 +198,8 @@ pub fn lock(root: &Path, id: u32, init: bool, cleanup: bool, cg: bool, wait: boo
     if !state.initialized && !init && !cleanup {
         return Err("This box was not initialized properly".into());
     }
-    let b = b(if init { State { cg, ..State::default() } } else { state });
+    // What may still be the box uid's stays recorded until it is the caller's again.
+    let b = b(if init { State { cg, boxed: state.boxed, ..State::default() } } else { state });
     if !init && !cleanup {
         b.open_box()?;
     }
@@ -221,6 +233,7 @@ impl BoxDir {
         let dir = self.open_dir()?;
         sys::mkdirat(dir.as_raw_fd(), c"box", 0o700).map_err(|e| fail(&self.dir.join("box"), e))?;
         self.state.quota = quota;
+        self.state.boxed = None;
         self.state.initialized = true;
         self.write_state()
     }
@@ -241,6 +254,14 @@ impl BoxDir {
     /// Removes the box directory (if any); a link in its place is removed,
     /// not followed.
     pub fn remove(&self) -> Result<(), String> {
+        if let Some((uid, gid)) = self.state.boxed {
+            // The program's files are its uid's: the caller's again first (in a namespace mapping it).
+            let ns =
+                capsule::host::subids::Namespace::create(capsule::spec::SubordinateIds { uid, gid }).map_err(|e| {
+                    format!("Cannot remove {}: its files are uid {uid}'s (a subordinate id): {e}", self.dir.display())
+                })?;
+            self.chown_tree(&ns, false)?;
+        }
         let root = self.root.as_raw_fd();
         let fail = |e: String| format!("Cannot remove {e}");
         let st = match sys::lstat_at(root, &self.name) {
@@ -253,7 +274,7 @@ impl BoxDir {
                 .map_err(|e| fail(format!("{}: {}", self.dir.display(), errno_text(e))));
         }
         let top = open_dir(root, &self.name).map_err(|e| fail(format!("{}: {}", self.dir.display(), errno_text(e))))?;
-        sweep(top, true, &self.dir).map_err(fail)?;
+        sweep(top, Sweep::All, &self.dir).map_err(fail)?;
         sys::unlinkat(root, &self.name, true).map_err(|e| fail(format!("{}: {}", self.dir.display(), errno_text(e))))
     }
 
@@ -273,7 +294,7 @@ impl BoxDir {
     pub fn remove_special(&self) -> Result<usize, String> {
         let swept = self.open_dir().and_then(|dir| {
             let top = open_dir(dir.as_raw_fd(), c"box").map_err(|e| not_own(&self.dir.join("box"), e))?;
-            sweep(top, false, &self.dir.join("box")).map_err(|e| format!("Cannot remove {e}"))
+            sweep(top, Sweep::Special, &self.dir.join("box")).map_err(|e| format!("Cannot remove {e}"))
         });
         swept.map_err(|e| {
             let state = State { initialized: false, ..self.state.clone() };
@@ -283,6 +304,41 @@ impl BoxDir {
                 (Err(e1), Err(e2)) => format!("{e}; {e1}; {e2}"),
             }
         })
+    }
+}
+
+impl BoxDir {
+    /// Subordinate-id mode: `box/` and the `tmp` rules' directories, all
+    /// they hold, handed to the box's uid and gid (`to_box`) or back to the
+    /// caller, as isolate's `chowntree` does, by a helper that is root in
+    /// `ns` (it maps the caller to 0, the box's ids to 1). The walk goes by
+    /// descriptor and follows no link (a link itself changes owner); the
+    /// state records the hand-over first and forgets it once undone.
+    pub fn chown_tree(&self, ns: &capsule::host::subids::Namespace, to_box: bool) -> Result<(), String> {
+        let mut state = self.state.clone();
+        if to_box {
+            state.boxed = Some((ns.ids.uid, ns.ids.gid));
+            self.store(&state)?;
+        }
+        let id = u32::from(to_box);
+        ns.run(|| {
+            let dir = self.open_dir()?;
+            for name in [c"box", c"tmp"] {
+                let path = self.dir.join(name.to_str().expect("ASCII"));
+                let top = match open_dir(dir.as_raw_fd(), name) {
+                    Ok(top) => top,
+                    Err(libc::ENOENT) if name == c"tmp" => continue,
+                    Err(e) => return Err(not_own(&path, e)),
+                };
+                sweep(top, Sweep::Chown(id, id), &path).map_err(|e| format!("Cannot change the owner of {e}"))?;
+            }
+            Ok(())
+        })?;
+        if !to_box {
+            state.boxed = None;
+            self.store(&state)?;
+        }
+        Ok(())
     }
 }
 
@@ -349,13 +405,24 @@ fn list(fd: RawFd) -> Result<Vec<CString>, i32> {
     }
 }
 
+/// What a [`sweep`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// Removes everything.
+    All,
+    /// Removes what is neither a regular file nor a directory.
+    Special,
+    /// Gives everything, `top` too, this owner (uid, gid).
+    Chown(u32, u32),
+}
+
 /// Walks the tree of the directory `top` (at `path`, for messages) by
-/// descriptor, following no link: with `all`, removes everything in it;
-/// else removes what is neither a regular file nor a directory and puts
-/// back the modes it changed. Iterative, with a bounded number of open
-/// descriptors, however deep the program made it. Returns how many
+/// descriptor, following no link, doing `what`; puts back the modes it
+/// changed (but where it removes). Iterative, with a bounded number of
+/// open descriptors, however deep the program made it. Returns how many
 /// non-directories were removed.
-fn sweep(top: (OwnedFd, libc::stat, Option<u32>), all: bool, path: &Path) -> Result<usize, String> {
+fn sweep(top: (OwnedFd, libc::stat, Option<u32>), what: Sweep, path: &Path) -> Result<usize, String> {
+    let all = what == Sweep::All;
     let (fd, st, mode) = top;
     let pending = list(fd.as_raw_fd()).map_err(|e| format!("{}: {}", path.display(), errno_text(e)))?;
     let mut frames =
@@ -400,6 +467,10 @@ fn sweep(top: (OwnedFd, libc::stat, Option<u32>), all: bool, path: &Path) -> Res
                         frames[n - OPEN_DIRS - 1].fd = None;
                     }
                 }
+                _ if matches!(what, Sweep::Chown(..)) => {
+                    let Sweep::Chown(uid, gid) = what else { unreachable!() };
+                    sys::chown_at(dir, &name, uid, gid).map_err(|e| fail(&frames, Some(&name), e))?;
+                }
                 libc::S_IFREG if !all => {}
                 _ => {
                     sys::unlinkat(dir, &name, false).map_err(|e| fail(&frames, Some(&name), e))?;
@@ -413,6 +484,9 @@ fn sweep(top: (OwnedFd, libc::stat, Option<u32>), all: bool, path: &Path) -> Res
         let fd = done.fd.expect("the current directory is open");
         if let (false, Some(m)) = (all, done.mode) {
             sys::chmod_fd(fd.as_raw_fd(), m).map_err(|e| fail(&frames, Some(&done.name), e))?;
+        }
+        if let Sweep::Chown(uid, gid) = what {
+            sys::chown_at(fd.as_raw_fd(), c"", uid, gid).map_err(|e| fail(&frames, Some(&done.name), e))?;
         }
         let Some(parent) = frames.last() else { return Ok(removed) };
         if parent.fd.is_none() {
@@ -464,7 +538,7 @@ mod tests {
             d.push("d");
             fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o311)).unwrap();
         }
-        assert_eq!(sweep(top(), false, &base).unwrap(), 2 * depth);
+        assert_eq!(sweep(top(), Sweep::Special, &base).unwrap(), 2 * depth);
         let mut d = base.clone();
         for i in 0..depth {
             assert!(fs::symlink_metadata(d.join("l")).is_err() && fs::symlink_metadata(d.join("f")).is_err());
@@ -474,7 +548,7 @@ mod tests {
             }
             d.push("d");
         }
-        sweep(top(), true, &base).unwrap();
+        sweep(top(), Sweep::All, &base).unwrap();
         assert_eq!(fs::read_dir(&base).unwrap().count(), 0);
         fs::remove_dir(&base).unwrap();
     }

@@ -50,9 +50,13 @@ pub fn command() -> Command {
             "Commands: --init prints the box directory and creates box/ in it; --run -- PROGRAM ARGS runs in it; \
              --cleanup removes it. Boxes live in $CAPSULE_ISOLATE_ROOT, else capsule-isolate in $XDG_RUNTIME_DIR \
              (or /run/user/UID), else /tmp/capsule-isolate-UID. A binary named `isolate` linked to capsule behaves as `capsule isolate`.\n\n\
-             The program runs as you: box/ is its own (as isolate chowns it to the box's uid), and in the other \
-             read-write rules it may do what the permission bits for others allow (mounts say so; the meta file's \
-             capsule-box-mode:permission-bits).\n\n\
+             Where you have subordinate ids (/etc/subuid, /etc/subgid, newuidmap: package uidmap), box N's \
+             program runs as the uid and gid FIRST+N of your ranges, and box/ (with the tmp rules' directories) is \
+             handed to them for the run and back after, as isolate does: the kernel enforces the permission bits \
+             (meta capsule-box-mode:subordinate-ids). Else it runs as you: box/ is its own, and in the other \
+             read-write rules it may do what the permission bits for others allow (mounts say so; \
+             capsule-box-mode:permission-bits). CAPSULE_ISOLATE_BOX_MODE=permission-bits or subordinate-ids \
+             chooses; capsule check says which mode runs.\n\n\
              Exit status: 0 the program finished correctly; 1 it did not (meta status RE, SG, TO); 2 an error of \
              the sandbox or the command line (status XX).",
         )
@@ -308,15 +312,44 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     let Some(b) = boxes::lock(&root, o.box_id, false, false, o.cg, o.wait)? else {
         return Err(format!("Box not found, did you run `{name} --init'?"));
     };
+    let mode = box_mode(o.box_id)?;
+    if let (Some(_), capsule::host::subids::BoxMode::PermissionBits(_)) = (b.state.boxed, &mode) {
+        // An earlier run in subordinate-id mode did not hand the files back (it was killed): now.
+        b.remove_special()?;
+        say(o, 1, "Handing the box's files back from an unfinished run");
+        take_back(&b)?;
+    }
     let rules = rules::effective(&o.dirs, !o.no_default_dirs);
-    let (mut spec, guard) = spec_of(o, &rules, &b.dir, b.state.quota)?;
+    let sub = match &mode {
+        capsule::host::subids::BoxMode::Subordinate(ids) => Some(*ids),
+        capsule::host::subids::BoxMode::PermissionBits(why) => {
+            say(o, 1, &format!("Box mode: permission bits ({why})"));
+            None
+        }
+    };
+    let (mut spec, guard) = spec_of(o, &rules, &b.dir, b.state.quota, sub.is_some())?;
     spec.inherit_fds = inherited;
+    spec.subordinate = sub;
     spec.validate().map_err(|e| e.to_string())?;
     say(o, 2, &format!("Run spec: {}", serde_json::to_string(&spec).unwrap_or_default()));
+    // Opened as the caller, before box/ is the box uid's (isolate opens them as the box uid: `check_stdio`).
     let (fds, _keep) = stdio(o, &rules, &b.dir, &guard)?;
     spec.cgroup.require = o.cg;
     spec.cgroup.disable = !o.cg;
-    let (result, interrupt) = run_interruptible(&spec, fds);
+    let ns = match sub {
+        None => None,
+        Some(ids) => {
+            say(o, 1, &format!("Box mode: subordinate ids, uid {} and gid {}", ids.uid, ids.gid));
+            let ns = capsule::host::subids::Namespace::create(ids)
+                .map_err(|e| format!("Cannot make the box's user namespace: {e}"))?;
+            b.chown_tree(&ns, true)?;
+            Some(ns)
+        }
+    };
+    let (result, interrupt) = run_interruptible(&spec, fds, ns.as_ref().map(|n| n.fd()));
+    if let Some(ns) = &ns {
+        b.chown_tree(ns, false)?;
+    }
     if !o.special_files {
         let n = b.remove_special()?;
         if n > 0 {
@@ -325,6 +358,7 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
     }
     let mut r = result.map_err(|e| e.to_string())?;
     let checked = meta::Checked { time_ms: o.time_ms, wall_ms: o.wall_ms, cg: o.cg };
+    let with_mode = |r| with_mode(r, sub.is_some());
     if let Some(sig) = interrupt {
         return Ok(with_mode(meta::interrupted(&r, sig, checked)));
     }
@@ -345,9 +379,30 @@ fn run(o: &Opts, inherited: Vec<i32>) -> Result<Report, String> {
 
 /// A run's report with capsule's own meta field saying how the box's files
 /// were kept from the program (docs/isolate.md).
-fn with_mode(mut r: Report) -> Report {
-    r.meta.push_str(&format!("{}:{}\n", perms::META_KEY, perms::MODE));
+fn with_mode(mut r: Report, subordinate: bool) -> Report {
+    let mode = if subordinate { perms::SUBORDINATE_MODE } else { perms::MODE };
+    r.meta.push_str(&format!("{}:{mode}\n", perms::META_KEY));
     r
+}
+
+/// The box mode of `--run` for box `id` (`capsule check`'s
+/// `isolate-box-user` says which): subordinate ids where the caller has
+/// them, unless `CAPSULE_ISOLATE_BOX_MODE` says otherwise.
+fn box_mode(id: u32) -> Result<capsule::host::subids::BoxMode, String> {
+    use capsule::host::subids::{box_mode, SubIds, MODE_ENV};
+    let uid = capsule::sys::getuid();
+    let user = capsule::host::identity::user_name(uid);
+    let setting = std::env::var(MODE_ENV).ok();
+    box_mode(setting.as_deref(), &SubIds::read(&user, uid), &user, Some(id))
+}
+
+/// The box's files handed back to the caller after a subordinate-id run
+/// that did not (from the recorded ids).
+fn take_back(b: &boxes::BoxDir) -> Result<(), String> {
+    let Some((uid, gid)) = b.state.boxed else { return Ok(()) };
+    let ns = capsule::host::subids::Namespace::create(capsule::spec::SubordinateIds { uid, gid })
+        .map_err(|e| format!("Cannot make the box's user namespace: {e}"))?;
+    b.chown_tree(&ns, false)
 }
 
 /// The signals that interrupt isolate (its `SIGNAL_INTERRUPT` rules).
@@ -358,13 +413,18 @@ const INTERRUPTS: [i32; 4] = [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::S
 fn run_interruptible(
     spec: &RunSpec,
     fds: [Option<RawFd>; 3],
+    user_ns: Option<RawFd>,
 ) -> (Result<capsule::RunResult, capsule::error::Error>, Option<i32>) {
     use capsule::sys;
     // Blocked before the supervisor is forked, which inherits the mask: a terminal's ^C reaches the whole
     // process group, and must not end the supervisor before it reports the killed run. (The program gets
     // the default mask from the tracee.)
     let sig = sys::signalfd_for(&INTERRUPTS);
-    let once = match capsule::endpoints::once::start_once(spec, fds, false) {
+    let started = match user_ns {
+        Some(ns) => capsule::endpoints::once::start_once_in(spec, fds, ns),
+        None => capsule::endpoints::once::start_once(spec, fds, false),
+    };
+    let once = match started {
         Ok(once) => once,
         Err(e) => return (Err(e), None),
     };
@@ -402,11 +462,19 @@ fn spec_of(
     rules: &[rules::DirRule],
     box_dir: &Path,
     quota: Option<(u64, u64)>,
+    subordinate: bool,
 ) -> Result<(RunSpec, perms::Guard), String> {
     let mut spec = RunSpec::new(o.args.iter().cloned());
     spec.empty_root = true;
     let ops = rules::mounts(rules, box_dir, &mut |l| say(o, 1, &l))?;
-    let (ops, guard) = perms::refine(ops, box_dir, &mut |l| say(o, 1, &l))?;
+    // Subordinate ids: the kernel enforces the bits; else mounts say what they say.
+    let (ops, guard) = match subordinate {
+        true => {
+            let guard = perms::guard(&ops, box_dir);
+            (ops, guard)
+        }
+        false => perms::refine(ops, box_dir, &mut |l| say(o, 1, &l))?,
+    };
     spec.mounts = ops;
     let caller: BTreeMap<String, String> =
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();

@@ -35,6 +35,10 @@ pub const META_KEY: &str = "capsule-box-mode";
 /// are enforced by mounts.
 pub const MODE: &str = "permission-bits";
 
+/// Its value in subordinate-id mode: the program runs as a uid of the
+/// box's own, and the kernel enforces the bits.
+pub const SUBORDINATE_MODE: &str = "subordinate-ids";
+
 /// Mount operations one run may get from the bits, at most (each is a
 /// mount in the run's namespace).
 const MAX_OPS: usize = 1024;
@@ -110,6 +114,19 @@ pub fn refine(ops: Vec<MountOp>, box_dir: &Path, say: &mut dyn FnMut(String)) ->
         }
     }
     Ok((w.out, guard))
+}
+
+/// The [`Guard`] alone (subordinate-id mode: the kernel enforces the bits
+/// for the program, `check_stdio` for the files opened for it).
+pub fn guard(ops: &[MountOp], box_dir: &Path) -> Guard {
+    let guarded = ops
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind { src, dst, try_: false, .. } if !boxs_own(src, box_dir) => Some((dst.clone(), src.clone())),
+            _ => None,
+        })
+        .collect();
+    Guard { dsts: ops.iter().map(|o| o.dst().to_path_buf()).collect(), guarded }
 }
 
 struct Walk {
