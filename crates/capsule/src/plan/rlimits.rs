@@ -55,12 +55,9 @@ pub(crate) fn prepare(limits: &Limits, cgroup: bool) -> Vec<Rlimit> {
     if !cgroup {
         add(libc::RLIMIT_NPROC, limits.pids, "limits.pids");
         // Without a cgroup, PID 1 enforces the CPU time of the whole tree
-        // (child::wait); RLIMIT_CPU only backs it up, a whole second past
-        // the limit, soft = hard: a SIGKILL, never a SIGXCPU a shell reports.
-        if let Some(t) = limits.cpu_time {
-            let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0) + 1;
-            v.push(Rlimit { resource: libc::RLIMIT_CPU, value: secs, hard: secs, field: "limits.cpu_time" });
-        }
+        // (child::wait), and no RLIMIT_CPU: a SIGXCPU a shell would report,
+        // and a process CPU timer, whose clock the kernel then samples from
+        // a running total that need not match the rusage the result gives.
     }
     v
 }

@@ -84,7 +84,6 @@ pub(crate) struct Running {
     pub(crate) req: Request,
     pub(crate) rlimits: Vec<Rlimit>,
     pub(crate) wall_time_ns: Option<u64>,
-    pub(crate) cpu_time_ns: Option<u64>,
     pub(crate) io: Streams,
     /// Its write-once output went past the output limit: killed for it.
     pub(crate) output_over: bool,
@@ -107,7 +106,6 @@ pub(crate) struct Streams {
 pub(crate) struct Filled {
     pub(crate) rlimits: Vec<Rlimit>,
     pub(crate) wall_time_ns: Option<u64>,
-    pub(crate) cpu_time_ns: Option<u64>,
 }
 
 /// What the poll set's entries stand for.
@@ -509,7 +507,6 @@ impl Loop {
                     req,
                     rlimits: f.rlimits,
                     wall_time_ns: f.wall_time_ns,
-                    cpu_time_ns: f.cpu_time_ns,
                     io,
                     output_over: false,
                     cancelled: false,

@@ -124,12 +124,6 @@ impl Supervisor {
             if st.oom_kills > 0 || (st.memory_max_events > 0 && !succeeded) {
                 res.status = Status::MemoryLimit;
             }
-        } else if r.cpu_time_ns.is_some() && matches!(res.signal.as_deref(), Some("SIGXCPU" | "SIGKILL")) {
-            // No cgroup: RLIMIT_CPU, PID 1's backstop a second past the limit, killed the program (or the program
-            // lowered it itself and took a SIGXCPU).
-            if r.cpu_time_ns.is_some_and(|l| (res.cpu_user_ms + res.cpu_system_ms) * 1e6 >= l as f64) {
-                res.status = Status::CpuTimeLimit;
-            }
         }
         if flags & FLAG_CPU_TIME != 0 {
             res.status = Status::CpuTimeLimit;

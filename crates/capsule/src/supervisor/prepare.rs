@@ -825,7 +825,7 @@ impl Supervisor {
             cg.apply(&spec.limits).map_err(|e| format!("setting the run's cgroup limits: {e}"))?;
         }
         std::sync::atomic::fence(SeqCst);
-        Ok(Filled { rlimits: rl, wall_time_ns: wall, cpu_time_ns: cpu })
+        Ok(Filled { rlimits: rl, wall_time_ns: wall })
     }
 }
 /// Waits up to 10 s for a PID 1 that has sent its result to exit, then
