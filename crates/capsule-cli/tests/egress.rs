@@ -460,3 +460,46 @@ fn egress_spec_errors_name_the_field() {
     let net = network(&out);
     assert_eq!(entry(&net, "files.pythonhosted.org", "http", "refused")["rule"], "deny-host files.pythonhosted.org");
 }
+
+/// With `--explain`, what the proxy refused is among the run's
+/// `violations` (kind `network`, the host by name, the rule, the option
+/// that would allow it), and so is a direct connection past the proxy,
+/// whose fix is the proxy, not `--share-net`.
+#[test]
+fn refusals_are_violations_with_explain() {
+    require!("refusals_are_violations_with_explain", userns_available());
+    require!("refusals_are_violations_with_explain", have_curl());
+    let _g = procs_shared();
+    let srv = Server::start();
+    let p = srv.port;
+    let out = run(
+        &[
+            "--explain",
+            "--allow-host",
+            "ok.test",
+            "--deny-host",
+            "no.ok.test",
+            "--resolve-host",
+            "ok.test=127.0.0.1",
+            "--allow-local",
+        ],
+        &format!(
+            "curl -sS -o /dev/null http://other.test:{p}/; curl -sS -o /dev/null http://no.ok.test:{p}/; \
+             curl -sS --noproxy '*' --max-time 5 -o /dev/null http://192.0.2.1:{p}/; true"
+        ),
+    );
+    out.assert_code(0);
+    let v = out.json.as_ref().and_then(|j| j["violations"].as_array().cloned()).unwrap_or_default();
+    let find = |host: &str| {
+        v.iter().find(|e| e["kind"] == "network" && e["host"] == host).unwrap_or_else(|| panic!("{host}: {v:#?}"))
+    };
+    let other = find("other.test");
+    assert_eq!((other["port"].as_u64(), other["syscall"].as_str()), (Some(p as u64), Some("proxy (http)")), "{other}");
+    assert_eq!(other["fix"], format!("--allow-host other.test:{p}"), "{other}");
+    assert!(find("no.ok.test")["fix"].as_str().unwrap().starts_with("none while --deny-host no.ok.test"), "{v:#?}");
+    let direct = find("192.0.2.1");
+    assert_eq!(direct["errno"], "ENETUNREACH", "{direct}");
+    assert!(direct["fix"].as_str().unwrap().contains("through the proxy"), "{direct}");
+    assert!(out.stderr.contains(&format!("network other.test:{p} (proxy (http))")), "{}", out.describe());
+    assert!(srv.seen().is_empty(), "{:?}", srv.seen());
+}

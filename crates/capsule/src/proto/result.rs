@@ -258,6 +258,17 @@ pub enum Via {
     Direct,
 }
 
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Http => "http",
+            Via::Connect => "connect",
+            Via::Socks => "socks",
+            Via::Direct => "direct",
+        }
+    }
+}
+
 /// What became of a destination of the `network` report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -305,12 +316,7 @@ impl NetworkEntry {
             (None, Some(a)) => format!("{a}:{}", self.port),
             (None, None) => format!("?:{}", self.port),
         };
-        let via = match self.via {
-            Via::Http => "http",
-            Via::Connect => "connect",
-            Via::Socks => "socks",
-            Via::Direct => "direct",
-        };
+        let via = self.via.as_str();
         let mut out = match self.verdict {
             Verdict::Allowed => format!("{dest} via {via} allowed by {}", self.rule),
             Verdict::Refused => format!("{dest} via {via} refused ({})", self.rule),

@@ -11,7 +11,7 @@ use crate::child::{classify, NetLog, Place, FS_CAPACITY, KIND_READ_HIDDEN, KIND_
 use crate::host::fsrules::{rule_path, Homes, SECRETS};
 use crate::layer as quote;
 use crate::plan::mounts::{Base, MountPlan, Op};
-use crate::proto::result::{NetLogEntry, RunResult, Status, Violation, ViolationKind};
+use crate::proto::result::{self, NetLogEntry, NetworkEntry, RunResult, Status, Via, Violation, ViolationKind};
 use crate::proto::spec::{MountOp, RunSpec};
 use crate::sys::MOUNT_ATTR_RDONLY;
 
@@ -169,11 +169,18 @@ pub fn network_violations(spec: &RunSpec, log: &[NetLogEntry]) -> Vec<Violation>
             fix,
             count: e.count,
         };
-        if !spec.share_net && !loopback(&e.family, addr) {
+        if spec.egress.is_some() && !loopback(&e.family, addr) {
+            // With egress the way out is the proxy, by name.
+            out.push(v(
+                "ENETUNREACH",
+                "the run's network leads out only through capsule's proxy (HTTP_PROXY, ALL_PROXY)".into(),
+                "connect through the proxy, to a host --allow-host names (docs/egress.md)".into(),
+            ));
+        } else if !spec.share_net && !loopback(&e.family, addr) {
             out.push(v(
                 "ENETUNREACH",
                 "the run's network is loopback only".into(),
-                "--share-net (the host's network; docs/network.md)".into(),
+                "--share-net (the host's network; docs/network.md), or --allow-host NAME (by name, through a proxy; docs/egress.md)".into(),
             ));
         } else if let (Some(ports), true) = (&spec.tcp_connect, e.syscall.ends_with("connect")) {
             if !ports.contains(&port) {
@@ -191,6 +198,36 @@ pub fn network_violations(spec: &RunSpec, log: &[NetLogEntry]) -> Vec<Violation>
         }
     }
     out
+}
+
+/// The proxy's refusals (`egress`), as violations: the host asked for, the
+/// rule, and the option that would allow it (an explicit deny: none).
+pub fn egress_violations(network: &[NetworkEntry]) -> Vec<Violation> {
+    let refused = network.iter().filter(|e| e.verdict == result::Verdict::Refused && e.via != Via::Direct);
+    refused
+        .map(|e| {
+            let host = e.host.clone().or_else(|| e.address.clone()).unwrap_or_default();
+            let fix = if e.rule.starts_with("deny-host ") {
+                format!("none while --{} stands (a deny wins over any allow)", e.rule)
+            } else if e.rule.ends_with("allow-local") {
+                "--allow-local (loopback, private and metadata addresses; docs/egress.md)".into()
+            } else {
+                let at = if host.contains(':') { format!("[{host}]") } else { host.clone() };
+                format!("--allow-host {at}:{}", e.port)
+            };
+            Violation {
+                kind: ViolationKind::Network,
+                path: None,
+                host: Some(host),
+                port: Some(e.port),
+                syscall: format!("proxy ({})", e.via.as_str()),
+                errno: None,
+                rule: format!("the egress policy: {}", e.rule),
+                fix,
+                count: e.count,
+            }
+        })
+        .collect()
 }
 
 /// A forbidden call, as a violation.
@@ -251,6 +288,7 @@ pub(crate) fn violations(
     }
     if spec.explain {
         out.extend(network_violations(spec, net));
+        out.extend(egress_violations(res.network.as_deref().unwrap_or_default()));
     }
     (out, dropped)
 }
