@@ -236,15 +236,22 @@ pub fn apply(name: &str, spec: &mut RunSpec, cwd: &Path, layered: bool) -> Resul
 
 /// The preset's layer when none is given: `$XDG_STATE_HOME/capsule/agent`,
 /// else `~/.local/state/capsule/agent`.
+/// Its parent is made (mode 0700) if missing.
 pub fn default_layer() -> Result<PathBuf> {
-    if let Some(s) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
-        return Ok(s.join("capsule/agent"));
-    }
+    use std::os::unix::fs::DirBuilderExt;
+    let state = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
-    match home {
-        Some(h) => Ok(h.join(".local/state/capsule/agent")),
-        None => bail!("--preset agent: no layer given and no HOME to keep one in; to fix: --layer DIR"),
-    }
+    let dir = match (state, home) {
+        (Some(s), _) => s.join("capsule"),
+        (None, Some(h)) => h.join(".local/state/capsule"),
+        (None, None) => bail!("--preset agent: no layer given and no HOME to keep one in; to fix: --layer DIR"),
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("--preset agent: making {} for its layer (or give --layer DIR)", dir.display()))?;
+    Ok(dir.join("agent"))
 }
 
 #[cfg(test)]
