@@ -45,7 +45,7 @@ impl Key {
             && self.empty_root == spec.empty_root
             && self.tmp_size == spec.tmp_size
             && self.share_net == spec.share_net
-            && self.layered == !spec.layers.is_empty()
+            && self.layered != spec.layers.is_empty()
     }
 }
 
