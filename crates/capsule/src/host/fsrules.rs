@@ -620,6 +620,30 @@ mod tests {
     }
 
     #[test]
+    fn guard_is_read_only_with_a_stand_in() {
+        let mut f = fs(&["/h/proj"], &[], &[], &["/h"]);
+        f.guard = vec![p("/h/proj/.mcp.json"), p("/w/.vscode")];
+        let a = plan(&f, home(), false).unwrap();
+        assert_eq!(
+            a,
+            vec![
+                Save { path: p("/h/proj"), slot: 0 },
+                Hide { path: p("/h"), holes: true },
+                Reveal { path: p("/h/proj"), slot: 0, read_only: false },
+                Save { path: p("/w/.vscode"), slot: 1 },
+                Reveal { path: p("/w/.vscode"), slot: 1, read_only: true },
+                StandIn { path: p("/w/.vscode"), slot: 1 },
+                Save { path: p("/h/proj/.mcp.json"), slot: 2 },
+                Reveal { path: p("/h/proj/.mcp.json"), slot: 2, read_only: true },
+                StandIn { path: p("/h/proj/.mcp.json"), slot: 2 },
+            ]
+        );
+        // A path takes one rule.
+        f.read_only = vec![p("/w/.vscode")];
+        assert!(plan(&f, home(), false).unwrap_err().message.contains("also in `read_only`"));
+    }
+
+    #[test]
     fn redundant_rules_are_dropped() {
         // A hide under a hide, an allow with nothing hidden above it.
         let a = plan(&fs(&["/a/b", "/c"], &[], &[], &["/a", "/a/x/y"]), home(), false).unwrap();
