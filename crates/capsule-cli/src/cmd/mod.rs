@@ -14,6 +14,7 @@ pub mod isolate;
 pub mod judge;
 pub mod layer;
 pub mod mcp;
+pub mod preset;
 pub mod presets;
 pub mod run;
 pub mod scope;

@@ -44,6 +44,21 @@ pub fn command() -> Command {
         .about(RUN_ABOUT)
         .after_help(RUN_AFTER)
         .arg(Arg::new("profile").long("profile").value_name("FILE").help("Read the run spec from a TOML profile; flags override it"))
+        .arg(
+            Arg::new("preset")
+                .long("preset")
+                .value_name("NAME")
+                .value_parser(super::preset::NAMES)
+                .help("agent: a coding agent's command in this project: the project in a layer (default ~/.local/state/capsule/agent), your home hidden but toolchains and their caches, git hooks and config, .mcp.json, editor and agent settings read-only even before they exist, secrets kept out of the environment, no network (docs/presets.md)"),
+        )
+        .arg(
+            Arg::new("no-layer")
+                .long("no-layer")
+                .action(ArgAction::SetTrue)
+                .requires("preset")
+                .conflicts_with("layer")
+                .help("With --preset agent: the project writable on the host instead of in a layer (every guarded path must then exist)"),
+        )
         .arg(pair("setenv", "KEY", "VALUE", "Set an environment variable (the environment starts empty)").help_heading(id))
         .arg(one("keep-env", "KEY", "Pass the caller's value of KEY through", id))
         .arg(one("chdir", "DIR", "Working directory inside (default: the caller's, if visible, else /)", id))
@@ -241,6 +256,13 @@ pub(crate) fn spec_from(m: &ArgMatches, caller_cwd: &Path) -> Result<RunSpec> {
     }
     set(m, "layer-size", &mut spec.layer_size, parse_size)?;
     spec.mounts.extend(mount_ops(m, &caller_cwd)?);
+    if let Some(name) = m.get_one::<String>("preset") {
+        let layered = !m.get_flag("no-layer");
+        super::preset::apply(name, &mut spec, &caller_cwd, layered)?;
+        if layered && spec.layers.is_empty() {
+            spec.layers.push(super::preset::default_layer()?);
+        }
+    }
     spec.filesystem.override_with(rules(m, &caller_cwd));
     if spec.cwd.is_none() && !spec.empty_root {
         // Like running the program itself: start where the caller is, when
@@ -477,8 +499,9 @@ pub fn run(m: &ArgMatches, shell: bool) -> Result<ExitCode> {
 /// The options of `capsule run` only the caller's own process can serve:
 /// files it opens or writes (relative to itself), a terminal, a layer's
 /// review menu, cgroup settings (another agent's), no agent at all.
-const OWN_PROCESS: [&str; 13] = [
+const OWN_PROCESS: [&str; 14] = [
     "profile",
+    "preset",
     "explain",
     "stdin",
     "stdout",

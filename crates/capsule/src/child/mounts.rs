@@ -519,6 +519,27 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                     keep.set(into_raw(cover));
                 }
             }
+            Op::StandIn { dst, name } => {
+                let at = match mount_point(root, dst, true) {
+                    Ok(fd) => fd,
+                    // Where the view is read-only nothing can be created.
+                    Err(libc::EROFS) => continue,
+                    Err(e) => return Err(Fail::at(Step::MountPoint, e, *name)),
+                };
+                let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
+                let cover = sys::open_tree(scratch, c"empty", OPEN_TREE_CLONE)
+                    .and_then(|fd| {
+                        sys::mount_setattr(
+                            fd.as_raw_fd(),
+                            false,
+                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                            0,
+                        )?;
+                        Ok(fd)
+                    })
+                    .map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                sys::move_mount_fd(cover.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Hide, e, *name))?;
+            }
             Op::Save { dst, slot, name } => {
                 let at = match sys::open_in_root_nofollow(root, dst, libc::O_PATH) {
                     Ok(fd) => fd,

@@ -152,6 +152,7 @@ pub enum Kind {
     ReadOnly,
     Writable,
     Hide,
+    Guard,
 }
 
 impl Kind {
@@ -162,6 +163,7 @@ impl Kind {
             Kind::ReadOnly => "read_only",
             Kind::Writable => "writable",
             Kind::Hide => "hide",
+            Kind::Guard => "guard",
         }
     }
 
@@ -170,6 +172,7 @@ impl Kind {
             "allow" => Kind::Allow,
             "read_only" => Kind::ReadOnly,
             "writable" => Kind::Writable,
+            "guard" => Kind::Guard,
             _ => Kind::Hide,
         }
     }
@@ -192,6 +195,9 @@ pub(crate) enum Action {
     Writable { path: PathBuf },
     /// `empty_root`: bind the host's `path` read-only (skipped when missing).
     HostReadOnly { path: PathBuf },
+    /// `guard`, after its read-only `Reveal`: when the clone in `slot` was
+    /// missing, an empty read-only file stands in at `path`.
+    StandIn { path: PathBuf, slot: usize },
 }
 
 /// The caller's homes, found once by the supervisor (as the caller, where
@@ -459,7 +465,7 @@ fn plan_anew(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Act
                     // What `allow` and `read_only` beneath show again is
                     // taken before the cover hides it.
                     for &c in &children {
-                        if matches!(rules[c].kind, Kind::Allow | Kind::ReadOnly) {
+                        if matches!(rules[c].kind, Kind::Allow | Kind::ReadOnly | Kind::Guard) {
                             let slot = slot_of.len();
                             slot_of.insert(c, slot);
                             actions.push(Action::Save { path: PathBuf::from(&rules[c].path), slot });
@@ -468,16 +474,23 @@ fn plan_anew(fs: &Filesystem, homes: &Homes, empty_root: bool) -> Result<Vec<Act
                 }
                 actions.push(Action::Hide { path, holes });
             }
-            Kind::Allow | Kind::ReadOnly if empty_root => actions.push(Action::HostReadOnly { path }),
-            Kind::Allow | Kind::ReadOnly if under_hide(i) => {
-                actions.push(Action::Reveal { path, slot: slot_of[&i], read_only: r.kind == Kind::ReadOnly })
+            Kind::Allow | Kind::ReadOnly | Kind::Guard if empty_root => actions.push(Action::HostReadOnly { path }),
+            Kind::Allow | Kind::ReadOnly | Kind::Guard if under_hide(i) => {
+                let slot = slot_of[&i];
+                actions.push(Action::Reveal { path: path.clone(), slot, read_only: r.kind != Kind::Allow });
+                if r.kind == Kind::Guard {
+                    actions.push(Action::StandIn { path, slot });
+                }
             }
             Kind::Allow => {} // visible already
-            Kind::ReadOnly => {
+            Kind::ReadOnly | Kind::Guard => {
                 let slot = slot_of.len();
                 slot_of.insert(i, slot);
                 actions.push(Action::Save { path: path.clone(), slot });
-                actions.push(Action::Reveal { path, slot, read_only: true });
+                actions.push(Action::Reveal { path: path.clone(), slot, read_only: true });
+                if r.kind == Kind::Guard {
+                    actions.push(Action::StandIn { path, slot });
+                }
             }
             Kind::Writable => actions.push(Action::Writable { path }),
         }
@@ -508,6 +521,7 @@ mod tests {
             read_only: v(read_only),
             writable: v(writable),
             hide: v(hide),
+            guard: Vec::new(),
             hide_secrets: false,
         }
     }
@@ -603,6 +617,30 @@ mod tests {
             ]
         );
         assert_eq!(slots(&a), 2);
+    }
+
+    #[test]
+    fn guard_is_read_only_with_a_stand_in() {
+        let mut f = fs(&["/h/proj"], &[], &[], &["/h"]);
+        f.guard = vec![p("/h/proj/.mcp.json"), p("/w/.vscode")];
+        let a = plan(&f, home(), false).unwrap();
+        assert_eq!(
+            a,
+            vec![
+                Save { path: p("/h/proj"), slot: 0 },
+                Hide { path: p("/h"), holes: true },
+                Reveal { path: p("/h/proj"), slot: 0, read_only: false },
+                Save { path: p("/w/.vscode"), slot: 1 },
+                Reveal { path: p("/w/.vscode"), slot: 1, read_only: true },
+                StandIn { path: p("/w/.vscode"), slot: 1 },
+                Save { path: p("/h/proj/.mcp.json"), slot: 2 },
+                Reveal { path: p("/h/proj/.mcp.json"), slot: 2, read_only: true },
+                StandIn { path: p("/h/proj/.mcp.json"), slot: 2 },
+            ]
+        );
+        // A path takes one rule.
+        f.read_only = vec![p("/w/.vscode")];
+        assert!(plan(&f, home(), false).unwrap_err().message.contains("also in `read_only`"));
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! is protected when, in some recorded run, the nearest of these paths at
 //! or above it is a protected one. Paths are encoded like `layer.json`'s
 //! keys; only paths that existed when the run started are recorded (a
-//! missing secret is not hidden, and the run may create it).
+//! missing secret is not hidden, and the run may create it), except the
+//! `guard` paths, recorded whether or not they exist (a missing one had a
+//! read-only stand-in: no run could create it).
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +74,12 @@ pub(crate) fn rules_of(spec: &RunSpec) -> Result<RunRules, String> {
                 push_path(&mut r.protected, path)
             }
             Action::Reveal { path, read_only: false, .. } => push_path(&mut r.open, path),
+            Action::StandIn { path, .. } => {
+                use std::os::unix::ffi::OsStrExt;
+                // Missing or not: no run could create or change it.
+                r.protected.push(encode(path.as_os_str().as_bytes()));
+                push_path(&mut r.protected, path);
+            }
             _ => {}
         }
     }

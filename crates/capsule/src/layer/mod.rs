@@ -452,6 +452,52 @@ impl Layer {
         Ok(())
     }
 
+    /// The `guard` paths of `spec` missing on the host: a run of it makes
+    /// their stand-ins in the layer ([`Layer::drop_stand_ins`] after it).
+    pub(crate) fn stand_ins_of(spec: &crate::proto::spec::RunSpec) -> Vec<PathBuf> {
+        let homes = crate::host::fsrules::caller_homes(crate::sys::geteuid());
+        spec.filesystem
+            .guard
+            .iter()
+            .filter_map(|g| crate::host::fsrules::rule_path(g, homes.home.as_deref()))
+            .map(PathBuf::from)
+            .filter(|p| std::fs::symlink_metadata(p).is_err())
+            .collect()
+    }
+
+    /// Removes, after a run (its PID 1 gone), the empty files its PID 1
+    /// made in `upper/` as mount points of the stand-ins at `paths`: no
+    /// program could write them (covered from before it started), and
+    /// they are no change of the host's (commit refuses them anyway).
+    pub(crate) fn drop_stand_ins(&self, lock: &LayerLock, paths: &[PathBuf]) -> Result<(), LayerError> {
+        use std::os::unix::ffi::OsStrExt;
+        self.check_lock(lock)?;
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let upper =
+            sl::openat_name(self.dir_fd.as_raw_fd(), b"upper", libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+                .map_err(|e| sys_err("open", self.path_of("upper"), e))?;
+        for p in paths {
+            let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else { continue };
+            let rel = parent.as_os_str().as_bytes().trim_ascii_start().strip_prefix(b"/").unwrap_or(b"");
+            let rel = if rel.is_empty() { &b"."[..] } else { rel };
+            let flags = libc::O_PATH | libc::O_DIRECTORY;
+            let Ok(dir) = sl::openat2(upper.as_raw_fd(), rel, flags, 0, sl::RESOLVE_BENEATH | sl::RESOLVE_NO_SYMLINKS)
+            else {
+                continue; // nothing was made there
+            };
+            let name = name.as_bytes();
+            match sl::lstat_at(dir.as_raw_fd(), name) {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_size == 0 => {
+                    sl::unlink_at(dir.as_raw_fd(), name, false).map_err(|e| sys_err("unlink", p, e))?
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn load_guard_file(&self) -> Result<guard::GuardFile, LayerError> {
         let name = guard::GUARD_FILE;
         let f = match sl::openat_name(

@@ -23,6 +23,8 @@ struct Key {
     empty_root: bool,
     tmp_size: Option<u64>,
     share_net: bool,
+    /// A `guard`'s stand-in is made only in a layer.
+    layered: bool,
 }
 
 impl Key {
@@ -33,6 +35,7 @@ impl Key {
             empty_root: spec.empty_root,
             tmp_size: spec.tmp_size,
             share_net: spec.share_net,
+            layered: !spec.layers.is_empty(),
         }
     }
 
@@ -42,6 +45,7 @@ impl Key {
             && self.empty_root == spec.empty_root
             && self.tmp_size == spec.tmp_size
             && self.share_net == spec.share_net
+            && self.layered != spec.layers.is_empty()
     }
 }
 
@@ -168,6 +172,7 @@ fn copy(plan: &MountPlan) -> Option<MountPlan> {
                     Op::Hide { dst: dst.clone(), holes: *holes, cover: fresh(), name: *name }
                 }
                 Op::Save { dst, slot, name } => Op::Save { dst: dst.clone(), slot: *slot, name: *name },
+                Op::StandIn { dst, name } => Op::StandIn { dst: dst.clone(), name: *name },
                 Op::Reveal { dst, slot, attrs, name } => {
                     Op::Reveal { dst: dst.clone(), slot: *slot, attrs: *attrs, name: *name }
                 }

@@ -133,6 +133,13 @@ pub(crate) enum Op {
         attrs: u64,
         name: u32,
     },
+    /// A `guard` path that was missing on the host: an empty read-only
+    /// file attached there, its mount point made where the run would have
+    /// made it (the layer, a cover); nothing where the view is read-only.
+    StandIn {
+        dst: CString,
+        name: u32,
+    },
     /// A kernel overlay of a layer (`crate::plan::overlay`): made in step 1b
     /// from the host view, attached at `dst` in step 3. `base`: a staged
     /// one's lower layer, a read-only overlay (lower, upper, work, where)
@@ -512,6 +519,7 @@ impl MountPlan {
                 Op::Proc { .. } | Op::Overlay { .. } => (W_WRITABLE, 0),
                 Op::Dev { .. } => (W_DEV, 0),
                 Op::Hide { .. } => (W_HIDDEN, 0),
+                Op::StandIn { .. } => (W_READ_ONLY_RULE, 0),
                 &Op::Reveal { slot, attrs, .. } if attrs & MOUNT_ATTR_RDONLY != 0 => {
                     let _ = slot;
                     (W_READ_ONLY_RULE, 0)
@@ -546,6 +554,7 @@ impl Op {
             | Op::Hide { dst, .. }
             | Op::Save { dst, .. }
             | Op::Reveal { dst, .. }
+            | Op::StandIn { dst, .. }
             | Op::Overlay { dst, .. } => dst,
         }
     }
@@ -801,7 +810,7 @@ impl MountPlan {
         let acting: Vec<&[u8]> = actions
             .iter()
             .filter_map(|a| match a {
-                Action::Hide { .. } => None,
+                Action::Hide { .. } | Action::StandIn { .. } => None,
                 Action::Save { path, .. }
                 | Action::Reveal { path, .. }
                 | Action::Writable { path }
@@ -900,6 +909,23 @@ impl MountPlan {
                     clone: Cell::new(-1),
                     name: name(path.display().to_string()),
                 }),
+                &Action::StandIn { ref path, slot } => {
+                    if saved_at[slot].is_some() {
+                        continue; // there: its read-only clone holds
+                    }
+                    if spec.layers.is_empty() && stand_in_on_host(path) {
+                        return Err(format!(
+                            "filesystem.guard `{}`: missing, and in a run without a layer its stand-in (the mount point \
+                             that keeps the program from creating it) would have to be made on the host, which capsule \
+                             does not do; to fix: create it yourself (it is then mounted read-only), or run in a layer \
+                             (--layer DIR: the stand-in is made there, and no commit takes it)",
+                            path.display()
+                        ));
+                    }
+                    needs_scratch = true;
+                    let n = name(path.display().to_string());
+                    ops.push(Op::StandIn { dst: cstr(path), name: n });
+                }
             }
         }
         // The layer directories themselves are not the program's business
@@ -917,6 +943,17 @@ impl MountPlan {
         let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
         Ok(MountPlan { base, ops, needs_scratch, saved, sources: sources.into(), parents: parents.list.into(), stage })
     }
+}
+
+/// Whether the program could create `path` on the host itself: its
+/// nearest existing directory is one the caller may write (and not the
+/// host view's private `/tmp` or `/run`).
+fn stand_in_on_host(path: &Path) -> bool {
+    let Some(dir) = path.ancestors().skip(1).find(|a| a.is_dir()) else { return false };
+    if dir.starts_with("/tmp") || dir.starts_with("/run") {
+        return false;
+    }
+    sys::access_w(&cstr(dir))
 }
 
 impl MountPlan {

@@ -103,6 +103,9 @@ pub(crate) struct LayerPlan {
     pub backend: Backend,
     /// With `layer_size`: where the run's writes are staged.
     pub stage: Option<Stage>,
+    /// The `guard` paths missing on the host, whose stand-ins' mount
+    /// points PID 1 makes in the layer (removed after the run).
+    pub stand_ins: Vec<PathBuf>,
 }
 
 pub(crate) enum Backend {
@@ -482,7 +485,7 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Option<LayerPlan>, String> {
         stage = s;
         Backend::Kernel(overlays)
     };
-    Ok(Some(LayerPlan { dirs, locks, backend, stage }))
+    Ok(Some(LayerPlan { dirs, locks, backend, stage, stand_ins: Layer::stand_ins_of(spec) }))
 }
 
 fn kernel_overlays(spec: &RunSpec, dirs: &[PathBuf], me: u32) -> Result<(Vec<Overlay>, Option<Stage>), String> {
@@ -598,6 +601,7 @@ pub(crate) fn after_run(plan: &LayerPlan) -> Result<Option<String>, String> {
         Some(st) => st.fold(&top.join("upper"))?,
         None => None,
     };
+    layer.drop_stand_ins(lock, &plan.stand_ins).map_err(|e| format!("removing the guard's stand-ins: {e}"))?;
     layer.record_originals(lock).map_err(|e| format!("recording the layer's originals: {e}"))?;
     Ok(note)
 }

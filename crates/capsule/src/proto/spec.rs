@@ -177,6 +177,12 @@ pub struct Filesystem {
     /// Covered by an empty read-only directory or file (a missing path is
     /// fine).
     pub hide: Vec<PathBuf>,
+    /// Read-only whether or not it exists: a missing path gets an empty
+    /// read-only file as a stand-in, made in the run's layer (a run
+    /// without a layer refuses a missing one), and no commit ever takes
+    /// it (`--preset agent`'s hooks, editor and agent configuration).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guard: Vec<PathBuf>,
     /// Hide the usual secrets of the caller's home
     /// ([`crate::host::fsrules::SECRETS`]); default true.
     pub hide_secrets: bool,
@@ -189,15 +195,22 @@ impl Default for Filesystem {
             read_only: Vec::new(),
             writable: Vec::new(),
             hide: Vec::new(),
+            guard: Vec::new(),
             hide_secrets: true,
         }
     }
 }
 
 impl Filesystem {
-    /// The four lists with their field names.
-    pub fn lists(&self) -> [(&'static str, &[PathBuf]); 4] {
-        [("allow", &self.allow), ("read_only", &self.read_only), ("writable", &self.writable), ("hide", &self.hide)]
+    /// The five lists with their field names.
+    pub fn lists(&self) -> [(&'static str, &[PathBuf]); 5] {
+        [
+            ("allow", &self.allow),
+            ("read_only", &self.read_only),
+            ("writable", &self.writable),
+            ("hide", &self.hide),
+            ("guard", &self.guard),
+        ]
     }
 
     /// Command-line rules over a profile's: a path given in `cli` leaves
@@ -205,13 +218,14 @@ impl Filesystem {
     /// of `cli`'s own lists stays an error).
     pub fn override_with(&mut self, cli: Filesystem) {
         let given: Vec<PathBuf> = cli.lists().iter().flat_map(|(_, l)| l.iter().cloned()).collect();
-        for list in [&mut self.allow, &mut self.read_only, &mut self.writable, &mut self.hide] {
+        for list in [&mut self.allow, &mut self.read_only, &mut self.writable, &mut self.hide, &mut self.guard] {
             list.retain(|p| !given.contains(p));
         }
         self.allow.extend(cli.allow);
         self.read_only.extend(cli.read_only);
         self.writable.extend(cli.writable);
         self.hide.extend(cli.hide);
+        self.guard.extend(cli.guard);
         self.hide_secrets &= cli.hide_secrets;
     }
 

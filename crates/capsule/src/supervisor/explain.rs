@@ -38,6 +38,12 @@ fn hide_source(spec: &RunSpec, homes: &Homes, dst: &str) -> String {
     let home = homes.home.as_deref();
     let q = quote::quote(dst.as_bytes());
     if spec.filesystem.hide.iter().any(|h| rule_path(h, home).as_deref() == Some(dst)) {
+        if !spec.filesystem.guard.is_empty() && home.is_some_and(|h| h.as_os_str().as_bytes() == dst.as_bytes()) {
+            return format!(
+                "hidden by the rule hide {q} (--preset agent: your home is hidden but the project, the toolchains \
+                 and their caches)"
+            );
+        }
         return format!("hidden by the rule hide {q} (--hide)");
     }
     if spec.layers.iter().any(|l| l.as_os_str().as_bytes() == dst.as_bytes()) {
@@ -53,6 +59,11 @@ fn hide_source(spec: &RunSpec, homes: &Homes, dst: &str) -> String {
         return format!("hidden by the mount operation hide {q}");
     }
     format!("{q} is hidden (capsule's own: the agent's sockets)")
+}
+
+/// Whether `dst` is one of the spec's `guard` paths.
+fn guarded(spec: &RunSpec, homes: &Homes, dst: &str) -> bool {
+    spec.filesystem.guard.iter().any(|g| rule_path(g, homes.home.as_deref()).as_deref() == Some(dst))
 }
 
 /// Says why `path` (clean, absolute in the sandbox) is or is not writable
@@ -99,6 +110,17 @@ pub(crate) fn verdict(spec: &RunSpec, homes: &Homes, plan: &MountPlan, path: &st
             };
             (rule, Some(fix))
         }
+        (Some(Op::StandIn { .. } | Op::Reveal { .. }), Place::ReadOnly) if guarded(spec, homes, &dst) => (
+            format!(
+                "read-only by the rule guard {} (kept from being changed or created, even while missing: \
+                 --preset agent protects what your tools run)",
+                q(&dst)
+            ),
+            Some(format!(
+                "none from the sandbox: change {} yourself, outside it (or run without --preset agent)",
+                q(&dst)
+            )),
+        ),
         (Some(Op::Reveal { attrs, .. }), Place::ReadOnly) if attrs & MOUNT_ATTR_RDONLY != 0 => (
             format!("read-only by the rule read_only {} (--read-only; a preset's protection)", q(&dst)),
             Some(format!(
@@ -405,7 +427,10 @@ pub fn why(spec: &RunSpec, q: &Query) -> Result<Verdict, String> {
             plain.layers.clear();
             plain.layer_size = None;
             let mut names = Vec::new();
-            let plan = MountPlan::prepare(&plain, crate::sys::geteuid(), &homes, &mut names, None)?;
+            // In a layer, a missing `guard` path gets its stand-in there.
+            let mut shape = plain.clone();
+            shape.layers = spec.layers.clone();
+            let plan = MountPlan::prepare(&shape, crate::sys::geteuid(), &homes, &mut names, None)?;
             let mut v = verdict(&plain, &homes, &plan, &path, write);
             if let (false, true, Some(layer)) = (v.allowed, write, spec.layers.last()) {
                 let (place, op) = classify(&plan.watch_view(), path.as_bytes());
