@@ -224,3 +224,42 @@ fn agent_preset_without_a_layer() {
     assert_eq!(std::fs::read_to_string(proj.join(".mcp.json")).unwrap(), "{}\n");
     assert!(!proj.join(".git/hooks/pre-commit").exists() && !proj.join(".vscode/settings.json").exists());
 }
+
+/// The preset's network is the package indexes and GitHub by name, through
+/// the proxy: the run has the proxy's variables, a host outside the groups
+/// is refused with the option that would allow it, and `--share-net`
+/// instead leaves the proxy out.
+#[test]
+fn agent_preset_reaches_package_indexes_by_name() {
+    require!("agent_preset_reaches_package_indexes_by_name", userns_available());
+    let project = Scratch::new("agent-net");
+    chown_to_user(&project.join("."));
+    let why = |extra: &[&str]| {
+        let layer = project.join("layer").display().to_string();
+        let mut c = capsule(&["why", "--preset", "agent", "--layer", &layer]);
+        c.args(extra).cwd(project.join("."));
+        c.run()
+    };
+    let out = why(&["--host", "pypi.org"]);
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let out = why(&["--host", "example.com"]);
+    assert_eq!(out.code, Some(1), "{}", out.describe());
+    assert!(out.stdout.contains("--allow-host"), "{}", out.describe());
+    let layer = project.join("layer").display().to_string();
+    let mut c = capsule(&[
+        "run",
+        "-q",
+        "--no-review",
+        "--preset",
+        "agent",
+        "--layer",
+        &layer,
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $HTTPS_PROXY",
+    ]);
+    c.cwd(project.join("."));
+    let out = c.run();
+    assert_eq!((out.code, out.stdout.trim()), (Some(0), "http://127.0.0.1:3128"), "{}", out.describe());
+}

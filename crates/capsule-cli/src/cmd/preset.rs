@@ -51,6 +51,11 @@ pub const TOOLCHAINS: [&str; 8] = [
     "~/.config/git/config",
 ];
 
+/// The hosts an agent's dependency installs and fetches reach by name,
+/// through the proxy (`egress`, docs/egress.md): the package indexes and
+/// GitHub. More with `--allow-host`; fewer with `--deny-host`.
+pub const HOSTS: [&str; 5] = ["@pypi", "@npm", "@crates", "@go", "@github"];
+
 /// Environment variables never passed unless named with `--keep-env`
 /// (or set with `--setenv`): exact names, and `*` patterns.
 pub const SECRET_ENV: [&str; 26] = [
@@ -225,6 +230,15 @@ pub fn apply(name: &str, spec: &mut RunSpec, cwd: &Path, layered: bool) -> Resul
         }
     }
     fs.guard.extend(guards);
+    // The network by name, beside the command line's hosts (`--share-net` instead: the host's, all of it).
+    if !spec.share_net {
+        let e = spec.egress.get_or_insert_with(Default::default);
+        for h in HOSTS {
+            if !e.allow_hosts.iter().any(|a| a == h) {
+                e.allow_hosts.push(h.to_string());
+            }
+        }
+    }
     // The caller's environment, but the secrets.
     spec.keep_env.extend(std::env::vars_os().filter_map(|(k, _)| {
         let k = k.into_string().ok()?;

@@ -49,7 +49,7 @@ pub fn command() -> Command {
                 .long("preset")
                 .value_name("NAME")
                 .value_parser(super::preset::NAMES)
-                .help("agent: a coding agent's command in this project: the project in a layer (default ~/.local/state/capsule/agent), your home hidden but toolchains and their caches, git hooks and config, .mcp.json, editor and agent settings read-only even before they exist, secrets kept out of the environment, no network (docs/presets.md)"),
+                .help("agent: a coding agent's command in this project: the project in a layer (default ~/.local/state/capsule/agent), your home hidden but toolchains and their caches, git hooks and config, .mcp.json, editor and agent settings read-only even before they exist, secrets kept out of the environment, the network to the package indexes and GitHub by name (--allow-host @pypi @npm @crates @go @github; docs/presets.md)"),
         )
         .arg(
             Arg::new("no-layer")

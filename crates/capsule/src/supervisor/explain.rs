@@ -381,6 +381,35 @@ pub fn why(spec: &RunSpec, q: &Query) -> Result<Verdict, String> {
     match q {
         Query::Host(host, port) => {
             let port = port.unwrap_or(443);
+            // With egress, a name goes through the proxy's rules (a local address is decided only when resolved).
+            let local_name = host == "localhost" || host.ends_with(".localhost");
+            if let (Some(e), false) = (&spec.egress, local_name) {
+                let rules = crate::proto::egress::Rules::new(e).map_err(|err| err.to_string())?;
+                let shown = crate::proto::egress::normalize_host(host).unwrap_or_else(|| host.clone());
+                return Ok(match rules.verdict(&shown, port) {
+                    crate::proto::egress::Verdict::Allowed(p) => Verdict {
+                        allowed: true,
+                        rule: format!(
+                            "the egress policy allows it by {p}, through capsule's proxy{}",
+                            if e.allow_local { "" } else { " (unless it resolves to a local address: --allow-local)" }
+                        ),
+                        fix: None,
+                        errno: None,
+                    },
+                    crate::proto::egress::Verdict::Denied(p) => Verdict {
+                        allowed: false,
+                        rule: format!("the egress policy: deny-host {p}"),
+                        fix: Some(format!("none while --deny-host {p} stands (a deny wins over any allow)")),
+                        errno: None,
+                    },
+                    crate::proto::egress::Verdict::NotAllowed => Verdict {
+                        allowed: false,
+                        rule: "the egress policy: no allow-host".into(),
+                        fix: Some(format!("--allow-host {shown}:{port}")),
+                        errno: None,
+                    },
+                });
+            }
             let entry = NetLogEntry {
                 syscall: "connect".into(),
                 family: if host.contains(':') { "inet6".into() } else { "inet".into() },
