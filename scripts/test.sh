@@ -68,6 +68,13 @@ lint() {
   fi
 }
 
+# Every test file is run by a stage here or in scripts/test-slow.sh (a new
+# one left out of both would never run).
+for t in crates/*/tests/*.rs; do
+  n=$(basename "$t" .rs)
+  grep -Eq -- "--test $n( |$)|\\b$n\\b.*cgroup_|\\\$1 == \"$n\"" scripts/test.sh scripts/test-slow.sh ||
+    { echo "test.sh: $t is run by no stage (scripts/test.sh, scripts/test-slow.sh)" >&2; exit 1; }
+done
 # The debug build the black-box tests run; a dependency on the system's
 # libseccomp fails it (scripts/without-libseccomp).
 stage build scripts/without-libseccomp cargo build --workspace --all-targets
@@ -82,7 +89,7 @@ lint format fmt --all -- --check
 stage tests cargo test --workspace --lib --test layout --bin capsule-cli --bin capsule-probe --bin capsule-bench \
   --bin capsule-libtest --test cli --test isolation --test filesystem --test server --test library --test landlock \
   --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge \
-  --test agent "$@"
+  --test agent --test egress --test explain --test mcp --test agent_preset "$@"
 stage degraded cargo test -p capsule-cli --test cgroups "$@" degraded_
 # `capsule serve --per-cpu` (a pinned supervisor per CPU behind a front):
 # the protocol's tests once more through the front, but those that look
@@ -106,7 +113,7 @@ stage worker cargo test -p capsule-cli --test worker "$@"
 # warm supervisor `capsule run` reuses by default; the passes above fork a
 # supervisor per run, which is what most of their checks are about).
 stage agent env CAPSULE_TEST_AGENT=1 cargo test -p capsule-cli --test cli --test isolation --test filesystem \
-  --test seccomp --test landlock --test shell --test layer_run --test judging_io --test netlog "$@"
+  --test seccomp --test landlock --test shell --test layer_run --test judging_io --test netlog --test egress --test explain "$@"
 # The release packages: one release build (libseccomp hidden again),
 # scripts/package.sh's .deb and tarball checked, installed, used as the
 # test user and purged (scripts/test-package.sh; root only).
