@@ -486,7 +486,9 @@ fn judge0_replay(cg: bool, id: u32) {
             "{}",
             m.1
         );
-        assert!((1.0..1.06).contains(&m.secs("time")), "{script}: {}", m.1);
+        // Within 60 ms of -t on a host; in the QEMU VM PID 1 may wait on its vCPU meanwhile.
+        let late = if h().vm { 0.6 } else { 0.06 };
+        assert!((1.0..1.0 + late).contains(&m.secs("time")), "{script}: {}", m.1);
         assert!(!out.stdout.contains("after") && !out.stderr.contains("CPU time limit"), "{}", out.describe());
     }
     let (out, m) = case("./sol sleep 30\n", "", &[]);
@@ -509,8 +511,10 @@ fn judge0_replay(cg: bool, id: u32) {
     let (out, m) = case("exec ./sol fork\n", "", &["-p1"]);
     assert_eq!((out.code, out.stdout.as_str()), (Some(0), "fork failed errno=11\n"), "{}\n{}", out.describe(), m.1);
     // The environment as set, /etc readable but not executable, the box writable.
-    let (out, m) = case("./sol env | grep -E '^(HOME|PATH)=' | sort; head -c4 /etc/passwd; echo; cp /bin/true /tmp/t && /tmp/t && echo tmp-exec; echo x >written && cat written\n", "", &[]);
-    out.assert_code(0);
+    // (Time enough for a few processes under the VM's emulation: the case is not about time.)
+    let slow: &[&str] = &["-t", "10", "-w", "30"];
+    let (out, m) = case("./sol env | grep -E '^(HOME|PATH)=' | sort; head -c4 /etc/passwd; echo; cp /bin/true /tmp/t && /tmp/t && echo tmp-exec; echo x >written && cat written\n", "", slow);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.describe(), m.1);
     assert_eq!(
         out.stdout,
         "HOME=/tmp\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nroot\ntmp-exec\nx\n",
@@ -518,9 +522,9 @@ fn judge0_replay(cg: bool, id: u32) {
         out.describe(),
         m.1
     );
-    let (out, _) =
-        case("cp /bin/true /etc/t 2>/dev/null || echo no-write; /etc/passwd 2>/dev/null || echo no-exec\n", "", &[]);
-    assert_eq!(out.stdout, "no-write\nno-exec\n", "{}", out.describe());
+    let (out, m) =
+        case("cp /bin/true /etc/t 2>/dev/null || echo no-write; /etc/passwd 2>/dev/null || echo no-exec\n", "", slow);
+    assert_eq!(out.stdout, "no-write\nno-exec\n", "{}\n{}", out.describe(), m.1);
     iso.cleanup();
 }
 
