@@ -173,7 +173,7 @@ fn loopback(family: &str, addr: &str) -> bool {
 }
 
 /// The network log's destinations the run's network refuses.
-pub fn network_violations(spec: &RunSpec, log: &[NetLogEntry]) -> Vec<Violation> {
+pub fn network_violations(spec: &RunSpec, log: &[NetLogEntry], landlock: bool) -> Vec<Violation> {
     let mut out = Vec::new();
     for e in log {
         let (Some(addr), Some(port)) = (&e.address, e.port) else { continue };
@@ -192,9 +192,10 @@ pub fn network_violations(spec: &RunSpec, log: &[NetLogEntry]) -> Vec<Violation>
             count: e.count,
         };
         if spec.egress.is_some() && !loopback(&e.family, addr) {
-            // With egress the way out is the proxy, by name.
+            // With egress the way out is the proxy, by name; Landlock refuses a TCP connect elsewhere first.
+            let tcp = landlock && e.syscall.ends_with("connect");
             out.push(v(
-                "ENETUNREACH",
+                if tcp { "EACCES" } else { "ENETUNREACH" },
                 "the run's network leads out only through capsule's proxy (HTTP_PROXY, ALL_PROXY)".into(),
                 "connect through the proxy, to a host --allow-host names (docs/egress.md)".into(),
             ));
@@ -309,7 +310,8 @@ pub(crate) fn violations(
         dropped = log.fs.dropped.load(SeqCst);
     }
     if spec.explain {
-        out.extend(network_violations(spec, net));
+        let landlock = res.landlock == Some(crate::proto::result::Enforcement::Full);
+        out.extend(network_violations(spec, net, landlock));
         out.extend(egress_violations(res.network.as_deref().unwrap_or_default()));
     }
     (out, dropped)
@@ -430,7 +432,7 @@ pub fn why(spec: &RunSpec, q: &Query) -> Result<Verdict, String> {
                 }),
                 ..entry
             };
-            Ok(match network_violations(spec, &[entry]).into_iter().next() {
+            Ok(match network_violations(spec, &[entry], false).into_iter().next() {
                 Some(v) => Verdict {
                     allowed: false,
                     rule: v.rule,
@@ -541,12 +543,12 @@ mod tests {
             count: 2,
         };
         let spec = RunSpec::new(["/bin/true"]);
-        let v = network_violations(&spec, &[e("93.184.216.34", 443), e("127.0.0.1", 80)]);
+        let v = network_violations(&spec, &[e("93.184.216.34", 443), e("127.0.0.1", 80)], false);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].errno.as_deref(), Some("ENETUNREACH"));
         assert!(v[0].fix.starts_with("--share-net"));
         let spec = RunSpec { share_net: true, tcp_connect: Some(vec![443]), ..RunSpec::new(["/bin/true"]) };
-        let v = network_violations(&spec, &[e("93.184.216.34", 443), e("93.184.216.34", 80)]);
+        let v = network_violations(&spec, &[e("93.184.216.34", 443), e("93.184.216.34", 80)], false);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].fix, "--tcp-connect 443,80");
         assert_eq!(
