@@ -1,13 +1,17 @@
 //! The egress proxy of a run with `egress` (docs/egress.md).
 //!
 //! A listener on 127.0.0.1:3128 *inside* the run's network (made by a
-//! short-lived thread that enters that network: a socket stays in the
-//! network it was made in), served from the host's network by threads of
-//! the supervisor: HTTP (`CONNECT` and absolute-URI requests) and SOCKS5
+//! short-lived thread that enters that network, when PID 1 is prepared: a
+//! socket stays in the network it was made in), served from the host's
+//! network by the supervisor: one long-lived thread accepts on every run's
+//! listener (epoll), a thread per connection serves it: HTTP (`CONNECT`
+//! and absolute-URI requests) and SOCKS5
 //! (the first byte tells them apart). Each destination is checked against
 //! the rules, resolved here (never by the program), refused when an address
 //! is local unless `allow_local`, and recorded for the run's `network`
-//! report. The run's network still has no route out: if this proxy fails
+//! report; with `ask`, a destination no pattern names is asked about
+//! through the loop (an eventfd in its poll set), on the run's client's
+//! connection only. The run's network still has no route out: if this proxy fails
 //! or stops, the run has no network beyond its loopback.
 //!
 //! Who is on the other end: only the run's processes can reach the
