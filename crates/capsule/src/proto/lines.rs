@@ -329,6 +329,23 @@ mod tests {
     }
 
     #[test]
+    fn answers_parse_or_say_why_not() {
+        match parse_line(br#"{"id": 4, "answer": {"ask_id": 2, "decision": "deny"}}"#).unwrap() {
+            LineRequest::Answer { id, answer } => {
+                assert_eq!(id, json!(4));
+                assert_eq!(parse_answer(&answer), Ok((2, "deny")));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_answer(&json!({"ask_id": 2, "decision": "yes"})).unwrap_err().0, Some(2));
+        assert!(parse_answer(&json!({"decision": "deny"})).unwrap_err().1.contains("ask_id"));
+        assert!(parse_answer(&json!({"ask_id": 1, "decision": "deny", "x": 1})).is_err());
+        assert!(parse_answer(&json!("deny")).is_err());
+        let l = String::from_utf8(ask_line(&json!("r"), 3, "a.test", 443, "connect")).unwrap();
+        assert_eq!(l, "{\"id\":\"r\",\"ask\":{\"ask_id\":3,\"host\":\"a.test\",\"port\":443,\"via\":\"connect\"}}\n");
+    }
+
+    #[test]
     fn lines_and_oversized_lines() {
         let mut r = LineReader::default();
         r.push(b"{\"a\":1}\n\n  \n{\"b\"");
