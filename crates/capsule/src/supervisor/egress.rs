@@ -115,6 +115,8 @@ impl Decision {
     }
 }
 
+/// Connections accepted from one listener before the others' turn.
+const ACCEPT_BATCH: usize = 16;
 /// Asks one run may have waiting at once; more are refused unasked.
 const MAX_ASKS: usize = 16;
 
@@ -321,9 +323,11 @@ fn accept_loop(epoll: &OwnedFd, runs: &Mutex<HashMap<u64, Arc<Shared>>>) {
 }
 
 impl Shared {
-    /// Accepts what is waiting on the listener; a thread for each connection.
+    /// Accepts what is waiting on the listener, a few at a time (epoll
+    /// reports it again: a run that connects without pause cannot keep the
+    /// thread from the others' listeners); a thread for each connection.
     fn accept_all(self: &Arc<Shared>) {
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             let client = {
                 let l = self.listener.lock().unwrap_or_else(|e| e.into_inner());
                 let Some(l) = l.as_ref() else { return };
