@@ -13,6 +13,11 @@ every round; ratios per round, then their median):
    (`--allow-host bench.test --allow-local`, plain HTTP) against curl inside
    a `--share-net` run straight to 127.0.0.1; curl's own time_total.
 
+With BEFORE=DIR (a staged `capsule` and `capsule-cli` of another
+build), the per-run rows also measure that build's two commands in the
+same interleaved rounds (its own difference, and its floor beside this
+one's). ONLY=agent measures the per-run cost through the agent alone.
+
 Usage: egress_driver.py CAPSULE ROUNDS RUNS_PER_ROUND
 """
 import os
@@ -59,21 +64,37 @@ def timed(argv, env=None):
     return time.perf_counter() - t
 
 
+BEFORE = os.environ.get("BEFORE")
+
+
 def per_run(extra_env, label):
-    base = [CAPSULE, "run", "-q"]
-    cmds = {"none": base + ["--", "/bin/true"], "policy": base + ["--allow-host", "bench.test", "--", "/bin/true"]}
+    builds = [("", CAPSULE)] + ([("before: ", os.path.join(BEFORE, "capsule"))] if BEFORE else [])
+    cmds = {}
+    for tag, exe in builds:
+        base = [exe, "run", "-q"]
+        cmds[tag + "none"] = base + ["--", "/bin/true"]
+        cmds[tag + "policy"] = base + ["--allow-host", "bench.test", "--", "/bin/true"]
+        if not tag:
+            # The network log alone (which a policy turns on): its share of the difference.
+            cmds["net-log"] = base + ["--net-log", "--", "/bin/true"]
     env = dict(os.environ, **extra_env)
     for c in cmds.values():  # warm-up (and the agent started)
         for _ in range(20):
             timed(c, env)
-    med = {"none": [], "policy": []}
+    med = {k: [] for k in cmds}
+    keys = list(cmds)
     for r in range(ROUNDS):
-        order = ["none", "policy"] if r % 2 == 0 else ["policy", "none"]
-        for k in order:
+        for k in (keys if r % 2 == 0 else keys[::-1]):
             med[k].append(statistics.median(timed(cmds[k], env) for _ in range(RUNS)))
-    diffs = [(p - n) * 1e3 for n, p in zip(med["none"], med["policy"])]
-    print(f"| per-run, {label} | {statistics.median(med['none'])*1e3:.3f} ms | {statistics.median(med['policy'])*1e3:.3f} ms "
-          f"| +{statistics.median(diffs):.3f} ms (rounds: {min(diffs):+.3f} .. {max(diffs):+.3f}) |")
+    n, p = med["none"], med["net-log"]
+    diffs = [(b - a) * 1e3 for a, b in zip(n, p)]
+    print(f"| per-run, {label}, --net-log alone | {statistics.median(n)*1e3:.3f} ms | {statistics.median(p)*1e3:.3f} ms "
+          f"| {statistics.median(diffs):+.3f} ms (rounds: {min(diffs):+.3f} .. {max(diffs):+.3f}) |")
+    for tag, _ in builds:
+        n, p = med[tag + "none"], med[tag + "policy"]
+        diffs = [(b - a) * 1e3 for a, b in zip(n, p)]
+        print(f"| {tag}per-run, {label} | {statistics.median(n)*1e3:.3f} ms | {statistics.median(p)*1e3:.3f} ms "
+              f"| {statistics.median(diffs):+.3f} ms (rounds: {min(diffs):+.3f} .. {max(diffs):+.3f}) |")
 
 
 def download():
@@ -109,5 +130,6 @@ def download():
 print("| measure | without egress | with egress | difference (median of the rounds) |")
 print("| --- | ---: | ---: | ---: |")
 per_run({}, "through the agent")
-per_run({"CAPSULE_AGENT": "off"}, "--no-agent")
-download()
+if os.environ.get("ONLY") != "agent":
+    per_run({"CAPSULE_AGENT": "off"}, "--no-agent")
+    download()

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any, Dict
 
 import pytest
 
@@ -279,4 +280,45 @@ def test_egress_by_name(sb: cs.Sandbox) -> None:
                                                                                ("no.test", "refused")], r.raw
         assert net[0]["via"] == "http" and net[0]["bytes_received"] > 0 and net[1]["rule"] == "no allow-host"
     finally:
+        srv.shutdown()
+
+
+def test_egress_asks_go_to_on_ask(sb: cs.Sandbox) -> None:
+    """``egress.ask``: a host no pattern names is asked about through
+    ``on_ask`` (docs/protocol.md, "Asks"); an allow-run answer stands for
+    the rest of the run, a deny is the proxy's 403."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"hi")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    asked = []
+
+    def on_ask(a: Dict[str, Any]) -> str:
+        asked.append((a["host"], a["port"], a["via"]))
+        return "allow-run" if a["host"] == "yes.test" else "deny"
+
+    sb.on_ask = on_ask
+    try:
+        port = srv.server_address[1]
+        egress = {"ask": True, "allow_local": True, "resolve": {"yes.test": ["127.0.0.1"], "no.test": ["127.0.0.1"]}}
+        fetch = "curl -s -o /dev/null -w '%{http_code} '"
+        r = sb.run(sh(f"for h in yes yes no; do {fetch} http://$h.test:{port}/; done"),
+                   stdout=cs.Capture(4096), egress=egress)
+        assert r.ok and r.stdout is not None and r.stdout.text == "200 200 403 ", r.raw
+        assert asked == [("yes.test", port, "http"), ("no.test", port, "http")], asked
+        rules = [(e["host"], e["rule"]) for e in r.network or []]
+        assert rules == [("yes.test", "asked: allow-run"), ("no.test", "asked: deny")], r.raw
+    finally:
+        sb.on_ask = None
         srv.shutdown()

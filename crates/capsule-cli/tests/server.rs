@@ -127,8 +127,8 @@ fn parse_response(line: &str, transcript: impl FnOnce() -> String) -> Value {
     };
     let o = v.as_object().unwrap_or_else(|| panic!("response is not an object: {line}"));
     assert!(o.contains_key("id"), "response without an id: {line}");
-    let kinds = ["result", "error", "ok"].iter().filter(|k| o.contains_key(**k)).count();
-    assert_eq!(kinds, 1, "a response has exactly one of result, error, ok: {line}");
+    let kinds = ["result", "error", "ok", "ask", "answer_refused"].iter().filter(|k| o.contains_key(**k)).count();
+    assert_eq!(kinds, 1, "a response has exactly one of result, error, ok, ask, answer_refused: {line}");
     v
 }
 
@@ -1692,4 +1692,209 @@ fn serve_per_cpu_refusals() {
         .run();
     assert_eq!(out.code, Some(125), "{}", out.describe());
     assert!(out.stderr.contains("cgroups are required"), "{}", out.describe());
+}
+
+// ---------------------------------------------------------------- asks (egress.ask)
+
+/// An HTTP server on the host's 127.0.0.1 answering `hello` to any request;
+/// its port and how many requests it had.
+fn hello_server() -> (u16, std::sync::Arc<AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen on the host's loopback");
+    let port = l.local_addr().unwrap().port();
+    let n = std::sync::Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            n2.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(c.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).map(|k| k > 2).unwrap_or(false) {
+                    line.clear();
+                }
+                let mut w = c;
+                let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+            });
+        }
+    });
+    (port, n)
+}
+
+/// A run that fetches each of `urls` through the proxy (curl), printing
+/// the status line, `X-Proxy-Error` and body of each, one block per URL.
+fn fetching(urls: &[String], egress: Value) -> Value {
+    let list = urls.join(" ");
+    let script = format!(
+        "for u in {list}; do curl -sS -D - $u | tr -d '\\r' | grep -E '^(HTTP|X-Proxy-Error|hello)'; echo; echo; done"
+    );
+    json!({ "argv": ["/bin/sh", "-c", script], "stdout": {"capture": 65536}, "egress": egress })
+}
+
+fn have_curl() -> Result<(), String> {
+    if Path::new("/usr/bin/curl").exists() {
+        Ok(())
+    } else {
+        Err("no /usr/bin/curl".into())
+    }
+}
+
+/// The next line for run `id`, which must be an ask; its `ask` object.
+#[track_caller]
+fn next_ask(c: &mut impl Conn, id: &Value) -> Value {
+    let v = c.recv_id(id, T);
+    match v.get("ask") {
+        Some(a) => a.clone(),
+        None => panic!("expected an ask for {id}, got {v}; lines so far:\n{}", c.transcript()),
+    }
+}
+
+fn answer(c: &mut impl Conn, id: &Value, ask: &Value, decision: &str) {
+    c.send(&json!({ "id": id, "answer": { "ask_id": ask["ask_id"], "decision": decision } }));
+}
+
+fn blocks(r: &Value) -> Vec<String> {
+    let out = r["stdout"]["text"].as_str().unwrap_or_else(|| panic!("no stdout: {r}"));
+    out.split("\n\n\n").map(str::to_string).collect()
+}
+
+fn net_rule(r: &Value, host: &str) -> Value {
+    let net = r["network"].as_array().unwrap_or_else(|| panic!("no network report: {r}"));
+    let e = net.iter().find(|e| e["host"] == host).unwrap_or_else(|| panic!("no entry for {host}: {r}"));
+    json!({ "rule": e["rule"], "verdict": e["verdict"], "count": e["count"] })
+}
+
+#[test]
+fn serve_asks_about_unnamed_hosts_once_per_answer() {
+    require!("serve_asks_about_unnamed_hosts_once_per_answer", userns_available());
+    require!("serve_asks_about_unnamed_hosts_once_per_answer", have_curl());
+    let _g = procs_shared();
+    let (port, hits) = hello_server();
+    let url = |h: &str| format!("http://{h}:{port}/");
+    let egress = json!({
+        "allow_hosts": ["named.test"], "deny_hosts": ["denied.test"], "ask": true, "allow_local": true,
+        "resolve": {"named.test": ["127.0.0.1"], "once.test": ["127.0.0.1"], "run.test": ["127.0.0.1"],
+                    "no.test": ["127.0.0.1"], "denied.test": ["127.0.0.1"]}
+    });
+    let urls = [
+        url("once.test"),
+        url("once.test"),
+        url("run.test"),
+        url("run.test"),
+        url("no.test"),
+        url("denied.test"),
+        url("named.test"),
+    ];
+    let mut s = serve(&[]);
+    let id = json!("asking");
+    s.request(id.clone(), fetching(&urls, egress));
+    // allow-once: asked again for the next connection.
+    for _ in 0..2 {
+        let a = next_ask(&mut s, &id);
+        assert_eq!(
+            (a["host"].as_str(), a["port"].as_u64(), a["via"].as_str()),
+            (Some("once.test"), Some(port as u64), Some("http")),
+            "{a}"
+        );
+        answer(&mut s, &id, &a, "allow-once");
+    }
+    // allow-run: asked once for both.
+    let a = next_ask(&mut s, &id);
+    assert_eq!(a["host"], "run.test", "{a}");
+    answer(&mut s, &id, &a, "allow-run");
+    // A second answer to the same ask is not taken.
+    answer(&mut s, &id, &a, "deny");
+    let v = s.recv_id(&id, T);
+    assert_eq!(v["answer_refused"]["ask_id"], a["ask_id"], "{v}");
+    assert!(
+        v["answer_refused"]["reason"].as_str().is_some_and(|r| r.contains("no such ask") || r.contains("answered")),
+        "{v}"
+    );
+    // deny: a 403 naming the caller.
+    let a = next_ask(&mut s, &id);
+    assert_eq!(a["host"], "no.test", "{a}");
+    answer(&mut s, &id, &a, "deny");
+    // The explicit deny and the named host are never asked about: the result comes next.
+    let r = s.result(&id, T);
+    assert_exited(&r, 0);
+    let b = blocks(&r);
+    for (i, blk) in b.iter().take(4).enumerate() {
+        assert!(blk.contains("HTTP/1.1 200") && blk.contains("hello"), "block {i}: {r}");
+    }
+    assert!(b[4].contains("HTTP/1.1 403 Forbidden\nX-Proxy-Error: blocked-by-user"), "{r}");
+    assert!(b[5].contains("X-Proxy-Error: blocked-by-denylist"), "{r}");
+    assert!(b[6].contains("hello"), "{r}");
+    assert_eq!(hits.load(Ordering::SeqCst), 5);
+    assert_eq!(net_rule(&r, "once.test"), json!({"rule": "asked: allow-once", "verdict": "allowed", "count": 2}));
+    assert_eq!(net_rule(&r, "run.test"), json!({"rule": "asked: allow-run", "verdict": "allowed", "count": 2}));
+    assert_eq!(net_rule(&r, "no.test"), json!({"rule": "asked: deny", "verdict": "refused", "count": 1}));
+    assert_eq!(net_rule(&r, "denied.test"), json!({"rule": "deny-host denied.test", "verdict": "refused", "count": 1}));
+    s.finish().assert_code(0);
+}
+
+#[test]
+fn serve_asks_time_out_to_deny_and_never_override_local_refusals() {
+    require!("serve_asks_time_out_to_deny_and_never_override_local_refusals", userns_available());
+    require!("serve_asks_time_out_to_deny_and_never_override_local_refusals", have_curl());
+    let _g = procs_shared();
+    let (port, hits) = hello_server();
+    let mut s = serve(&[]);
+    // No answer within ask_timeout: refused; a late answer is not taken.
+    let id = json!(1);
+    let egress =
+        json!({"ask": true, "ask_timeout": "300ms", "allow_local": true, "resolve": {"slow.test": ["127.0.0.1"]}});
+    s.request(id.clone(), fetching(&[format!("http://slow.test:{port}/")], egress));
+    let a = next_ask(&mut s, &id);
+    let r = s.result(&id, T);
+    assert!(blocks(&r)[0].contains("X-Proxy-Error: blocked-ask-unanswered"), "{r}");
+    assert_eq!(net_rule(&r, "slow.test")["rule"], "asked: no answer in 300 ms");
+    answer(&mut s, &id, &a, "allow-run");
+    let v = s.recv_id(&id, T);
+    assert!(v.get("answer_refused").is_some(), "{v}");
+    // Asked, allowed, and still refused: the name is local and the run has no allow_local.
+    let id = json!(2);
+    let egress = json!({"ask": true, "resolve": {"local.test": ["127.0.0.1"]}});
+    s.request(id.clone(), fetching(&[format!("http://local.test:{port}/")], egress));
+    let a = next_ask(&mut s, &id);
+    answer(&mut s, &id, &a, "allow-run");
+    let r = s.result(&id, T);
+    assert!(blocks(&r)[0].contains("X-Proxy-Error: blocked-local-address"), "{r}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    // Bad answers are refused, never as an `error` that would end the run.
+    s.send(&json!({"id": 9, "answer": {"ask_id": 1, "decision": "yes"}}));
+    let v = s.recv_id(&json!(9), T);
+    assert!(v["answer_refused"]["reason"].as_str().unwrap().contains("allow-once"), "{v}");
+    s.send(&json!({"id": 9, "answer": {"ask_id": 1, "decision": "deny"}}));
+    let v = s.recv_id(&json!(9), T);
+    assert!(v["answer_refused"]["reason"].as_str().unwrap().contains("no run with this id"), "{v}");
+    // Only capsule serve's clients answer: not an interactive run.
+    let sol = json!({"argv": ["/bin/true"], "egress": {"ask": true}});
+    s.send(&json!({"id": 3, "interact": {"solution": sol, "interactor": {"argv": ["/bin/true"]}}}));
+    assert!(s.error(&json!(3), T).contains("egress.ask"));
+    s.finish().assert_code(0);
+}
+
+#[test]
+fn serve_asks_are_answered_only_by_the_connection_that_sent_the_run() {
+    require!("serve_asks_are_answered_only_by_the_connection_that_sent_the_run", userns_available());
+    require!("serve_asks_are_answered_only_by_the_connection_that_sent_the_run", have_curl());
+    let _g = procs_shared();
+    let (port, hits) = hello_server();
+    let dir = Scratch::new("ask-listen");
+    let (_server, path) = listen(&dir, &[]);
+    let mut a_conn = Sock::connect(&path);
+    let mut b_conn = Sock::connect(&path);
+    let id = json!(1);
+    let egress = json!({"ask": true, "allow_local": true, "resolve": {"x.test": ["127.0.0.1"]}});
+    a_conn.request(id.clone(), fetching(&[format!("http://x.test:{port}/")], egress));
+    let a = next_ask(&mut a_conn, &id);
+    // The same id and ask id from another connection: refused, and the ask still waits.
+    answer(&mut b_conn, &id, &a, "allow-run");
+    let v = b_conn.recv_id(&id, T);
+    assert!(v["answer_refused"]["reason"].as_str().unwrap().contains("no run with this id on this connection"), "{v}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    answer(&mut a_conn, &id, &a, "deny");
+    let r = a_conn.result(&id, T);
+    assert!(blocks(&r)[0].contains("X-Proxy-Error: blocked-by-user"), "{r}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
 }

@@ -13,7 +13,7 @@ import os
 import socket
 import subprocess
 from types import TracebackType
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Type, Union, cast
+from typing import Callable, IO, Any, Dict, List, Mapping, Optional, Sequence, Type, Union, cast
 
 from . import _proto
 from ._binary import find_capsule
@@ -85,13 +85,19 @@ class AsyncSandbox:
     def __init__(self, parallel: int = 1, *, capsule: Optional[str] = None, prepare: bool = True,
                  network: Optional[str] = None, cgroup: Optional[str] = None, require_cgroups: bool = False,
                  no_cgroups: bool = False, server_args: Sequence[str] = (),
-                 env: Optional[Mapping[str, str]] = None, per_cpu: bool = False) -> None:
+                 env: Optional[Mapping[str, str]] = None, per_cpu: bool = False,
+                 on_ask: Optional[Callable[[Dict[str, Any]], str]] = None) -> None:
         self._args = _proto.server_args(parallel, prepare, network, cgroup, require_cgroups, no_cgroups,
                                         server_args, per_cpu)
         self.capsule: Optional[str] = find_capsule(capsule)
         """The binary the server runs from (None for a socket)."""
         self._env = None if env is None else dict(env)
         self._init_state(None)
+        self.on_ask: Optional[Callable[[Dict[str, Any]], str]] = on_ask
+        """Answers the asks of runs with ``egress={..., "ask": True}``: called
+        with the ask (``run_id``, ``ask_id``, ``host``, ``port``, ``via``), returns
+        ``"allow-once"``, ``"allow-run"`` or ``"deny"`` (anything else, an
+        exception, or no ``on_ask``: deny). docs/protocol.md, "Asks"."""
 
     def _init_state(self, path: Optional[str]) -> None:
         self._path = path
@@ -107,6 +113,7 @@ class AsyncSandbox:
         self._eof: Optional[asyncio.Future[None]] = None
         self._closing = False
         self._notices: List[str] = []
+        self.on_ask = None
         self._stderr_tail = b""
         self._stderr_done: Optional[asyncio.Future[None]] = None
         self._died_done = False
@@ -340,6 +347,14 @@ class AsyncSandbox:
             n = -1
         for msg in _proto.decode_lines(text, self._notices, n):
             rid = msg.get("id") if type(msg) is dict else None
+            if type(msg) is dict and ("ask" in msg or "answer_refused" in msg):
+                # Not the run's end: an ask is answered, a refused answer dropped.
+                if "ask" in msg:
+                    try:
+                        self._write(_proto.encode(_proto.answer(rid, msg["ask"], self.on_ask)))
+                    except SupervisorDied:
+                        pass
+                continue
             fut = pending.pop(rid, None) if type(rid) is int else None
             if fut is None:
                 # id null: a line the server could not attribute (a refused peer).

@@ -159,3 +159,17 @@ def death_message(what: str, status: Optional[int], stderr: bytes, notices: Sequ
     if tail:
         msg += f"; its stderr: {tail}"
     return msg
+
+
+def answer(rid: Any, ask: Dict[str, Any], on_ask: Any) -> Dict[str, Any]:
+    """The answer line to an ask of run ``rid``: ``on_ask``'s decision, deny when
+    there is none, it fails, or it says anything else."""
+    decision = "deny"
+    if on_ask is not None:
+        try:
+            d = on_ask(dict(ask, run_id=rid))
+            if d in ("allow-once", "allow-run", "deny"):
+                decision = d
+        except Exception:
+            pass
+    return {"id": rid, "answer": {"ask_id": ask.get("ask_id"), "decision": decision}}

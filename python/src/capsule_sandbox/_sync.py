@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
+from typing import Callable, IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
 
 from . import _proto
 from ._binary import find_capsule
@@ -108,12 +108,19 @@ class Sandbox:
     def __init__(self, parallel: int = 1, *, capsule: Optional[str] = None, prepare: bool = True,
                  network: Optional[str] = None, cgroup: Optional[str] = None, require_cgroups: bool = False,
                  no_cgroups: bool = False, server_args: Sequence[str] = (),
-                 env: Optional[Mapping[str, str]] = None, per_cpu: bool = False) -> None:
+                 env: Optional[Mapping[str, str]] = None, per_cpu: bool = False,
+                 on_ask: Optional[Callable[[Dict[str, Any]], str]] = None) -> None:
         args = _proto.server_args(parallel, prepare, network, cgroup, require_cgroups, no_cgroups, server_args,
                                   per_cpu)
         self.capsule: Optional[str] = find_capsule(capsule)
         """The binary the server runs from (None for a connected socket)."""
         self._init_state()
+        self.on_ask: Optional[Callable[[Dict[str, Any]], str]] = on_ask
+        """Answers the asks of runs with ``egress={..., "ask": True}``: called
+        with the ask (``run_id``, ``ask_id``, ``host``, ``port``, ``via``) on the
+        thread reading responses, returns ``"allow-once"``, ``"allow-run"`` or
+        ``"deny"`` (anything else, an exception, or no ``on_ask``: deny).
+        docs/protocol.md, "Asks"."""
         self._proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
             [self.capsule or "capsule", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, bufsize=0, env=None if env is None else dict(env))
@@ -165,6 +172,7 @@ class Sandbox:
         self._dead: Optional[SupervisorDied] = None
         self._closing = False
         self._notices: List[str] = []
+        self.on_ask = None
         self._stderr_tail = b""
 
     # --- requests ---------------------------------------------------------
@@ -452,6 +460,18 @@ class Sandbox:
             n = -1
         for msg in _proto.decode_lines(text, self._notices, n):
             rid = msg.get("id") if type(msg) is dict else None
+            if type(msg) is dict and ("ask" in msg or "answer_refused" in msg):
+                # Not the run's end: an ask is answered, a refused answer dropped.
+                if "ask" in msg:
+                    line = _proto.encode(_proto.answer(rid, msg["ask"], self.on_ask))
+                    try:
+                        with self._wlock:
+                            view = memoryview(line)
+                            while view:
+                                view = view[os.write(self._wfd, view):]
+                    except (OSError, ValueError):
+                        pass
+                continue
             with plock:
                 w = pending.pop(rid, None) if type(rid) is int else None
             if w is None:

@@ -13,6 +13,9 @@ const SERVE_AFTER: &str = "\
 Protocol (docs/protocol.md): one JSON request per line, one JSON response per line.
   {\"id\": 1, \"spec\": {\"argv\": [\"/bin/true\"]}}     -> {\"id\": 1, \"result\": {...}}
   {\"id\": 2, \"kill\": 1}  /  {\"id\": 3, \"cancel\": 1}  -> {\"id\": 2, \"ok\": true}
+With \"egress\": {..., \"ask\": true}, a host no pattern names is asked about:
+  <- {\"id\": 1, \"ask\": {\"ask_id\": 1, \"host\": ..., \"port\": ..., \"via\": ...}}
+  -> {\"id\": 1, \"answer\": {\"ask_id\": 1, \"decision\": \"allow-once\"|\"allow-run\"|\"deny\"}}
 A spec has the field names of a TOML profile. A run's stdin, stdout and stderr are
 /dev/null unless the spec names files or asks for {\"capture\": SIZE}. Malformed
 requests get {\"id\": ..., \"error\": \"...\"} and the server keeps serving.";

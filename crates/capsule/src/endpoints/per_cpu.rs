@@ -267,6 +267,8 @@ struct Head<'a> {
     kill: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     cancel: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    answer: Option<&'a RawValue>,
 }
 
 /// A field that is there, whatever its value (`null` too).
@@ -284,6 +286,11 @@ struct Answer<'a> {
     error: Option<&'a RawValue>,
     #[serde(borrow, default)]
     ok: Option<&'a RawValue>,
+    /// Not final: an ask of the run's proxy, or an answer not taken.
+    #[serde(borrow, default)]
+    ask: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    answer_refused: Option<&'a RawValue>,
 }
 
 /// What a request line asks, with what is passed on.
@@ -298,6 +305,11 @@ enum Ask {
         id: Value,
         target: Value,
         key: &'static str,
+    },
+    /// An answer to an ask of the client's run `id`: to that run's supervisor.
+    Answer {
+        id: Value,
+        body: String,
     },
 }
 
@@ -519,11 +531,14 @@ impl Front {
     fn line(&mut self, c: usize, line: &[u8]) {
         let head = serde_json::from_slice::<Head>(line).ok().and_then(|h| {
             let target = |raw: &RawValue| serde_json::from_str::<Value>(raw.get()).ok();
-            match (h.spec, h.interact, h.kill, h.cancel) {
-                (Some(s), None, None, None) => Some(Ask::Run { id: h.id, key: "spec", body: s.get().to_owned() }),
-                (None, Some(s), None, None) => Some(Ask::Run { id: h.id, key: "interact", body: s.get().to_owned() }),
-                (None, None, Some(t), None) => Some(Ask::Control { target: target(t)?, id: h.id, key: "kill" }),
-                (None, None, None, Some(t)) => Some(Ask::Control { target: target(t)?, id: h.id, key: "cancel" }),
+            match (h.spec, h.interact, h.kill, h.cancel, h.answer) {
+                (Some(s), None, None, None, None) => Some(Ask::Run { id: h.id, key: "spec", body: s.get().to_owned() }),
+                (None, Some(s), None, None, None) => {
+                    Some(Ask::Run { id: h.id, key: "interact", body: s.get().to_owned() })
+                }
+                (None, None, Some(t), None, None) => Some(Ask::Control { target: target(t)?, id: h.id, key: "kill" }),
+                (None, None, None, Some(t), None) => Some(Ask::Control { target: target(t)?, id: h.id, key: "cancel" }),
+                (None, None, None, None, Some(a)) => Some(Ask::Answer { id: h.id, body: a.get().to_owned() }),
                 _ => None,
             }
         });
@@ -540,6 +555,9 @@ impl Front {
                 }
                 Ok(LineRequest::Kill { id, target }) => Ask::Control { id, target, key: "kill" },
                 Ok(LineRequest::Cancel { id, target }) => Ask::Control { id, target, key: "cancel" },
+                Ok(LineRequest::Answer { id, answer }) => {
+                    Ask::Answer { id, body: serde_json::to_string(&answer).expect("serializable") }
+                }
             },
         };
         match ask {
@@ -572,6 +590,25 @@ impl Front {
                     return self.send_client(c, lines::control_line(&id, &target, false));
                 };
                 self.control(shard, run, key, Some((c, id)), Some(target));
+            }
+            Ask::Answer { id, body } => {
+                // Only the client whose run asked: its ids map to the front's.
+                // Checked as the supervisor would, first: the same refusals.
+                let value = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null);
+                if let Err((ask_id, why)) = lines::parse_answer(&value) {
+                    return self.send_client(c, lines::answer_refused_line(&id, ask_id, &why));
+                }
+                let run = self.clients[c].as_ref().and_then(|cl| cl.ids.get(&id_key(&id)).copied());
+                let Some((run, shard)) = run.and_then(|r| self.flights.get(&r).map(|f| (r, f.shard))) else {
+                    let ask_id = value.get("ask_id").and_then(Value::as_u64);
+                    let why = "no run with this id on this connection is asking";
+                    return self.send_client(c, lines::answer_refused_line(&id, ask_id, why));
+                };
+                if body.len() > lines::MAX_LINE {
+                    return self.send_client(c, lines::error_line(&Value::Null, &lines::too_long()));
+                }
+                let msg = format!("{{\"id\":{run},\"answer\":{body}}}\n");
+                self.shards[shard].out.extend_from_slice(msg.as_bytes());
             }
         }
     }
@@ -633,6 +670,17 @@ impl Front {
     fn answer(&mut self, shard: usize, line: &[u8]) {
         let Ok(a) = serde_json::from_slice::<Answer>(line) else { return };
         let Some(fid) = a.id.as_u64() else { return };
+        if let Some((key, raw)) = a.ask.map(|r| ("ask", r)).or(a.answer_refused.map(|r| ("answer_refused", r))) {
+            // Not the run's end: to its client, under the client's id.
+            let Some((c, id)) = self.flights.get(&fid).and_then(|f| f.client.clone()) else { return };
+            let mut out = Vec::with_capacity(raw.get().len() + 32);
+            out.extend_from_slice(b"{\"id\":");
+            serde_json::to_writer(&mut out, &id).expect("serializable");
+            out.extend_from_slice(format!(",\"{key}\":").as_bytes());
+            out.extend_from_slice(raw.get().as_bytes());
+            out.extend_from_slice(b"}\n");
+            return self.send_client(c, out);
+        }
         let Some(f) = self.flights.remove(&fid) else { return };
         self.shards[shard].load -= f.slots;
         let Some((c, id)) = f.client else { return };

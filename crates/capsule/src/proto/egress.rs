@@ -40,7 +40,17 @@ pub struct Egress {
     /// host's resolver (a hosts file of the run's own). The addresses are
     /// checked like any other: a local one still needs `allow_local`.
     pub resolve: BTreeMap<String, Vec<IpAddr>>,
+    /// Ask the client about a host no pattern names instead of refusing it
+    /// (`capsule serve`'s JSON lines only: docs/protocol.md, "Asks"). A
+    /// deny pattern or a local address is never asked about.
+    pub ask: bool,
+    /// How long the proxy waits for an answer before refusing (default 60 s).
+    #[serde(with = "crate::proto::units::opt_duration")]
+    pub ask_timeout: Option<std::time::Duration>,
 }
+
+/// How long an ask waits for its answer unless `ask_timeout` says.
+pub const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A host part of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +118,12 @@ impl Egress {
                     "not a host name (letters, digits, `-`, `_` and dots)",
                 ));
             }
+        }
+        if self.ask_timeout.is_some() && !self.ask {
+            return Err(SpecError::new("egress.ask_timeout", "only with `ask: true`"));
+        }
+        if self.ask_timeout.is_some_and(|t| t.is_zero() || t > std::time::Duration::from_secs(3600)) {
+            return Err(SpecError::new("egress.ask_timeout", "between 1 ms and 1 hour"));
         }
         for (name, addrs) in &self.resolve {
             if addrs.is_empty() {

@@ -13,10 +13,29 @@ pub const MAX_LINE: usize = 1 << 20;
 /// One parsed request line.
 #[derive(Debug)]
 pub enum LineRequest {
-    Run { id: Value, spec: Box<RunSpec> },
-    Interact { id: Value, spec: Box<InteractSpec> },
-    Cancel { id: Value, target: Value },
-    Kill { id: Value, target: Value },
+    Run {
+        id: Value,
+        spec: Box<RunSpec>,
+    },
+    Interact {
+        id: Value,
+        spec: Box<InteractSpec>,
+    },
+    Cancel {
+        id: Value,
+        target: Value,
+    },
+    Kill {
+        id: Value,
+        target: Value,
+    },
+    /// An answer to an ask of run `id` (checked by the loop: a bad one is
+    /// answered with `answer_refused`, never with an `error` line that
+    /// would read as the run's end).
+    Answer {
+        id: Value,
+        answer: Value,
+    },
 }
 
 /// A line that is not a valid request: the error response to send.
@@ -56,11 +75,15 @@ pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
             let target = map.remove("kill").expect("present");
             Ok(LineRequest::Kill { id, target })
         }
-        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel` nor `kill`".into())),
+        ["answer"] => {
+            let answer = map.remove("answer").expect("present");
+            Ok(LineRequest::Answer { id, answer })
+        }
+        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel`, `kill` nor `answer`".into())),
         _ => Err(fail(
             &id,
             format!(
-                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`; got {}",
+                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`, `answer`; got {}",
                 keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
             ),
         )),
@@ -116,6 +139,33 @@ pub fn control_line(id: &Value, target: &Value, found: bool) -> Vec<u8> {
         ok_line(id)
     } else {
         error_line(id, &format!("no run with id {target} on this connection"))
+    }
+}
+
+/// `{"id": RUN, "ask": {"ask_id": N, "host": ..., "port": ..., "via": ...}}`:
+/// the proxy of run `RUN` asks about a destination no pattern names.
+pub fn ask_line(id: &Value, ask_id: u64, host: &str, port: u16, via: &str) -> Vec<u8> {
+    line(json!({ "id": id, "ask": { "ask_id": ask_id, "host": host, "port": port, "via": via } }))
+}
+
+/// `{"id": RUN, "answer_refused": {"ask_id": N, "reason": ...}}`: an answer
+/// the server did not take (its ask then ends as it would unanswered).
+pub fn answer_refused_line(id: &Value, ask_id: Option<u64>, reason: &str) -> Vec<u8> {
+    line(json!({ "id": id, "answer_refused": { "ask_id": ask_id, "reason": reason } }))
+}
+
+/// An answer's ask id and decision: `{"ask_id": N, "decision": "allow-once" | "allow-run" | "deny"}`.
+pub fn parse_answer(v: &Value) -> Result<(u64, &str), (Option<u64>, String)> {
+    let ask_id = v.get("ask_id").and_then(Value::as_u64);
+    let bad = |m: &str| (ask_id, m.to_string());
+    let Value::Object(m) = v else { return Err(bad("an answer is an object: {\"ask_id\": N, \"decision\": ...}")) };
+    if m.keys().any(|k| k != "ask_id" && k != "decision") {
+        return Err(bad("an answer has only `ask_id` and `decision`"));
+    }
+    let ask_id = ask_id.ok_or_else(|| bad("the answer has no `ask_id` (the ask's, a number)"))?;
+    match m.get("decision").and_then(Value::as_str) {
+        Some(d @ ("allow-once" | "allow-run" | "deny")) => Ok((ask_id, d)),
+        _ => Err(bad("`decision` is one of \"allow-once\", \"allow-run\", \"deny\"")),
     }
 }
 
@@ -276,6 +326,23 @@ mod tests {
         assert!(e.message.contains("mounts[0]"), "{}", e.message);
         let e = parse_line(br#"{"id": 3, "spec": {}, "kill": 1}"#).unwrap_err();
         assert!(e.message.contains("exactly one"), "{}", e.message);
+    }
+
+    #[test]
+    fn answers_parse_or_say_why_not() {
+        match parse_line(br#"{"id": 4, "answer": {"ask_id": 2, "decision": "deny"}}"#).unwrap() {
+            LineRequest::Answer { id, answer } => {
+                assert_eq!(id, json!(4));
+                assert_eq!(parse_answer(&answer), Ok((2, "deny")));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_answer(&json!({"ask_id": 2, "decision": "yes"})).unwrap_err().0, Some(2));
+        assert!(parse_answer(&json!({"decision": "deny"})).unwrap_err().1.contains("ask_id"));
+        assert!(parse_answer(&json!({"ask_id": 1, "decision": "deny", "x": 1})).is_err());
+        assert!(parse_answer(&json!("deny")).is_err());
+        let l = String::from_utf8(ask_line(&json!("r"), 3, "a.test", 443, "connect")).unwrap();
+        assert_eq!(l, "{\"id\":\"r\",\"ask\":{\"ask_id\":3,\"host\":\"a.test\",\"port\":443,\"via\":\"connect\"}}\n");
     }
 
     #[test]

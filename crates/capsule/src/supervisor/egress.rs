@@ -1,13 +1,17 @@
 //! The egress proxy of a run with `egress` (docs/egress.md).
 //!
 //! A listener on 127.0.0.1:3128 *inside* the run's network (made by a
-//! short-lived thread that enters that network: a socket stays in the
-//! network it was made in), served from the host's network by threads of
-//! the supervisor: HTTP (`CONNECT` and absolute-URI requests) and SOCKS5
+//! short-lived thread that enters that network, when PID 1 is prepared: a
+//! socket stays in the network it was made in), served from the host's
+//! network by the supervisor: one long-lived thread accepts on every run's
+//! listener (epoll), a thread per connection serves it: HTTP (`CONNECT`
+//! and absolute-URI requests) and SOCKS5
 //! (the first byte tells them apart). Each destination is checked against
 //! the rules, resolved here (never by the program), refused when an address
 //! is local unless `allow_local`, and recorded for the run's `network`
-//! report. The run's network still has no route out: if this proxy fails
+//! report; with `ask`, a destination no pattern names is asked about
+//! through the loop (an eventfd in its poll set), on the run's client's
+//! connection only. The run's network still has no route out: if this proxy fails
 //! or stops, the run has no network beyond its loopback.
 //!
 //! Who is on the other end: only the run's processes can reach the
@@ -18,10 +22,9 @@
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::SysError;
@@ -47,21 +50,147 @@ const PIPE_SIZE: usize = 1 << 20;
 /// their sockets down; only one still resolving a name takes longer).
 const STOP_WAIT: Duration = Duration::from_millis(200);
 
+/// The supervisor's proxies: one long-lived thread accepts on every run's
+/// listener (epoll), so a run with `egress` starts and stops no thread of
+/// its own; and the asks its connections send to the loop.
+pub(crate) struct Proxies {
+    epoll: Arc<OwnedFd>,
+    runs: Arc<Mutex<HashMap<u64, Arc<Shared>>>>,
+    next: u64,
+    /// Asks for the loop to send on (its eventfd is in the loop's poll set).
+    pub(crate) asks: Arc<AskQueue>,
+}
+
+/// Asks of every run's proxy waiting for the loop.
+pub(crate) struct AskQueue {
+    /// Signalled with each ask queued.
+    pub(crate) wake: OwnedFd,
+    queue: Mutex<Vec<AskOut>>,
+}
+
+/// One ask for the loop to send to the run's client.
+pub(crate) struct AskOut {
+    /// The run's proxy ([`Proxy::key`]).
+    pub(crate) proxy: u64,
+    pub(crate) ask_id: u64,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) via: Via,
+}
+
+impl AskQueue {
+    /// Takes every ask queued (and the eventfd's count).
+    pub(crate) fn take(&self) -> Vec<AskOut> {
+        let _ = sys::read(self.wake.as_raw_fd(), &mut [0u8; 8]);
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// How the protocol names a way in (as the report's `via`).
+pub(crate) fn via_name(v: Via) -> &'static str {
+    match v {
+        Via::Http => "http",
+        Via::Connect => "connect",
+        Via::Socks => "socks",
+        Via::Direct => "direct",
+    }
+}
+
+/// A client's answer to an ask.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Decision {
+    AllowOnce,
+    AllowRun,
+    Deny,
+}
+
+impl Decision {
+    pub(crate) fn parse(s: &str) -> Option<Decision> {
+        match s {
+            "allow-once" => Some(Decision::AllowOnce),
+            "allow-run" => Some(Decision::AllowRun),
+            "deny" => Some(Decision::Deny),
+            _ => None,
+        }
+    }
+}
+
+/// Connections accepted from one listener before the others' turn.
+const ACCEPT_BATCH: usize = 16;
+/// Asks one run may have waiting at once; more are refused unasked.
+const MAX_ASKS: usize = 16;
+
+impl Proxies {
+    pub(crate) fn new() -> Result<Proxies, String> {
+        let epoll = Arc::new(sys::epoll_create().map_err(|e| SysError::new("epoll_create1", e).to_string())?);
+        let wake = sys::eventfd().map_err(|e| SysError::new("eventfd", e).to_string())?;
+        let runs: Arc<Mutex<HashMap<u64, Arc<Shared>>>> = Arc::default();
+        let (ep, rs) = (epoll.clone(), runs.clone());
+        std::thread::Builder::new()
+            .name("capsule-proxy".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || accept_loop(&ep, &rs))
+            .map_err(|e| format!("starting the egress proxy's thread: {e}"))?;
+        let asks = Arc::new(AskQueue { wake, queue: Mutex::new(Vec::new()) });
+        Ok(Proxies { epoll, runs, next: 0, asks })
+    }
+
+    /// Serves `listener` (in the run's network, [`listen_in`]) under `e`'s rules.
+    pub(crate) fn start(&mut self, listener: TcpListener, e: &Egress) -> Result<Proxy, String> {
+        let rules = Rules::new(e).map_err(|e| e.to_string())?;
+        listener.set_nonblocking(true).map_err(|e| format!("the egress proxy's listener: {e}"))?;
+        self.next += 1;
+        let key = self.next;
+        let fd = listener.as_raw_fd();
+        let shared = Arc::new(Shared {
+            rules,
+            allow_local: e.allow_local,
+            resolve: e.resolve.iter().filter_map(|(k, v)| Some((egress::normalize_name(k)?, v.clone()))).collect(),
+            ask: e.ask.then(|| (self.asks.clone(), e.ask_timeout.unwrap_or(egress::ASK_TIMEOUT))),
+            key,
+            listener: Mutex::new(Some(listener)),
+            stop: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            ended: Condvar::new(),
+            answered: Condvar::new(),
+        });
+        lock_map(&self.runs).insert(key, shared.clone());
+        if let Err(e) = sys::epoll_ctl(self.epoll.as_raw_fd(), true, fd, libc::EPOLLIN as u32, key) {
+            lock_map(&self.runs).remove(&key);
+            return Err(SysError::new("epoll_ctl", e).to_string());
+        }
+        Ok(Proxy { shared, runs: self.runs.clone(), epoll: self.epoll.clone(), done: false })
+    }
+}
+
+fn lock_map(m: &Mutex<HashMap<u64, Arc<Shared>>>) -> MutexGuard<'_, HashMap<u64, Arc<Shared>>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A run's proxy: stopped (and its report taken) when the run is over.
 pub(crate) struct Proxy {
     shared: Arc<Shared>,
-    listener: Arc<TcpListener>,
-    accept: Option<JoinHandle<()>>,
+    runs: Arc<Mutex<HashMap<u64, Arc<Shared>>>>,
+    epoll: Arc<OwnedFd>,
+    done: bool,
 }
 
 struct Shared {
     rules: Rules,
     allow_local: bool,
     resolve: HashMap<String, Vec<IpAddr>>,
+    /// `ask`: where asks go, and how long one waits.
+    ask: Option<(Arc<AskQueue>, Duration)>,
+    key: u64,
+    /// Taken (closed) at stop, under this lock: the accepting thread
+    /// uses it only while holding it.
+    listener: Mutex<Option<TcpListener>>,
     stop: AtomicBool,
     state: Mutex<State>,
     /// Signalled when a connection ends.
     ended: Condvar,
+    /// Signalled when an ask is answered, or at stop.
+    answered: Condvar,
 }
 
 type Key = (Option<String>, u16, Via, Verdict, String);
@@ -75,6 +204,11 @@ struct State {
     next_id: u64,
     /// Clones of each live connection's sockets, shut down at stop.
     socks: HashMap<u64, Vec<TcpStream>>,
+    /// Asks waiting, by id: their answer once given.
+    asks: HashMap<u64, Option<Decision>>,
+    next_ask: u64,
+    /// Destinations answered `allow-run`.
+    allowed: std::collections::HashSet<(String, u16)>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -82,25 +216,24 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Proxy {
-    /// Listens in the network `netns` and serves it under `e`'s rules.
-    pub(crate) fn start(netns: RawFd, e: &Egress) -> Result<Proxy, String> {
-        let rules = Rules::new(e).map_err(|e| e.to_string())?;
-        let listener = Arc::new(listen_in(netns)?);
-        let shared = Arc::new(Shared {
-            rules,
-            allow_local: e.allow_local,
-            resolve: e.resolve.iter().filter_map(|(k, v)| Some((egress::normalize_name(k)?, v.clone()))).collect(),
-            stop: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
-            ended: Condvar::new(),
-        });
-        let (sh, l) = (shared.clone(), listener.clone());
-        let accept = std::thread::Builder::new()
-            .name("capsule-proxy".into())
-            .stack_size(THREAD_STACK)
-            .spawn(move || accept_loop(sh, &l))
-            .map_err(|e| format!("starting the egress proxy's thread: {e}"))?;
-        Ok(Proxy { shared, listener, accept: Some(accept) })
+    /// Its key in the asks it sends ([`AskOut::proxy`]).
+    pub(crate) fn key(&self) -> u64 {
+        self.shared.key
+    }
+
+    /// Gives an ask its answer; why not where it cannot be (no such ask
+    /// waiting: answered, timed out, or never asked).
+    pub(crate) fn answer(&self, ask_id: u64, d: Decision) -> Result<(), &'static str> {
+        let mut st = lock(&self.shared.state);
+        match st.asks.get_mut(&ask_id) {
+            Some(slot @ &mut None) => {
+                *slot = Some(d);
+                self.shared.answered.notify_all();
+                Ok(())
+            }
+            Some(Some(_)) => Err("this ask was answered already"),
+            None => Err("no such ask is waiting (answered, timed out, or never asked)"),
+        }
     }
 
     /// Stops serving, closes every connection, and returns the report and
@@ -112,15 +245,21 @@ impl Proxy {
     }
 
     fn halt(&mut self) {
+        self.done = true;
         let sh = &self.shared;
         sh.stop.store(true, SeqCst);
-        // A listening socket shut down fails the accept blocked on it.
-        sys::shutdown(self.listener.as_raw_fd());
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
+        lock_map(&self.runs).remove(&sh.key);
+        // Closed here, not by the accepting thread: the network may be
+        // given back (and its port bound again) as soon as the run is over.
+        if let Some(l) = sh.listener.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = sys::epoll_ctl(self.epoll.as_raw_fd(), false, l.as_raw_fd(), 0, 0);
         }
         let deadline = Instant::now() + STOP_WAIT;
         let mut st = lock(&sh.state);
+        sh.answered.notify_all();
+        if st.live == 0 {
+            return;
+        }
         for s in st.socks.values().flatten() {
             let _ = s.shutdown(Shutdown::Both);
         }
@@ -136,7 +275,7 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        if self.accept.is_some() {
+        if !self.done {
             self.halt();
         }
     }
@@ -144,8 +283,9 @@ impl Drop for Proxy {
 
 /// A TCP listener on the proxy's address in the network `netns`: made by
 /// a thread that enters it (the supervisor's own thread stays in the
-/// host's network, which it could not return to) and then ends.
-fn listen_in(netns: RawFd) -> Result<TcpListener, String> {
+/// host's network, which it could not return to) and then ends. Made when
+/// PID 1 is prepared, ahead of the request for a spare.
+pub(crate) fn listen_in(netns: RawFd) -> Result<TcpListener, String> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("capsule-bridge".into())
@@ -162,41 +302,65 @@ fn listen_in(netns: RawFd) -> Result<TcpListener, String> {
     })
 }
 
-fn accept_loop(sh: Arc<Shared>, l: &TcpListener) {
+/// The accepting thread: every run's listener in one epoll set.
+fn accept_loop(epoll: &OwnedFd, runs: &Mutex<HashMap<u64, Arc<Shared>>>) {
+    let mut ready = Vec::new();
     loop {
-        let client = match l.accept() {
-            Ok((c, _)) => c,
-            Err(_) if sh.stop.load(SeqCst) => return,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+        match sys::epoll_wait(epoll.as_raw_fd(), &mut ready, -1) {
+            Ok(()) => {}
+            Err(libc::EINTR) => continue,
+            // Not expected; a short pause keeps a failure from spinning.
             Err(_) => {
-                // Out of descriptors or memory for a moment: try again shortly.
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
-        };
-        if sh.stop.load(SeqCst) {
-            return;
         }
-        let id = {
-            let mut st = lock(&sh.state);
-            if st.live >= MAX_CONNS {
-                continue;
+        for key in &ready {
+            let Some(sh) = lock_map(runs).get(key).cloned() else { continue };
+            sh.accept_all();
+        }
+    }
+}
+
+impl Shared {
+    /// Accepts what is waiting on the listener, a few at a time (epoll
+    /// reports it again: a run that connects without pause cannot keep the
+    /// thread from the others' listeners); a thread for each connection.
+    fn accept_all(self: &Arc<Shared>) {
+        for _ in 0..ACCEPT_BATCH {
+            let client = {
+                let l = self.listener.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(l) = l.as_ref() else { return };
+                match l.accept() {
+                    Ok((c, _)) => c,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    // WouldBlock: all taken. Out of descriptors or memory:
+                    // the next readiness tries again.
+                    Err(_) => return,
+                }
+            };
+            let _ = client.set_nonblocking(false);
+            let id = {
+                let mut st = lock(&self.state);
+                if st.live >= MAX_CONNS || self.stop.load(SeqCst) {
+                    continue;
+                }
+                let Ok(clone) = client.try_clone() else { continue };
+                st.live += 1;
+                st.next_id += 1;
+                let id = st.next_id;
+                st.socks.insert(id, vec![clone]);
+                id
+            };
+            let sh2 = self.clone();
+            let spawned =
+                std::thread::Builder::new().name("capsule-proxy".into()).stack_size(THREAD_STACK).spawn(move || {
+                    serve(&sh2, id, client);
+                    sh2.end(id);
+                });
+            if spawned.is_err() {
+                self.end(id);
             }
-            let Ok(clone) = client.try_clone() else { continue };
-            st.live += 1;
-            st.next_id += 1;
-            let id = st.next_id;
-            st.socks.insert(id, vec![clone]);
-            id
-        };
-        let sh2 = sh.clone();
-        let spawned =
-            std::thread::Builder::new().name("capsule-proxy".into()).stack_size(THREAD_STACK).spawn(move || {
-                serve(&sh2, id, client);
-                sh2.end(id);
-            });
-        if spawned.is_err() {
-            sh.end(id);
         }
     }
 }
@@ -214,6 +378,10 @@ enum Refusal {
     Denied,
     /// No allow pattern.
     NotAllowed,
+    /// The client answered `deny` to its ask.
+    ByUser,
+    /// The client did not answer its ask in time (or too many were waiting).
+    NoAnswer(String),
     /// A local address, without `allow_local`.
     Local(String),
     /// The name did not resolve.
@@ -292,6 +460,54 @@ impl Shared {
         true
     }
 
+    /// Asks the run's client about a destination no pattern names: the
+    /// rule that allows it, or the refusal. Waits up to the ask's timeout
+    /// (the run's wall time goes on meanwhile).
+    fn ask(&self, host: &str, port: u16, via: Via) -> Result<&'static str, Refusal> {
+        let (queue, timeout) = self.ask.as_ref().expect("asking");
+        let dest = (host.to_string(), port);
+        let mut st = lock(&self.state);
+        if st.allowed.contains(&dest) {
+            return Ok("asked: allow-run");
+        }
+        if st.asks.len() >= MAX_ASKS {
+            return Err(Refusal::NoAnswer(format!("{MAX_ASKS} asks waiting already")));
+        }
+        st.next_ask += 1;
+        let ask_id = st.next_ask;
+        st.asks.insert(ask_id, None);
+        {
+            let mut q = queue.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.push(AskOut { proxy: self.key, ask_id, host: host.to_string(), port, via });
+        }
+        sys::eventfd_signal(queue.wake.as_raw_fd());
+        let deadline = Instant::now() + *timeout;
+        loop {
+            if self.stop.load(SeqCst) {
+                st.asks.remove(&ask_id);
+                return Err(Refusal::Stopped);
+            }
+            if let Some(Some(d)) = st.asks.get(&ask_id) {
+                let d = *d;
+                st.asks.remove(&ask_id);
+                return match d {
+                    Decision::AllowOnce => Ok("asked: allow-once"),
+                    Decision::AllowRun => {
+                        st.allowed.insert(dest);
+                        Ok("asked: allow-run")
+                    }
+                    Decision::Deny => Err(Refusal::ByUser),
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                st.asks.remove(&ask_id);
+                return Err(Refusal::NoAnswer(format!("no answer in {} ms", timeout.as_millis())));
+            }
+            st = self.answered.wait_timeout(st, left).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
     /// Checks, resolves and connects to `host` (normalized) at `port`.
     fn open(&self, id: u64, host: &str, port: u16, via: Via) -> Outcome {
         let key = |verdict, rule: &str| (Some(host.to_string()), port, via, verdict, rule.to_string());
@@ -300,6 +516,19 @@ impl Shared {
                 let entry = self.record(key(Verdict::Refused, &format!("deny-host {p}")), None, None);
                 return Outcome { entry, result: Err(Refusal::Denied) };
             }
+            egress::Verdict::NotAllowed if self.ask.is_some() => match self.ask(host, port, via) {
+                Ok(rule) => rule.to_string(),
+                Err(Refusal::Stopped) => return Outcome { entry: None, result: Err(Refusal::Stopped) },
+                Err(r) => {
+                    let rule = match &r {
+                        Refusal::ByUser => "asked: deny".to_string(),
+                        Refusal::NoAnswer(why) => format!("asked: {why}"),
+                        _ => "asked".to_string(),
+                    };
+                    let entry = self.record(key(Verdict::Refused, &rule), None, None);
+                    return Outcome { entry, result: Err(r) };
+                }
+            },
             egress::Verdict::NotAllowed => {
                 let entry = self.record(key(Verdict::Refused, "no allow-host"), None, None);
                 return Outcome { entry, result: Err(Refusal::NotAllowed) };
@@ -499,6 +728,18 @@ fn refuse_http(c: &mut TcpStream, host: &str, port: u16, r: &Refusal) {
                 pattern(host, port)
             ),
         ),
+        Refusal::ByUser => (
+            "403 Forbidden",
+            "blocked-by-user",
+            format!("capsule: {dest} is not in this run's allowed hosts, and the caller, asked, said deny\n"),
+        ),
+        Refusal::NoAnswer(why) => (
+            "403 Forbidden",
+            "blocked-ask-unanswered",
+            format!(
+                "capsule: {dest} is not in this run's allowed hosts, and the caller, asked, gave no answer ({why})\n"
+            ),
+        ),
         Refusal::Local(why) => (
             "403 Forbidden",
             "blocked-local-address",
@@ -668,7 +909,7 @@ fn socks(sh: &Shared, id: u64, mut c: TcpStream) {
         Err(r) => {
             let code = match r {
                 // "Connection not allowed by ruleset".
-                Refusal::Denied | Refusal::NotAllowed | Refusal::Local(_) => 2,
+                Refusal::Denied | Refusal::NotAllowed | Refusal::Local(_) | Refusal::ByUser | Refusal::NoAnswer(_) => 2,
                 Refusal::Resolve(_) => 4,
                 Refusal::Connect(ErrorKind::ConnectionRefused, _) => 5,
                 Refusal::Connect(ErrorKind::NetworkUnreachable, _) => 3,

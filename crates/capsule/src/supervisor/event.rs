@@ -128,11 +128,14 @@ pub(crate) enum Token {
     Zombie(usize),
     /// An agent's host mount table changed.
     HostMounts,
+    /// Egress proxies have asks to send.
+    Asks,
 }
 
 /// A PID 1 that is done (or killed), kept with the zombies until it has
 /// exited and is reaped.
 pub(crate) fn bury(mut p: Prepared) -> Prepared {
+    p.listener = None;
     p.buried = Some(std::time::Instant::now());
     p
 }
@@ -171,6 +174,8 @@ pub(crate) struct Loop {
     /// Wake-ups of the event loop so far (orders what relays see).
     pub(crate) round: u64,
     pub(crate) stop: bool,
+    /// The egress proxies' accepting thread and asks, once a run had `egress`.
+    pub(crate) proxies: Option<super::egress::Proxies>,
     /// What JSON lines are read into (kept: a zeroed 64 KiB per read cost more than the read).
     pub(crate) read_buf: Vec<u8>,
 }
@@ -275,6 +280,9 @@ impl Loop {
         if let (Some(fd), true) = (self.agent.as_ref().and_then(|a| a.host_mounts.as_ref()), self.listener.is_some()) {
             set.add(fd.as_raw_fd(), libc::POLLPRI, Token::HostMounts);
         }
+        if let Some(px) = &self.proxies {
+            set.add(px.asks.wake.as_raw_fd(), libc::POLLIN, Token::Asks);
+        }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
             if c.gone {
@@ -338,6 +346,7 @@ impl Loop {
         match token {
             Token::Listener => self.accept(),
             Token::HostMounts => self.retire(),
+            Token::Asks => self.send_asks(),
             Token::Signals => self.stop = true,
             Token::ConnRead(i) => self.read_conn(sup, i),
             Token::ConnWrite(i) => {
@@ -482,11 +491,21 @@ impl Loop {
         // The proxy listens in the run's network before its program starts.
         let proxy = match &req.spec.egress {
             None => None,
-            Some(e) => match sup
-                .run_net(&p)
-                .ok_or_else(|| "egress: the run's network is not the supervisor's to listen in".to_string())
-                .and_then(|fd| super::egress::Proxy::start(fd, e))
-            {
+            Some(e) => match p
+                .listener
+                .take()
+                .map(Ok)
+                .unwrap_or_else(|| {
+                    sup.run_net(&p)
+                        .ok_or_else(|| "egress: the run's network is not the supervisor's to listen in".to_string())
+                        .and_then(super::egress::listen_in)
+                })
+                .and_then(|l| {
+                    if self.proxies.is_none() {
+                        self.proxies = Some(super::egress::Proxies::new()?);
+                    }
+                    self.proxies.as_mut().expect("made").start(l, e)
+                }) {
                 Ok(px) => Some(px),
                 Err(msg) => {
                     kill_prepared(&mut p);
@@ -545,6 +564,13 @@ impl Loop {
             .map_err(|e| e.to_string())
             .and_then(|()| sup.check_request(&spec.solution).map_err(|e| format!("solution: {e}")))
             .and_then(|()| sup.check_request(&spec.interactor).map_err(|e| format!("interactor: {e}")))
+            .and_then(|()| {
+                let asks = |s: &RunSpec| s.egress.as_ref().is_some_and(|e| e.ask);
+                match asks(&spec.solution) || asks(&spec.interactor) {
+                    true => Err("egress.ask: not in an interactive run (docs/protocol.md, \"Asks\")".to_string()),
+                    false => Ok(()),
+                }
+            })
             .and_then(|()| Relay::new());
         let (relay, sol, int) = match checked {
             Ok(x) => x,

@@ -336,6 +336,7 @@ impl Supervisor {
             next_pair: 0,
             round: 0,
             read_buf: Vec::new(),
+            proxies: None,
             stop: false,
         };
         l.run(&mut self);

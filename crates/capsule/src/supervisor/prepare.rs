@@ -112,6 +112,10 @@ pub(crate) struct Prepared {
     /// With `egress`, a network made for this run alone where none is kept
     /// (`--fresh-network`, or every kept one lent): the proxy listens in it.
     pub(crate) own_net: Option<OwnedFd>,
+    /// With `egress`: the proxy's listener in the run's network, made with
+    /// PID 1 (ahead of the request for a spare); closed before the
+    /// network is given back.
+    pub(crate) listener: Option<std::net::TcpListener>,
 }
 
 /// A PID 1's process as the supervisor knows it.
@@ -236,6 +240,8 @@ impl Drop for Prepared {
     /// waited for, and if it does not go within 10 s its memory is
     /// leaked rather than freed under it.
     fn drop(&mut self) {
+        // Closed before the network (a field after it) is given back.
+        self.listener = None;
         // What the post borrows is freed below.
         self.stop_coming("dropped before it was created");
         if !self.reaped && !exited(self) {
@@ -663,7 +669,7 @@ impl Supervisor {
             NetHeld::Own(fd) => (None, Some(fd)),
             NetHeld::None => (None, None),
         };
-        Ok(Prepared {
+        let mut p = Prepared {
             signalled: false,
             buried: None,
             shape,
@@ -686,7 +692,15 @@ impl Supervisor {
             layers,
             net: net_lent,
             own_net,
-        })
+            listener: None,
+        };
+        // Only in a network this PID 1 has alone (a shared one's other runs
+        // could connect to it before this run starts); else, and where it
+        // cannot be made now, at the run's start.
+        if p.shape.egress && (p.net.is_some() || p.own_net.is_some()) {
+            p.listener = self.run_net(&p).and_then(|fd| super::egress::listen_in(fd).ok());
+        }
+        Ok(p)
     }
 
     /// The spawner thread for PID 1s of `filter` (`sys::vm::Spawner`), and

@@ -201,6 +201,51 @@ impl Loop {
                 let found = self.control(conn, &ClientId::Json(target.clone()), false);
                 self.write(conn, control_line(&id, &target, found));
             }
+            Ok(LineRequest::Answer { id, answer }) => self.answer_ask(conn, &id, &answer),
+        }
+    }
+
+    /// A client's answer to an ask: taken only from the connection whose
+    /// run asked (a program in the sandbox has no way to it).
+    pub(crate) fn answer_ask(&mut self, conn: usize, id: &Value, answer: &Value) {
+        let (ask_id, decision) = match lines::parse_answer(answer) {
+            Ok(x) => x,
+            Err((ask_id, why)) => return self.write(conn, lines::answer_refused_line(id, ask_id, &why)),
+        };
+        let d = super::egress::Decision::parse(decision).expect("checked");
+        let cid = ClientId::Json(id.clone());
+        let run = self.running.iter().find(|r| r.req.conn == conn && r.req.cid == cid && !r.cancelled);
+        let taken = match run.and_then(|r| r.proxy.as_ref()) {
+            Some(px) => px.answer(ask_id, d),
+            None => Err("no run with this id on this connection is asking"),
+        };
+        if let Err(why) = taken {
+            self.write(conn, lines::answer_refused_line(id, Some(ask_id), why));
+        }
+    }
+
+    /// Sends the proxies' asks to the clients of their runs; an ask no
+    /// client can answer (its run is over, cancelled or not a JSON-lines
+    /// run) is denied.
+    pub(crate) fn send_asks(&mut self) {
+        let Some(px) = &self.proxies else { return };
+        for a in px.asks.take() {
+            let Some(i) = self.running.iter().position(|r| r.proxy.as_ref().is_some_and(|p| p.key() == a.proxy)) else {
+                continue;
+            };
+            let r = &self.running[i];
+            match (&r.req.cid, r.cancelled || r.req.pair.is_some()) {
+                (ClientId::Json(id), false) => {
+                    let bytes = lines::ask_line(id, a.ask_id, &a.host, a.port, super::egress::via_name(a.via));
+                    let conn = r.req.conn;
+                    self.write(conn, bytes);
+                }
+                _ => {
+                    if let Some(p) = &r.proxy {
+                        let _ = p.answer(a.ask_id, super::egress::Decision::Deny);
+                    }
+                }
+            }
         }
     }
 
@@ -214,6 +259,16 @@ impl Loop {
         // Validated here, so a bad request is answered at once, not when
         // its turn comes.
         let carried = req.inherit.len() == req.spec.inherit_fds.len();
+        let asks = req.spec.egress.as_ref().is_some_and(|e| e.ask);
+        let json_lines = matches!(req.cid, ClientId::Json(_)) && req.pair.is_none();
+        if asks && !json_lines {
+            let msg =
+                "egress.ask: only `capsule serve`'s JSON-lines clients answer asks (docs/protocol.md, \"Asks\"); \
+                       not `capsule run`, the library or an interactive run"
+                    .to_string();
+            self.answer(req.conn, &req.cid, &RunResult::error(msg), req.notify);
+            return;
+        }
         if let Err(msg) = sup.check_request(&req.spec).and_then(|()| carried.then_some(()).ok_or_else(no_fds)) {
             let r = RunResult::error(msg);
             self.answer(req.conn, &req.cid, &r, req.notify);

@@ -213,6 +213,38 @@ pub fn close_all_except(keep: &[RawFd]) {
     unsafe { raw_syscall(libc::SYS_close_range, [from as u64, u32::MAX as u64, 0, 0, 0, 0]) };
 }
 
+/// A close-on-exec epoll instance.
+pub fn epoll_create() -> SysResult<OwnedFd> {
+    // SAFETY: plain syscall, result checked.
+    cvt(unsafe { raw_syscall(libc::SYS_epoll_create1, [libc::EPOLL_CLOEXEC as u64, 0, 0, 0, 0, 0]) }).map(owned)
+}
+
+/// Adds (`add`) or removes `fd` to or from `epfd`, reporting `events` with `data`.
+pub fn epoll_ctl(epfd: RawFd, add: bool, fd: RawFd, events: u32, data: u64) -> SysResult<()> {
+    let mut ev = libc::epoll_event { events, u64: data };
+    let op = if add { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_DEL };
+    // SAFETY: `ev` is a valid epoll_event for the call's duration.
+    cvt(unsafe {
+        raw_syscall(libc::SYS_epoll_ctl, [epfd as u64, op as u64, fd as u64, &mut ev as *mut _ as u64, 0, 0])
+    })
+    .map(drop)
+}
+
+/// Waits for events on `epfd` (`timeout_ms` -1: no limit); the `data` of each, in `out`.
+pub fn epoll_wait(epfd: RawFd, out: &mut Vec<u64>, timeout_ms: i32) -> SysResult<()> {
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 32];
+    // SAFETY: the kernel writes at most `evs.len()` entries into `evs`.
+    let n = cvt(unsafe {
+        raw_syscall(
+            libc::SYS_epoll_pwait,
+            [epfd as u64, evs.as_mut_ptr() as u64, evs.len() as u64, timeout_ms as i64 as u64, 0, 8],
+        )
+    })?;
+    out.clear();
+    out.extend(evs[..n as usize].iter().map(|e| e.u64));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
