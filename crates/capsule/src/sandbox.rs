@@ -365,9 +365,11 @@ impl Inner {
                     ServerMsg::Interacted { id, result } => (id, Outcome::Interact(result)),
                     ServerMsg::Failed { id, error } => (id, Outcome::Failed(error)),
                     ServerMsg::Fatal(msg) => return Err(format!("fatal error: {msg}")),
-                    ServerMsg::Started { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. } => {
-                        return Ok(())
-                    }
+                    ServerMsg::Started { .. }
+                    | ServerMsg::Accepted
+                    | ServerMsg::Declined
+                    | ServerMsg::Exit { .. }
+                    | ServerMsg::Session { .. } => return Ok(()),
                 };
                 let mut st = self.lock();
                 st.settle(id);

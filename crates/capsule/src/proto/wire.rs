@@ -75,6 +75,10 @@ pub enum ClientMsg {
     /// it opens or writes, a terminal, options that choose another
     /// agent): the front end then runs the full `capsule-cli`.
     Command { args: Vec<String>, cwd: String, env: Vec<String> },
+    /// To a per-user agent: a session request (docs/sessions.md); attached:
+    /// an attached `exec`'s stdin, stdout and stderr. Answered with one
+    /// `Session` of the same id.
+    Session { id: u64, req: crate::proto::session::SessionReq },
 }
 
 /// What the supervisor sends: exactly one final message (`Result` or
@@ -108,6 +112,8 @@ pub enum ServerMsg {
     /// Answer to `Command`: the run is over; print `stderr` and exit with
     /// `code`, as `capsule run` would have.
     Exit { code: u8, stderr: String },
+    /// Answer to `Session`.
+    Session { id: u64, answer: crate::proto::session::SessionAnswer },
 }
 
 /// Sends one message with `fds` attached: header and body in one buffer,

@@ -63,6 +63,7 @@ mod outcome;
 mod prepare;
 mod relay;
 mod requests;
+mod session;
 mod template;
 
 pub use conn::*;
@@ -71,6 +72,7 @@ use filters::*;
 pub use handoff::*;
 use netpool::*;
 use prepare::*;
+use session::*;
 use template::MountTemplate;
 
 /// A long-lived loop's slice: the kernel's shortest (its default here is 1.4 ms).
@@ -337,6 +339,8 @@ impl Supervisor {
             round: 0,
             read_buf: Vec::new(),
             stop: false,
+            sessions: Vec::new(),
+            next_session: 1,
         };
         l.run(&mut self);
         // An agent stopped by a signal gives up its socket and lock first.

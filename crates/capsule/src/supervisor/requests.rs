@@ -98,6 +98,7 @@ impl Loop {
                 self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
             }
             ClientMsg::Command { args, cwd, env } => self.command(sup, conn, &args, &cwd, &env, fds),
+            ClientMsg::Session { id, req } => self.session(sup, conn, id, req, fds),
             ClientMsg::Start(_) => {}
         }
     }
@@ -378,6 +379,7 @@ impl Loop {
             c.out.clear();
         }
         self.queue.retain(|q| q.conn != conn);
+        self.session_client_gone(conn);
         for p in self.pairs.iter_mut().filter(|p| p.conn == conn) {
             p.cancelled = true;
         }
