@@ -293,3 +293,78 @@ fn many_sessions_apart() {
     }
     stop_agent(&tag);
 }
+
+/// A free port on the host's loopback (free a moment ago).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Reads what a connection to `port` on the host's loopback says, as the
+/// capsule user (`user`) or as this test process.
+fn fetch(port: u16, user: bool) -> String {
+    let script = format!(
+        "import socket,time\nfor i in range(100):\n try:\n  print(socket.create_connection(('127.0.0.1', {port})).recv(100).decode()); break\n except OSError:\n  time.sleep(0.05)"
+    );
+    let out = if user {
+        as_user(&["/usr/bin/python3", "-c", &script]).output().unwrap()
+    } else {
+        std::process::Command::new("/usr/bin/python3").args(["-c", &script]).output().unwrap()
+    };
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `--publish`: the host's listener reaches the session's server, for a
+/// process of the user only; `--host-port`: the session reaches that one
+/// host port and no other; a second session reaches the first only
+/// through what it published; the listener goes with the session.
+#[test]
+fn published_ports_and_host_ports() {
+    let _p = procs_shared();
+    require!(
+        "published_ports_and_host_ports",
+        userns_available().and_then(|()| python3()).and_then(|()| require_root())
+    );
+    let tag = unique("sess-ports");
+    let (published, other_host) = (free_port(), free_port());
+    // A service on the host, answering every connection.
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in host.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"host-service");
+        }
+    });
+    let publish = format!("{published}:8123");
+    start(&tag, "a", &["--publish", &publish, "--host-port", &host_port.to_string()]);
+    detach(&tag, "a", &format!("exec /usr/bin/python3 -c \"{SERVER}\""));
+    assert_eq!(fetch(published, true), "hello-from-the-server");
+    // Root is another user: the connection is closed unanswered.
+    assert_eq!(fetch(published, false), "");
+    let client = |port: u16| {
+        format!(
+            "import socket\ntry: print(socket.create_connection(('127.0.0.1', {port})).recv(100).decode())\nexcept OSError as e: print('refused')"
+        )
+    };
+    let out = cmd(&tag, &["session", "exec", "-q", "a", "--", "/usr/bin/python3", "-c", &client(host_port)]).run();
+    assert_eq!(out.stdout.trim(), "host-service", "{}", out.describe());
+    let other = std::net::TcpListener::bind(("127.0.0.1", other_host)).unwrap();
+    let out = cmd(&tag, &["session", "exec", "-q", "a", "--", "/usr/bin/python3", "-c", &client(other_host)]).run();
+    assert_eq!(out.stdout.trim(), "refused", "another host port was reached: {}", out.describe());
+    drop(other);
+    let list = ok(&tag, &["session", "list"]);
+    assert!(list.stdout.contains(&format!("127.0.0.1:{published}->8123")), "{}", list.describe());
+    // Session b reaches a's server only through the port a published.
+    start(&tag, "b", &["--host-port", &published.to_string()]);
+    let out = cmd(&tag, &["session", "exec", "-q", "b", "--", "/usr/bin/python3", "-c", &client(published)]).run();
+    assert_eq!(out.stdout.trim(), "hello-from-the-server", "{}", out.describe());
+    let out = cmd(&tag, &["session", "exec", "-q", "b", "--", "/usr/bin/python3", "-c", &client(8123)]).run();
+    assert_eq!(out.stdout.trim(), "refused", "{}", out.describe());
+    // A port in use fails the start, naming it.
+    let dup = cmd(&tag, &["session", "start", "c", "--publish", &publish]).run();
+    assert_eq!(dup.code, Some(125), "{}", dup.describe());
+    assert!(dup.stderr.contains(&format!("127.0.0.1:{published}")), "{}", dup.describe());
+    ok(&tag, &["session", "stop", "a"]);
+    ok(&tag, &["session", "stop", "b"]);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", published)).is_err(), "the published port outlived its session");
+    stop_agent(&tag);
+}

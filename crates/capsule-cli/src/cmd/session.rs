@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use capsule::endpoints::agent::{self, Missed};
-use capsule::proto::session::{ExecReq, FromHolder, SessionAnswer, SessionInfo, SessionReq, ToHolder, HOLDER_FD};
+use capsule::proto::session::{
+    ExecReq, FromHolder, Publish, SessionAnswer, SessionInfo, SessionReq, ToHolder, HOLDER_FD,
+};
 use capsule::proto::wire::{self, ClientMsg, ServerMsg};
 use capsule::spec::RunSpec;
 use capsule::units::parse_duration;
@@ -77,7 +79,9 @@ pub fn command() -> Command {
             "Session",
         ))
         .arg(one("lifetime", "DURATION", "Stop the session DURATION after its start (default: never)", "Session"))
-        .arg(one("grace", "DURATION", "Time between SIGTERM and SIGKILL when it stops (default 5s)", "Session"));
+        .arg(one("grace", "DURATION", "Time between SIGTERM and SIGKILL when it stops (default 5s)", "Session"))
+        .arg(one("publish", "[HOSTADDR:]HOSTPORT:PORT", "Listen on the host (127.0.0.1 unless HOSTADDR) and forward each connection from a process of yours to PORT on the session's loopback", "Session"))
+        .arg(one("host-port", "PORT", "Let the session reach the host's 127.0.0.1:PORT at its own 127.0.0.1:PORT (nothing else of the host)", "Session"));
     Command::new("session")
         .about("Keep a sandbox across commands: start, exec (also --detach), list, stop")
         .after_help(SESSION_AFTER)
@@ -167,6 +171,23 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
                 idle_ms: idle,
                 lifetime_ms: ms(m, "lifetime")?,
                 grace_ms: ms(m, "grace")?,
+                publish: m
+                    .get_many::<String>("publish")
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.parse::<Publish>().map_err(|e| anyhow!("--publish: {e}")))
+                    .collect::<Result<_>>()?,
+                host_ports: m
+                    .get_many::<String>("host-port")
+                    .into_iter()
+                    .flatten()
+                    .map(|v| {
+                        v.parse::<u16>()
+                            .ok()
+                            .filter(|&p| p > 0)
+                            .ok_or_else(|| anyhow!("--host-port: `{v}` is not a port"))
+                    })
+                    .collect::<Result<_>>()?,
             };
             match ask(req, &[])? {
                 SessionAnswer::Started { .. } => Ok(ExitCode::SUCCESS),
@@ -238,17 +259,18 @@ fn print_list(sessions: &[SessionInfo]) {
         println!("no session");
         return;
     }
-    println!("NAME\tUPTIME\tIDLE\tPROCESSES\tMEMORY\tEXECS\tSTATE");
+    println!("NAME\tUPTIME\tIDLE\tPROCESSES\tMEMORY\tEXECS\tSTATE\tPORTS");
     for s in sessions {
         let state = if s.stopping { "stopping" } else { "running" };
         println!(
-            "{:?}\t{}\t{}\t{}\t{}\t{}\t{state}",
+            "{:?}\t{}\t{}\t{}\t{}\t{}\t{state}\t{}",
             s.name,
             secs(s.uptime_ms),
             secs(s.idle_ms),
             s.processes,
             mib(s.memory_bytes),
-            s.execs
+            s.execs,
+            s.ports.join(",")
         );
     }
 }

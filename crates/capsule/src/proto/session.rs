@@ -23,7 +23,19 @@ pub enum SessionReq {
     /// `idle_ms`: stop after this long without an `exec`; `lifetime_ms`:
     /// stop this long after the start; `grace_ms`: between SIGTERM and
     /// SIGKILL when either stops it.
-    Start { name: String, spec: Box<RunSpec>, idle_ms: Option<u64>, lifetime_ms: Option<u64>, grace_ms: Option<u64> },
+    /// `publish`: host listeners into the session's network; `host_ports`:
+    /// ports of the host's loopback the session reaches at its own.
+    Start {
+        name: String,
+        spec: Box<RunSpec>,
+        idle_ms: Option<u64>,
+        lifetime_ms: Option<u64>,
+        grace_ms: Option<u64>,
+        #[serde(default)]
+        publish: Vec<Publish>,
+        #[serde(default)]
+        host_ports: Vec<u16>,
+    },
     /// Run `argv` in session `name`. Attached: stdin, stdout, stderr
     /// (not with `detach`, whose streams are /dev/null).
     Exec(ExecReq),
@@ -52,6 +64,37 @@ pub struct ExecReq {
     /// Kill this command (its process group) after this long.
     #[serde(default)]
     pub wall_time_ms: Option<u64>,
+}
+
+/// `--publish [HOSTADDR:]HOSTPORT:PORT`: a listener at HOSTADDR:HOSTPORT on
+/// the host forwarding to PORT on the session's loopback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Publish {
+    pub host_addr: String,
+    pub host_port: u16,
+    pub port: u16,
+}
+
+/// Most ports a session publishes or reaches.
+pub const MAX_PORTS: usize = 32;
+
+impl std::str::FromStr for Publish {
+    type Err = String;
+
+    /// `8080:80`, `127.0.0.1:8080:80`, `[::1]:8080:80`.
+    fn from_str(s: &str) -> Result<Publish, String> {
+        let bad = || format!("`{s}`: expected [HOSTADDR:]HOSTPORT:PORT (e.g. 8080:80 or 127.0.0.1:8080:80)");
+        let (rest, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let (addr, host_port) = match rest.rsplit_once(':') {
+            Some((a, p)) => (a.trim_start_matches('[').trim_end_matches(']').to_string(), p),
+            None => ("127.0.0.1".to_string(), rest),
+        };
+        let num = |p: &str| p.parse::<u16>().ok().filter(|&n| n > 0).ok_or_else(bad);
+        let publish = Publish { host_port: num(host_port)?, port: num(port)?, host_addr: addr };
+        publish.host_addr.parse::<std::net::IpAddr>().map_err(|_| bad())?;
+        Ok(publish)
+    }
 }
 
 /// Default time between SIGTERM and SIGKILL.
@@ -98,6 +141,9 @@ pub struct SessionInfo {
     /// Commands in flight that a client waits for.
     pub execs: u64,
     pub stopping: bool,
+    /// `127.0.0.1:8080->80` (published), `host:5432<-5432` (a host port).
+    #[serde(default)]
+    pub ports: Vec<String>,
 }
 
 /// What the agent tells a holder.
@@ -156,6 +202,17 @@ pub fn check_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn publish_specs() {
+        let p = |s: &str| s.parse::<Publish>();
+        assert_eq!(p("8080:80").unwrap(), Publish { host_addr: "127.0.0.1".into(), host_port: 8080, port: 80 });
+        assert_eq!(p("0.0.0.0:1:2").unwrap().host_addr, "0.0.0.0");
+        assert_eq!(p("[::1]:8080:80").unwrap().host_addr, "::1");
+        for bad in ["80", "x:80", "8080:0", "host:8080:80", "1:2:3:4", "70000:1"] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn names() {

@@ -352,7 +352,7 @@ impl Loop {
             Token::Listener => self.accept(),
             Token::HostMounts => self.retire(),
             Token::Signals => self.stop = true,
-            Token::Holder(k) => self.holder_event(k),
+            Token::Holder(k) => self.holder_event(sup, k),
             Token::ConnRead(i) => self.read_conn(sup, i),
             Token::ConnWrite(i) => {
                 if revents & (libc::POLLERR | libc::POLLHUP) != 0 && revents & libc::POLLOUT == 0 {

@@ -60,6 +60,7 @@ mod namespaces;
 mod netlog;
 mod netpool;
 mod outcome;
+mod ports;
 mod prepare;
 mod relay;
 mod requests;

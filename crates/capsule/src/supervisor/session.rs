@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use crate::proto::result::{signal_name, Accounting, RunResult, Status};
 use crate::proto::session::{
-    check_name, ExecReq, FromHolder, SessionAnswer, SessionInfo, SessionReq, ToHolder, DEFAULT_GRACE_MS, HOLDER_ARG,
-    HOLDER_FD,
+    check_name, ExecReq, FromHolder, Publish, SessionAnswer, SessionInfo, SessionReq, ToHolder, DEFAULT_GRACE_MS,
+    HOLDER_ARG, HOLDER_FD, MAX_PORTS,
 };
 use crate::proto::spec::RunSpec;
 use crate::proto::wire::{self, ServerMsg};
@@ -59,6 +59,11 @@ pub(crate) struct Session {
     stop_at: Option<Instant>,
     stop_waiters: Vec<Waiter>,
     next_xid: u64,
+    /// Published ports' host listeners, bound at the start, served once the session runs.
+    to_publish: Vec<(std::net::TcpListener, Publish)>,
+    host_ports: Vec<u16>,
+    /// The ports served (ended with the session).
+    forwards: Vec<super::ports::Forward>,
 }
 
 impl Loop {
@@ -72,8 +77,9 @@ impl Loop {
             life.mark_used();
         }
         let answer = match req {
-            SessionReq::Start { name, spec, idle_ms, lifetime_ms, grace_ms } => {
-                match self.session_start(sup, conn, id, name, *spec, idle_ms, lifetime_ms, grace_ms) {
+            SessionReq::Start { name, spec, idle_ms, lifetime_ms, grace_ms, publish, host_ports } => {
+                let times = (idle_ms, lifetime_ms, grace_ms);
+                match self.session_start(sup, conn, id, name, *spec, times, publish, host_ports) {
                     Ok(()) => return,
                     Err(error) => SessionAnswer::Error { error },
                 }
@@ -107,11 +113,20 @@ impl Loop {
         id: u64,
         name: String,
         mut spec: RunSpec,
-        idle_ms: Option<u64>,
-        lifetime_ms: Option<u64>,
-        grace_ms: Option<u64>,
+        (idle_ms, lifetime_ms, grace_ms): (Option<u64>, Option<u64>, Option<u64>),
+        publish: Vec<Publish>,
+        host_ports: Vec<u16>,
     ) -> Result<(), String> {
         check_name(&name)?;
+        if publish.len() + host_ports.len() > MAX_PORTS {
+            return Err(format!("at most {MAX_PORTS} ports per session"));
+        }
+        if host_ports.contains(&0) {
+            return Err("--host-port: 0 is not a port".into());
+        }
+        if (!publish.is_empty() || !host_ports.is_empty()) && spec.share_net {
+            return Err("--publish and --host-port need the session's own network (not --share-net)".into());
+        }
         if self.sessions.iter().any(|s| s.name == name) {
             return Err(format!("a session named {name:?} exists already"));
         }
@@ -126,6 +141,10 @@ impl Loop {
         spec.stderr = None;
         spec.controlling_tty = false;
         sup.check_request(&spec)?;
+        let to_publish = publish
+            .into_iter()
+            .map(|p| super::ports::bind_published(&p).map(|l| (l, p)))
+            .collect::<Result<Vec<_>, String>>()?;
         let (mine, theirs) =
             sys::socketpair_stream().map_err(|e| format!("socketpair: {}", crate::error::errno_text(e)))?;
         sys::set_nonblocking(mine.as_raw_fd(), true).map_err(|e| format!("O_NONBLOCK: {e}"))?;
@@ -147,6 +166,9 @@ impl Loop {
             stop_at: None,
             stop_waiters: Vec::new(),
             next_xid: 1,
+            to_publish,
+            host_ports,
+            forwards: Vec::new(),
         });
         self.queue.push_back(Request {
             conn: SESSION_CONN,
@@ -208,6 +230,7 @@ impl Loop {
                     memory_bytes,
                     execs: s.execs.iter().filter(|e| !e.detach).count() as u64,
                     stopping: s.stop_at.is_some(),
+                    ports: s.forwards.iter().map(|f| f.what.clone()).collect(),
                 }
             })
             .collect()
@@ -232,7 +255,7 @@ impl Loop {
     }
 
     /// A holder's message, or its end.
-    pub(crate) fn holder_event(&mut self, k: usize) {
+    pub(crate) fn holder_event(&mut self, sup: &Supervisor, k: usize) {
         let Some(s) = self.sessions.get_mut(k) else { return };
         let Some(sock) = &s.sock else { return };
         let msg = match wire::recv::<FromHolder>(sock.as_raw_fd()) {
@@ -258,16 +281,29 @@ impl Loop {
         let mut answers: Vec<(Waiter, SessionAnswer)> = Vec::new();
         match msg {
             FromHolder::Ready => {
-                s.ready = true;
-                if let Some(w) = s.start.take() {
-                    answers.push((w, SessionAnswer::Started { name: s.name.clone() }));
-                }
                 let sid = s.sid;
-                // The holder has its end: the agent keeps none of it.
-                if let Some(r) =
-                    self.running.iter_mut().find(|r| r.req.conn == SESSION_CONN && r.req.cid == ClientId::Binary(sid))
-                {
+                let run =
+                    self.running.iter_mut().find(|r| r.req.conn == SESSION_CONN && r.req.cid == ClientId::Binary(sid));
+                let mut failed = None;
+                if let Some(r) = run {
+                    // The holder has its end: the agent keeps none of it.
                     r.req.inherit.clear();
+                    match start_ports(sup, &r.p, std::mem::take(&mut s.to_publish), &s.host_ports) {
+                        Ok(f) => s.forwards = f,
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                if let Some(error) = failed {
+                    // Not started after all: its client is told why, the rest goes.
+                    if let Some(w) = s.start.take() {
+                        answers.push((w, SessionAnswer::Error { error }));
+                    }
+                    s.stop_at = Some(Instant::now());
+                } else {
+                    s.ready = true;
+                    if let Some(w) = s.start.take() {
+                        answers.push((w, SessionAnswer::Started { name: s.name.clone() }));
+                    }
                 }
             }
             FromHolder::Started { xid, pid } => {
@@ -428,6 +464,28 @@ impl Loop {
         }
         self.running.iter().filter(|r| r.req.conn != SESSION_CONN).count()
     }
+}
+
+/// A session's ports, served in its run's network.
+fn start_ports(
+    sup: &Supervisor,
+    p: &Prepared,
+    publish: Vec<(std::net::TcpListener, Publish)>,
+    host_ports: &[u16],
+) -> Result<Vec<super::ports::Forward>, String> {
+    if publish.is_empty() && host_ports.is_empty() {
+        return Ok(Vec::new());
+    }
+    // A network PID 1 made itself (none kept was free) is reached through PID 1 (setns on its pidfd).
+    let netns = sup.run_net(p).or_else(|| p.pidfd()).ok_or("the session's PID 1 is gone")?;
+    let mut out = Vec::new();
+    for (l, p) in publish {
+        out.push(super::ports::publish(l, &p, netns)?);
+    }
+    for &port in host_ports {
+        out.push(super::ports::host_port(port, netns)?);
+    }
+    Ok(out)
 }
 
 /// The processes of a session's commands (PID 1's descendants but PID 1
