@@ -300,10 +300,11 @@ fn free_port() -> u16 {
 }
 
 /// Reads what a connection to `port` on the host's loopback says, as the
-/// capsule user (`user`) or as this test process.
-fn fetch(port: u16, user: bool) -> String {
+/// capsule user (`user`) or as this test process, trying `tries` times
+/// while it is refused or says nothing (a detached server may not listen yet).
+fn fetch(port: u16, user: bool, tries: u32) -> String {
     let script = format!(
-        "import socket,time\nfor i in range(100):\n try:\n  print(socket.create_connection(('127.0.0.1', {port})).recv(100).decode()); break\n except OSError:\n  time.sleep(0.05)"
+        "import socket,time\nd=''\nfor i in range({tries}):\n try:\n  d=socket.create_connection(('127.0.0.1', {port})).recv(100).decode()\n  if d: break\n except OSError:\n  pass\n time.sleep(0.05)\nprint(d)"
     );
     let out = if user {
         as_user(&["/usr/bin/python3", "-c", &script]).output().unwrap()
@@ -337,9 +338,9 @@ fn published_ports_and_host_ports() {
     let publish = format!("{published}:8123");
     start(&tag, "a", &["--publish", &publish, "--host-port", &host_port.to_string()]);
     detach(&tag, "a", &format!("exec /usr/bin/python3 -c \"{SERVER}\""));
-    assert_eq!(fetch(published, true), "hello-from-the-server");
+    assert_eq!(fetch(published, true, 200), "hello-from-the-server");
     // Root is another user: the connection is closed unanswered.
-    assert_eq!(fetch(published, false), "");
+    assert_eq!(fetch(published, false, 3), "");
     let client = |port: u16| {
         format!(
             "import socket\ntry: print(socket.create_connection(('127.0.0.1', {port})).recv(100).decode())\nexcept OSError as e: print('refused')"
@@ -367,4 +368,51 @@ fn published_ports_and_host_ports() {
     ok(&tag, &["session", "stop", "b"]);
     assert!(std::net::TcpStream::connect(("127.0.0.1", published)).is_err(), "the published port outlived its session");
     stop_agent(&tag);
+}
+
+/// The same over `capsule serve`'s JSON lines: `{"session": ...}`
+/// requests, `{"session": ...}` answers (a command's streams /dev/null);
+/// the server's sessions stop when its input ends.
+#[test]
+fn sessions_over_json_lines() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let _p = procs_shared();
+    require!("sessions_over_json_lines", userns_available());
+    let marker = unique("jsonl");
+    let mut c = capsule(&["serve"]);
+    c.stdio(Stdio::piped(), Stdio::piped(), Stdio::piped());
+    let mut run = c.spawn();
+    let mut stdin = run.child.stdin.take().unwrap();
+    let mut ask = |run: &mut Running, line: String| -> serde_json::Value {
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let got = run.next_line(Duration::from_secs(20)).expect("an answer");
+        serde_json::from_str(&got).unwrap()
+    };
+    let v = ask(&mut run, r#"{"id":1,"session":{"start":{"name":"j","spec":{"argv":["-"]},"idle_ms":null,"lifetime_ms":null,"grace_ms":null}}}"#.into());
+    assert_eq!(v["session"]["started"]["name"], "j", "{v}");
+    let v = ask(
+        &mut run,
+        format!(
+            r#"{{"id":2,"session":{{"exec":{{"name":"j","argv":["/bin/sh","-c","sleep 1000; : {marker}"],"detach":true}}}}}}"#
+        ),
+    );
+    assert!(v["session"]["detached"]["pid"].as_i64().unwrap() > 1, "{v}");
+    let v = ask(
+        &mut run,
+        r#"{"id":3,"session":{"exec":{"name":"j","argv":["/bin/sh","-c","echo x > /tmp/f; exit 4"]}}}"#.into(),
+    );
+    assert_eq!(v["session"]["exec"]["result"]["exit_code"], 4, "{v}");
+    let v =
+        ask(&mut run, r#"{"id":4,"session":{"exec":{"name":"j","argv":["/bin/sh","-c","test -e /tmp/f"]}}}"#.into());
+    assert_eq!(v["session"]["exec"]["result"]["exit_code"], 0, "{v}");
+    let v = ask(&mut run, r#"{"id":5,"session":"list"}"#.into());
+    assert_eq!(v["session"]["list"]["sessions"][0]["name"], "j", "{v}");
+    assert!(!wait_marker(&marker, Duration::from_secs(10)).is_empty());
+    drop(stdin);
+    let out = run.wait();
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    if let Err(left) = wait_marker_gone(&marker, Instant::now(), Duration::from_secs(5)) {
+        panic!("a server's session outlived it: {left:?}");
+    }
 }

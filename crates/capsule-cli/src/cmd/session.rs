@@ -447,7 +447,7 @@ fn spawn(req: &ExecReq, fds: Vec<OwnedFd>) -> Result<std::process::Child, String
     if let Some(d) = &req.cwd {
         cmd.current_dir(Path::new(d));
     }
-    if req.detach {
+    if req.detach || fds.is_empty() {
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     } else {
         let mut fds = fds.into_iter();

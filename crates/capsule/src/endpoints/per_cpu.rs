@@ -540,6 +540,11 @@ impl Front {
                 }
                 Ok(LineRequest::Kill { id, target }) => Ask::Control { id, target, key: "kill" },
                 Ok(LineRequest::Cancel { id, target }) => Ask::Control { id, target, key: "cancel" },
+                // Sessions live in one supervisor; a per-CPU server has several.
+                Ok(LineRequest::Session { id, .. }) => {
+                    return self
+                        .send_client(c, lines::error_line(&id, "sessions are not kept by `capsule serve --per-cpu`"))
+                }
             },
         };
         match ask {

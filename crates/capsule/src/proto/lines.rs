@@ -13,10 +13,27 @@ pub const MAX_LINE: usize = 1 << 20;
 /// One parsed request line.
 #[derive(Debug)]
 pub enum LineRequest {
-    Run { id: Value, spec: Box<RunSpec> },
-    Interact { id: Value, spec: Box<InteractSpec> },
-    Cancel { id: Value, target: Value },
-    Kill { id: Value, target: Value },
+    Run {
+        id: Value,
+        spec: Box<RunSpec>,
+    },
+    Interact {
+        id: Value,
+        spec: Box<InteractSpec>,
+    },
+    Cancel {
+        id: Value,
+        target: Value,
+    },
+    Kill {
+        id: Value,
+        target: Value,
+    },
+    /// A session request (docs/sessions.md).
+    Session {
+        id: Value,
+        req: crate::proto::session::SessionReq,
+    },
 }
 
 /// A line that is not a valid request: the error response to send.
@@ -56,11 +73,16 @@ pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
             let target = map.remove("kill").expect("present");
             Ok(LineRequest::Kill { id, target })
         }
-        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel` nor `kill`".into())),
+        ["session"] => {
+            let req = map.remove("session").expect("present");
+            let req = typed(req, "session").map_err(|m| fail(&id, m))?;
+            Ok(LineRequest::Session { id, req })
+        }
+        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel`, `kill` nor `session`".into())),
         _ => Err(fail(
             &id,
             format!(
-                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`; got {}",
+                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`, `session`; got {}",
                 keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
             ),
         )),
@@ -103,6 +125,11 @@ fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Stri
 /// `{"id": ..., "result": {"first_to_exit": ..., "solution": ..., "interactor": ...}}`.
 pub fn interact_line(id: &Value, result: &InteractResult) -> Vec<u8> {
     answer_line(id, result)
+}
+
+/// `{"id": ..., "session": ...}`: a session request's answer.
+pub fn session_line(id: &Value, answer: &crate::proto::session::SessionAnswer) -> Vec<u8> {
+    line(json!({ "id": id, "session": answer }))
 }
 
 /// `{"id": ..., "error": ...}`.

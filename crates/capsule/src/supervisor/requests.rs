@@ -98,7 +98,7 @@ impl Loop {
                 self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
             }
             ClientMsg::Command { args, cwd, env } => self.command(sup, conn, &args, &cwd, &env, fds),
-            ClientMsg::Session { id, req } => self.session(sup, conn, id, req, fds),
+            ClientMsg::Session { id, req } => self.session(sup, conn, ClientId::Binary(id), req, fds),
             ClientMsg::Start(_) => {}
         }
     }
@@ -202,6 +202,7 @@ impl Loop {
                 let found = self.control(conn, &ClientId::Json(target.clone()), false);
                 self.write(conn, control_line(&id, &target, found));
             }
+            Ok(LineRequest::Session { id, req }) => self.session(sup, conn, ClientId::Json(id), req, Vec::new()),
         }
     }
 

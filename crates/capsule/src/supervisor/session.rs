@@ -31,7 +31,7 @@ pub(crate) const MAX_SESSIONS: usize = 256;
 const STOP_TICK: Duration = Duration::from_millis(20);
 
 /// A client waiting for an answer: its connection and request id.
-type Waiter = (usize, u64);
+type Waiter = (usize, ClientId);
 
 /// A command a client waits for.
 pub(crate) struct Exec {
@@ -67,11 +67,20 @@ pub(crate) struct Session {
 }
 
 impl Loop {
-    /// A client's session request (agents only).
-    pub(crate) fn session(&mut self, sup: &mut Supervisor, conn: usize, id: u64, req: SessionReq, fds: Vec<OwnedFd>) {
-        if self.agent.is_none() || self.listener.is_none() {
-            let error = "sessions are kept by the user's agent only (`capsule session`)".to_string();
-            return self.session_answer(conn, id, SessionAnswer::Error { error });
+    /// A client's session request (long-lived supervisors only).
+    pub(crate) fn session(
+        &mut self,
+        sup: &mut Supervisor,
+        conn: usize,
+        id: ClientId,
+        req: SessionReq,
+        fds: Vec<OwnedFd>,
+    ) {
+        if self.once || (self.agent.is_some() && self.listener.is_none()) {
+            let error = "sessions are kept by a long-lived supervisor (your agent, `capsule serve`), and this one is \
+                         one-shot or retired"
+                .to_string();
+            return self.session_answer(conn, &id, SessionAnswer::Error { error });
         }
         if let Some(life) = &self.agent {
             life.mark_used();
@@ -79,12 +88,12 @@ impl Loop {
         let answer = match req {
             SessionReq::Start { name, spec, idle_ms, lifetime_ms, grace_ms, publish, host_ports } => {
                 let times = (idle_ms, lifetime_ms, grace_ms);
-                match self.session_start(sup, conn, id, name, *spec, times, publish, host_ports) {
+                match self.session_start(sup, conn, id.clone(), name, *spec, times, publish, host_ports) {
                     Ok(()) => return,
                     Err(error) => SessionAnswer::Error { error },
                 }
             }
-            SessionReq::Exec(req) => match self.session_exec(conn, id, req, fds) {
+            SessionReq::Exec(req) => match self.session_exec(conn, id.clone(), req, fds) {
                 Ok(()) => return,
                 Err(error) => SessionAnswer::Error { error },
             },
@@ -92,7 +101,7 @@ impl Loop {
             SessionReq::Stop { name, grace_ms } => {
                 let Some(s) = self.sessions.iter_mut().find(|s| s.name == name) else {
                     let error = format!("no session named {name:?}");
-                    return self.session_answer(conn, id, SessionAnswer::Error { error });
+                    return self.session_answer(conn, &id, SessionAnswer::Error { error });
                 };
                 if let Some(g) = grace_ms {
                     s.grace = Duration::from_millis(g);
@@ -102,7 +111,7 @@ impl Loop {
                 return self.session_begin_stop(sid);
             }
         };
-        self.session_answer(conn, id, answer);
+        self.session_answer(conn, &id, answer);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -110,7 +119,7 @@ impl Loop {
         &mut self,
         sup: &mut Supervisor,
         conn: usize,
-        id: u64,
+        id: ClientId,
         name: String,
         mut spec: RunSpec,
         (idle_ms, lifetime_ms, grace_ms): (Option<u64>, Option<u64>, Option<u64>),
@@ -183,7 +192,7 @@ impl Loop {
         Ok(())
     }
 
-    fn session_exec(&mut self, conn: usize, id: u64, req: ExecReq, fds: Vec<OwnedFd>) -> Result<(), String> {
+    fn session_exec(&mut self, conn: usize, id: ClientId, req: ExecReq, fds: Vec<OwnedFd>) -> Result<(), String> {
         if req.argv.is_empty() {
             return Err("exec: no command".into());
         }
@@ -193,8 +202,9 @@ impl Loop {
         if req.argv.iter().chain(&req.env).chain(&req.cwd).any(|a| a.contains('\0')) {
             return Err("exec: an argument contains a NUL byte".into());
         }
-        if !req.detach && fds.len() != 3 {
-            return Err("exec: the request must carry stdin, stdout and stderr".into());
+        // Streams come with the binary protocol; a JSON line's command has /dev/null.
+        if !(req.detach || fds.len() == 3 || fds.is_empty()) {
+            return Err("exec: the request must carry stdin, stdout and stderr, or none".into());
         }
         let name = req.name.clone();
         let Some(s) = self.sessions.iter_mut().find(|s| s.name == name) else {
@@ -348,12 +358,22 @@ impl Loop {
             }
         }
         for ((conn, id), a) in answers {
-            self.session_answer(conn, id, a);
+            self.session_answer(conn, &id, a);
         }
     }
 
     /// Idle and lifetime expiry, stops due; how long until the next is due.
     pub(crate) fn session_timers(&mut self) -> Option<Duration> {
+        if self.sessions.is_empty() {
+            return None;
+        }
+        // A server's (not an agent's) sessions stop once no client is connected.
+        if self.agent.is_none() && !self.conns.iter().flatten().any(|c| !c.gone && !c.eof) {
+            let sids: Vec<u64> = self.sessions.iter().map(|s| s.sid).collect();
+            for sid in sids {
+                self.session_begin_stop(sid);
+            }
+        }
         let now = Instant::now();
         let mut next: Option<Duration> = None;
         let mut soonest = |d: Duration| next = Some(next.map_or(d, |n| n.min(d)));
@@ -397,10 +417,9 @@ impl Loop {
             soonest(Duration::ZERO);
         }
         for sid in kill {
-            if let Some(r) =
-                self.running.iter_mut().find(|r| r.req.conn == SESSION_CONN && r.req.cid == ClientId::Binary(sid))
-            {
-                kill_prepared(&mut r.p);
+            if let Some(r) = self.session_run(sid) {
+                // PID 1 kills and reaps the rest, and records the run as killed.
+                sys::eventfd_signal(r.p.control.as_raw_fd());
             }
         }
         next
@@ -417,16 +436,16 @@ impl Loop {
         };
         if let Some((conn, id)) = s.start {
             let error = format!("session {:?} did not start: {how}", s.name);
-            self.session_answer(conn, id, SessionAnswer::Error { error });
+            self.session_answer(conn, &id, SessionAnswer::Error { error });
         }
         for e in s.execs {
             if let Some((conn, id)) = e.client {
                 let error = format!("session {:?} ended ({how})", s.name);
-                self.session_answer(conn, id, SessionAnswer::Error { error });
+                self.session_answer(conn, &id, SessionAnswer::Error { error });
             }
         }
         for (conn, id) in s.stop_waiters {
-            self.session_answer(conn, id, SessionAnswer::Stopped { name: s.name.clone(), status: how.clone() });
+            self.session_answer(conn, &id, SessionAnswer::Stopped { name: s.name.clone(), status: how.clone() });
         }
     }
 
@@ -434,10 +453,10 @@ impl Loop {
     pub(crate) fn session_client_gone(&mut self, conn: usize) {
         for s in &mut self.sessions {
             s.stop_waiters.retain(|w| w.0 != conn);
-            if s.start.is_some_and(|w| w.0 == conn) {
+            if s.start.as_ref().is_some_and(|w| w.0 == conn) {
                 s.start = None;
             }
-            for e in s.execs.iter_mut().filter(|e| e.client.is_some_and(|w| w.0 == conn)) {
+            for e in s.execs.iter_mut().filter(|e| e.client.as_ref().is_some_and(|w| w.0 == conn)) {
                 e.client = None;
                 if let (false, Some(sock)) = (e.detach, &s.sock) {
                     let _ = wire::send(sock.as_raw_fd(), &ToHolder::Kill { xid: e.xid }, &[]);
@@ -447,13 +466,24 @@ impl Loop {
         }
     }
 
-    pub(crate) fn session_answer(&mut self, conn: usize, id: u64, answer: SessionAnswer) {
+    pub(crate) fn session_answer(&mut self, conn: usize, id: &ClientId, answer: SessionAnswer) {
         let Some(c) = self.conns.get(conn).and_then(Option::as_ref) else { return };
-        if c.gone || !matches!(c.framing, Framing::Binary) {
+        if c.gone {
             return;
         }
-        if wire::send(c.read.as_raw_fd(), &ServerMsg::Session { id, answer }, &[]).is_err() {
-            self.drop_conn(conn);
+        let (binary, fd) = (matches!(c.framing, Framing::Binary), c.read.as_raw_fd());
+        match id {
+            ClientId::Binary(id) if binary => {
+                let sent = wire::send(fd, &ServerMsg::Session { id: *id, answer }, &[]);
+                if sent.is_err() {
+                    self.drop_conn(conn);
+                }
+            }
+            ClientId::Json(id) if !binary => {
+                let line = crate::proto::lines::session_line(id, &answer);
+                self.write(conn, line);
+            }
+            _ => {}
         }
     }
 
