@@ -257,6 +257,11 @@ fn sessions_die_with_their_agent() {
     if let Err(left) = wait_marker_gone(&marker, Instant::now(), Duration::from_secs(5)) {
         panic!("the session's processes outlived their agent: {left:?}");
     }
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "agent {pid} did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A new agent knows no such session.
     assert!(names(&tag).is_empty());
     stop_agent(&tag);

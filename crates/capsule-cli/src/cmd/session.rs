@@ -290,12 +290,20 @@ fn ask(req: SessionReq, fds: &[RawFd]) -> Result<SessionAnswer> {
         ClientMsg::Session { req: SessionReq::Start { spec, .. }, .. } => spec.as_ref().clone(),
         _ => RunSpec::default(),
     };
-    let c = match agent::send(&spec, &msg, fds) {
-        Ok(c) => c,
-        Err(Missed::Fatal(e)) => return Err(e.into()),
-        Err(Missed::Fallback) => {
-            let why = agent::enabled().err().unwrap_or_else(|| "no agent could be reached or started".into());
-            bail!("sessions are kept by your agent, and there is none here: {why} (docs/agent.md)");
+    let mut tries = 0;
+    let c = loop {
+        match agent::send(&spec, &msg, fds) {
+            Ok(c) => break c,
+            Err(Missed::Fatal(e)) => return Err(e.into()),
+            // An agent dying right now still has its socket: the next try meets none, or a new one.
+            Err(Missed::Fallback) if tries < 3 && agent::enabled().is_ok() => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(Missed::Fallback) => {
+                let why = agent::enabled().err().unwrap_or_else(|| "no agent could be reached or started".into());
+                bail!("sessions are kept by your agent, and there is none here: {why} (docs/agent.md)");
+            }
         }
     };
     loop {
