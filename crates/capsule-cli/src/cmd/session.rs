@@ -285,7 +285,7 @@ fn secs(ms: u64) -> String {
 
 /// Sends `req` to the caller's agent (started if none) and waits for its answer.
 fn ask(req: SessionReq, fds: &[RawFd]) -> Result<SessionAnswer> {
-    let msg = ClientMsg::Session { id: 1, req };
+    let msg = ClientMsg::Session { id: 1, req, notify: false };
     let spec = match &msg {
         ClientMsg::Session { req: SessionReq::Start { spec, .. }, .. } => spec.as_ref().clone(),
         _ => RunSpec::default(),

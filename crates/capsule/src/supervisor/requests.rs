@@ -98,7 +98,13 @@ impl Loop {
                 self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
             }
             ClientMsg::Command { args, cwd, env } => self.command(sup, conn, &args, &cwd, &env, fds),
-            ClientMsg::Session { id, req } => self.session(sup, conn, ClientId::Binary(id), req, fds),
+            ClientMsg::Session { id, req, notify } => {
+                let mut fds = fds;
+                if notify {
+                    fds.pop();
+                }
+                self.session(sup, conn, ClientId::Binary(id), req, fds)
+            }
             ClientMsg::Start(_) => {}
         }
     }
