@@ -55,6 +55,16 @@ fn stop_agent(tag: &str) {
     ok(tag, &["agent", "stop"]);
 }
 
+/// Stops the agent of its tag when dropped: a failed test leaves no agent
+/// (and no session, which would keep it for its idle time).
+struct Agent(String);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = cmd(&self.0, &["agent", "stop"]).run();
+    }
+}
+
 fn python3() -> Result<(), String> {
     match std::path::Path::new("/usr/bin/python3").exists() {
         true => Ok(()),
@@ -77,6 +87,7 @@ fn detached_server_serves_a_later_command() {
     let _p = procs_shared();
     require!("detached_server_serves_a_later_command", userns_available().and_then(|()| python3()));
     let tag = unique("sess-server");
+    let _agent = Agent(tag.clone());
     start(&tag, "web", &[]);
     detach(&tag, "web", &format!("exec /usr/bin/python3 -c \"{SERVER}\""));
     let out = cmd(&tag, &["session", "exec", "-q", "web", "--", "/usr/bin/python3", "-c", CLIENT]).run();
@@ -116,6 +127,7 @@ fn exec_results_are_the_commands_own() {
     let _p = procs_shared();
     require!("exec_results_are_the_commands_own", userns_available());
     let tag = unique("sess-result");
+    let _agent = Agent(tag.clone());
     start(&tag, "r", &["--setenv", "GREETING", "hi", "--chdir", "/tmp"]);
     assert_eq!(exec_sh(&tag, "r", "exit 7").code, Some(7));
     assert_eq!(exec_sh(&tag, "r", "kill -9 $$").code, Some(128 + 9));
@@ -151,6 +163,7 @@ fn stop_kills_stubborn_processes_after_the_grace() {
     let _p = procs_shared();
     require!("stop_kills_stubborn_processes_after_the_grace", userns_available());
     let tag = unique("sess-stop");
+    let _agent = Agent(tag.clone());
     let marker = unique("stubborn");
     start(&tag, "s", &["--grace", "700ms"]);
     detach(&tag, "s", &format!("trap '' TERM; while :; do sleep 0.1; done; : {marker}"));
@@ -182,6 +195,7 @@ fn idle_sessions_expire() {
     let _p = procs_shared();
     require!("idle_sessions_expire", userns_available());
     let tag = unique("sess-idle");
+    let _agent = Agent(tag.clone());
     let marker = unique("idle");
     start(&tag, "i", &["--idle", "1s", "--grace", "200ms"]);
     detach(&tag, "i", &format!("sleep 1000; : {marker}"));
@@ -218,6 +232,7 @@ fn session_limits_hold_for_all_its_commands() {
     let _p = procs_shared();
     require!("session_limits_hold_for_all_its_commands", userns_available());
     let tag = unique("sess-limits");
+    let _agent = Agent(tag.clone());
     start(&tag, "c", &["--cpu-time", "1s", "--open-files", "40"]);
     assert_eq!(exec_sh(&tag, "c", "ulimit -n").stdout.trim(), "40");
     let mut ended = None;
@@ -245,6 +260,7 @@ fn sessions_die_with_their_agent() {
     let _p = procs_shared();
     require!("sessions_die_with_their_agent", userns_available());
     let tag = unique("sess-crash");
+    let _agent = Agent(tag.clone());
     let marker = unique("orphan");
     start(&tag, "x", &[]);
     detach(&tag, "x", &format!("trap '' TERM HUP; sleep 1000; : {marker}"));
@@ -274,6 +290,7 @@ fn many_sessions_apart() {
     let _p = procs_shared();
     require!("many_sessions_apart", userns_available());
     let tag = unique("sess-many");
+    let _agent = Agent(tag.clone());
     let n = 12;
     for i in 0..n {
         start(&tag, &format!("s{i}"), &[]);
@@ -290,6 +307,7 @@ fn many_sessions_apart() {
     let bad = cmd(&tag, &["session", "start", "../x"]).run();
     assert_eq!(bad.code, Some(125), "{}", bad.describe());
     let other = unique("sess-other");
+    let _other_agent = Agent(other.clone());
     assert!(names(&other).is_empty(), "another identity's agent lists this one's sessions");
     assert_eq!(cmd(&other, &["session", "exec", "s0", "--", "/bin/true"]).run().code, Some(125));
     stop_agent(&other);
@@ -331,6 +349,7 @@ fn published_ports_and_host_ports() {
         userns_available().and_then(|()| python3()).and_then(|()| require_root())
     );
     let tag = unique("sess-ports");
+    let _agent = Agent(tag.clone());
     let (published, other_host) = (free_port(), free_port());
     // A service on the host, answering every connection.
     let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
