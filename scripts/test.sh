@@ -89,7 +89,7 @@ lint format fmt --all -- --check
 stage tests cargo test --workspace --lib --test layout --bin capsule-cli --bin capsule-probe --bin capsule-bench \
   --bin capsule-libtest --test cli --test isolation --test filesystem --test server --test library --test landlock \
   --test seccomp --test layer --test layer_run --test shell --test netlog --test judging_io --test presets --test judge \
-  --test agent --test egress --test explain --test mcp --test agent_preset "$@"
+  --test agent --test egress --test explain --test mcp --test agent_preset --test session "$@"
 stage degraded cargo test -p capsule-cli --test cgroups "$@" degraded_
 # `capsule serve --per-cpu` (a pinned supervisor per CPU behind a front):
 # the protocol's tests once more through the front, but those that look

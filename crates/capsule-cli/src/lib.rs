@@ -18,7 +18,7 @@ pub type Build = fn() -> Command;
 /// The subcommands, built on demand: a command line names one, and
 /// building only that one halves clap's share of a `capsule run`
 /// (~150 µs for all of them).
-pub const SUBCOMMANDS: [(&str, Build); 14] = [
+pub const SUBCOMMANDS: [(&str, Build); 15] = [
     ("run", cmd::run::command),
     ("shell", cmd::shell::command),
     ("serve", cmd::serve::command),
@@ -28,6 +28,7 @@ pub const SUBCOMMANDS: [(&str, Build); 14] = [
     ("judge", cmd::judge::command),
     ("isolate", cmd::isolate::command),
     ("agent", cmd::agent::command),
+    ("session", cmd::session::command),
     ("supervise", cmd::supervise::command),
     ("check", cmd::check::command),
     ("worker", cmd::worker::command),

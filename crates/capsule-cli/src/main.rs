@@ -19,6 +19,10 @@ fn main() -> ExitCode {
         // Agents plan the front end's command lines with the CLI's parser.
         capsule::endpoints::resume_main(&fd, Some(cmd::run::plan))
     }
+    // A session's holder, inside its sandbox (docs/sessions.md).
+    if first.as_deref() == Some(std::ffi::OsStr::new(capsule::proto::session::HOLDER_ARG)) {
+        return cmd::session::holder_main();
+    }
     // Re-started in a systemd scope: stderr back from systemd-run's pipe.
     cmd::take_back_stderr();
     // isolate's command line: `capsule isolate ...`, or this binary run
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Some(("interact", m)) => return cmd::interact::run(m),
         Some(("presets", m)) => cmd::presets::run(m),
         Some(("agent", m)) => cmd::agent::run(m),
+        Some(("session", m)) => cmd::session::run(m),
         Some(("judge", m)) => cmd::judge::run(m),
         Some(("worker", m)) => cmd::worker::run(m),
         Some(("supervise", _)) => return cmd::supervise::run(),

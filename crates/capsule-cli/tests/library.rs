@@ -298,3 +298,19 @@ fn library_per_cpu_pins_a_supervisor_and_its_runs_to_each_cpu() {
     }
     assert_eq!(seen, mine, "{n} runs at once did not take every CPU once: {}", out.describe());
 }
+
+/// `Sandbox::session`: a session kept by the library's supervisor; a
+/// detached command's file seen by the next command, which writes to the
+/// caller's pipe and has its own exit code; list; stop.
+#[test]
+fn library_sessions() {
+    require!("library_sessions", userns_available());
+    let _l = procs_shared();
+    let (out, kv) = libtest_ok(&["session"]);
+    expect(&kv, &out, "start", r#"{"started":{"name":"lib"}}"#);
+    expect(&kv, &out, "detached", "true");
+    expect(&kv, &out, "exec_output", "hi\\n");
+    expect(&kv, &out, "exec_code", "3");
+    expect(&kv, &out, "listed", "1");
+    expect(&kv, &out, "stop", r#"{"stopped":{"name":"lib","status":"stopped"}}"#);
+}

@@ -71,6 +71,8 @@ enum Outcome {
     Interact(Box<InteractResult>),
     /// The run could not happen.
     Failed(String),
+    /// A session request's answer.
+    Session(Box<crate::proto::session::SessionAnswer>),
 }
 
 #[derive(Default)]
@@ -204,6 +206,25 @@ impl Sandbox {
         let handle =
             self.request(|id| ClientMsg::Interact { id, spec: Box::new(spec), stderr: has, notify: true }, fds)?;
         Ok(InteractHandle(handle))
+    }
+
+    /// A session request (docs/sessions.md): this sandbox's supervisor keeps
+    /// its sessions until the `Sandbox` is dropped. An `exec` may carry its
+    /// stdin, stdout and stderr (else /dev/null). Waits for the answer.
+    pub fn session(
+        &self,
+        req: crate::proto::session::SessionReq,
+        stdio: Option<[BorrowedFd<'_>; 3]>,
+    ) -> Result<crate::proto::session::SessionAnswer, Error> {
+        if self.shards.len() > 1 {
+            return Err(Error::Run("sessions live in one supervisor: not with per-CPU supervisors".into()));
+        }
+        let fds: Vec<RawFd> = stdio.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
+        let mut h = self.request(|id| ClientMsg::Session { id, req, notify: true }, fds)?;
+        match h.wait()? {
+            Outcome::Session(a) => Ok(*a),
+            _ => Err(Error::Supervisor("the supervisor answered a session request with a run's result".into())),
+        }
     }
 
     /// Sends a request built for a fresh id, with `fds` and a notify pipe,
@@ -368,6 +389,7 @@ impl Inner {
                     ServerMsg::Started { .. } | ServerMsg::Accepted | ServerMsg::Declined | ServerMsg::Exit { .. } => {
                         return Ok(())
                     }
+                    ServerMsg::Session { id, answer } => (id, Outcome::Session(Box::new(answer))),
                 };
                 let mut st = self.lock();
                 st.settle(id);

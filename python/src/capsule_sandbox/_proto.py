@@ -148,6 +148,30 @@ def outcome(msg: Dict[str, Any], interact: bool) -> Union[Result, InteractResult
     raise RunError(f"unexpected response from capsule serve: {msg!r}", msg.get("id"))
 
 
+def session_answer(msg: Dict[str, Any]) -> Dict[str, Any]:
+    """A session request's answer (``{"started": ...}``, ``{"exec": ...}``, ...),
+    or the :class:`RunError` it carries."""
+    s = msg.get("session")
+    if isinstance(s, dict):
+        err = s.get("error")
+        if isinstance(err, dict):
+            raise RunError(str(err.get("error")), msg.get("id"))
+        return s
+    err = msg.get("error")
+    if isinstance(err, str):
+        raise RunError(err, msg.get("id"))
+    raise RunError(f"unexpected response from capsule serve: {msg!r}", msg.get("id"))
+
+
+def millis(v: Any, what: str) -> Optional[int]:
+    """Seconds (a number) as whole milliseconds; None stays None."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ValueError(f"{what} must be a number of seconds, not {v!r}")
+    return int(v * 1000)
+
+
 def death_message(what: str, status: Optional[int], stderr: bytes, notices: Sequence[str]) -> str:
     """Why the server is gone, in its own words where it left any."""
     msg = what

@@ -270,6 +270,55 @@ class Sandbox:
         """Run a solution and an interactor talking to each other; who left first and both results."""
         return cast(InteractResult, self._wait(self.submit_interact(solution, interactor), timeout))
 
+    def session(self, request: Any, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """A session request of the protocol (docs/sessions.md): ``"list"``,
+        ``{"start": {...}}``, ``{"exec": {...}}``, ``{"stop": {...}}``; its
+        answer, or a :class:`RunError`. Sessions live in this server and stop
+        when it ends."""
+        rid, w = self._register()
+        try:
+            line = _proto.encode({"id": rid, "session": request})
+        except RunError:
+            with self._plock:
+                self._pending.pop(rid, None)
+            raise
+        self._send(rid, line)
+        o = self._wait_for(w, timeout)
+        if isinstance(o, BaseException):
+            raise o
+        return _proto.session_answer(o)
+
+    def session_start(self, name: str, base: Optional[SpecLike] = None, *, idle: Optional[float] = None,
+                      lifetime: Optional[float] = None, grace: Optional[float] = None) -> None:
+        """Start session ``name``: one sandbox kept across :meth:`session_exec`
+        calls, its policy and limits those of ``base`` (a run spec; its argv is
+        not used). ``idle``, ``lifetime``, ``grace``: seconds."""
+        body = spec(base if base is not None else ["-"])
+        start = {"name": name, "spec": body, "idle_ms": _proto.millis(idle, "idle"),
+                 "lifetime_ms": _proto.millis(lifetime, "lifetime"), "grace_ms": _proto.millis(grace, "grace")}
+        self.session({"start": start})
+
+    def session_exec(self, name: str, argv: List[str], *, env: Optional[Dict[str, str]] = None,
+                     cwd: Optional[str] = None, detach: bool = False,
+                     wall_time: Optional[float] = None) -> Union[Result, int]:
+        """Run ``argv`` in session ``name`` (its streams /dev/null): its
+        :class:`Result`, or with ``detach`` its pid inside, at once."""
+        req: Dict[str, Any] = {"name": name, "argv": list(argv), "detach": detach,
+                               "env": [f"{k}={v}" for k, v in (env or {}).items()],
+                               "cwd": cwd, "wall_time_ms": _proto.millis(wall_time, "wall_time")}
+        a = self.session({"exec": req})
+        if detach:
+            return int(a["detached"]["pid"])
+        return Result(a["exec"]["result"])
+
+    def session_list(self) -> List[Dict[str, Any]]:
+        """This server's sessions: name, uptime_ms, idle_ms, processes, memory_bytes, ..."""
+        return list(self.session("list")["list"]["sessions"])
+
+    def session_stop(self, name: str, grace: Optional[float] = None) -> str:
+        """Stop session ``name`` (SIGTERM, ``grace`` seconds, SIGKILL); how it ended."""
+        return str(self.session({"stop": {"name": name, "grace_ms": _proto.millis(grace, "grace")}})["stopped"]["status"])
+
     def _wait(self, h: Handle, timeout: Optional[float]) -> Any:
         try:
             return h.wait(timeout)

@@ -19,6 +19,7 @@ pub mod presets;
 pub mod run;
 pub mod scope;
 pub mod serve;
+pub mod session;
 pub mod shell;
 pub mod supervise;
 pub mod why;

@@ -677,6 +677,52 @@ fn cmd_per_cpu(n: usize) {
     }
 }
 
+/// A session through `Sandbox::session`: a detached command's file is
+/// there for the next, whose streams are the caller's pipe; list; stop.
+fn cmd_session() {
+    use capsule::proto::session::{ExecReq, SessionAnswer, SessionReq};
+    let sb = start(1);
+    let name = "lib".to_string();
+    let shown = |a: Result<SessionAnswer, Error>| match a {
+        Ok(a) => serde_json::to_string(&a).expect("serializable"),
+        Err(e) => format!("error {}", err(&e)),
+    };
+    let start = SessionReq::Start {
+        name: name.clone(),
+        spec: Box::new(spec(sh("true", &[]))),
+        idle_ms: None,
+        lifetime_ms: None,
+        grace_ms: Some(500),
+        publish: Vec::new(),
+        host_ports: Vec::new(),
+    };
+    out("start", shown(sb.session(start, None)));
+    let argv = |s: &str| vec!["/bin/sh".to_string(), "-c".to_string(), s.to_string()];
+    let detach = ExecReq {
+        name: name.clone(),
+        argv: argv("echo hi > /tmp/f; exec sleep 100"),
+        detach: true,
+        ..ExecReq::default()
+    };
+    out("detached", matches!(sb.session(SessionReq::Exec(detach), None), Ok(SessionAnswer::Detached { .. })));
+    let (in_r, in_w) = pipe();
+    let (out_r, out_w) = pipe();
+    drop(in_w);
+    let exec = ExecReq { name: name.clone(), argv: argv("cat /tmp/f; exit 3"), ..ExecReq::default() };
+    let a = sb.session(SessionReq::Exec(exec), Some([in_r.as_fd(), out_w.as_fd(), out_w.as_fd()]));
+    drop(out_w);
+    out("exec_output", read_to_eof(&out_r, Duration::from_secs(20)).0);
+    match a {
+        Ok(SessionAnswer::Exec { result }) => out("exec_code", result.exit_code.unwrap_or(-1)),
+        other => out("exec_code", shown(other)),
+    }
+    match sb.session(SessionReq::List, None) {
+        Ok(SessionAnswer::List { sessions }) => out("listed", sessions.len()),
+        other => out("listed", shown(other)),
+    }
+    out("stop", shown(sb.session(SessionReq::Stop { name, grace_ms: None }, None)));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let cmd = args.get(1).map(String::as_str).unwrap_or_else(|| usage());
@@ -690,6 +736,7 @@ fn main() {
         "drop" => cmd_drop(),
         "hang" => cmd_hang(),
         "interact" => cmd_interact(),
+        "session" => cmd_session(),
         "per-cpu" => cmd_per_cpu(args.get(2).and_then(|n| n.parse().ok()).unwrap_or_else(|| usage())),
         _ => usage(),
     }

@@ -159,7 +159,8 @@ impl OnceRun {
                 | ServerMsg::Interacted { .. }
                 | ServerMsg::Accepted
                 | ServerMsg::Declined
-                | ServerMsg::Exit { .. },
+                | ServerMsg::Exit { .. }
+                | ServerMsg::Session { .. },
                 _,
             )) => Err(Error::Supervisor("unexpected message".into())),
             None => Err(Error::Supervisor("the supervisor exited without answering".into())),

@@ -558,6 +558,11 @@ impl Front {
                 Ok(LineRequest::Answer { id, answer }) => {
                     Ask::Answer { id, body: serde_json::to_string(&answer).expect("serializable") }
                 }
+                // Sessions live in one supervisor; a per-CPU server has several.
+                Ok(LineRequest::Session { id, .. }) => {
+                    return self
+                        .send_client(c, lines::error_line(&id, "sessions are not kept by `capsule serve --per-cpu`"))
+                }
             },
         };
         match ask {

@@ -36,6 +36,11 @@ pub enum LineRequest {
         id: Value,
         answer: Value,
     },
+    /// A session request (docs/sessions.md).
+    Session {
+        id: Value,
+        req: crate::proto::session::SessionReq,
+    },
 }
 
 /// A line that is not a valid request: the error response to send.
@@ -79,11 +84,16 @@ pub fn parse_line(line: &[u8]) -> Result<LineRequest, LineError> {
             let answer = map.remove("answer").expect("present");
             Ok(LineRequest::Answer { id, answer })
         }
-        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel`, `kill` nor `answer`".into())),
+        ["session"] => {
+            let req = map.remove("session").expect("present");
+            let req = typed(req, "session").map_err(|m| fail(&id, m))?;
+            Ok(LineRequest::Session { id, req })
+        }
+        [] => Err(fail(&id, "the request has neither `spec`, `interact`, `cancel`, `kill`, `answer` nor `session`".into())),
         _ => Err(fail(
             &id,
             format!(
-                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`, `answer`; got {}",
+                "a request has `id` and exactly one of `spec`, `interact`, `cancel`, `kill`, `answer`, `session`; got {}",
                 keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
             ),
         )),
@@ -126,6 +136,11 @@ fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Stri
 /// `{"id": ..., "result": {"first_to_exit": ..., "solution": ..., "interactor": ...}}`.
 pub fn interact_line(id: &Value, result: &InteractResult) -> Vec<u8> {
     answer_line(id, result)
+}
+
+/// `{"id": ..., "session": ...}`: a session request's answer.
+pub fn session_line(id: &Value, answer: &crate::proto::session::SessionAnswer) -> Vec<u8> {
+    line(json!({ "id": id, "session": answer }))
 }
 
 /// `{"id": ..., "error": ...}`.

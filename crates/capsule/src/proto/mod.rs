@@ -11,6 +11,7 @@ pub mod egress;
 pub mod lines;
 pub mod policy;
 pub mod result;
+pub mod session;
 pub mod spec;
 pub mod units;
 pub mod wire;

@@ -75,6 +75,16 @@ pub enum ClientMsg {
     /// it opens or writes, a terminal, options that choose another
     /// agent): the front end then runs the full `capsule-cli`.
     Command { args: Vec<String>, cwd: String, env: Vec<String> },
+    /// A session request (docs/sessions.md), to an agent or a library's
+    /// supervisor; attached: an `exec`'s stdin, stdout and stderr (or
+    /// none: /dev/null), then with `notify` a pipe the supervisor closes at
+    /// once (wait on the socket). Answered with one `Session` of the same id.
+    Session {
+        id: u64,
+        req: crate::proto::session::SessionReq,
+        #[serde(default)]
+        notify: bool,
+    },
 }
 
 /// What the supervisor sends: exactly one final message (`Result` or
@@ -108,6 +118,8 @@ pub enum ServerMsg {
     /// Answer to `Command`: the run is over; print `stderr` and exit with
     /// `code`, as `capsule run` would have.
     Exit { code: u8, stderr: String },
+    /// Answer to `Session`.
+    Session { id: u64, answer: crate::proto::session::SessionAnswer },
 }
 
 /// Sends one message with `fds` attached: header and body in one buffer,

@@ -598,7 +598,7 @@ fn serve(sh: &Shared, id: u64, mut client: TcpStream) {
 
 /// Copies both ways until both sides are done; bytes (client to upstream,
 /// upstream to client).
-fn relay(client: TcpStream, upstream: TcpStream) -> (u64, u64) {
+pub(crate) fn relay(client: TcpStream, upstream: TcpStream) -> (u64, u64) {
     let _ = client.set_read_timeout(None);
     let (Ok(c2), Ok(u2)) = (client.try_clone(), upstream.try_clone()) else { return (0, 0) };
     let back =

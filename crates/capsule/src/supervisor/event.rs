@@ -130,6 +130,8 @@ pub(crate) enum Token {
     HostMounts,
     /// Egress proxies have asks to send.
     Asks,
+    /// A session's holder wrote (or is gone).
+    Holder(usize),
 }
 
 /// A PID 1 that is done (or killed), kept with the zombies until it has
@@ -178,6 +180,9 @@ pub(crate) struct Loop {
     pub(crate) proxies: Option<super::egress::Proxies>,
     /// What JSON lines are read into (kept: a zeroed 64 KiB per read cost more than the read).
     pub(crate) read_buf: Vec<u8>,
+    /// An agent's sessions (docs/sessions.md).
+    pub(crate) sessions: Vec<Session>,
+    pub(crate) next_session: u64,
 }
 
 impl Loop {
@@ -195,6 +200,9 @@ impl Loop {
                 // A finished run's PID 1 whose creation the spawner has yet
                 // to report: nothing else may wake the loop to reap it.
                 wait = Some(wait.map_or(COMING_RECHECK, |w| w.min(COMING_RECHECK)));
+            }
+            if let Some(d) = self.session_timers() {
+                wait = Some(wait.map_or(d, |w| w.min(d)));
             }
             if !self.queue.is_empty() && self.exits_behind(sup) {
                 // Until the oldest of them stops counting, if none exits before.
@@ -327,6 +335,11 @@ impl Loop {
                 set.add(fd, events, Token::Relay(i, d, to_end));
             }
         }
+        for (k, s) in self.sessions.iter().enumerate() {
+            if let Some(sock) = &s.sock {
+                set.add(sock.as_raw_fd(), libc::POLLIN, Token::Holder(k));
+            }
+        }
         for (i, s) in self.spares.iter().enumerate() {
             if let Some(fd) = s.pidfd() {
                 set.add(fd, libc::POLLIN, Token::Spare(i));
@@ -348,6 +361,7 @@ impl Loop {
             Token::HostMounts => self.retire(),
             Token::Asks => self.send_asks(),
             Token::Signals => self.stop = true,
+            Token::Holder(k) => self.holder_event(sup, k),
             Token::ConnRead(i) => self.read_conn(sup, i),
             Token::ConnWrite(i) => {
                 if revents & (libc::POLLERR | libc::POLLHUP) != 0 && revents & libc::POLLOUT == 0 {
@@ -409,12 +423,10 @@ impl Loop {
                 Some((_, Side::Interactor)) => {}
                 // A pair needs two slots (or all of them, when there are
                 // fewer).
-                Some((_, Side::Solution))
-                    if self.running.len() + 2 > sup.config.parallel && !self.running.is_empty() =>
-                {
+                Some((_, Side::Solution)) if self.slots_taken() + 2 > sup.config.parallel && self.slots_taken() > 0 => {
                     break
                 }
-                _ if self.running.len() >= sup.config.parallel => break,
+                _ if self.slots_taken() >= sup.config.parallel => break,
                 _ => {}
             }
             let req = self.queue.pop_front().expect("present");
@@ -467,6 +479,7 @@ impl Loop {
         if sup.config.prepare_ahead
             && !self.once
             && req.pair.is_none()
+            && req.conn != SESSION_CONN
             && self.last_shape.as_ref().is_none_or(|(_, s)| *s != shape)
         {
             self.last_shape = Some((req.spec.clone(), shape.clone()));
@@ -798,6 +811,8 @@ impl Loop {
             if let Some((pair, side)) = r.req.pair {
                 let end = r.p.arena().end_ns.load(SeqCst);
                 self.pair_result(pair, side, result, end);
+            } else if r.req.conn == SESSION_CONN {
+                self.session_ended(&r.req.cid, &result);
             } else if !r.cancelled {
                 self.answer(r.req.conn, &r.req.cid, &result, r.req.notify.take());
             }

@@ -60,9 +60,11 @@ mod namespaces;
 mod netlog;
 mod netpool;
 mod outcome;
+mod ports;
 mod prepare;
 mod relay;
 mod requests;
+mod session;
 mod template;
 
 pub use conn::*;
@@ -71,6 +73,7 @@ use filters::*;
 pub use handoff::*;
 use netpool::*;
 use prepare::*;
+use session::*;
 use template::MountTemplate;
 
 /// A long-lived loop's slice: the kernel's shortest (its default here is 1.4 ms).
@@ -338,6 +341,8 @@ impl Supervisor {
             read_buf: Vec::new(),
             proxies: None,
             stop: false,
+            sessions: Vec::new(),
+            next_session: 1,
         };
         l.run(&mut self);
         // An agent stopped by a signal gives up its socket and lock first.

@@ -98,6 +98,13 @@ impl Loop {
                 self.enqueue_pair(sup, conn, ClientId::Binary(id), *spec, stderr, notify);
             }
             ClientMsg::Command { args, cwd, env } => self.command(sup, conn, &args, &cwd, &env, fds),
+            ClientMsg::Session { id, req, notify } => {
+                let mut fds = fds;
+                if notify {
+                    fds.pop();
+                }
+                self.session(sup, conn, ClientId::Binary(id), req, fds)
+            }
             ClientMsg::Start(_) => {}
         }
     }
@@ -202,6 +209,7 @@ impl Loop {
                 self.write(conn, control_line(&id, &target, found));
             }
             Ok(LineRequest::Answer { id, answer }) => self.answer_ask(conn, &id, &answer),
+            Ok(LineRequest::Session { id, req }) => self.session(sup, conn, ClientId::Json(id), req, Vec::new()),
         }
     }
 
@@ -433,6 +441,7 @@ impl Loop {
             c.out.clear();
         }
         self.queue.retain(|q| q.conn != conn);
+        self.session_client_gone(conn);
         for p in self.pairs.iter_mut().filter(|p| p.conn == conn) {
             p.cancelled = true;
         }
