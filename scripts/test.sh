@@ -5,7 +5,7 @@
 # black-box suites that run the real binary as an unprivileged user (judge,
 # layers, protocol, per-CPU front, hostile programs, `capsule isolate`,
 # `capsule worker` on a real redis-server, agents), builds and installs the
-# release packages, and runs the Python client's suite. About 3 minutes from
+# release packages, and runs the Python client's suite. About 5 minutes from
 # a warm build on 2 CPUs, 7 from a fresh clone (docs/testing.md). Each stage
 # prints its time; the last line sums them up with every skipped test and
 # its reason, and what is left to the slow stages (scripts/test-slow.sh:
