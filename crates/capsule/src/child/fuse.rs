@@ -24,18 +24,7 @@ pub(crate) fn abort_fuse(r: &Reaper) {
     if r.fusectl < 0 {
         return;
     }
-    let Ok(dir) = sys::openat(r.proc, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return };
-    let mut ents = [0u8; 4096];
-    while let Ok(n) = sys::getdents64(dir.as_raw_fd(), &mut ents) {
-        if n == 0 {
-            break;
-        }
-        for name in sys::dirent_names(&ents[..n]).map_while(Result::ok) {
-            if !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name != b"1" {
-                abort_fuse_of(r, name);
-            }
-        }
-    }
+    super::wait::for_each_process(r.proc, &mut |pid| abort_fuse_of(r, pid));
 }
 
 /// `abort_fuse` for the mount table of one process (`pid`, digits). A

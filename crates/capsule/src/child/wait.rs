@@ -303,7 +303,19 @@ const TICK_NS: u64 = 10_000_000;
 pub(crate) fn tree_cpu_ns(proc: RawFd) -> u64 {
     let (user, system, _) = sys::rusage_children();
     let mut ns = (user + system) * 1000;
-    let Ok(dir) = sys::openat(proc, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return ns };
+    for_each_process(proc, &mut |name| {
+        let pid = name.iter().fold(0i32, |a, b| a.saturating_mul(10).saturating_add((b - b'0') as i32));
+        // Gone meanwhile: its time is in its parent's, read now or at the next walk.
+        if let Ok(own) = sys::process_cpu_ns(pid) {
+            ns += own + children_ticks(proc, name) * TICK_NS;
+        }
+    });
+    ns
+}
+
+/// Calls `f` with the pid (digits) of every process in the run's procfs `proc` but PID 1. No allocation.
+pub(crate) fn for_each_process(proc: RawFd, f: &mut dyn FnMut(&[u8])) {
+    let Ok(dir) = sys::openat(proc, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return };
     let mut ents = [0u8; 4096];
     while let Ok(n) = sys::getdents64(dir.as_raw_fd(), &mut ents) {
         if n == 0 {
@@ -311,14 +323,10 @@ pub(crate) fn tree_cpu_ns(proc: RawFd) -> u64 {
         }
         for name in sys::dirent_names(&ents[..n]).map_while(Result::ok) {
             if !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name != b"1" {
-                let pid = name.iter().fold(0i32, |a, b| a.saturating_mul(10).saturating_add((b - b'0') as i32));
-                // Gone meanwhile: its time is in its parent's, read now or at the next walk.
-                let Ok(own) = sys::process_cpu_ns(pid) else { continue };
-                ns += own + children_ticks(proc, name) * TICK_NS;
+                f(name);
             }
         }
     }
-    ns
 }
 
 /// cutime + cstime of process `pid` (digits) in clock ticks; 0 when it is gone.
