@@ -2,7 +2,7 @@
 //! agent across commands (docs/sessions.md); and the session's holder, the
 //! first process of the session's run, which starts its commands.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use capsule::proto::session::{
 };
 use capsule::proto::wire::{self, ClientMsg, ServerMsg};
 use capsule::spec::RunSpec;
+use capsule::sys;
 use capsule::units::parse_duration;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -330,15 +331,14 @@ struct Child {
 /// agent sends on descriptor 3 and reports their ends; exits when the
 /// agent's end closes (the session's PID 1 then ends the rest).
 pub fn holder_main() -> ExitCode {
-    // SAFETY: prctl and fcntl on this process; no memory passed.
-    unsafe {
-        // The session's programs (the same user) may signal it, never take
-        // its socket or memory (/proc/PID/fd, ptrace, pidfd_getfd).
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        libc::fcntl(HOLDER_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+    // The session's programs (the same user) may signal it, never take its socket or memory (/proc/PID/fd,
+    // ptrace, pidfd_getfd).
+    if sys::prctl(libc::PR_SET_DUMPABLE, 0).is_err() {
+        return ExitCode::from(1);
     }
-    // SAFETY: descriptor 3 is the agent's socket, given to this process alone.
-    let sock = unsafe { OwnedFd::from_raw_fd(HOLDER_FD) };
+    // Descriptor 3 is the agent's socket: owned here, close-on-exec, the inherited number closed.
+    let Ok(sock) = sys::dup_cloexec(HOLDER_FD) else { return ExitCode::from(1) };
+    sys::close(HOLDER_FD);
     if wire::send(sock.as_raw_fd(), &FromHolder::Ready, &[]).is_err() {
         return ExitCode::from(1);
     }
@@ -362,9 +362,7 @@ pub fn holder_main() -> ExitCode {
             events: libc::POLLIN,
             revents: 0,
         }));
-        // SAFETY: pfds is a valid array of its length.
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+        if sys::poll(&mut pfds, timeout).is_err() {
             return ExitCode::from(1);
         }
         if pfds[0].revents != 0 {
@@ -381,30 +379,25 @@ pub fn holder_main() -> ExitCode {
         for c in children.iter_mut() {
             if c.deadline.is_some_and(|d| now >= d) && !c.timed_out {
                 c.timed_out = true;
-                // SAFETY: kill(2) on the command's process group.
-                unsafe { libc::kill(-c.pid, libc::SIGKILL) };
+                let _ = sys::kill(-c.pid, libc::SIGKILL);
             }
         }
         let mut k = 0;
         while k < children.len() {
             let c = &children[k];
-            let mut status = 0;
-            // SAFETY: an all-zero rusage is valid; wait4 fills it.
-            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: wait4 on our own child with valid pointers.
-            let got = unsafe { libc::wait4(c.pid, &mut status, libc::WNOHANG, &mut ru) };
-            if got != c.pid {
+            let Ok(Some(sys::Reaped { status, user_us, system_us, max_rss_kib: max_rss_kb })) =
+                sys::wait4_nohang(c.pid)
+            else {
                 k += 1;
                 continue;
-            }
+            };
             let c = children.swap_remove(k);
-            let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
             let m = FromHolder::Exited {
                 xid: c.xid,
                 status,
-                user_us: us(ru.ru_utime),
-                system_us: us(ru.ru_stime),
-                max_rss_kb: ru.ru_maxrss as u64,
+                user_us,
+                system_us,
+                max_rss_kb,
                 wall_us: c.start.elapsed().as_micros() as u64,
                 timed_out: c.timed_out,
             };
@@ -418,14 +411,12 @@ fn handle(msg: ToHolder, fds: Vec<OwnedFd>, children: &mut Vec<Child>) -> Option
     match msg {
         ToHolder::Term => {
             // Every process of the session this one may signal but itself and PID 1.
-            // SAFETY: kill(2).
-            unsafe { libc::kill(-1, libc::SIGTERM) };
+            let _ = sys::kill(-1, libc::SIGTERM);
             None
         }
         ToHolder::Kill { xid } => {
             if let Some(c) = children.iter().find(|c| c.xid == xid) {
-                // SAFETY: kill(2) on the command's process group.
-                unsafe { libc::kill(-c.pid, libc::SIGKILL) };
+                let _ = sys::kill(-c.pid, libc::SIGKILL);
             }
             None
         }
@@ -464,16 +455,8 @@ fn spawn(req: &ExecReq, fds: Vec<OwnedFd>) -> Result<std::process::Child, String
         };
         cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
     }
-    // SAFETY: setsid is async-signal-safe; nothing is allocated.
-    unsafe {
-        cmd.pre_exec(|| {
-            // A process group of its own: killed as one (wall time, a client gone).
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // A process group of its own: killed as one (wall time, a client gone).
+    cmd.process_group(0);
     cmd.spawn().map_err(|e| format!("{:?}: {e}", req.argv[0]))
 }
 

@@ -423,6 +423,45 @@ pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
     Ok(if r == 0 { None } else { Some((r, status)) })
 }
 
+/// A child reaped with its rusage.
+#[derive(Debug, Clone, Copy)]
+pub struct Reaped {
+    pub status: i32,
+    pub user_us: u64,
+    pub system_us: u64,
+    pub max_rss_kib: u64,
+}
+
+/// `wait4` without blocking on the child `pid`: its wait status and
+/// rusage, or None while it runs.
+pub fn wait4_nohang(pid: i32) -> SysResult<Option<Reaped>> {
+    let mut status: libc::c_int = 0;
+    let mut ru = MaybeUninit::<libc::rusage>::zeroed();
+    let r = retry(|| {
+        // SAFETY: status and ru are writable and live for the call.
+        cvt(unsafe {
+            raw_syscall(
+                libc::SYS_wait4,
+                [
+                    pid as u64,
+                    &mut status as *mut libc::c_int as u64,
+                    libc::WNOHANG as u64,
+                    ru.as_mut_ptr() as u64,
+                    0,
+                    0,
+                ],
+            )
+        })
+    })? as i32;
+    if r == 0 {
+        return Ok(None);
+    }
+    // SAFETY: zeroed, then filled by wait4.
+    let ru = unsafe { ru.assume_init() };
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    Ok(Some(Reaped { status, user_us: us(ru.ru_utime), system_us: us(ru.ru_stime), max_rss_kib: ru.ru_maxrss as u64 }))
+}
+
 /// Rusage of all reaped children of the caller: (user µs, system µs, max RSS KiB).
 pub fn rusage_children() -> (u64, u64, u64) {
     rusage(libc::RUSAGE_CHILDREN)
