@@ -427,6 +427,15 @@ pub(crate) fn start_fuse(argv: &[CString], ptrs: &[*const libc::c_char], name: u
     Ok(fd)
 }
 
+/// A read-only clone of the scratch tmpfs's empty directory (`dir`) or file (`empty`), to mount over a path.
+fn empty_cover(b: &Build, which: &CStr) -> Result<OwnedFd, sys::Errno> {
+    let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
+    let fd = sys::open_tree(scratch, which, OPEN_TREE_CLONE)?;
+    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    sys::mount_setattr(fd.as_raw_fd(), false, ro, 0)?;
+    Ok(fd)
+}
+
 /// The mount plan's step 2: attaches the new root over the current one.
 pub(crate) fn attach_root(b: &Build) -> Result<RawFd, Fail> {
     let root = b.root.as_ref().expect("cloned").as_raw_fd();
@@ -501,17 +510,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                 } else {
                     // A clone of the scratch tmpfs's empty directory or file:
                     // cheaper than a tmpfs of its own (docs/child.md).
-                    let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
-                    let empty = if is_dir { c"dir" } else { c"empty" };
-                    sys::open_tree(scratch, empty, OPEN_TREE_CLONE).and_then(|fd| {
-                        sys::mount_setattr(
-                            fd.as_raw_fd(),
-                            false,
-                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                            0,
-                        )?;
-                        Ok(fd)
-                    })
+                    empty_cover(b, if is_dir { c"dir" } else { c"empty" })
                 }
                 .map_err(|e| Fail::at(Step::Hide, e, *name))?;
                 sys::move_mount_fd(cover.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Hide, e, *name))?;
@@ -526,18 +525,7 @@ pub(crate) fn apply_ops(plan: &MountPlan, b: &Build, root: RawFd) -> Result<(), 
                     Err(libc::EROFS) => continue,
                     Err(e) => return Err(Fail::at(Step::MountPoint, e, *name)),
                 };
-                let scratch = b.scratch.as_ref().expect("prepared").as_raw_fd();
-                let cover = sys::open_tree(scratch, c"empty", OPEN_TREE_CLONE)
-                    .and_then(|fd| {
-                        sys::mount_setattr(
-                            fd.as_raw_fd(),
-                            false,
-                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                            0,
-                        )?;
-                        Ok(fd)
-                    })
-                    .map_err(|e| Fail::at(Step::Hide, e, *name))?;
+                let cover = empty_cover(b, c"empty").map_err(|e| Fail::at(Step::Hide, e, *name))?;
                 sys::move_mount_fd(cover.as_raw_fd(), at.as_raw_fd()).map_err(|e| Fail::at(Step::Hide, e, *name))?;
             }
             Op::Save { dst, slot, name } => {
