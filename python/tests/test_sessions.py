@@ -13,7 +13,8 @@ def test_session_keeps_processes_and_files(sb: cs.Sandbox) -> None:
     sb.session_start("py", ["-"], grace=0.5)
     pid = sb.session_exec("py", ["/bin/sh", "-c", "echo hi > /tmp/f; exec sleep 1000"], detach=True)
     assert isinstance(pid, int) and pid > 1
-    r = sb.session_exec("py", ["/bin/sh", "-c", f"test -e /tmp/f && kill -0 {pid} && exit 5"])
+    r = sb.session_exec("py", ["/bin/sh", "-c", "i=0; while [ ! -e /tmp/f ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; "
+                                   f"test -e /tmp/f && kill -0 {pid} && exit 5"])
     assert isinstance(r, cs.Result) and r.exit_code == 5
     r = sb.session_exec("py", ["/bin/sh", "-c", "echo $X; sleep 5"], env={"X": "y"}, wall_time=0.3)
     assert isinstance(r, cs.Result) and r.status == cs.Status.WALL_TIME_LIMIT
