@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     }
     // A session's holder, inside its sandbox (docs/sessions.md).
     if first.as_deref() == Some(std::ffi::OsStr::new(capsule::proto::session::HOLDER_ARG)) {
-        return cmd::session::holder_main();
+        return cmd::session_holder::holder_main();
     }
     // Re-started in a systemd scope: stderr back from systemd-run's pipe.
     cmd::take_back_stderr();

@@ -252,6 +252,45 @@ fn session_limits_hold_for_all_its_commands() {
     stop_agent(&tag);
 }
 
+/// A command's own CPU-time limit counts all its processes, those it left
+/// (orphans) and those in a session of their own included, kills them all
+/// within a tick and is reported as a CPU-time limit; the next command and
+/// the session are untouched.
+#[test]
+fn a_command_has_its_own_cpu_time_limit() {
+    let _p = procs_shared();
+    require!("a_command_has_its_own_cpu_time_limit", userns_available());
+    let tag = unique("sess-cpu");
+    let _agent = Agent(tag.clone());
+    start(&tag, "c", &[]);
+    // Three spinners, none the command's own process: an orphan, one in a new session, a waited-for child.
+    let script = "(sh -c 'while :; do :; done' &); setsid sh -c 'while :; do :; done' & \
+                  sh -c 'while :; do :; done' & sleep 30";
+    let t = Instant::now();
+    let out = cmd(&tag, &["session", "exec", "--cpu-time", "600ms", "c", "--", "/bin/sh", "-c", script]).run();
+    let took = t.elapsed();
+    assert_eq!(out.code, Some(124), "{}", out.describe());
+    assert!(out.stderr.contains("cpu time limit"), "{}", out.describe());
+    // 600 ms of CPU over three spinners on at least one CPU: at most 600 ms of wall time, and a tick.
+    assert!(took < Duration::from_secs(5), "{took:?}: {}", out.describe());
+    let left = exec_sh(&tag, "c", "ps -eo args | grep -c '^sh -c while' || true");
+    assert_eq!(left.stdout.trim(), "0", "a spinner outlived the limit: {}", left.describe());
+    // The reported CPU time is the three spinners', not the idle shell's alone.
+    let ms = |after: &str| out.stderr.split(after).nth(1).and_then(|s| s.split(' ').next()?.parse::<f64>().ok());
+    let cpu = ms("(cpu ").zip(ms("user + ")).map(|(u, s)| u + s);
+    let cpu = cpu.unwrap_or_else(|| panic!("a CPU time in: {}", out.describe()));
+    assert!((550.0..3000.0).contains(&cpu), "{cpu} ms: {}", out.describe());
+    // Under the limit, the command's own exit code.
+    let out = cmd(&tag, &["session", "exec", "-q", "--cpu-time", "5s", "c", "--", "/bin/sh", "-c", "exit 4"]).run();
+    assert_eq!(out.code, Some(4), "{}", out.describe());
+    let out = cmd(&tag, &["session", "exec", "--cpu-time", "0", "c", "--", "/bin/true"]).run();
+    assert_eq!(out.code, Some(125), "{}", out.describe());
+    assert!(out.stderr.contains("CPU-time limit is more than 0"), "{}", out.describe());
+    assert_eq!(names(&tag), ["c"]);
+    ok(&tag, &["session", "stop", "c"]);
+    stop_agent(&tag);
+}
+
 /// The agent killed: the session's processes go with it (PID 1 dies with
 /// its supervisor, and the kernel ends its PID namespace).
 #[test]

@@ -220,6 +220,46 @@ class AsyncSandbox:
         h = await self.submit_interact(solution, interactor)
         return cast(InteractResult, await self._wait(h, timeout))
 
+    async def session(self, request: Any, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """A session request of the protocol and its answer (see :meth:`Sandbox.session`).
+        Cancelling the task awaiting it abandons the answer, not the request."""
+        if not self._started:
+            await self.start()
+        if self._dead is not None:
+            raise self._dead
+        rid = self._new_id()
+        line = _proto.encode({"id": rid, "session": request})
+        assert self._loop is not None
+        fut: asyncio.Future[Dict[str, Any]] = self._loop.create_future()
+        self._pending[rid] = fut
+        self._write(line)
+        try:
+            msg = await (fut if timeout is None else asyncio.wait_for(fut, timeout))
+        finally:
+            self._pending.pop(rid, None)
+        return _proto.session_answer(msg)
+
+    async def session_start(self, name: str, base: Optional[SpecLike] = None, *, idle: Optional[float] = None,
+                            lifetime: Optional[float] = None, grace: Optional[float] = None) -> None:
+        """Start session ``name`` (see :meth:`Sandbox.session_start`)."""
+        await self.session(_proto.session_start(name, spec(base if base is not None else ["-"]), idle, lifetime,
+                                                grace))
+
+    async def session_exec(self, name: str, argv: List[str], *, env: Optional[Dict[str, str]] = None,
+                           cwd: Optional[str] = None, detach: bool = False, wall_time: Optional[float] = None,
+                           cpu_time: Optional[float] = None) -> Union[Result, int]:
+        """Run ``argv`` in session ``name`` (see :meth:`Sandbox.session_exec`)."""
+        a = await self.session(_proto.session_exec(name, argv, env, cwd, detach, wall_time, cpu_time))
+        return _proto.session_exec_outcome(a, detach)
+
+    async def session_list(self) -> List[Dict[str, Any]]:
+        """This server's sessions (see :meth:`Sandbox.session_list`)."""
+        return list((await self.session("list"))["list"]["sessions"])
+
+    async def session_stop(self, name: str, grace: Optional[float] = None) -> str:
+        """Stop session ``name`` (see :meth:`Sandbox.session_stop`); how it ended."""
+        return str((await self.session(_proto.session_stop(name, grace)))["stopped"]["status"])
+
     async def _wait(self, h: AsyncHandle, timeout: Optional[float]) -> Any:
         try:
             if timeout is None:

@@ -163,6 +163,33 @@ def session_answer(msg: Dict[str, Any]) -> Dict[str, Any]:
     raise RunError(f"unexpected response from capsule serve: {msg!r}", msg.get("id"))
 
 
+def session_start(name: str, body: Dict[str, Any], idle: Optional[float], lifetime: Optional[float],
+                  grace: Optional[float]) -> Dict[str, Any]:
+    """A ``start`` session request for ``name``, its policy the run spec ``body``."""
+    return {"start": {"name": name, "spec": body, "idle_ms": millis(idle, "idle"),
+                      "lifetime_ms": millis(lifetime, "lifetime"), "grace_ms": millis(grace, "grace")}}
+
+
+def session_exec(name: str, argv: List[str], env: Optional[Dict[str, str]], cwd: Optional[str], detach: bool,
+                 wall_time: Optional[float], cpu_time: Optional[float]) -> Dict[str, Any]:
+    """An ``exec`` session request."""
+    return {"exec": {"name": name, "argv": list(argv), "detach": detach,
+                     "env": [f"{k}={v}" for k, v in (env or {}).items()], "cwd": cwd,
+                     "wall_time_ms": millis(wall_time, "wall_time"), "cpu_time_ms": millis(cpu_time, "cpu_time")}}
+
+
+def session_exec_outcome(answer: Dict[str, Any], detach: bool) -> Union[Result, int]:
+    """An ``exec`` answer: the command's :class:`Result`, or a detached one's pid."""
+    if detach:
+        return int(answer["detached"]["pid"])
+    return Result(answer["exec"]["result"])
+
+
+def session_stop(name: str, grace: Optional[float]) -> Dict[str, Any]:
+    """A ``stop`` session request."""
+    return {"stop": {"name": name, "grace_ms": millis(grace, "grace")}}
+
+
 def millis(v: Any, what: str) -> Optional[int]:
     """Seconds (a number) as whole milliseconds; None stays None."""
     if v is None:

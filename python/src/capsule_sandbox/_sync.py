@@ -293,23 +293,16 @@ class Sandbox:
         """Start session ``name``: one sandbox kept across :meth:`session_exec`
         calls, its policy and limits those of ``base`` (a run spec; its argv is
         not used). ``idle``, ``lifetime``, ``grace``: seconds."""
-        body = spec(base if base is not None else ["-"])
-        start = {"name": name, "spec": body, "idle_ms": _proto.millis(idle, "idle"),
-                 "lifetime_ms": _proto.millis(lifetime, "lifetime"), "grace_ms": _proto.millis(grace, "grace")}
-        self.session({"start": start})
+        self.session(_proto.session_start(name, spec(base if base is not None else ["-"]), idle, lifetime, grace))
 
     def session_exec(self, name: str, argv: List[str], *, env: Optional[Dict[str, str]] = None,
-                     cwd: Optional[str] = None, detach: bool = False,
-                     wall_time: Optional[float] = None) -> Union[Result, int]:
+                     cwd: Optional[str] = None, detach: bool = False, wall_time: Optional[float] = None,
+                     cpu_time: Optional[float] = None) -> Union[Result, int]:
         """Run ``argv`` in session ``name`` (its streams /dev/null): its
-        :class:`Result`, or with ``detach`` its pid inside, at once."""
-        req: Dict[str, Any] = {"name": name, "argv": list(argv), "detach": detach,
-                               "env": [f"{k}={v}" for k, v in (env or {}).items()],
-                               "cwd": cwd, "wall_time_ms": _proto.millis(wall_time, "wall_time")}
-        a = self.session({"exec": req})
-        if detach:
-            return int(a["detached"]["pid"])
-        return Result(a["exec"]["result"])
+        :class:`Result`, or with ``detach`` its pid inside, at once.
+        ``wall_time``, ``cpu_time``: this command's own limits, seconds."""
+        a = self.session(_proto.session_exec(name, argv, env, cwd, detach, wall_time, cpu_time))
+        return _proto.session_exec_outcome(a, detach)
 
     def session_list(self) -> List[Dict[str, Any]]:
         """This server's sessions: name, uptime_ms, idle_ms, processes, memory_bytes, ..."""
@@ -317,7 +310,7 @@ class Sandbox:
 
     def session_stop(self, name: str, grace: Optional[float] = None) -> str:
         """Stop session ``name`` (SIGTERM, ``grace`` seconds, SIGKILL); how it ended."""
-        return str(self.session({"stop": {"name": name, "grace_ms": _proto.millis(grace, "grace")}})["stopped"]["status"])
+        return str(self.session(_proto.session_stop(name, grace))["stopped"]["status"])
 
     def _wait(self, h: Handle, timeout: Optional[float]) -> Any:
         try:

@@ -20,6 +20,7 @@ pub mod run;
 pub mod scope;
 pub mod serve;
 pub mod session;
+pub mod session_holder;
 pub mod shell;
 pub mod supervise;
 pub mod why;

@@ -1,20 +1,16 @@
 //! `capsule session start|exec|list|stop`: a sandbox kept by the user's
-//! agent across commands (docs/sessions.md); and the session's holder, the
-//! first process of the session's run, which starts its commands.
+//! agent across commands (docs/sessions.md). The session's holder, which
+//! starts its commands inside, is `session_holder.rs`.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::os::fd::{AsRawFd, RawFd};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use capsule::endpoints::agent::{self, Missed};
-use capsule::proto::session::{
-    ExecReq, FromHolder, Publish, SessionAnswer, SessionInfo, SessionReq, ToHolder, HOLDER_FD,
-};
+use capsule::proto::session::{ExecReq, Publish, SessionAnswer, SessionInfo, SessionReq};
 use capsule::proto::wire::{self, ClientMsg, ServerMsg};
 use capsule::spec::RunSpec;
-use capsule::sys;
 use capsule::units::parse_duration;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -100,6 +96,12 @@ pub fn command() -> Command {
                         .help("Leave it running in the session (streams /dev/null); print its pid inside"),
                 )
                 .arg(one("wall-time", "DURATION", "Kill this command (its process group) after DURATION", "Limits"))
+                .arg(one(
+                    "cpu-time",
+                    "DURATION",
+                    "Kill this command once its processes used DURATION of CPU time (all of them, followed from parent to child)",
+                    "Limits",
+                ))
                 .arg(
                     pair("setenv", "KEY", "VALUE", "Add a variable to the session's environment")
                         .help_heading("Environment"),
@@ -212,6 +214,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
                 cwd: last(m, "chdir").cloned(),
                 detach,
                 wall_time_ms: ms(m, "wall-time")?,
+                cpu_time_ms: ms(m, "cpu-time")?,
             };
             let fds: &[RawFd] = if detach { &[] } else { &[0, 1, 2] };
             match ask(SessionReq::Exec(req), fds)? {
@@ -314,150 +317,6 @@ fn ask(req: SessionReq, fds: &[RawFd]) -> Result<SessionAnswer> {
             None => bail!("the agent ended the connection without answering"),
         }
     }
-}
-
-/// One command the holder started.
-struct Child {
-    xid: u64,
-    pid: i32,
-    pidfd: Option<OwnedFd>,
-    start: Instant,
-    deadline: Option<Instant>,
-    timed_out: bool,
-}
-
-/// The session's holder (`capsule-cli __session-holder`): its run's first
-/// process, under the session's whole policy. Starts the commands the
-/// agent sends on descriptor 3 and reports their ends; exits when the
-/// agent's end closes (the session's PID 1 then ends the rest).
-pub fn holder_main() -> ExitCode {
-    // The session's programs (the same user) may signal it, never take its socket or memory (/proc/PID/fd,
-    // ptrace, pidfd_getfd).
-    if sys::prctl(libc::PR_SET_DUMPABLE, 0).is_err() {
-        return ExitCode::from(1);
-    }
-    // Descriptor 3 is the agent's socket: owned here, close-on-exec, the inherited number closed.
-    let Ok(sock) = sys::dup_cloexec(HOLDER_FD) else { return ExitCode::from(1) };
-    sys::close(HOLDER_FD);
-    if wire::send(sock.as_raw_fd(), &FromHolder::Ready, &[]).is_err() {
-        return ExitCode::from(1);
-    }
-    let mut children: Vec<Child> = Vec::new();
-    loop {
-        let now = Instant::now();
-        let mut timeout: i32 = -1;
-        for c in &children {
-            if let (Some(d), false) = (c.deadline, c.timed_out) {
-                let left = d.saturating_duration_since(now).as_millis().min(i32::MAX as u128) as i32;
-                timeout = if timeout < 0 { left } else { timeout.min(left) };
-            }
-            if c.pidfd.is_none() {
-                // No pidfd (refused by the policy): looked at every 20 ms.
-                timeout = if timeout < 0 { 20 } else { timeout.min(20) };
-            }
-        }
-        let mut pfds = vec![libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        pfds.extend(children.iter().filter_map(|c| c.pidfd.as_ref()).map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
-        if sys::poll(&mut pfds, timeout).is_err() {
-            return ExitCode::from(1);
-        }
-        if pfds[0].revents != 0 {
-            match wire::recv::<ToHolder>(sock.as_raw_fd()) {
-                Ok(Some((msg, fds))) => {
-                    if let Some(m) = handle(msg, fds, &mut children) {
-                        let _ = wire::send(sock.as_raw_fd(), &m, &[]);
-                    }
-                }
-                Ok(None) | Err(_) => return ExitCode::SUCCESS,
-            }
-        }
-        let now = Instant::now();
-        for c in children.iter_mut() {
-            if c.deadline.is_some_and(|d| now >= d) && !c.timed_out {
-                c.timed_out = true;
-                let _ = sys::kill(-c.pid, libc::SIGKILL);
-            }
-        }
-        let mut k = 0;
-        while k < children.len() {
-            let c = &children[k];
-            let Ok(Some(sys::Reaped { status, user_us, system_us, max_rss_kib: max_rss_kb })) =
-                sys::wait4_nohang(c.pid)
-            else {
-                k += 1;
-                continue;
-            };
-            let c = children.swap_remove(k);
-            let m = FromHolder::Exited {
-                xid: c.xid,
-                status,
-                user_us,
-                system_us,
-                max_rss_kb,
-                wall_us: c.start.elapsed().as_micros() as u64,
-                timed_out: c.timed_out,
-            };
-            let _ = wire::send(sock.as_raw_fd(), &m, &[]);
-        }
-    }
-}
-
-/// One message from the agent; what to answer.
-fn handle(msg: ToHolder, fds: Vec<OwnedFd>, children: &mut Vec<Child>) -> Option<FromHolder> {
-    match msg {
-        ToHolder::Term => {
-            // Every process of the session this one may signal but itself and PID 1.
-            let _ = sys::kill(-1, libc::SIGTERM);
-            None
-        }
-        ToHolder::Kill { xid } => {
-            if let Some(c) = children.iter().find(|c| c.xid == xid) {
-                let _ = sys::kill(-c.pid, libc::SIGKILL);
-            }
-            None
-        }
-        ToHolder::Exec { xid, req } => Some(match spawn(&req, fds) {
-            Ok(child) => {
-                let pid = child.id() as i32;
-                let pidfd = capsule::sys::pidfd_open(pid).ok();
-                let deadline = req.wall_time_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
-                children.push(Child { xid, pid, pidfd, start: Instant::now(), deadline, timed_out: false });
-                FromHolder::Started { xid, pid }
-            }
-            Err(e) => FromHolder::Failed { xid, error: e },
-        }),
-    }
-}
-
-fn spawn(req: &ExecReq, fds: Vec<OwnedFd>) -> Result<std::process::Child, String> {
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let mut cmd = std::process::Command::new(&req.argv[0]);
-    cmd.args(&req.argv[1..]);
-    for e in &req.env {
-        if let Some((k, v)) = e.split_once('=') {
-            cmd.env(k, v);
-        }
-    }
-    if let Some(d) = &req.cwd {
-        cmd.current_dir(Path::new(d));
-    }
-    if req.detach || fds.is_empty() {
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    } else {
-        let mut fds = fds.into_iter();
-        let (Some(i), Some(o), Some(e)) = (fds.next(), fds.next(), fds.next()) else {
-            return Err("the command's streams did not come".into());
-        };
-        cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
-    }
-    // A process group of its own: killed as one (wall time, a client gone).
-    cmd.process_group(0);
-    cmd.spawn().map_err(|e| format!("{:?}: {e}", req.argv[0]))
 }
 
 #[cfg(test)]

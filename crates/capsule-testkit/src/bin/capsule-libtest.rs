@@ -708,7 +708,11 @@ fn cmd_session() {
     let (in_r, in_w) = pipe();
     let (out_r, out_w) = pipe();
     drop(in_w);
-    let exec = ExecReq { name: name.clone(), argv: argv("i=0; while [ ! -s /tmp/f ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; cat /tmp/f; exit 3"), ..ExecReq::default() };
+    let exec = ExecReq {
+        name: name.clone(),
+        argv: argv("i=0; while [ ! -s /tmp/f ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; cat /tmp/f; exit 3"),
+        ..ExecReq::default()
+    };
     let a = sb.session(SessionReq::Exec(exec), Some([in_r.as_fd(), out_w.as_fd(), out_w.as_fd()]));
     drop(out_w);
     out("exec_output", read_to_eof(&out_r, Duration::from_secs(20)).0);

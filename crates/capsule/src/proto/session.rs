@@ -64,6 +64,9 @@ pub struct ExecReq {
     /// Kill this command (its process group) after this long.
     #[serde(default)]
     pub wall_time_ms: Option<u64>,
+    /// Kill this command (its processes) once they used this much CPU time.
+    #[serde(default)]
+    pub cpu_time_ms: Option<u64>,
 }
 
 /// `--publish [HOSTADDR:]HOSTPORT:PORT`: a listener at HOSTADDR:HOSTPORT on
@@ -174,8 +177,8 @@ pub enum FromHolder {
         xid: u64,
         error: String,
     },
-    /// Waited for: status as `wait4` gave it, its rusage, its wall time,
-    /// whether its wall-time limit killed it.
+    /// Waited for: status as `wait4` gave it, its processes' rusage, its
+    /// wall time, whether its wall- or CPU-time limit killed it.
     Exited {
         xid: u64,
         status: i32,
@@ -184,6 +187,8 @@ pub enum FromHolder {
         max_rss_kb: u64,
         wall_us: u64,
         timed_out: bool,
+        #[serde(default)]
+        cpu_exceeded: bool,
     },
 }
 

@@ -27,6 +27,8 @@ use super::*;
 pub(crate) const SESSION_CONN: usize = usize::MAX;
 /// Most sessions an agent keeps at once.
 pub(crate) const MAX_SESSIONS: usize = 256;
+/// Longest wall- or CPU-time limit of a command: 30 days.
+const MAX_COMMAND_TIME_MS: u64 = 30 * 24 * 3600 * 1000;
 /// How often a stopping session is looked at for processes left.
 const STOP_TICK: Duration = Duration::from_millis(20);
 
@@ -199,6 +201,11 @@ impl Loop {
         if req.env.iter().any(|e| !e.contains('=') || e.starts_with('=')) {
             return Err("exec: environment entries are KEY=VALUE".into());
         }
+        for (what, v) in [("wall", req.wall_time_ms), ("CPU", req.cpu_time_ms)] {
+            if v == Some(0) || v.is_some_and(|v| v > MAX_COMMAND_TIME_MS) {
+                return Err(format!("exec: a command's {what}-time limit is more than 0 and at most 30 days"));
+            }
+        }
         if req.argv.iter().chain(&req.env).chain(&req.cwd).any(|a| a.contains('\0')) {
             return Err("exec: an argument contains a NUL byte".into());
         }
@@ -331,7 +338,7 @@ impl Loop {
                     }
                 }
             }
-            FromHolder::Exited { xid, status, user_us, system_us, max_rss_kb, wall_us, timed_out } => {
+            FromHolder::Exited { xid, status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded } => {
                 s.last_used = Instant::now();
                 if let Some(i) = s.execs.iter().position(|e| e.xid == xid) {
                     if let Some(w) = s.execs.swap_remove(i).client {
@@ -345,6 +352,9 @@ impl Loop {
                         if libc::WIFEXITED(status) {
                             r.status = Status::Exited;
                             r.exit_code = Some(libc::WEXITSTATUS(status));
+                        } else if cpu_exceeded {
+                            r.status = Status::CpuTimeLimit;
+                            r.killed_by_limit = true;
                         } else if timed_out {
                             r.status = Status::WallTimeLimit;
                             r.killed_by_limit = true;

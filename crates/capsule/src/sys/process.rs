@@ -426,14 +426,15 @@ pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
 /// A child reaped with its rusage.
 #[derive(Debug, Clone, Copy)]
 pub struct Reaped {
+    pub pid: i32,
     pub status: i32,
     pub user_us: u64,
     pub system_us: u64,
     pub max_rss_kib: u64,
 }
 
-/// `wait4` without blocking on the child `pid`: its wait status and
-/// rusage, or None while it runs.
+/// `wait4` without blocking on the child `pid` (-1: any child): its pid,
+/// wait status and rusage, or None while it runs.
 pub fn wait4_nohang(pid: i32) -> SysResult<Option<Reaped>> {
     let mut status: libc::c_int = 0;
     let mut ru = MaybeUninit::<libc::rusage>::zeroed();
@@ -459,7 +460,13 @@ pub fn wait4_nohang(pid: i32) -> SysResult<Option<Reaped>> {
     // SAFETY: zeroed, then filled by wait4.
     let ru = unsafe { ru.assume_init() };
     let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-    Ok(Some(Reaped { status, user_us: us(ru.ru_utime), system_us: us(ru.ru_stime), max_rss_kib: ru.ru_maxrss as u64 }))
+    Ok(Some(Reaped {
+        pid: r,
+        status,
+        user_us: us(ru.ru_utime),
+        system_us: us(ru.ru_stime),
+        max_rss_kib: ru.ru_maxrss as u64,
+    }))
 }
 
 /// Rusage of all reaped children of the caller: (user µs, system µs, max RSS KiB).
