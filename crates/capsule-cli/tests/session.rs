@@ -3,8 +3,9 @@
 //! there for a later command (process, /tmp, listening socket) and for no
 //! other session or plain run; stop is SIGTERM, grace, SIGKILL; idle
 //! expiry; the session's limits hold for all its commands together, a
-//! command's wall time for it alone; the session dies with its agent; many
-//! sessions at once; another identity's agent sees none of them.
+//! command's wall and CPU time for it alone; the session dies with its
+//! agent; many sessions at once; another identity's agent, and another
+//! user, see none of them.
 //!
 //! Every test gives its commands an identity of their own
 //! (CAPSULE_TEST_TAG), so that its agent and sessions are its own, and
@@ -288,6 +289,54 @@ fn a_command_has_its_own_cpu_time_limit() {
     assert!(out.stderr.contains("CPU-time limit is more than 0"), "{}", out.describe());
     assert_eq!(names(&tag), ["c"]);
     ok(&tag, &["session", "stop", "c"]);
+    stop_agent(&tag);
+}
+
+/// Two users: the second sees none of the first's sessions (list, exec,
+/// stop), cannot reach the first's agent at all, and has a session of the
+/// same name of its own, which sees nothing of the first's.
+#[test]
+fn another_user_sees_none_of_a_users_sessions() {
+    let _p = procs_shared();
+    require!("another_user_sees_none_of_a_users_sessions", userns_available().and_then(|()| other_user()));
+    let two = other_user().expect("checked");
+    let tag = unique("sess-users");
+    let _agent = Agent(tag.clone());
+    let other = |args: &[&str]| cmd(&tag, args).as_ids(two).run();
+    start(&tag, "s", &[]);
+    detach(&tag, "s", "echo first > /tmp/mine; exec sleep 1000");
+    assert!(other(&["session", "list", "--json"]).stdout.trim() == "[]");
+    for args in [&["session", "exec", "s", "--", "/bin/true"][..], &["session", "stop", "s"]] {
+        let out = other(args);
+        assert_eq!(out.code, Some(125), "{}", out.describe());
+        assert!(out.stderr.contains("no session named \"s\""), "{}", out.describe());
+    }
+    // The first user's agent directory is closed to the second: no socket to try.
+    let dir = format!("/tmp/capsule-agent-{}", h().uid);
+    let probe =
+        format!("import os\ntry:\n os.listdir('{dir}'); print('listed')\nexcept PermissionError: print('refused')");
+    let out = cmd(&tag, &[]).as_ids(two).binary("/usr/bin/python3").args(&["-c", probe.as_str()]).run();
+    assert_eq!(out.stdout.trim(), "refused", "{}", out.describe());
+    // A session of the same name, its own: none of the first's files or processes.
+    let out = other(&["session", "start", "s"]);
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let seen = other(&[
+        "session",
+        "exec",
+        "-q",
+        "s",
+        "--",
+        "/bin/sh",
+        "-c",
+        "test -e /tmp/mine && echo leaked; ps -eo comm | grep -c '^sleep$'",
+    ]);
+    assert_eq!(seen.stdout.trim(), "0", "{}", seen.describe());
+    let mine = exec_sh(&tag, "s", "cat /tmp/mine; ps -eo comm | grep -c '^sleep$'");
+    assert_eq!(mine.stdout.split_whitespace().collect::<Vec<_>>(), ["first", "1"], "{}", mine.describe());
+    assert_eq!(other(&["session", "stop", "s"]).code, Some(0));
+    assert_eq!(other(&["agent", "stop"]).code, Some(0));
+    assert_eq!(names(&tag), ["s"]);
+    ok(&tag, &["session", "stop", "s"]);
     stop_agent(&tag);
 }
 

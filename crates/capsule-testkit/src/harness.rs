@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::cgroup::{in_cgroup_vm, vm_user};
 use crate::systemd::{systemd_mode, SYSTEMD_ENV};
-use crate::{BIN_ROOT, DEFAULT_PATH, SCRATCH_ROOT, TEST_USER};
+use crate::{BIN_ROOT, DEFAULT_PATH, OTHER_USER, SCRATCH_ROOT, TEST_USER};
 
 /// Who runs capsule and where the binaries are.
 pub struct Harness {
@@ -133,25 +133,39 @@ fn lookup_user(name: &str) -> Option<(u32, u32)> {
 /// Creates the unprivileged test user once; tolerates concurrent test
 /// binaries doing the same (useradd's lock contention, "already exists").
 fn ensure_test_user() -> (u32, u32) {
+    ensure_user(TEST_USER).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A second unprivileged user (`capsule-test2`), for what one user must not
+/// see of another's: created when the tests run as root (not in the VMs,
+/// whose user is a login user of its own), else the reason there is none.
+pub fn other_user() -> Result<(u32, u32), String> {
+    if !h().is_root || h().vm || h().systemd {
+        return Err("a second user needs the tests to run as root on the host".into());
+    }
+    ensure_user(OTHER_USER)
+}
+
+fn ensure_user(name: &str) -> Result<(u32, u32), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(ids) = lookup_user(TEST_USER) {
-            return ids;
+        if let Some(ids) = lookup_user(name) {
+            return Ok(ids);
         }
         let out = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER])
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
             .output()
-            .expect("run useradd");
+            .map_err(|e| format!("cannot run useradd: {e}"))?;
         // 0 created, 9 already exists, 10 cannot lock the files (retry).
-        if let Some(ids) = lookup_user(TEST_USER) {
-            return ids;
+        if let Some(ids) = lookup_user(name) {
+            return Ok(ids);
         }
         if Instant::now() > deadline {
-            panic!(
-                "cannot create user {TEST_USER}: useradd exited {:?}: {}",
+            return Err(format!(
+                "cannot create user {name}: useradd exited {:?}: {}",
                 out.status.code(),
                 String::from_utf8_lossy(&out.stderr)
-            );
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -245,11 +259,16 @@ pub fn require_root() -> Result<(), String> {
 /// A command running `argv` as the capsule user (via setpriv when root),
 /// with a clean environment and cwd `/`.
 pub fn as_user<S: AsRef<OsStr>>(argv: &[S]) -> Command {
+    as_ids(argv, (h().uid, h().gid))
+}
+
+/// `argv` as the user `ids` (uid, gid) when root, else as ourselves.
+pub fn as_ids<S: AsRef<OsStr>>(argv: &[S], ids: (u32, u32)) -> Command {
     let hh = h();
     let mut c = if hh.is_root {
         let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={}", hh.uid))
-            .arg(format!("--regid={}", hh.gid))
+        c.arg(format!("--reuid={}", ids.0))
+            .arg(format!("--regid={}", ids.1))
             // The VM user is a real login user with its groups.
             .arg(if hh.vm { "--init-groups" } else { "--clear-groups" })
             .arg("--");

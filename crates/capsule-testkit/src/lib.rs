@@ -65,6 +65,8 @@ pub use subids::*;
 pub use systemd::*;
 
 pub const TEST_USER: &str = "capsule-test";
+/// The second unprivileged user of the tests that need two ([`harness::other_user`]).
+pub const OTHER_USER: &str = "capsule-test2";
 pub const BIN_ROOT: &str = "/var/tmp/capsule-test-bins";
 pub const SCRATCH_ROOT: &str = "/var/tmp/capsule-test-scratch";
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::{join_cgroup_hook, CgScope};
-use crate::harness::{as_user, h, libtest, probe};
+use crate::harness::{as_ids, h, libtest, probe};
 use crate::kv::Kv;
 use crate::scratch::Scratch;
 use crate::systemd::{runtime_dir, scope_leftovers, ScopeWatch};
@@ -129,6 +129,8 @@ pub struct Cmd {
     meta: bool,
     capsule: PathBuf,
     as_caller: bool,
+    /// Run as this user (uid, gid) instead of the test user.
+    user: Option<(u32, u32)>,
     pre_exec: Option<PreExec>,
     stdio: Option<(Stdio, Stdio, Stdio)>,
     scope: ScopeMode,
@@ -157,6 +159,7 @@ pub fn capsule<S: AsRef<OsStr>>(args: &[S]) -> Cmd {
         meta: false,
         capsule: h().capsule.clone(),
         as_caller: false,
+        user: None,
         pre_exec: None,
         stdio: None,
         scope: ScopeMode::Fresh,
@@ -218,6 +221,12 @@ impl Cmd {
         self.as_caller = true;
         self
     }
+
+    /// Runs as user `ids` (uid, gid), e.g. [`crate::other_user`]'s.
+    pub fn as_ids(&mut self, ids: (u32, u32)) -> &mut Self {
+        self.user = Some(ids);
+        self
+    }
     /// A hook run in the child before exec (of setpriv, which keeps fds,
     /// session and controlling terminal across its own exec of capsule).
     pub fn pre_exec(&mut self, f: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static) -> &mut Self {
@@ -267,7 +276,7 @@ impl Cmd {
             c.env_clear().env("PATH", DEFAULT_PATH);
             c
         } else {
-            as_user(&argv)
+            as_ids(&argv, self.user.unwrap_or((h().uid, h().gid)))
         };
         // The systemd mode: the user manager is found through it; without
         // it (`no_scope`) capsule has no way to delegated cgroups.
