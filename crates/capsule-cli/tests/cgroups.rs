@@ -160,6 +160,43 @@ fn memory_bomb_hits_memory_limit() {
     assert_eq!(assert_cgroup_ok(&out).must("touched_mib"), "32", "{}", out.describe());
 }
 
+/// A session's `--memory` holds for all its commands together, and a
+/// command that pushes past it is the one OOM-killed (the kernel's pick,
+/// the largest process), reported as memory-limit (123): the session, its
+/// detached process and its next command live on.
+#[test]
+fn session_memory_limit_ends_the_command_not_the_session() {
+    require_cgroups!("session_memory_limit_ends_the_command_not_the_session");
+    let _g = heavy();
+    let scope = CgScope::new("sess-mem");
+    let (c, probe) = (h().capsule.display().to_string(), h().probe.display().to_string());
+    let script = format!(
+        r#"c='{c}'
+"$c" session start m --memory 64M --idle 5m || exit 9
+"$c" session exec -d m -- /bin/sleep 1000 >/dev/null
+"$c" session exec m -- '{probe}' memory-bomb 1024 2>&1 | tail -n 1
+"$c" session exec -q m -- /bin/sh -c 'head -c 200000000 /dev/zero | tail >/dev/null'; echo "pipe-exit $?"
+"$c" session exec -q m -- /bin/sh -c 'ps -eo comm | grep -c "^sleep$"' | sed 's/^/sleeping /'
+"$c" session exec -q m -- '{probe}' touch-mib 16 | grep touched_mib
+"$c" session stop m; echo "stop $?"
+"$c" agent stop >/dev/null"#
+    );
+    let out = capsule(&["-c", &script])
+        .binary("/bin/sh")
+        .in_scope(&scope)
+        .env("CAPSULE_AGENT", "on")
+        .env("CAPSULE_TEST_TAG", &unique("sess-mem"))
+        .timeout(Duration::from_secs(300))
+        .run();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let has = |l: &str| lines.contains(&l);
+    assert!(out.stdout.contains("capsule: memory limit after"), "{}", out.describe());
+    for want in ["pipe-exit 123", "sleeping 1", "touched_mib=16", "stop 0"] {
+        assert!(has(want), "no line {want:?}: {}", out.describe());
+    }
+    assert!(out.stderr.is_empty() || !out.stderr.contains("ended"), "{}", out.describe());
+}
+
 /// peak_memory_bytes comes from memory.peak: touched pages count, reserved
 /// but untouched address space does not.
 #[test]

@@ -749,6 +749,29 @@ impl RunCgroup {
         self.kept.as_ref().expect("only None while dropped")
     }
 
+    /// A session's cgroup: at its memory limit the kernel's OOM killer ends
+    /// the process it picks (the largest, the command that pushed past),
+    /// not every process of the session; removed at the end, never reused
+    /// with that setting.
+    pub(crate) fn for_session(&mut self) -> Result<(), SysError> {
+        self.pool = None;
+        let k = self.kept();
+        for dir in [&k.run, &self.prog] {
+            let p = dir.join("memory.oom.group");
+            match fs::write(&p, "0") {
+                // No memory controller here: nothing is OOM-killed as a group.
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                other => other.map_err(|e| err("write", &p, e))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// OOM kills in the run's cgroup since the run started.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        Counters::read(self.kept()).oom_kills.saturating_sub(self.start.oom_kills)
+    }
+
     /// Writes the run's limits (the cgroup was made for their shape).
     pub(crate) fn apply(&self, limits: &Limits) -> Result<(), SysError> {
         for (f, v) in limit_files(limits) {

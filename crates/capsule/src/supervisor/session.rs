@@ -40,6 +40,8 @@ pub(crate) struct Exec {
     xid: u64,
     client: Option<Waiter>,
     detach: bool,
+    /// The session cgroup's OOM kills when it was sent (with cgroups).
+    oom_kills: Option<u64>,
 }
 
 pub(crate) struct Session {
@@ -214,6 +216,8 @@ impl Loop {
             return Err("exec: the request must carry stdin, stdout and stderr, or none".into());
         }
         let name = req.name.clone();
+        let run = self.sessions.iter().find(|s| s.name == name).and_then(|s| self.session_run(s.sid));
+        let oom_kills = run.and_then(|r| r.p.cgroup.as_ref()).map(|c| c.oom_kills());
         let Some(s) = self.sessions.iter_mut().find(|s| s.name == name) else {
             return Err(format!("no session named {name:?}"));
         };
@@ -228,7 +232,7 @@ impl Loop {
         wire::send(sock.as_raw_fd(), &ToHolder::Exec { xid, req }, &raw)
             .map_err(|e| format!("session {name:?}: its holder does not take commands ({e})"))?;
         s.last_used = Instant::now();
-        s.execs.push(Exec { xid, client: Some((conn, id)), detach });
+        s.execs.push(Exec { xid, client: Some((conn, id)), detach, oom_kills });
         Ok(())
     }
 
@@ -305,9 +309,16 @@ impl Loop {
                 if let Some(r) = run {
                     // The holder has its end: the agent keeps none of it.
                     r.req.inherit.clear();
-                    match start_ports(sup, &r.p, std::mem::take(&mut s.to_publish), &s.host_ports) {
-                        Ok(f) => s.forwards = f,
-                        Err(e) => failed = Some(e),
+                    if let Some(cg) = r.p.cgroup.as_mut() {
+                        if let Err(e) = cg.for_session() {
+                            failed = Some(format!("the session's cgroup: {e}"));
+                        }
+                    }
+                    if failed.is_none() {
+                        match start_ports(sup, &r.p, std::mem::take(&mut s.to_publish), &s.host_ports) {
+                            Ok(f) => s.forwards = f,
+                            Err(e) => failed = Some(e),
+                        }
                     }
                 }
                 if let Some(error) = failed {
@@ -341,27 +352,19 @@ impl Loop {
             FromHolder::Exited { xid, status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded } => {
                 s.last_used = Instant::now();
                 if let Some(i) = s.execs.iter().position(|e| e.xid == xid) {
-                    if let Some(w) = s.execs.swap_remove(i).client {
-                        let mut r = RunResult::error("");
-                        r.error = None;
-                        r.accounting = Accounting::Rusage;
-                        r.wall_time_ms = wall_us as f64 / 1000.0;
-                        r.cpu_user_ms = user_us as f64 / 1000.0;
-                        r.cpu_system_ms = system_us as f64 / 1000.0;
-                        r.peak_memory_bytes = max_rss_kb.saturating_mul(1024);
-                        if libc::WIFEXITED(status) {
-                            r.status = Status::Exited;
-                            r.exit_code = Some(libc::WEXITSTATUS(status));
-                        } else if cpu_exceeded {
-                            r.status = Status::CpuTimeLimit;
-                            r.killed_by_limit = true;
-                        } else if timed_out {
-                            r.status = Status::WallTimeLimit;
-                            r.killed_by_limit = true;
-                        } else {
-                            r.status = Status::Signaled;
-                            r.signal = Some(signal_name(libc::WTERMSIG(status)));
-                        }
+                    let e = s.execs.swap_remove(i);
+                    if let Some(w) = e.client {
+                        let sid = s.sid;
+                        let run = self
+                            .running
+                            .iter()
+                            .find(|r| r.req.conn == SESSION_CONN && r.req.cid == ClientId::Binary(sid));
+                        // Failed while the session's cgroup counted an OOM kill: the session's memory limit (the
+                        // kernel's victim is the largest process; with several commands at once, maybe another's).
+                        let oom = e.oom_kills.zip(run.and_then(|r| r.p.cgroup.as_ref()).map(|c| c.oom_kills()));
+                        let oom_killed = status != 0 && oom.is_some_and(|(before, now)| now > before);
+                        let end = End { status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded };
+                        let r = command_result(end, oom_killed);
                         answers.push((w, SessionAnswer::Exec { result: Box::new(r) }));
                     }
                 }
@@ -580,4 +583,46 @@ fn resident(pid: i32) -> u64 {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
     let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
     pages * 4096
+}
+
+/// How a command ended, as its holder reported it.
+struct End {
+    status: i32,
+    user_us: u64,
+    system_us: u64,
+    max_rss_kb: u64,
+    wall_us: u64,
+    timed_out: bool,
+    cpu_exceeded: bool,
+}
+
+/// A command's result: its own limits first, then how it ended.
+fn command_result(e: End, oom_killed: bool) -> RunResult {
+    let mut r = RunResult::error("");
+    r.error = None;
+    r.accounting = Accounting::Rusage;
+    r.wall_time_ms = e.wall_us as f64 / 1000.0;
+    r.cpu_user_ms = e.user_us as f64 / 1000.0;
+    r.cpu_system_ms = e.system_us as f64 / 1000.0;
+    r.peak_memory_bytes = e.max_rss_kb.saturating_mul(1024);
+    if libc::WIFEXITED(e.status) {
+        r.exit_code = Some(libc::WEXITSTATUS(e.status));
+    }
+    r.killed_by_limit = true;
+    r.status = if e.cpu_exceeded {
+        Status::CpuTimeLimit
+    } else if e.timed_out {
+        Status::WallTimeLimit
+    } else if oom_killed {
+        Status::MemoryLimit
+    } else {
+        r.killed_by_limit = false;
+        if libc::WIFEXITED(e.status) {
+            Status::Exited
+        } else {
+            r.signal = Some(signal_name(libc::WTERMSIG(e.status)));
+            Status::Signaled
+        }
+    };
+    r
 }
