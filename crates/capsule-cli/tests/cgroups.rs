@@ -178,8 +178,15 @@ fn session_memory_limit_ends_the_command_not_the_session() {
 "$c" session exec -q m -- /bin/sh -c 'head -c 200000000 /dev/zero | tail >/dev/null'; echo "pipe-exit $?"
 "$c" session exec -q m -- /bin/sh -c 'ps -eo comm | grep -c "^sleep$"' | sed 's/^/sleeping /'
 "$c" session exec -q m -- '{probe}' touch-mib 16 | grep touched_mib
+"$c" session exec --memory 24M m -- '{probe}' memory-bomb 1024 2>&1 | tail -n 1 | sed 's/^/own-bomb /'
+"$c" session exec --memory 24M m -- '{probe}' touch-mib 8 2>&1 | grep -E 'touched|capsule:' | sed 's/^/own-touch /'
+"$c" session exec -d --memory 24M m -- /bin/sleep 1000 >/dev/null
+"$c" session exec -q m -- /bin/sh -c 'ps -eo comm | grep -c "^sleep$"' | sed 's/^/sleeping /'
 "$c" session stop m; echo "stop $?"
-"$c" agent stop >/dev/null"#
+"$c" session start n --idle 5m && "$c" session exec -q --memory 24M n -- '{probe}' touch-mib 8 | sed 's/^/unlimited-session /'
+"$c" session stop n
+"$c" agent stop >/dev/null
+find "$(dirname "$(grep '^0::' /proc/self/cgroup | cut -d: -f3- | sed 's|^|/sys/fs/cgroup|')")" -name 'command-*' | sed 's/^/left /'"#
     );
     let out = capsule(&["-c", &script])
         .binary("/bin/sh")
@@ -191,9 +198,26 @@ fn session_memory_limit_ends_the_command_not_the_session() {
     let lines: Vec<&str> = out.stdout.lines().collect();
     let has = |l: &str| lines.contains(&l);
     assert!(out.stdout.contains("capsule: memory limit after"), "{}", out.describe());
-    for want in ["pipe-exit 123", "sleeping 1", "touched_mib=16", "stop 0"] {
+    for want in [
+        "pipe-exit 123",
+        "sleeping 1",
+        "touched_mib=16",
+        "own-touch touched_mib=8",
+        "sleeping 2",
+        "stop 0",
+        "unlimited-session touched_mib=8",
+    ] {
         assert!(has(want), "no line {want:?}: {}", out.describe());
     }
+    // A command's own --memory: its cgroup's OOM kill, its cgroup's figures.
+    let own = lines.iter().find_map(|l| l.strip_prefix("own-bomb ")).unwrap_or_else(|| panic!("{}", out.describe()));
+    assert!(own.starts_with("capsule: memory limit after") && own.ends_with("cgroup)"), "{}", out.describe());
+    let peak: f64 = own.split("peak ").nth(1).and_then(|p| p.split(' ').next()?.parse().ok()).unwrap_or(99.0);
+    assert!((8.0..=24.0).contains(&peak), "peak {peak} MiB under --memory 24M: {}", out.describe());
+    let touch = lines.iter().find(|l| l.starts_with("own-touch capsule: exited with 0")).copied().unwrap_or_default();
+    assert!(touch.ends_with("cgroup)"), "{}", out.describe());
+    // Every command's cgroup went with its command or with the session.
+    assert!(!lines.iter().any(|l| l.starts_with("left ")), "{}", out.describe());
     assert!(out.stderr.is_empty() || !out.stderr.contains("ended"), "{}", out.describe());
 }
 

@@ -150,6 +150,13 @@ fn exec_results_are_the_commands_own() {
     let out = cmd(&tag, &["session", "exec", "r", "--", "/nonexistent/x"]).run();
     assert_eq!(out.code, Some(125), "{}", out.describe());
     assert!(out.stderr.contains("/nonexistent/x"), "{}", out.describe());
+    if cgroups_available().is_err() {
+        let out = cmd(&tag, &["session", "exec", "--memory", "64M", "r", "--", "/bin/true"]).run();
+        assert_eq!(out.code, Some(125), "{}", out.describe());
+        assert!(out.stderr.contains("--memory needs cgroups"), "{}", out.describe());
+    }
+    let out = cmd(&tag, &["session", "exec", "--memory", "1k", "r", "--", "/bin/true"]).run();
+    assert!(out.stderr.contains("memory limit is at least 1M"), "{}", out.describe());
     let out = cmd(&tag, &["session", "exec", "nosuch", "--", "/bin/true"]).run();
     assert_eq!(out.code, Some(125), "{}", out.describe());
     assert!(out.stderr.contains("no session named \"nosuch\""), "{}", out.describe());

@@ -247,9 +247,9 @@ class AsyncSandbox:
 
     async def session_exec(self, name: str, argv: List[str], *, env: Optional[Dict[str, str]] = None,
                            cwd: Optional[str] = None, detach: bool = False, wall_time: Optional[float] = None,
-                           cpu_time: Optional[float] = None) -> Union[Result, int]:
+                           cpu_time: Optional[float] = None, memory: Union[int, str, None] = None) -> Union[Result, int]:
         """Run ``argv`` in session ``name`` (see :meth:`Sandbox.session_exec`)."""
-        a = await self.session(_proto.session_exec(name, argv, env, cwd, detach, wall_time, cpu_time))
+        a = await self.session(_proto.session_exec(name, argv, env, cwd, detach, wall_time, cpu_time, memory))
         return _proto.session_exec_outcome(a, detach)
 
     async def session_list(self) -> List[Dict[str, Any]]:

@@ -171,11 +171,15 @@ def session_start(name: str, body: Dict[str, Any], idle: Optional[float], lifeti
 
 
 def session_exec(name: str, argv: List[str], env: Optional[Dict[str, str]], cwd: Optional[str], detach: bool,
-                 wall_time: Optional[float], cpu_time: Optional[float]) -> Dict[str, Any]:
+                 wall_time: Optional[float], cpu_time: Optional[float],
+                 memory: Union[int, str, None]) -> Dict[str, Any]:
     """An ``exec`` session request."""
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, str))):
+        raise ValueError(f"memory must be a size such as \"64M\" or a number of bytes, not {memory!r}")
     return {"exec": {"name": name, "argv": list(argv), "detach": detach,
                      "env": [f"{k}={v}" for k, v in (env or {}).items()], "cwd": cwd,
-                     "wall_time_ms": millis(wall_time, "wall_time"), "cpu_time_ms": millis(cpu_time, "cpu_time")}}
+                     "wall_time_ms": millis(wall_time, "wall_time"), "cpu_time_ms": millis(cpu_time, "cpu_time"),
+                     "memory": memory}}
 
 
 def session_exec_outcome(answer: Dict[str, Any], detach: bool) -> Union[Result, int]:

@@ -297,11 +297,13 @@ class Sandbox:
 
     def session_exec(self, name: str, argv: List[str], *, env: Optional[Dict[str, str]] = None,
                      cwd: Optional[str] = None, detach: bool = False, wall_time: Optional[float] = None,
-                     cpu_time: Optional[float] = None) -> Union[Result, int]:
+                     cpu_time: Optional[float] = None, memory: Union[int, str, None] = None) -> Union[Result, int]:
         """Run ``argv`` in session ``name`` (its streams /dev/null): its
         :class:`Result`, or with ``detach`` its pid inside, at once.
-        ``wall_time``, ``cpu_time``: this command's own limits, seconds."""
-        a = self.session(_proto.session_exec(name, argv, env, cwd, detach, wall_time, cpu_time))
+        ``wall_time``, ``cpu_time``: this command's own limits, seconds;
+        ``memory`` (``"64M"`` or bytes): its own memory, in a cgroup of its
+        own (needs cgroups)."""
+        a = self.session(_proto.session_exec(name, argv, env, cwd, detach, wall_time, cpu_time, memory))
         return _proto.session_exec_outcome(a, detach)
 
     def session_list(self) -> List[Dict[str, Any]]:

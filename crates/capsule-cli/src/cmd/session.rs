@@ -102,6 +102,12 @@ pub fn command() -> Command {
                     "Kill this command once its processes used DURATION of CPU time (all of them, followed from parent to child)",
                     "Limits",
                 ))
+                .arg(one(
+                    "memory",
+                    "SIZE",
+                    "This command's memory, in a cgroup of its own within the session's (all its processes OOM-killed together past it); needs cgroups",
+                    "Limits",
+                ))
                 .arg(
                     pair("setenv", "KEY", "VALUE", "Add a variable to the session's environment")
                         .help_heading("Environment"),
@@ -215,6 +221,9 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
                 detach,
                 wall_time_ms: ms(m, "wall-time")?,
                 cpu_time_ms: ms(m, "cpu-time")?,
+                memory: last(m, "memory")
+                    .map(|v| capsule::units::parse_size(v).map_err(|e| anyhow!("--memory: {e}")))
+                    .transpose()?,
             };
             let fds: &[RawFd] = if detach { &[] } else { &[0, 1, 2] };
             match ask(SessionReq::Exec(req), fds)? {

@@ -338,6 +338,12 @@ fn spawn(req: &ExecReq, fds: Vec<OwnedFd>) -> Result<std::process::Child, String
     if let Some(d) = &req.cwd {
         cmd.current_dir(Path::new(d));
     }
+    let mut fds = fds;
+    // With a memory limit, the agent's last descriptor is the command's cgroup.procs.
+    if req.memory.is_some() {
+        let procs = fds.pop().ok_or("the command's cgroup did not come")?;
+        sys::join_cgroup_before_exec(&mut cmd, procs);
+    }
     if req.detach || fds.is_empty() {
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     } else {

@@ -600,6 +600,50 @@ impl Counters {
     }
 }
 
+/// One session command's cgroup ([`RunCgroup::command_cgroup`]).
+pub(crate) struct CommandCgroup {
+    dir: PathBuf,
+    /// Its `cgroup.procs`, for the command to write itself into.
+    pub(crate) procs: OwnedFd,
+    cpu_stat: fs::File,
+    events: fs::File,
+    peak: Option<fs::File>,
+}
+
+/// What a command's cgroup counted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CommandStats {
+    pub user_us: u64,
+    pub system_us: u64,
+    pub memory_peak: Option<u64>,
+    pub oom_kills: u64,
+}
+
+impl CommandCgroup {
+    pub(crate) fn stats(&self) -> CommandStats {
+        let (mut a, mut b) = ([0u8; 1024], [0u8; 512]);
+        let (cpu, events) = (pread_text(Some(&self.cpu_stat), &mut a), pread_text(Some(&self.events), &mut b));
+        CommandStats {
+            user_us: keyed(cpu, "user_usec").unwrap_or(0),
+            system_us: keyed(cpu, "system_usec").unwrap_or(0),
+            memory_peak: pread_u64(self.peak.as_ref()),
+            oom_kills: keyed(events, "oom_kill").unwrap_or(0),
+        }
+    }
+
+    /// Removes it once its processes are gone; false while some are left.
+    pub(crate) fn try_remove(&self) -> bool {
+        fs::remove_dir(&self.dir).is_ok() || !self.dir.exists()
+    }
+}
+
+impl Drop for CommandCgroup {
+    /// Gone with its session (whose cgroup's removal takes what is left).
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
 /// The cgroups of one run, and the descriptors the children use.
 pub(crate) struct RunCgroup {
     /// Some until dropped.
@@ -758,13 +802,49 @@ impl RunCgroup {
         let k = self.kept();
         for dir in [&k.run, &self.prog] {
             let p = dir.join("memory.oom.group");
-            match fs::write(&p, "0") {
-                // No memory controller here: nothing is OOM-killed as a group.
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                other => other.map_err(|e| err("write", &p, e))?,
+            // Without the memory controller there (no file): nothing is OOM-killed as a group.
+            if p.exists() {
+                fs::write(&p, "0").map_err(|e| err("write", &p, e))?;
             }
         }
         Ok(())
+    }
+
+    /// A cgroup of its own for one command of a session, beside `prog`:
+    /// its memory limit (the whole command OOM-killed at it, no swap) and
+    /// its own accounting; the command moves itself in through the
+    /// `cgroup.procs` returned, opened here (so with this process's cgroup
+    /// namespace and credentials: the session's, rooted at `prog`, could
+    /// not reach it).
+    pub(crate) fn command_cgroup(&self, name: &str, memory: u64) -> Result<CommandCgroup, SysError> {
+        let run = &self.kept().run;
+        write(&run.join("cgroup.subtree_control"), "+memory")?;
+        let dir = run.join(name);
+        fs::create_dir(&dir).map_err(|e| err("mkdir", &dir, e))?;
+        let made = (|| {
+            for (f, v) in
+                [("memory.max", memory.to_string()), ("memory.swap.max", "0".into()), ("memory.oom.group", "1".into())]
+            {
+                let p = dir.join(f);
+                match fs::write(&p, v) {
+                    Err(e) if f == "memory.swap.max" && e.kind() == ErrorKind::NotFound => {}
+                    other => other.map_err(|e| err("write", &p, e))?,
+                }
+            }
+            let _ = fs::write(dir.join("cgroup.pressure"), "0");
+            let open = |f: &str| fs::File::open(dir.join(f)).map_err(|e| err("open", &dir.join(f), e));
+            Ok(CommandCgroup {
+                procs: open_at(&dir.join("cgroup.procs"), libc::O_WRONLY)?,
+                cpu_stat: open("cpu.stat")?,
+                events: open("memory.events")?,
+                peak: open("memory.peak").ok(),
+                dir: dir.clone(),
+            })
+        })();
+        if made.is_err() {
+            let _ = fs::remove_dir(&dir);
+        }
+        made
     }
 
     /// OOM kills in the run's cgroup since the run started.

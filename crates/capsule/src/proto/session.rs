@@ -67,6 +67,10 @@ pub struct ExecReq {
     /// Kill this command (its processes) once they used this much CPU time.
     #[serde(default)]
     pub cpu_time_ms: Option<u64>,
+    /// This command's memory (a cgroup of its own in the session's; needs
+    /// cgroups): all its processes OOM-killed together past it.
+    #[serde(default, with = "crate::proto::units::opt_size")]
+    pub memory: Option<u64>,
 }
 
 /// `--publish [HOSTADDR:]HOSTPORT:PORT`: a listener at HOSTADDR:HOSTPORT on
@@ -154,7 +158,8 @@ pub struct SessionInfo {
 #[serde(rename_all = "kebab-case")]
 pub enum ToHolder {
     /// Start `req` as command `xid`; attached: its stdin, stdout, stderr
-    /// unless `req.detach`.
+    /// unless `req.detach`; then, with `req.memory`, its cgroup's
+    /// `cgroup.procs`, which it writes itself into before `execve`.
     Exec { xid: u64, req: ExecReq },
     /// Kill command `xid` (its process group).
     Kill { xid: u64 },

@@ -13,6 +13,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::host::cgroups::CommandStats;
 use crate::proto::result::{signal_name, Accounting, RunResult, Status};
 use crate::proto::session::{
     check_name, ExecReq, FromHolder, Publish, SessionAnswer, SessionInfo, SessionReq, ToHolder, DEFAULT_GRACE_MS,
@@ -42,6 +43,8 @@ pub(crate) struct Exec {
     detach: bool,
     /// The session cgroup's OOM kills when it was sent (with cgroups).
     oom_kills: Option<u64>,
+    /// Its own cgroup, with `memory`.
+    cgroup: Option<crate::host::cgroups::CommandCgroup>,
 }
 
 pub(crate) struct Session {
@@ -68,6 +71,8 @@ pub(crate) struct Session {
     host_ports: Vec<u16>,
     /// The ports served (ended with the session).
     forwards: Vec<super::ports::Forward>,
+    /// Cgroups of ended commands whose processes live on (removed once empty).
+    cgroups: Vec<crate::host::cgroups::CommandCgroup>,
 }
 
 impl Loop {
@@ -182,6 +187,7 @@ impl Loop {
             to_publish,
             host_ports,
             forwards: Vec::new(),
+            cgroups: Vec::new(),
         });
         self.queue.push_back(Request {
             conn: SESSION_CONN,
@@ -215,9 +221,10 @@ impl Loop {
         if !(req.detach || fds.len() == 3 || fds.is_empty()) {
             return Err("exec: the request must carry stdin, stdout and stderr, or none".into());
         }
+        if req.memory.is_some_and(|m| m < 1 << 20) {
+            return Err("exec: a command's memory limit is at least 1M".into());
+        }
         let name = req.name.clone();
-        let run = self.sessions.iter().find(|s| s.name == name).and_then(|s| self.session_run(s.sid));
-        let oom_kills = run.and_then(|r| r.p.cgroup.as_ref()).map(|c| c.oom_kills());
         let Some(s) = self.sessions.iter_mut().find(|s| s.name == name) else {
             return Err(format!("no session named {name:?}"));
         };
@@ -225,14 +232,33 @@ impl Loop {
             return Err(format!("session {name:?} is {}", if s.ready { "stopping" } else { "starting" }));
         }
         let Some(sock) = &s.sock else { return Err(format!("session {name:?} has ended")) };
+        let sid = s.sid;
+        let run = self.running.iter().find(|r| r.req.conn == SESSION_CONN && r.req.cid == ClientId::Binary(sid));
+        let cg = run.and_then(|r| r.p.cgroup.as_ref());
+        let oom_kills = cg.map(|c| c.oom_kills());
         let xid = s.next_xid;
+        let cgroup = match (req.memory, cg) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err("exec: a command's --memory needs cgroups, and this session has none (capsule check \
+                            says how to get them)"
+                    .into())
+            }
+            (Some(m), Some(cg)) => Some(
+                cg.command_cgroup(&format!("command-{xid}"), m)
+                    .map_err(|e| format!("exec: the command's cgroup: {e}"))?,
+            ),
+        };
+        // Empty cgroups of earlier commands go (one's leftovers keep it until they end).
+        s.cgroups.retain(|c| !c.try_remove());
         s.next_xid += 1;
         let detach = req.detach;
-        let raw: Vec<RawFd> = if detach { Vec::new() } else { fds.iter().map(AsRawFd::as_raw_fd).collect() };
+        let mut raw: Vec<RawFd> = if detach { Vec::new() } else { fds.iter().map(AsRawFd::as_raw_fd).collect() };
+        raw.extend(cgroup.as_ref().map(|c| c.procs.as_raw_fd()));
         wire::send(sock.as_raw_fd(), &ToHolder::Exec { xid, req }, &raw)
             .map_err(|e| format!("session {name:?}: its holder does not take commands ({e})"))?;
         s.last_used = Instant::now();
-        s.execs.push(Exec { xid, client: Some((conn, id)), detach, oom_kills });
+        s.execs.push(Exec { xid, client: Some((conn, id)), detach, oom_kills, cgroup });
         Ok(())
     }
 
@@ -281,9 +307,13 @@ impl Loop {
         let Some(sock) = &s.sock else { return };
         let msg = match wire::recv::<FromHolder>(sock.as_raw_fd()) {
             Ok(Some((msg, _fds))) => msg,
+            // The holder is gone (one killed with a message of ours unread resets the connection): its run
+            // ends with it (PID 1 records how; killing PID 1 now could cut that short).
             Ok(None) => {
-                // The holder is gone: its run ends with it (PID 1 records
-                // how; killing PID 1 now could cut that short).
+                s.sock = None;
+                return;
+            }
+            Err(_) if peer_gone(sock.as_raw_fd()) => {
                 s.sock = None;
                 return;
             }
@@ -336,7 +366,9 @@ impl Loop {
             }
             FromHolder::Started { xid, pid } => {
                 if let Some(i) = s.execs.iter().position(|e| e.xid == xid && e.detach) {
-                    let e = s.execs.swap_remove(i);
+                    let mut e = s.execs.swap_remove(i);
+                    // A detached command keeps its cgroup while it runs.
+                    s.cgroups.extend(e.cgroup.take());
                     if let Some(w) = e.client {
                         answers.push((w, SessionAnswer::Detached { pid }));
                     }
@@ -352,7 +384,8 @@ impl Loop {
             FromHolder::Exited { xid, status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded } => {
                 s.last_used = Instant::now();
                 if let Some(i) = s.execs.iter().position(|e| e.xid == xid) {
-                    let e = s.execs.swap_remove(i);
+                    let mut e = s.execs.swap_remove(i);
+                    let cgroup = e.cgroup.take();
                     if let Some(w) = e.client {
                         let sid = s.sid;
                         let run = self
@@ -364,9 +397,11 @@ impl Loop {
                         let oom = e.oom_kills.zip(run.and_then(|r| r.p.cgroup.as_ref()).map(|c| c.oom_kills()));
                         let oom_killed = status != 0 && oom.is_some_and(|(before, now)| now > before);
                         let end = End { status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded };
-                        let r = command_result(end, oom_killed);
+                        let r = command_result(end, oom_killed, cgroup.as_ref().map(|c| c.stats()));
                         answers.push((w, SessionAnswer::Exec { result: Box::new(r) }));
                     }
+                    // What the command left running keeps its cgroup until it ends.
+                    s.cgroups.extend(cgroup.filter(|c| !c.try_remove()));
                 }
             }
         }
@@ -585,6 +620,12 @@ fn resident(pid: i32) -> u64 {
     pages * 4096
 }
 
+/// Whether the other end of `sock` is closed (POLLHUP).
+fn peer_gone(sock: RawFd) -> bool {
+    let mut pfd = [libc::pollfd { fd: sock, events: 0, revents: 0 }];
+    sys::poll(&mut pfd, 0).is_ok() && pfd[0].revents & libc::POLLHUP != 0
+}
+
 /// How a command ended, as its holder reported it.
 struct End {
     status: i32,
@@ -596,8 +637,10 @@ struct End {
     cpu_exceeded: bool,
 }
 
-/// A command's result: its own limits first, then how it ended.
-fn command_result(e: End, oom_killed: bool) -> RunResult {
+/// A command's result: its own limits first, then how it ended. With a
+/// cgroup of its own, CPU and memory are its cgroup's, and an OOM kill
+/// there is its memory limit.
+fn command_result(e: End, oom_killed: bool, cg: Option<CommandStats>) -> RunResult {
     let mut r = RunResult::error("");
     r.error = None;
     r.accounting = Accounting::Rusage;
@@ -605,6 +648,14 @@ fn command_result(e: End, oom_killed: bool) -> RunResult {
     r.cpu_user_ms = e.user_us as f64 / 1000.0;
     r.cpu_system_ms = e.system_us as f64 / 1000.0;
     r.peak_memory_bytes = e.max_rss_kb.saturating_mul(1024);
+    let mut oom_killed = oom_killed;
+    if let Some(st) = cg {
+        r.accounting = Accounting::Cgroup;
+        r.cpu_user_ms = st.user_us as f64 / 1000.0;
+        r.cpu_system_ms = st.system_us as f64 / 1000.0;
+        r.peak_memory_bytes = st.memory_peak.unwrap_or(r.peak_memory_bytes);
+        oom_killed = st.oom_kills > 0 || (oom_killed && e.status != 0);
+    }
     if libc::WIFEXITED(e.status) {
         r.exit_code = Some(libc::WEXITSTATUS(e.status));
     }

@@ -423,6 +423,25 @@ pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, i32)>> {
     Ok(if r == 0 { None } else { Some((r, status)) })
 }
 
+/// Has `cmd`'s child move itself into the cgroup whose `cgroup.procs` is
+/// `procs` (write "0") before it executes its program.
+pub fn join_cgroup_before_exec(cmd: &mut std::process::Command, procs: OwnedFd) {
+    use std::os::unix::process::CommandExt;
+    let hook = move || {
+        // SAFETY: a raw write(2) from a live buffer to a descriptor this closure owns: async-signal-safe,
+        // as the child of a fork needs.
+        let r = unsafe { raw_syscall(libc::SYS_write, [procs.as_raw_fd() as u64, b"0".as_ptr() as u64, 1, 0, 0, 0]) };
+        match cvt(r) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(std::io::Error::from_raw_os_error(e)),
+        }
+    };
+    // SAFETY: the hook makes one write(2) and allocates nothing: sound between fork and exec.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
 /// A child reaped with its rusage.
 #[derive(Debug, Clone, Copy)]
 pub struct Reaped {
