@@ -46,15 +46,38 @@ impl SysError {
     }
 }
 
-/// `ENOENT` → "No such file or directory (ENOENT)".
+/// `ENOENT` → "No such file or directory (ENOENT)": how capsule words an
+/// errno everywhere.
 pub fn errno_text(errno: i32) -> String {
-    let name = errno_name(errno);
+    format!("{} ({})", strerror(errno), errno_name(errno))
+}
+
+/// `ENOENT` → "No such file or directory", as C's `%m` prints it (what
+/// `capsule isolate` writes, as isolate does).
+pub fn strerror(errno: i32) -> String {
     let msg = std::io::Error::from_raw_os_error(errno).to_string();
-    let msg = match msg.find(" (os error") {
+    match msg.find(" (os error") {
         Some(i) => msg[..i].to_string(),
         None => msg,
-    };
-    format!("{msg} ({name})")
+    }
+}
+
+/// An I/O error's reason: [`errno_text`] for an OS error, else its own
+/// text.
+pub fn io_text(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => errno_text(n),
+        None => e.to_string(),
+    }
+}
+
+/// An I/O error's reason as `%m` prints it: [`strerror`] for an OS error,
+/// else its own text.
+pub fn io_strerror(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => strerror(n),
+        None => e.to_string(),
+    }
 }
 
 /// What a file type (`st_mode & S_IFMT`) is, for errors: "a FIFO (named pipe)".

@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::error::SysError;
 use crate::proto::spec::SubordinateIds;
 use crate::sys;
 
@@ -194,16 +195,12 @@ pub struct Namespace {
     pub ids: SubordinateIds,
 }
 
-fn sys_text(what: &str, e: i32) -> String {
-    crate::error::SysError::new(what, e).to_string()
-}
-
 impl Namespace {
     /// Makes one. The caller must be single-threaded (a child is forked).
     pub fn create(ids: SubordinateIds) -> Result<Namespace, String> {
         let caller = (sys::getuid(), sys::getgid());
-        let (ready_r, ready_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
-        let (go_r, go_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+        let (ready_r, ready_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| SysError::new("pipe2", e).to_string())?;
+        let (go_r, go_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| SysError::new("pipe2", e).to_string())?;
         let (theirs, ours) = (go_w.as_raw_fd(), ready_r.as_raw_fd());
         let pid = sys::fork_call(|| {
             // The parent's ends: the read below must see the end of the pipe when the parent goes.
@@ -218,7 +215,7 @@ impl Namespace {
             let _ = sys::read(go_r.as_raw_fd(), &mut b);
             0
         })
-        .map_err(|e| sys_text("fork (the box's user namespace)", e))?;
+        .map_err(|e| SysError::new("fork (the box's user namespace)", e).to_string())?;
         drop((ready_w, go_r));
         let made = (|| {
             let mut b = [0u8; 1];
@@ -230,7 +227,7 @@ impl Namespace {
             map_box_ids(pid, caller, ids)?;
             let path = CString::new(format!("/proc/{pid}/ns/user")).expect("no NUL");
             sys::open(&path, libc::O_RDONLY | libc::O_CLOEXEC, 0)
-                .map_err(|e| sys_text(&format!("open /proc/{pid}/ns/user"), e))
+                .map_err(|e| SysError::new(format!("open /proc/{pid}/ns/user"), e).to_string())
         })();
         drop(go_w);
         let _ = sys::waitpid(pid, false);
@@ -245,13 +242,13 @@ impl Namespace {
     /// capability over the caller's and the box's files); its error, if
     /// any. The caller must be single-threaded.
     pub fn run(&self, work: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
-        let (err_r, err_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+        let (err_r, err_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| SysError::new("pipe2", e).to_string())?;
         let ns = self.fd.as_raw_fd();
         let ours = err_r.as_raw_fd();
         let pid = sys::fork_call(|| {
             sys::close(ours);
             let r = sys::setns(ns, libc::CLONE_NEWUSER)
-                .map_err(|e| sys_text("setns(CLONE_NEWUSER) into the box's user namespace", e))
+                .map_err(|e| SysError::new("setns(CLONE_NEWUSER) into the box's user namespace", e).to_string())
                 .and_then(|()| work());
             match r {
                 Ok(()) => 0,
@@ -261,7 +258,7 @@ impl Namespace {
                 }
             }
         })
-        .map_err(|e| sys_text("fork (a helper in the box's user namespace)", e))?;
+        .map_err(|e| SysError::new("fork (a helper in the box's user namespace)", e).to_string())?;
         drop(err_w);
         let mut text = Vec::new();
         let mut buf = [0u8; 4096];
