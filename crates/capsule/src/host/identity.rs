@@ -112,15 +112,7 @@ pub(crate) fn agent_dirs(uid: u32) -> Vec<PathBuf> {
     runtime.map(|r| r.join("capsule")).into_iter().chain([PathBuf::from(format!("/tmp/capsule-agent-{uid}"))]).collect()
 }
 
-/// The login name for `uid` from /etc/passwd, or the number.
+/// The login name for `uid` from the user database, or the number.
 pub fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2].parse::<u32>().ok() == Some(uid)).then(|| f[0].to_string())
-            })
-        })
-        .unwrap_or_else(|| uid.to_string())
+    super::userdb::name(super::userdb::Db::Passwd, uid).unwrap_or_else(|| uid.to_string())
 }
