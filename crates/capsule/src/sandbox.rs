@@ -34,6 +34,7 @@ use crate::proto::result::{InteractResult, RunResult, Status};
 use crate::proto::spec::{InteractSpec, RunSpec};
 use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::sys;
+use sealed::Outcome;
 
 /// Descriptors a caller provides for a run's standard streams; a stream
 /// left `None` follows the spec (a file, a capture, else `/dev/null`).
@@ -62,17 +63,6 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled when a reader files a result or gives up the reading role.
     filed: Condvar,
-}
-
-/// A final message from the supervisor.
-/// (Results boxed as they come off the wire: they dwarf `Failed`.)
-enum Outcome {
-    Run(Box<RunResult>),
-    Interact(Box<InteractResult>),
-    /// The run could not happen.
-    Failed(String),
-    /// A session request's answer.
-    Session(Box<crate::proto::session::SessionAnswer>),
 }
 
 #[derive(Default)]
@@ -180,7 +170,7 @@ impl Sandbox {
         let fds: Vec<RawFd> = slots.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
         let has = slots.map(|s| s.is_some());
         let handle = self.request(|id| ClientMsg::Run { id, spec: Box::new(spec), stdio: has, notify: true }, fds)?;
-        Ok(RunHandle(handle))
+        Ok(RunHandle::new(handle))
     }
 
     /// Starts an interactive run (docs/interactive.md): the solution and
@@ -205,7 +195,7 @@ impl Sandbox {
         let has = stderr.map(|s| s.is_some());
         let handle =
             self.request(|id| ClientMsg::Interact { id, spec: Box::new(spec), stderr: has, notify: true }, fds)?;
-        Ok(InteractHandle(handle))
+        Ok(InteractHandle::new(handle))
     }
 
     /// A session request (docs/sessions.md): this sandbox's supervisor keeps
@@ -522,36 +512,83 @@ fn mismatch() -> Error {
     Error::Supervisor("the supervisor answered a run with another kind of result".into())
 }
 
-/// One run of a [`Sandbox`].
-pub struct RunHandle(Handle);
+/// What a handle's run ends with: [`RunResult`] for a [`RunHandle`],
+/// [`InteractResult`] for an [`InteractHandle`].
+pub trait Final: sealed::FromOutcome {}
+impl Final for RunResult {}
+impl Final for InteractResult {}
 
-impl RunHandle {
+mod sealed {
+    use super::{InteractResult, RunResult};
+
+    /// A final message from the supervisor.
+    /// (Results boxed as they come off the wire: they dwarf `Failed`.)
+    pub enum Outcome {
+        Run(Box<RunResult>),
+        Interact(Box<InteractResult>),
+        /// The run could not happen.
+        Failed(String),
+        /// A session request's answer.
+        Session(Box<crate::proto::session::SessionAnswer>),
+    }
+
+    /// The final message's result when it is of this kind.
+    pub trait FromOutcome: Sized {
+        fn from_outcome(o: Outcome) -> Option<Self>;
+    }
+    impl FromOutcome for RunResult {
+        fn from_outcome(o: Outcome) -> Option<Self> {
+            match o {
+                Outcome::Run(r) => Some(*r),
+                _ => None,
+            }
+        }
+    }
+    impl FromOutcome for InteractResult {
+        fn from_outcome(o: Outcome) -> Option<Self> {
+            match o {
+                Outcome::Interact(r) => Some(*r),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// One run of a [`Sandbox`] ([`Sandbox::run`]); with `R` =
+/// [`InteractResult`], an interactive run ([`InteractHandle`],
+/// [`Sandbox::interact`]).
+pub struct RunHandle<R: Final = RunResult>(Handle, std::marker::PhantomData<R>);
+
+/// An interactive run of a [`Sandbox`] ([`Sandbox::interact`]).
+pub type InteractHandle = RunHandle<InteractResult>;
+
+impl<R: Final> RunHandle<R> {
+    fn new(h: Handle) -> Self {
+        RunHandle(h, std::marker::PhantomData)
+    }
+
     /// The run's id (unique within its sandbox).
     pub fn id(&self) -> u64 {
         self.0.id
     }
 
-    /// Waits for the run's result. A run that could not start is an `Err`
-    /// for this run only; a supervisor that died is an `Err` for every
-    /// handle.
-    pub fn wait(mut self) -> Result<RunResult, Error> {
-        match self.0.wait()? {
-            Outcome::Run(r) => Ok(*r),
-            _ => Err(mismatch()),
-        }
+    /// Waits for the run's result (an interactive run's: both programs'
+    /// and which one left first). A run that could not start (a program
+    /// of an interactive run, named) is an `Err` for this run only; a
+    /// supervisor that died is an `Err` for every handle.
+    pub fn wait(mut self) -> Result<R, Error> {
+        R::from_outcome(self.0.wait()?).ok_or_else(mismatch)
     }
 
-    /// The result if the run has ended, without blocking.
-    pub fn try_wait(&mut self) -> Result<Option<RunResult>, Error> {
-        match self.0.try_wait()? {
-            None => Ok(None),
-            Some(Outcome::Run(r)) => Ok(Some(*r)),
-            Some(_) => Err(mismatch()),
-        }
+    /// The result if the run (both programs of an interactive run) has
+    /// ended, without blocking.
+    pub fn try_wait(&mut self) -> Result<Option<R>, Error> {
+        self.0.try_wait()?.map(|o| R::from_outcome(o).ok_or_else(mismatch)).transpose()
     }
 
-    /// Kills every process of the run now; [`wait`](Self::wait) still
-    /// returns its result (status `killed`, unless it had already ended).
+    /// Kills every process of the run (both programs of an interactive
+    /// run) now; [`wait`](Self::wait) still returns its result (status
+    /// `killed` for what had not ended).
     pub fn kill(&self) -> Result<(), Error> {
         self.0.kill()
     }
@@ -563,56 +600,9 @@ impl RunHandle {
     }
 }
 
-impl AsFd for RunHandle {
+impl<R: Final> AsFd for RunHandle<R> {
     /// Readable once the result has arrived (then [`try_wait`](Self::try_wait)
     /// returns it) or the supervisor is gone.
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.notify.as_fd()
-    }
-}
-
-/// An interactive run of a [`Sandbox`] ([`Sandbox::interact`]).
-pub struct InteractHandle(Handle);
-
-impl InteractHandle {
-    /// The interactive run's id (unique within its sandbox).
-    pub fn id(&self) -> u64 {
-        self.0.id
-    }
-
-    /// Waits for both programs' results and which one left first. A
-    /// program that could not start is an `Err` naming it.
-    pub fn wait(mut self) -> Result<InteractResult, Error> {
-        match self.0.wait()? {
-            Outcome::Interact(r) => Ok(*r),
-            _ => Err(mismatch()),
-        }
-    }
-
-    /// The result if both programs have ended, without blocking.
-    pub fn try_wait(&mut self) -> Result<Option<InteractResult>, Error> {
-        match self.0.try_wait()? {
-            None => Ok(None),
-            Some(Outcome::Interact(r)) => Ok(Some(*r)),
-            Some(_) => Err(mismatch()),
-        }
-    }
-
-    /// Kills both programs now; [`wait`](Self::wait) still returns the
-    /// result (status `killed` for a program that had not ended).
-    pub fn kill(&self) -> Result<(), Error> {
-        self.0.kill()
-    }
-
-    /// Discards the interactive run: both programs killed or dropped from
-    /// the queue; no result is delivered.
-    pub fn cancel(mut self) -> Result<(), Error> {
-        self.0.cancel()
-    }
-}
-
-impl AsFd for InteractHandle {
-    /// Readable once the result has arrived or the supervisor is gone.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.notify.as_fd()
     }
