@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, RunError, SetupError, SupervisorError, SysError};
 pub use crate::proto::config::{Config, MAX_PARALLEL};
 use crate::proto::result::{InteractResult, RunResult, Status};
 use crate::proto::spec::{InteractSpec, RunSpec};
@@ -110,8 +110,7 @@ impl Sandbox {
         // All spawned first (each inherits this thread's pin of the moment), then started together.
         let mut spawned = Vec::with_capacity(shares.len());
         for (cpu, _) in &shares {
-            let one = sys::one_cpu(*cpu)
-                .ok_or_else(|| Error::Setup(format!("CPU {cpu} is past the 1024 capsule can pin to")))?;
+            let one = sys::one_cpu(*cpu).ok_or(SetupError::CpuOutOfRange(*cpu))?;
             sys::set_affinity(&one).map_err(|e| SysError::new("sched_setaffinity", e))?;
             let inner = Inner::spawn(&bin, &next_id);
             sys::set_affinity(&mine).map_err(|e| SysError::new("sched_setaffinity", e))?;
@@ -207,13 +206,15 @@ impl Sandbox {
         stdio: Option<[BorrowedFd<'_>; 3]>,
     ) -> Result<crate::proto::session::SessionAnswer, Error> {
         if self.shards.len() > 1 {
-            return Err(Error::Run("sessions live in one supervisor: not with per-CPU supervisors".into()));
+            return Err(RunError::SessionsPerCpu.into());
         }
         let fds: Vec<RawFd> = stdio.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
         let mut h = self.request(|id| ClientMsg::Session { id, req, notify: true }, fds)?;
         match h.wait()? {
             Outcome::Session(a) => Ok(*a),
-            _ => Err(Error::Supervisor("the supervisor answered a session request with a run's result".into())),
+            _ => {
+                Err(SupervisorError::Unexpected("the supervisor answered a session request with a run's result").into())
+            }
         }
     }
 
@@ -225,7 +226,7 @@ impl Sandbox {
             all => all.iter().min_by_key(|s| s.lock().slots).expect("one supervisor at least"),
         };
         if let Some(why) = inner.lock().dead.clone() {
-            return Err(Error::Supervisor(why));
+            return Err(SupervisorError::Gone(why).into());
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (notify_read, notify_write) = sys::pipe().map_err(|e| SysError::new("pipe2", e))?;
@@ -249,9 +250,9 @@ impl Sandbox {
                 inner.lock().settle(id);
                 // Too large to send, say: this run only.
                 if !e.is_io() {
-                    return Err(Error::Run(e.to_string()));
+                    return Err(RunError::Send(e.to_string()).into());
                 }
-                return Err(Error::Supervisor(inner.died(&e.to_string())));
+                return Err(SupervisorError::Gone(inner.died(&e.to_string())).into());
             }
         }
         Ok(Handle { inner: inner.clone(), id, notify: notify_read, finished: false })
@@ -309,15 +310,15 @@ impl Inner {
             (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => Ok((inner, cgroups, has_cgroups)),
             (_, Ok(Some((ServerMsg::Fatal(msg), _)))) => {
                 inner.reap();
-                Err(Error::Setup(msg))
+                Err(SetupError::Start(msg).into())
             }
-            (Err(e), _) | (_, Err(e)) => {
-                let why = inner.reap();
-                Err(Error::Supervisor(format!("starting `{} supervise`: {e}{why}", bin.display())))
+            (Err(error), _) | (_, Err(error)) => {
+                let how = inner.reap();
+                Err(SupervisorError::Start { bin: bin.display().to_string(), error, how }.into())
             }
             (Ok(()), Ok(_)) => {
-                let why = inner.reap();
-                Err(Error::Supervisor(format!("`{} supervise` did not start{why}", bin.display())))
+                let how = inner.reap();
+                Err(SupervisorError::NotStarted { bin: bin.display().to_string(), how }.into())
             }
         }
     }
@@ -425,18 +426,20 @@ impl Inner {
     fn take(&self, st: &mut State, id: u64) -> Option<Result<Outcome, Error>> {
         if let Some(outcome) = st.done.remove(&id) {
             return Some(match outcome {
-                Outcome::Run(r) if r.status == Status::Error => Err(Error::Setup(r.error.unwrap_or_default())),
+                Outcome::Run(r) if r.status == Status::Error => {
+                    Err(SetupError::Sandbox(r.error.unwrap_or_default()).into())
+                }
                 // `Failed`: the run could not happen (its spec, its sandbox).
-                Outcome::Failed(e) => Err(Error::Setup(e)),
+                Outcome::Failed(e) => Err(SetupError::Request(e).into()),
                 other => Ok(other),
             });
         }
-        st.dead.as_ref().map(|why| Err(Error::Supervisor(why.clone())))
+        st.dead.as_ref().map(|why| Err(SupervisorError::Gone(why.clone()).into()))
     }
 
     fn send(&self, msg: &ClientMsg) -> Result<(), Error> {
         let _g = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e.to_string())))
+        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| SupervisorError::Gone(self.died(&e.to_string())).into())
     }
 }
 
@@ -463,7 +466,7 @@ impl Handle {
 
     fn try_wait(&mut self) -> Result<Option<Outcome>, Error> {
         if self.finished {
-            return Err(Error::Run("the result was already taken".into()));
+            return Err(RunError::ResultTaken.into());
         }
         let mut st = self.inner.lock();
         loop {
@@ -509,7 +512,7 @@ impl Drop for Handle {
 
 /// A final message of the wrong kind for its handle: a protocol error.
 fn mismatch() -> Error {
-    Error::Supervisor("the supervisor answered a run with another kind of result".into())
+    SupervisorError::Unexpected("the supervisor answered a run with another kind of result").into()
 }
 
 /// What a handle's run ends with: [`RunResult`] for a [`RunHandle`],
@@ -635,7 +638,5 @@ fn find_capsule_bin(config: &Config) -> Result<PathBuf, Error> {
             return Ok(p);
         }
     }
-    Err(Error::Setup(
-        "cannot find the `capsule` binary to start the supervisor: set Config::capsule_bin or $CAPSULE_BIN, or put capsule in PATH".into(),
-    ))
+    Err(SetupError::NoBinary.into())
 }

@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::path::PathBuf;
 
-use crate::error::Error;
+use crate::error::{Error, Refused};
 use crate::sys;
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -22,13 +22,7 @@ pub fn is_real_root() -> bool {
 
 /// The refusal, with the fix.
 pub fn root_refusal() -> Error {
-    Error::Refused(
-        "capsule refuses to run as root: root's sandbox would still reach global kernel \
-         state, and capsule's isolation is built for unprivileged users; run it as an \
-         unprivileged user, e.g. `runuser -u nobody -- capsule run ...` or \
-         `setpriv --reuid=nobody --regid=nogroup --clear-groups capsule run ...`"
-            .into(),
-    )
+    Refused::Root.into()
 }
 
 /// Whether (`euid`, `/proc/self/uid_map`) is the host's real root: uid 0

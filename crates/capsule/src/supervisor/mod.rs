@@ -43,7 +43,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, Refused, SysError};
 use crate::host::cgroups::{self, Instance, DELEGATION_HINT};
 use crate::host::identity::{is_real_root, root_refusal};
 use crate::proto::config::Config;
@@ -187,9 +187,7 @@ impl Supervisor {
             None => (None, found.detail.clone()),
         };
         if cgroups.is_none() && config.cgroup.require {
-            return Err(Error::Refused(format!(
-                "cgroups are required (--require-cgroups) but unavailable: {cgroup_note}; {DELEGATION_HINT}"
-            )));
+            return Err(Refused::CgroupsRequired { note: cgroup_note, hint: DELEGATION_HINT }.into());
         }
         // Taken before entering the namespaces: PID 1 polls it to notice the
         // supervisor's death, which PR_SET_PDEATHSIG alone cannot cover
@@ -202,11 +200,7 @@ impl Supervisor {
                 namespaces::join_user(fd, host_uid, host_gid, ids)?;
                 sys::close(fd);
             }
-            (Some(_), None) => return Err(Error::Refused(
-                "subordinate ids need the user namespace the caller made with newuidmap (host::subids::Namespace); \
-                     only the one-shot client passes one"
-                    .into(),
-            )),
+            (Some(_), None) => return Err(Refused::SubidsWithoutNamespace.into()),
         }
         Ok(Prelude {
             config: config.clone(),
@@ -230,11 +224,7 @@ impl Supervisor {
         // is readable; else the kernel keeps it the host's, and no run
         // could write its id maps.
         if std::fs::File::open("/proc/self/exe").is_err() {
-            return Err(Error::Refused(
-                "the capsule binary is not readable by its user: the supervisor re-executes it inside its user \
-                 namespace, which needs read permission (chmod a+r on it)"
-                    .into(),
-            ));
+            return Err(Refused::UnreadableBinary.into());
         }
         let ns = namespaces::enter_shared(!p.config.own_network)?;
         // Writing to a client that went away must not kill the supervisor.
