@@ -7,9 +7,24 @@
 //! loop), `requests` (requests and answers), `relay` (the streams it
 //! carries), `outcome` (a finished run's result). May import everything
 //! below it (`error`, `sys`, `proto`, `host`, `layer`, `plan`, `child`),
-//! never the endpoints that start it. Runs in the supervisor's process, on one thread
-//! (a second one makes the loopback network); `child` runs in the PID 1s it
-//! creates.
+//! never the endpoints that start it. Runs in the supervisor's process;
+//! `child` runs in the PID 1s it creates.
+//!
+//! Threads: the event loop below owns every run and all of the
+//! supervisor's state. Other threads exist because a network or mount
+//! namespace is per thread, or because a byte stream needs a blocking
+//! reader; none touches the loop's state, and each hands back a
+//! descriptor, a channel message or an `Arc`'d value:
+//! - short-lived ones that enter a namespace, make one thing and end:
+//!   the shared loopback network at start-up (overlapped with the rest of
+//!   the set-up) and a run's own network (`namespaces`), the mount
+//!   template (`template`), the egress proxy's listener inside a run's
+//!   network and a session's `--host-port` listener (`egress`, `ports`);
+//! - long-lived ones: `capsule-netkeep`, which cleans and keeps returned
+//!   networks (`netpool`); `capsule-proxy`, the egress proxy's accept loop,
+//!   plus one per proxied connection and one per direction of its relay
+//!   (`egress`); `capsule-publish` and `capsule-ports` with one per
+//!   connection, for a session's published and forwarded ports (`ports`).
 //!
 //! One single-threaded event loop ([`Supervisor::serve`]) over: the
 //! clients' connections (the library's binary protocol, [`crate::proto::wire`],
