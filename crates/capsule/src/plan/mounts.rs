@@ -35,6 +35,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::error::SpecError;
 use crate::host::fsrules::{self, Action, Homes};
 use crate::plan::overlay::{Backend, LayerPlan};
 use crate::plan::resolve::{self, ResolveError};
@@ -451,19 +452,44 @@ impl MountPlan {
     }
 }
 
+/// Why a mount plan could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PlanError {
+    /// A source did not resolve: what it is (`bind source`, `--file
+    /// source`, `filesystem path`, ...), its path, and where and why.
+    #[error("{}", error.describe(what, path))]
+    Source { what: &'static str, path: PathBuf, error: ResolveError },
+    /// The filesystem rules do not hold together.
+    #[error(transparent)]
+    Rules(#[from] SpecError),
+    /// A `--file` source that is not a regular file: its kind.
+    #[error("--file source `{}` is {kind}: give a regular file to copy", path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// A guarded path missing in a run without a layer, whose stand-in
+    /// would have to be made on the host.
+    #[error(
+        "filesystem.guard `{}`: missing, and in a run without a layer its stand-in (the mount point \
+         that keeps the program from creating it) would have to be made on the host, which capsule \
+         does not do; to fix: create it yourself (it is then mounted read-only), or run in a layer \
+         (--layer DIR: the stand-in is made there, and no commit takes it)",
+        .0.display()
+    )]
+    StandInOnHost(PathBuf),
+}
+
 /// Resolves a bind source (None: a missing `-try` one) and records it;
 /// errors call the source `what`.
 fn bind_source(
-    what: &str,
+    what: &'static str,
     src: &Path,
     try_: bool,
     me: u32,
     sources: &mut Vec<Source>,
-) -> Result<Option<OwnedFd>, String> {
+) -> Result<Option<OwnedFd>, PlanError> {
     let fd = match resolve::resolve(src, me) {
         Ok(fd) => Some(fd),
         Err(e) if try_ && e.missing() => None,
-        Err(e) => return Err(e.describe(what, src)),
+        Err(error) => return Err(PlanError::Source { what, path: src.to_path_buf(), error }),
     };
     let stamp = fd.as_ref().and_then(|fd| Stamp::of(fd.as_raw_fd(), false));
     sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp, covered: false, parent: None });
@@ -606,7 +632,7 @@ impl MountPlan {
         homes: &Homes,
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PlanError> {
         Self::prepare_at(spec, me, homes, names, layers, sys::realtime_coarse_s())
     }
 
@@ -619,7 +645,7 @@ impl MountPlan {
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
         now: i64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PlanError> {
         let mut d = Draft { spec, me, names, sources: Vec::new(), ops: Vec::new(), needs_scratch: false };
         let base = match spec.empty_root {
             true => Base::EmptyRoot { size: size_str(spec::EMPTY_ROOT_SIZE) },
@@ -665,13 +691,13 @@ impl Draft<'_> {
     /// A bind of `src` (resolved as a bind source) on `dst`.
     fn bind(
         &mut self,
-        what: &str,
+        what: &'static str,
         src: &Path,
         try_: bool,
         dst: CString,
         attrs: u64,
         name: String,
-    ) -> Result<Op, String> {
+    ) -> Result<Op, PlanError> {
         let src = bind_source(what, src, try_, self.me, &mut self.sources)?;
         Ok(Op::Bind { src, dst, attrs, clone: Cell::new(-1), name: self.name(name) })
     }
@@ -680,7 +706,7 @@ impl Draft<'_> {
     /// layer) and its defaults, first, so that later operations can bind
     /// over or inside them: /proc, /dev, a fresh /tmp and /run, the
     /// layers' kernel overlays.
-    fn host_view(&mut self, layers: Option<&LayerPlan>) -> Result<Base, String> {
+    fn host_view(&mut self, layers: Option<&LayerPlan>) -> Result<Base, PlanError> {
         let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
         let fuse = match layers.map(|l| &l.backend) {
             Some(Backend::Fuse { argv }) => {
@@ -758,7 +784,7 @@ impl Draft<'_> {
     }
 
     /// The operation of one of the spec's `mounts`.
-    fn spec_op(&mut self, op: &MountOp) -> Result<Op, String> {
+    fn spec_op(&mut self, op: &MountOp) -> Result<Op, PlanError> {
         let dst = cstr(op.dst());
         let dst_name = op.dst().display().to_string();
         let noexec = |n: bool| if n { MOUNT_ATTR_NOEXEC } else { 0 };
@@ -800,19 +826,17 @@ impl Draft<'_> {
 
     /// A `--file` source, resolved and opened for reading: a regular file
     /// only.
-    fn file_source(&mut self, src: &Path) -> Result<OwnedFd, String> {
+    fn file_source(&mut self, src: &Path) -> Result<OwnedFd, PlanError> {
         let what = "--file source";
-        let at = resolve::resolve(src, self.me).map_err(|e| e.describe(what, src))?;
-        let sys_err = |errno| ResolveError::Sys { errno, at: src.to_path_buf() }.describe(what, src);
+        let path = || src.to_path_buf();
+        let at = resolve::resolve(src, self.me).map_err(|error| PlanError::Source { what, path: path(), error })?;
+        let sys_err = |errno| PlanError::Source { what, path: path(), error: ResolveError::Sys { errno, at: path() } };
         match sys::fd_mode(at.as_raw_fd()) {
             Ok(libc::S_IFREG) => {}
             Ok(libc::S_IFDIR) => return Err(sys_err(libc::EISDIR)),
             // A FIFO would block the supervisor's loop in the
             // open below, a device in PID 1's copy: files only.
-            Ok(mode) => {
-                let kind = crate::error::file_kind(mode);
-                return Err(format!("{what} `{}` is {kind}: give a regular file to copy", src.display()));
-            }
+            Ok(mode) => return Err(PlanError::NotAFile { path: path(), kind: crate::error::file_kind(mode) }),
             Err(e) => return Err(sys_err(e)),
         }
         // What was resolved, opened for reading (an O_PATH
@@ -836,9 +860,9 @@ impl Draft<'_> {
     /// only while the same objects are there (`sources_unchanged`).
     /// Returns the parents that vouch for missing paths, and where each
     /// saved slot was found.
-    fn rules(&mut self, homes: &Homes, now: i64) -> Result<(Parents, Vec<Option<PathBuf>>), String> {
+    fn rules(&mut self, homes: &Homes, now: i64) -> Result<(Parents, Vec<Option<PathBuf>>), PlanError> {
         let spec = self.spec;
-        let actions = fsrules::plan(&spec.filesystem, homes, spec.empty_root).map_err(|e| e.to_string())?;
+        let actions = fsrules::plan(&spec.filesystem, homes, spec.empty_root)?;
         let hidden: Vec<&Path> = actions
             .iter()
             .filter_map(|a| match a {
@@ -893,13 +917,7 @@ impl Draft<'_> {
                         continue; // there: its read-only clone holds
                     }
                     if spec.layers.is_empty() && stand_in_on_host(path) {
-                        return Err(format!(
-                            "filesystem.guard `{}`: missing, and in a run without a layer its stand-in (the mount point \
-                             that keeps the program from creating it) would have to be made on the host, which capsule \
-                             does not do; to fix: create it yourself (it is then mounted read-only), or run in a layer \
-                             (--layer DIR: the stand-in is made there, and no commit takes it)",
-                            path.display()
-                        ));
+                        return Err(PlanError::StandInOnHost(path.clone()));
                     }
                     self.needs_scratch = true;
                     let name = self.name(path.display().to_string());
@@ -942,7 +960,7 @@ impl Draft<'_> {
 
     /// A path shown again (`allow` inside a hidden one) saved before the
     /// hides: where it is, None when it is missing.
-    fn save(&mut self, path: &Path, slot: usize) -> Result<Option<PathBuf>, String> {
+    fn save(&mut self, path: &Path, slot: usize) -> Result<Option<PathBuf>, PlanError> {
         // What is shown again is found without following a link
         // the caller owns (a sandboxed run could have planted
         // one to a secret): resolved here like a bind source,
@@ -968,7 +986,9 @@ impl Draft<'_> {
                     self.sources.push(source(None));
                     return Ok(None);
                 }
-                Err(e) => return Err(e.describe("filesystem rule path", path)),
+                Err(error) => {
+                    return Err(PlanError::Source { what: "filesystem rule path", path: path.to_path_buf(), error })
+                }
             }
         };
         let name = self.name(at.display().to_string());
@@ -1316,7 +1336,11 @@ mod tests {
         // A missing writable path is an error naming it.
         spec.filesystem.writable.push("~/nope".into());
         let e = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).err().unwrap();
-        assert!(e.contains("filesystem.writable") && e.contains(&h("nope")), "{e}");
+        assert!(
+            matches!(&e, PlanError::Source { what: "filesystem.writable path", path, error } if *path == Path::new(&h("nope")) && error.missing()),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("filesystem.writable") && e.to_string().contains(&h("nope")), "{e}");
     }
 
     #[test]

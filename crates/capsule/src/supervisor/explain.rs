@@ -461,7 +461,8 @@ pub fn why(spec: &RunSpec, q: &Query) -> Result<Verdict, String> {
             // In a layer, a missing `guard` path gets its stand-in there.
             let mut shape = plain.clone();
             shape.layers = spec.layers.clone();
-            let plan = MountPlan::prepare(&shape, crate::sys::geteuid(), &homes, &mut names, None)?;
+            let plan = MountPlan::prepare(&shape, crate::sys::geteuid(), &homes, &mut names, None)
+                .map_err(|e| e.to_string())?;
             let mut v = verdict(&plain, &homes, &plan, &path, write);
             if let (false, true, Some(layer)) = (v.allowed, write, spec.layers.last()) {
                 let (place, op) = classify(&plan.watch_view(), path.as_bytes());

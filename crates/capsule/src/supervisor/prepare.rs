@@ -664,10 +664,10 @@ impl Supervisor {
         let make = |names: &mut Vec<String>| MountPlan::prepare(spec, me, &self.home, names, layers.as_ref());
         // A kept plan for the same tree, if its sources are as they were (layers: never kept).
         let (mut mounts, mut names) = match &layers {
-            None => self.plan_memos.plan(spec, me, make)?,
+            None => self.plan_memos.plan(spec, me, make).map_err(|e| e.to_string())?,
             Some(_) => {
                 let mut names = vec![String::new(), String::new()];
-                (make(&mut names)?, names)
+                (make(&mut names).map_err(|e| e.to_string())?, names)
             }
         };
         mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
