@@ -325,7 +325,8 @@ impl BoxDir {
                 sweep(top, Sweep::Chown(id, id), &path).map_err(|e| format!("Cannot change the owner of {e}"))?;
             }
             Ok(())
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
         if !to_box {
             state.boxed = None;
             self.store(&state)?;

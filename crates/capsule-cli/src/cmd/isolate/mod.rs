@@ -393,7 +393,7 @@ fn box_mode(id: u32) -> Result<capsule::host::subids::BoxMode, String> {
     let uid = capsule::sys::getuid();
     let user = capsule::host::identity::user_name(uid);
     let setting = std::env::var(MODE_ENV).ok();
-    box_mode(setting.as_deref(), &SubIds::read(&user, uid), &user, Some(id))
+    box_mode(setting.as_deref(), &SubIds::read(&user, uid), &user, Some(id)).map_err(|e| e.to_string())
 }
 
 /// The box's files handed back to the caller after a subordinate-id run
