@@ -840,7 +840,7 @@ fn degraded_cgroup_only_limits_are_errors() {
     }
 }
 
-// `capsule serve` (issue 4): runs of one long-lived supervisor ------------------
+// `capsule serve`: runs of one long-lived supervisor ----------------------------
 
 /// `capsule serve` on a pipe, in a fresh delegated scope.
 fn serve_in_scope(args: &[&str]) -> Running {
@@ -1201,7 +1201,7 @@ echo end"#,
     assert_eq!(scope.leftovers(), None, "after `agent stop`");
 }
 
-// Cgroups kept per slot (issue 22) --------------------------------------------
+// Cgroups kept per slot ---------------------------------------------------
 
 /// Whether this kernel can reset `memory.peak` (Linux >= 6.12), which
 /// reusing a run's cgroup needs.

@@ -188,7 +188,7 @@ fn allow_and_no_hide_secrets_show_them_again() {
     want(&seen(Some(&home_d), &["--profile", &prof, "--allow", "~/.ssh"], &checks), "file:KEY", "missing", "file:");
 }
 
-/// Issue 20: the common credentials the default list lacked (database
+/// The common credentials the default list lacked (database
 /// passwords, cloud and registry tokens, shell histories) are hidden, files
 /// and directories alike; what is next to them stays visible.
 #[test]
@@ -245,7 +245,7 @@ fn common_credentials_are_hidden() {
     }
 }
 
-/// Issue 20: with `HOME` pointing elsewhere (CI, `sudo -H`), the secrets
+/// With `HOME` pointing elsewhere (CI, `sudo -H`), the secrets
 /// of the caller's passwd home are hidden too, not only `$HOME`'s; `~` (and
 /// so `--allow ~/.ssh`) stays `$HOME`'s.
 #[test]

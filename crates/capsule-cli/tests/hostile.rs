@@ -1,4 +1,4 @@
-//! The hostile-program suite (issue 5): one C program per attack
+//! The hostile-program suite: one C program per attack
 //! (`tests/hostile/*.c`, built once per test binary with `gcc -O2 -static`
 //! into a world-readable directory), each run in the sandbox under the
 //! seccomp policies `default` and `strict` (one `#[test]` per policy:
@@ -1448,7 +1448,7 @@ fn cgroup_memory_bomb(policy: &str) {
 }
 both_policies!(cgroup_memory_bomb);
 
-// ---- issue 20: agent and serve --listen
+// ---- Attacks on the agent and on serve --listen
 
 fn python3() -> Result<(), String> {
     match Path::new("/usr/bin/python3").exists() {
@@ -1532,7 +1532,7 @@ fn fake_received(rec: &Path) -> Vec<String> {
     text.lines().filter(|l| *l != "0 bytes 0 fds").map(str::to_string).collect()
 }
 
-/// Item 1 (issue 20): a sandboxed program puts its own listening socket in
+/// A sandboxed program puts its own listening socket in
 /// the place of the user's agent's (`XDG_RUNTIME_DIR` unset: the agents'
 /// directory is `/tmp/capsule-agent-UID`). (a) With `--bind /tmp /tmp` it
 /// tries itself: the directory is covered in every run, so it cannot.
@@ -1626,7 +1626,7 @@ fn agent_impersonation_by_a_sandboxed_listener() {
     let _ = agent_cmd(&tag, &["agent", "stop"]).run();
 }
 
-/// Item 7 (issue 20): a caller confined by Landlock (writes only beneath
+/// A caller confined by Landlock (writes only beneath
 /// /tmp, /dev, /proc; `no_new_privs` set, as Landlock requires) must not
 /// get from an agent what its own supervisor would not: an agent started
 /// earlier by a caller with `no_new_privs` but no Landlock (the same
@@ -1694,7 +1694,7 @@ os.execv(sys.argv[2], sys.argv[2:])
     assert!(text.contains("no_new_privs") && text.contains("Landlock"), "the refusal does not say why: {text}");
 }
 
-/// Item 2 (issue 20): `capsule serve --listen` refuses a peer that is a
+/// `capsule serve --listen` refuses a peer that is a
 /// sandboxed program of the same user (here one that sees the socket
 /// through a bind of its directory): it gets an error line naming why and
 /// the end of the connection, not a run. A client of the user's outside
@@ -1740,7 +1740,7 @@ fn serve_listen_refuses_sandboxed_peers() {
     }
 }
 
-// ---- issue 20: layers
+// ---- Attacks through layers
 
 /// A project `p` (the run's working directory), a home `h` (its `$HOME`)
 /// and a directory `l` holding the layer `L`, all the test user's.
@@ -1816,7 +1816,7 @@ fn layers_usable() -> Result<(), String> {
     Ok(())
 }
 
-/// Item 3: fuse-overlayfs's marker names and xattrs written by a program in
+/// fuse-overlayfs's marker names and xattrs written by a program in
 /// a kernel-overlay layer are ordinary files there: `list` shows them as
 /// added files (no `D`), and `commit` installs them as files and deletes
 /// nothing: not the hidden `~/.ssh`, not a `--read-only` directory, not
@@ -1900,7 +1900,7 @@ fn has_control(s: &str) -> bool {
     s.chars().any(|c| c.is_control() && c != '\n')
 }
 
-/// Item 10: names with escape sequences, newlines and invalid UTF-8 are
+/// Names with escape sequences, newlines and invalid UTF-8 are
 /// quoted (C-style, in double quotes) in `list`, `diff`, `review` and
 /// `commit`; `list --json` keeps them exact.
 #[test]
@@ -1946,7 +1946,7 @@ ln -s "$(printf 't\033]0;title\a')" lnk"#,
     assert!(fx.p.join("x\x1b[2K\rM  evil\nA  forged").exists());
 }
 
-/// Item 11: a 1 TiB sparse file made by a program: `list` shows its size,
+/// A 1 TiB sparse file made by a program: `list` shows its size,
 /// `diff` ends quickly saying what it did not read, and `commit` keeps
 /// the holes (the host file takes blocks only for its data).
 #[test]
@@ -2016,7 +2016,7 @@ fn layer_setuid_bits_shown_and_dropped() {
     assert_eq!(mode("keep"), 0o4711, "{}", commit.describe());
 }
 
-// ---------------------------------------------------------------- issue 20: seccomp and network
+// ---------------------------------------------------------------- attacks on seccomp and the network
 
 /// Every attempt named `prefix*` is CONTAINED with one of `errnos`, none
 /// OPENED or ESCAPED, and there is one at least.
@@ -2044,7 +2044,7 @@ fn port_rules_refused(test: &str, out: &Out) -> bool {
     false
 }
 
-/// Item 5: under `--tcp-connect 1`, MPTCP (`socket(AF_INET, SOCK_STREAM,
+/// Under `--tcp-connect 1`, MPTCP (`socket(AF_INET, SOCK_STREAM,
 /// IPPROTO_MPTCP)`) connected to a TCP listener on another port: Landlock's
 /// rules cover IPPROTO_TCP only. MPTCP and SMC sockets now fail with
 /// EPROTONOSUPPORT / EAFNOSUPPORT whenever a port rule is set, under
@@ -2090,7 +2090,7 @@ fn host_has_mptcp() -> bool {
     s >= 0
 }
 
-/// Item 6: AF_VSOCK is not namespaced: a loopback-only run bound a host
+/// AF_VSOCK is not namespaced: a loopback-only run bound a host
 /// vsock port (and on a VM could reach the hypervisor). Refused with
 /// EAFNOSUPPORT unless the run shares the host's network.
 fn issue20_vsock(policy: &str) {
@@ -2116,7 +2116,7 @@ fn issue20_vsock(policy: &str) {
 }
 both_policies!(issue20_vsock);
 
-/// Item 12: RLIMIT_FSIZE does not cover blocks past the size: under
+/// RLIMIT_FSIZE does not cover blocks past the size: under
 /// `--output-limit 1M`, `fallocate(FALLOC_FL_KEEP_SIZE)` (and its ioctl
 /// `FS_IOC_RESVSP64`) reserved 16 MiB on a disk filesystem, and
 /// `FALLOC_FL_INSERT_RANGE` grew the size past the limit. Refused with
@@ -2152,7 +2152,7 @@ fn issue20_fallocate_keep_size(policy: &str) {
 }
 both_policies!(issue20_fallocate_keep_size);
 
-// ---------------------------------------------------------------- issue 20: PID 1
+// ---------------------------------------------------------------- attacks on PID 1
 
 /// Whether fusectl is mounted (capsule aborts stuck FUSE connections there).
 fn fusectl_mounted() -> Result<(), String> {
@@ -2204,7 +2204,7 @@ impl Drop for HostFuse {
     }
 }
 
-/// Issue 20, item 4: a run whose processes do not go within 200 ms of
+/// A run whose processes do not go within 200 ms of
 /// being killed (here the stuck-FUSE trick of fusehang.c, on a mount of
 /// its own) has PID 1 abort FUSE connections; the user's own FUSE mount on
 /// the host, visible in the run, must not be one of them: after the run it
@@ -2238,7 +2238,7 @@ fn fuse_abort_spares_host_mounts() {
     }
 }
 
-/// Issue 20, item 4 (found on the way): a mount table line longer than
+/// A mount table line longer than
 /// PID 1's buffer (fusehang.c's `long`: a tmpfs at a 17 KiB path, mounted
 /// before its FUSE mount) used to end PID 1's scan of that table, so the
 /// stuck connection behind it was never aborted and the run never ended.
@@ -2276,7 +2276,7 @@ fn nsbomb(what: &str, cap: u32, opts: &[&str]) -> (Running, ChildStdin, u64, Str
     (run, stdin, n, field("stop="))
 }
 
-/// Issue 20, item 8: the program's user namespaces stop at
+/// The program's user namespaces stop at
 /// `limits.nested_namespaces` (256) with ENOSPC, counted in the run's own
 /// user namespace; while it holds them, the user can still create user
 /// namespaces and start another `capsule run`. (Before, the run could take
@@ -2306,7 +2306,7 @@ fn nested_namespaces_bounded() {
     run.wait().assert_code(0);
 }
 
-/// Issue 20, item 14: the program's inotify instances stop at
+/// The program's inotify instances stop at
 /// `limits.inotify_instances` (8) with EMFILE; while it holds them, the
 /// user outside can still create one. (Before, a run could take all 128
 /// of the user's; the program stops at 64.) `--inotify-instances 3` is
@@ -2339,9 +2339,9 @@ fn inotify_instances_bounded() {
     assert!(out.code != Some(0) && out.stderr.contains("limits.inotify_watches"), "{}", out.describe());
 }
 
-// ---- issue 20: serve
+// ---- Attacks on serve
 
-/// Issue 20, item 9: a FIFO named by a request (its stdin, its stdout, a
+/// A FIFO named by a request (its stdin, its stdout, a
 /// read-once input, a write-once output, a `file` mount's source, a
 /// seccomp policy file) never stops `capsule serve`: that request gets an
 /// error naming the path and saying it is a FIFO, and an ordinary request

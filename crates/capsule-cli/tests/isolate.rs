@@ -1457,7 +1457,7 @@ fn cgroup_inherit_fds_and_interrupt() {
     inherit_fds_case(iso);
 }
 
-// Issue 48: hostile boxes
+// Hostile boxes: what a program leaves in its box, or makes of it
 
 /// `--processes --run -- /bin/sh -c SCRIPT` (a shell needs more than one process).
 fn sh_run(iso: &Iso, args: &[&str], script: &str) -> Out {
@@ -1482,7 +1482,7 @@ fn lmode(p: &Path) -> u32 {
     std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).mode() & 0o7777
 }
 
-/// Issue 48, 1: the links, FIFOs and sockets the program leaves are
+/// The links, FIFOs and sockets the program leaves are
 /// removed after the run however it set the modes of the box and of the
 /// directories in it (a subdirectory its owner may not read, `chmod 0100
 /// /box`); the modes stay as it set them, and --cleanup still works.
@@ -1513,7 +1513,7 @@ fn hostile_modes_keep_no_links_in_the_box() {
     iso.cleanup();
 }
 
-/// Issue 48, 2: a box directory (`ROOT/N/box`, or `ROOT/N`) replaced by a
+/// A box directory (`ROOT/N/box`, or `ROOT/N`) replaced by a
 /// link is refused, and nothing goes through the link: not the removal
 /// after the run, not a stdio file, not --cleanup.
 #[test]
@@ -1566,7 +1566,7 @@ fn hostile_box_replaced_by_a_link() {
     intact(&obox);
 }
 
-/// Issue 48, 3: `-d` binding the caller's home (however the path is
+/// `-d` binding the caller's home (however the path is
 /// written) or a directory above it hides the home's secrets, as `capsule
 /// run` does; the rest of it is seen.
 #[test]
@@ -1620,7 +1620,7 @@ fn hostile_dir_rules_hide_the_home_secrets() {
     iso.cleanup();
 }
 
-/// Issue 48, 4: a default box root another user made first (mode 0777)
+/// A default box root another user made first (mode 0777)
 /// is refused with one line naming the fix, and nothing is written into
 /// it; the user's own runtime directory is used where there is one.
 #[test]
@@ -1690,7 +1690,7 @@ fn hostile_squatted_default_box_root() {
     std::fs::remove_dir(&squat).unwrap();
 }
 
-// Issue 43: box files protected from the program
+// Box files protected from the program
 
 /// A file of the test user's with `mode`, as CMS's `create_file` and
 /// `allow_writing_*` leave it.
@@ -1886,7 +1886,7 @@ fn check_names_the_isolate_mode() {
     assert!(out.stdout.contains("\"name\": \"isolate-box-user\""), "{}", out.describe());
 }
 
-// Issue 43: subordinate-id boxes
+// Subordinate-id boxes
 
 /// A box whose program runs as a subordinate uid of the test user's
 /// (`CAPSULE_ISOLATE_BOX_MODE=subordinate-ids`, which fails rather than

@@ -1,4 +1,4 @@
-//! What a judge needs of the streams (issue 7): read-once input and
+//! What a judge needs of the streams: read-once input and
 //! write-once output (`--stdin-file`, `--stdout-file`, `--stderr-file`;
 //! `{"pipe": F}` in a spec) with the output limit exact to the byte, and
 //! interactive runs (`capsule interact`, built on the library's

@@ -1,4 +1,4 @@
-//! End-to-end tests of `capsule run --layer` (issue 6): real programs change
+//! End-to-end tests of `capsule run --layer` : real programs change
 //! a scratch "project" directory (the working directory) in a layer; the
 //! host tree must stay byte-for-byte as it was until `capsule layer commit`,
 //! which must then make it what the program saw. Also persistence,

@@ -495,7 +495,7 @@ fn serve_stdio_defaults_to_dev_null() {
     assert!(!out.stderr.contains(&marker), "program output on capsule's stderr; {}", out.describe());
 }
 
-/// Two runs of one server at once (issue 20): by default each has a
+/// Two runs of one server at once: by default each has a
 /// loopback network of its own, so the second cannot connect to the port
 /// the first listens on; with `--shared-network` it can (the one network
 /// of the server, the control that the probe reaches a listener at all).

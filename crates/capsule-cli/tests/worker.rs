@@ -989,9 +989,9 @@ fn bench_worker_vs_serve() {
     }
 }
 
-// Issue 48: hostile boxes
+// Hostile jobs: what a run job must not reach
 
-/// Issue 48, 5: a run job reaches neither the worker's Redis nor anything
+/// A run job reaches neither the worker's Redis nor anything
 /// else on the worker's network: `share_net` is refused unless the worker
 /// was started with `--allow-host-network`, and Redis's Unix socket is
 /// hidden from every run. (A listener on the worker's loopback stands for

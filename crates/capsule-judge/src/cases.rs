@@ -4,6 +4,8 @@
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 
+use capsule::error::io_text;
+
 /// One test.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Case {
@@ -21,16 +23,15 @@ pub struct Case {
 /// problem).
 pub fn find(dir: &Path, answers_needed: bool) -> Result<Vec<Case>, String> {
     let shown = dir.display();
-    let meta = std::fs::metadata(dir).map_err(|e| format!("--tests `{shown}`: {}", super::io_reason(&e)))?;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("--tests `{shown}`: {}", io_text(&e)))?;
     if !meta.is_dir() {
         return Err(format!("--tests `{shown}` is not a directory"));
     }
-    let dir = &std::fs::canonicalize(dir).map_err(|e| format!("--tests `{shown}`: {}", super::io_reason(&e)))?;
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("--tests `{shown}`: cannot list it: {}", super::io_reason(&e)))?;
+    let dir = &std::fs::canonicalize(dir).map_err(|e| format!("--tests `{shown}`: {}", io_text(&e)))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("--tests `{shown}`: cannot list it: {}", io_text(&e)))?;
     let mut cases = Vec::new();
     for e in entries {
-        let e = e.map_err(|e| format!("--tests `{shown}`: cannot list it: {}", super::io_reason(&e)))?;
+        let e = e.map_err(|e| format!("--tests `{shown}`: cannot list it: {}", io_text(&e)))?;
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         let Some(stem) = name.strip_suffix(".in") else { continue };
@@ -57,7 +58,7 @@ pub fn find(dir: &Path, answers_needed: bool) -> Result<Vec<Case>, String> {
 
 /// `p` with every symbolic link resolved; it must be a regular file.
 fn real_file(p: &Path) -> Result<PathBuf, String> {
-    let real = std::fs::canonicalize(p).map_err(|e| format!("`{}`: {}", p.display(), super::io_reason(&e)))?;
+    let real = std::fs::canonicalize(p).map_err(|e| format!("`{}`: {}", p.display(), io_text(&e)))?;
     if !real.is_file() {
         return Err(format!("`{}` is not a regular file", p.display()));
     }

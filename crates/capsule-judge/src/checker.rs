@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+use capsule::error::io_text;
+
 /// What `--checker` named.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Checker {
@@ -59,7 +61,7 @@ impl Checker {
             Ok(_) => Err(format!("`{s}` is not a file")),
             Err(e) => Err(format!(
                 "`{s}` is neither exact, tokens nor float:EPS, and no checker program is there ({})",
-                crate::io_reason(&e)
+                io_text(&e)
             )),
         }
     }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use capsule::error::io_text;
 use capsule::sandbox::{Config, Sandbox};
 use capsule::spec::{Capture, MountOp, PipeFile, Stdio};
 use capsule::{Accounting, InteractSpec, RunResult, RunSpec, Status};
@@ -83,15 +84,6 @@ pub struct Options {
     pub per_cpu: bool,
 }
 
-/// An I/O error's reason as the rest of capsule words it
-/// (`No such file or directory (ENOENT)`).
-pub fn io_reason(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(n) => capsule::error::errno_text(n),
-        None => e.to_string(),
-    }
-}
-
 /// A private directory for one judgement, removed when dropped: `box/`
 /// (the source and what the compiler makes) and `out/` (the outputs).
 struct WorkDir {
@@ -113,14 +105,15 @@ impl WorkDir {
                 Ok(()) => {
                     let wd = WorkDir { path };
                     for sub in ["box", "out"] {
-                        std::fs::DirBuilder::new().mode(0o700).create(wd.path.join(sub)).map_err(|e| {
-                            format!("cannot create `{}`: {}", wd.path.join(sub).display(), io_reason(&e))
-                        })?;
+                        std::fs::DirBuilder::new()
+                            .mode(0o700)
+                            .create(wd.path.join(sub))
+                            .map_err(|e| format!("cannot create `{}`: {}", wd.path.join(sub).display(), io_text(&e)))?;
                     }
                     return Ok(wd);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => last = format!("`{}`: {}", path.display(), io_reason(&e)),
+                Err(e) => last = format!("`{}`: {}", path.display(), io_text(&e)),
             }
         }
         Err(format!(
@@ -307,8 +300,8 @@ pub enum Event<'a> {
 /// `report.compile_output`); Err is a judge error.
 pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>)) -> Result<(), String> {
     // Cheap checks of the user's input first, then the toolchain.
-    let md = std::fs::metadata(&opts.source)
-        .map_err(|e| format!("SOURCE `{}`: {}", opts.source.display(), io_reason(&e)))?;
+    let md =
+        std::fs::metadata(&opts.source).map_err(|e| format!("SOURCE `{}`: {}", opts.source.display(), io_text(&e)))?;
     if !md.is_file() {
         return Err(format!("SOURCE `{}` is not a file", opts.source.display()));
     }
@@ -320,12 +313,12 @@ pub fn judge(opts: &Options, report: &mut Report, on: &mut dyn FnMut(Event<'_>))
     let work = WorkDir::new()?;
     let src = work.boxed().join(lang.source_name());
     std::fs::copy(&opts.source, &src).map_err(|e| {
-        format!("cannot copy SOURCE `{}` to `{}`: {}", opts.source.display(), src.display(), io_reason(&e))
+        format!("cannot copy SOURCE `{}` to `{}`: {}", opts.source.display(), src.display(), io_text(&e))
     })?;
 
     // Interactive runs take two of the supervisor's slots each.
     let slots = opts.parallel * if opts.interactor.is_some() { 2 } else { 1 };
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_reason(&e)))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_text(&e)))?;
     let config = Config { parallel: slots, capsule_bin: Some(exe), per_cpu: opts.per_cpu, ..Default::default() };
     let sandbox = Sandbox::start(config).map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let cgroups = sandbox.has_cgroups();
@@ -456,12 +449,12 @@ pub fn compile_helper(what: &str, lang: &str, source: &Path, dir: &Path) -> Resu
     }
     let lang = Lang::find(named).map_err(|e| format!("the {what}: {e}"))?;
     let dir = std::fs::canonicalize(dir)
-        .map_err(|e| format!("the {what}'s directory `{}`: {}", dir.display(), io_reason(&e)))?;
+        .map_err(|e| format!("the {what}'s directory `{}`: {}", dir.display(), io_text(&e)))?;
     let src = dir.join(lang.source_name());
     std::fs::copy(source, &src).map_err(|e| {
-        format!("cannot copy the {what}'s source `{}` to `{}`: {}", source.display(), src.display(), io_reason(&e))
+        format!("cannot copy the {what}'s source `{}` to `{}`: {}", source.display(), src.display(), io_text(&e))
     })?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_reason(&e)))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the capsule binary: {}", io_text(&e)))?;
     let sandbox = Sandbox::start(Config { parallel: 1, capsule_bin: Some(exe), ..Default::default() })
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let (ok, text) =
@@ -472,7 +465,7 @@ pub fn compile_helper(what: &str, lang: &str, source: &Path, dir: &Path) -> Resu
     // The preset leaves `solution` in the box; named after its role.
     let prog = dir.join(what);
     std::fs::rename(dir.join("solution"), &prog)
-        .map_err(|e| format!("the {what}'s compiled program in `{}`: {}", dir.display(), io_reason(&e)))?;
+        .map_err(|e| format!("the {what}'s compiled program in `{}`: {}", dir.display(), io_text(&e)))?;
     Ok(prog)
 }
 
@@ -665,7 +658,7 @@ fn check(ctx: &Ctx<'_>, case: &Case, out: &Path) -> Result<verdict::Judged, Stri
             )),
         };
     }
-    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read `{}`: {}", p.display(), io_reason(&e)));
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read `{}`: {}", p.display(), io_text(&e)));
     let (output, expected) = (read(out)?, read(answer)?);
     Ok(match ctx.opts.checker.compare(&output, &expected).expect("a built-in checker") {
         Ok(()) => (Verdict::Ok, String::new()),

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use capsule::error::SpecError;
+use capsule::error::{io_text, SpecError};
 use capsule::spec::{self, MountOp, RunSpec};
 
 /// Where the solution's directory is, inside the sandbox.
@@ -243,11 +243,6 @@ impl Preset {
     /// The shipped run profile (TOML), as embedded.
     pub fn run_profile(&self) -> &'static str {
         self.def.run
-    }
-
-    /// How to install the toolchain.
-    pub fn install_hint(&self) -> &'static str {
-        self.def.install
     }
 
     /// Finds the toolchain here (as the calling user).
@@ -673,13 +668,6 @@ fn home_of(real: &Path) -> Option<PathBuf> {
 
 fn first_line(s: &str) -> String {
     s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_string()
-}
-
-fn io_text(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(n) => capsule::error::errno_text(n),
-        None => e.to_string(),
-    }
 }
 
 /// Directories that hold many unrelated things: a link's target is bound

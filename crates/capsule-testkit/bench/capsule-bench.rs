@@ -1,5 +1,5 @@
 //! `capsule-bench`: the in-process driver of `bench/server.sh` (the benchmark
-//! of issue 4). From one process it times the server path — runs of a
+//! of the served path). From one process it times the server path — runs of a
 //! long-lived supervisor through the library API (`capsule::sandbox`) — and,
 //! as the baseline, the bare process: vfork + execve + wait4 from the same
 //! process (clone with `CLONE_VM | CLONE_VFORK` on a stack of its own, which

@@ -28,7 +28,7 @@ pub mod sandbox;
 pub mod supervisor;
 pub mod sys;
 
-pub use error::{Error, SpecError, SysError};
+pub use error::{Error, Refused, RunError, SetupError, SpecError, SupervisorError, SysError};
 pub use proto::{result, spec, units};
 pub use result::{Accounting, InteractResult, NetLogEntry, NetworkEntry, RunResult, Side, Status};
 pub use spec::{InteractSpec, Limits, MountOp, RunSpec};

@@ -28,12 +28,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, RunError, SetupError, SupervisorError, SysError};
 pub use crate::proto::config::{Config, MAX_PARALLEL};
 use crate::proto::result::{InteractResult, RunResult, Status};
 use crate::proto::spec::{InteractSpec, RunSpec};
 use crate::proto::wire::{self, ClientMsg, ServerMsg};
 use crate::sys;
+use sealed::Outcome;
 
 /// Descriptors a caller provides for a run's standard streams; a stream
 /// left `None` follows the spec (a file, a capture, else `/dev/null`).
@@ -62,17 +63,6 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled when a reader files a result or gives up the reading role.
     filed: Condvar,
-}
-
-/// A final message from the supervisor.
-/// (Results boxed as they come off the wire: they dwarf `Failed`.)
-enum Outcome {
-    Run(Box<RunResult>),
-    Interact(Box<InteractResult>),
-    /// The run could not happen.
-    Failed(String),
-    /// A session request's answer.
-    Session(Box<crate::proto::session::SessionAnswer>),
 }
 
 #[derive(Default)]
@@ -120,8 +110,7 @@ impl Sandbox {
         // All spawned first (each inherits this thread's pin of the moment), then started together.
         let mut spawned = Vec::with_capacity(shares.len());
         for (cpu, _) in &shares {
-            let one = sys::one_cpu(*cpu)
-                .ok_or_else(|| Error::Setup(format!("CPU {cpu} is past the 1024 capsule can pin to")))?;
+            let one = sys::one_cpu(*cpu).ok_or(SetupError::CpuOutOfRange(*cpu))?;
             sys::set_affinity(&one).map_err(|e| SysError::new("sched_setaffinity", e))?;
             let inner = Inner::spawn(&bin, &next_id);
             sys::set_affinity(&mine).map_err(|e| SysError::new("sched_setaffinity", e))?;
@@ -180,7 +169,7 @@ impl Sandbox {
         let fds: Vec<RawFd> = slots.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
         let has = slots.map(|s| s.is_some());
         let handle = self.request(|id| ClientMsg::Run { id, spec: Box::new(spec), stdio: has, notify: true }, fds)?;
-        Ok(RunHandle(handle))
+        Ok(RunHandle::new(handle))
     }
 
     /// Starts an interactive run (docs/interactive.md): the solution and
@@ -205,7 +194,7 @@ impl Sandbox {
         let has = stderr.map(|s| s.is_some());
         let handle =
             self.request(|id| ClientMsg::Interact { id, spec: Box::new(spec), stderr: has, notify: true }, fds)?;
-        Ok(InteractHandle(handle))
+        Ok(InteractHandle::new(handle))
     }
 
     /// A session request (docs/sessions.md): this sandbox's supervisor keeps
@@ -217,13 +206,15 @@ impl Sandbox {
         stdio: Option<[BorrowedFd<'_>; 3]>,
     ) -> Result<crate::proto::session::SessionAnswer, Error> {
         if self.shards.len() > 1 {
-            return Err(Error::Run("sessions live in one supervisor: not with per-CPU supervisors".into()));
+            return Err(RunError::SessionsPerCpu.into());
         }
         let fds: Vec<RawFd> = stdio.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
         let mut h = self.request(|id| ClientMsg::Session { id, req, notify: true }, fds)?;
         match h.wait()? {
             Outcome::Session(a) => Ok(*a),
-            _ => Err(Error::Supervisor("the supervisor answered a session request with a run's result".into())),
+            _ => {
+                Err(SupervisorError::Unexpected("the supervisor answered a session request with a run's result").into())
+            }
         }
     }
 
@@ -235,7 +226,7 @@ impl Sandbox {
             all => all.iter().min_by_key(|s| s.lock().slots).expect("one supervisor at least"),
         };
         if let Some(why) = inner.lock().dead.clone() {
-            return Err(Error::Supervisor(why));
+            return Err(SupervisorError::Gone(why).into());
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (notify_read, notify_write) = sys::pipe().map_err(|e| SysError::new("pipe2", e))?;
@@ -259,9 +250,9 @@ impl Sandbox {
                 inner.lock().settle(id);
                 // Too large to send, say: this run only.
                 if !e.is_io() {
-                    return Err(Error::Run(e.to_string()));
+                    return Err(RunError::Send(e.to_string()).into());
                 }
-                return Err(Error::Supervisor(inner.died(&e.to_string())));
+                return Err(SupervisorError::Gone(inner.died(&e.to_string())).into());
             }
         }
         Ok(Handle { inner: inner.clone(), id, notify: notify_read, finished: false })
@@ -319,15 +310,15 @@ impl Inner {
             (_, Ok(Some((ServerMsg::Started { cgroups, has_cgroups, .. }, _)))) => Ok((inner, cgroups, has_cgroups)),
             (_, Ok(Some((ServerMsg::Fatal(msg), _)))) => {
                 inner.reap();
-                Err(Error::Setup(msg))
+                Err(SetupError::Start(msg).into())
             }
-            (Err(e), _) | (_, Err(e)) => {
-                let why = inner.reap();
-                Err(Error::Supervisor(format!("starting `{} supervise`: {e}{why}", bin.display())))
+            (Err(error), _) | (_, Err(error)) => {
+                let how = inner.reap();
+                Err(SupervisorError::Start { bin: bin.display().to_string(), error, how }.into())
             }
             (Ok(()), Ok(_)) => {
-                let why = inner.reap();
-                Err(Error::Supervisor(format!("`{} supervise` did not start{why}", bin.display())))
+                let how = inner.reap();
+                Err(SupervisorError::NotStarted { bin: bin.display().to_string(), how }.into())
             }
         }
     }
@@ -435,18 +426,20 @@ impl Inner {
     fn take(&self, st: &mut State, id: u64) -> Option<Result<Outcome, Error>> {
         if let Some(outcome) = st.done.remove(&id) {
             return Some(match outcome {
-                Outcome::Run(r) if r.status == Status::Error => Err(Error::Setup(r.error.unwrap_or_default())),
+                Outcome::Run(r) if r.status == Status::Error => {
+                    Err(SetupError::Sandbox(r.error.unwrap_or_default()).into())
+                }
                 // `Failed`: the run could not happen (its spec, its sandbox).
-                Outcome::Failed(e) => Err(Error::Setup(e)),
+                Outcome::Failed(e) => Err(SetupError::Request(e).into()),
                 other => Ok(other),
             });
         }
-        st.dead.as_ref().map(|why| Err(Error::Supervisor(why.clone())))
+        st.dead.as_ref().map(|why| Err(SupervisorError::Gone(why.clone()).into()))
     }
 
     fn send(&self, msg: &ClientMsg) -> Result<(), Error> {
         let _g = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| Error::Supervisor(self.died(&e.to_string())))
+        wire::send(self.sock.as_raw_fd(), msg, &[]).map_err(|e| SupervisorError::Gone(self.died(&e.to_string())).into())
     }
 }
 
@@ -473,7 +466,7 @@ impl Handle {
 
     fn try_wait(&mut self) -> Result<Option<Outcome>, Error> {
         if self.finished {
-            return Err(Error::Run("the result was already taken".into()));
+            return Err(RunError::ResultTaken.into());
         }
         let mut st = self.inner.lock();
         loop {
@@ -519,39 +512,86 @@ impl Drop for Handle {
 
 /// A final message of the wrong kind for its handle: a protocol error.
 fn mismatch() -> Error {
-    Error::Supervisor("the supervisor answered a run with another kind of result".into())
+    SupervisorError::Unexpected("the supervisor answered a run with another kind of result").into()
 }
 
-/// One run of a [`Sandbox`].
-pub struct RunHandle(Handle);
+/// What a handle's run ends with: [`RunResult`] for a [`RunHandle`],
+/// [`InteractResult`] for an [`InteractHandle`].
+pub trait Final: sealed::FromOutcome {}
+impl Final for RunResult {}
+impl Final for InteractResult {}
 
-impl RunHandle {
+mod sealed {
+    use super::{InteractResult, RunResult};
+
+    /// A final message from the supervisor.
+    /// (Results boxed as they come off the wire: they dwarf `Failed`.)
+    pub enum Outcome {
+        Run(Box<RunResult>),
+        Interact(Box<InteractResult>),
+        /// The run could not happen.
+        Failed(String),
+        /// A session request's answer.
+        Session(Box<crate::proto::session::SessionAnswer>),
+    }
+
+    /// The final message's result when it is of this kind.
+    pub trait FromOutcome: Sized {
+        fn from_outcome(o: Outcome) -> Option<Self>;
+    }
+    impl FromOutcome for RunResult {
+        fn from_outcome(o: Outcome) -> Option<Self> {
+            match o {
+                Outcome::Run(r) => Some(*r),
+                _ => None,
+            }
+        }
+    }
+    impl FromOutcome for InteractResult {
+        fn from_outcome(o: Outcome) -> Option<Self> {
+            match o {
+                Outcome::Interact(r) => Some(*r),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// One run of a [`Sandbox`] ([`Sandbox::run`]); with `R` =
+/// [`InteractResult`], an interactive run ([`InteractHandle`],
+/// [`Sandbox::interact`]).
+pub struct RunHandle<R: Final = RunResult>(Handle, std::marker::PhantomData<R>);
+
+/// An interactive run of a [`Sandbox`] ([`Sandbox::interact`]).
+pub type InteractHandle = RunHandle<InteractResult>;
+
+impl<R: Final> RunHandle<R> {
+    fn new(h: Handle) -> Self {
+        RunHandle(h, std::marker::PhantomData)
+    }
+
     /// The run's id (unique within its sandbox).
     pub fn id(&self) -> u64 {
         self.0.id
     }
 
-    /// Waits for the run's result. A run that could not start is an `Err`
-    /// for this run only; a supervisor that died is an `Err` for every
-    /// handle.
-    pub fn wait(mut self) -> Result<RunResult, Error> {
-        match self.0.wait()? {
-            Outcome::Run(r) => Ok(*r),
-            _ => Err(mismatch()),
-        }
+    /// Waits for the run's result (an interactive run's: both programs'
+    /// and which one left first). A run that could not start (a program
+    /// of an interactive run, named) is an `Err` for this run only; a
+    /// supervisor that died is an `Err` for every handle.
+    pub fn wait(mut self) -> Result<R, Error> {
+        R::from_outcome(self.0.wait()?).ok_or_else(mismatch)
     }
 
-    /// The result if the run has ended, without blocking.
-    pub fn try_wait(&mut self) -> Result<Option<RunResult>, Error> {
-        match self.0.try_wait()? {
-            None => Ok(None),
-            Some(Outcome::Run(r)) => Ok(Some(*r)),
-            Some(_) => Err(mismatch()),
-        }
+    /// The result if the run (both programs of an interactive run) has
+    /// ended, without blocking.
+    pub fn try_wait(&mut self) -> Result<Option<R>, Error> {
+        self.0.try_wait()?.map(|o| R::from_outcome(o).ok_or_else(mismatch)).transpose()
     }
 
-    /// Kills every process of the run now; [`wait`](Self::wait) still
-    /// returns its result (status `killed`, unless it had already ended).
+    /// Kills every process of the run (both programs of an interactive
+    /// run) now; [`wait`](Self::wait) still returns its result (status
+    /// `killed` for what had not ended).
     pub fn kill(&self) -> Result<(), Error> {
         self.0.kill()
     }
@@ -563,56 +603,9 @@ impl RunHandle {
     }
 }
 
-impl AsFd for RunHandle {
+impl<R: Final> AsFd for RunHandle<R> {
     /// Readable once the result has arrived (then [`try_wait`](Self::try_wait)
     /// returns it) or the supervisor is gone.
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.notify.as_fd()
-    }
-}
-
-/// An interactive run of a [`Sandbox`] ([`Sandbox::interact`]).
-pub struct InteractHandle(Handle);
-
-impl InteractHandle {
-    /// The interactive run's id (unique within its sandbox).
-    pub fn id(&self) -> u64 {
-        self.0.id
-    }
-
-    /// Waits for both programs' results and which one left first. A
-    /// program that could not start is an `Err` naming it.
-    pub fn wait(mut self) -> Result<InteractResult, Error> {
-        match self.0.wait()? {
-            Outcome::Interact(r) => Ok(*r),
-            _ => Err(mismatch()),
-        }
-    }
-
-    /// The result if both programs have ended, without blocking.
-    pub fn try_wait(&mut self) -> Result<Option<InteractResult>, Error> {
-        match self.0.try_wait()? {
-            None => Ok(None),
-            Some(Outcome::Interact(r)) => Ok(Some(*r)),
-            Some(_) => Err(mismatch()),
-        }
-    }
-
-    /// Kills both programs now; [`wait`](Self::wait) still returns the
-    /// result (status `killed` for a program that had not ended).
-    pub fn kill(&self) -> Result<(), Error> {
-        self.0.kill()
-    }
-
-    /// Discards the interactive run: both programs killed or dropped from
-    /// the queue; no result is delivered.
-    pub fn cancel(mut self) -> Result<(), Error> {
-        self.0.cancel()
-    }
-}
-
-impl AsFd for InteractHandle {
-    /// Readable once the result has arrived or the supervisor is gone.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.notify.as_fd()
     }
@@ -645,7 +638,5 @@ fn find_capsule_bin(config: &Config) -> Result<PathBuf, Error> {
             return Ok(p);
         }
     }
-    Err(Error::Setup(
-        "cannot find the `capsule` binary to start the supervisor: set Config::capsule_bin or $CAPSULE_BIN, or put capsule in PATH".into(),
-    ))
+    Err(SetupError::NoBinary.into())
 }

@@ -13,11 +13,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
+use capsule::error::io_text;
 use capsule::result::EXIT_CAPSULE_ERROR;
 use capsule::spec::RunSpec;
 use capsule::units::{parse_duration, parse_size};
 use capsule_judge::verdict::{self, Verdict};
-use capsule_judge::{io_reason, Case, Checker, Event, Options, Report, TestReport, MAX_PARALLEL, MAX_TIME};
+use capsule_judge::{Case, Checker, Event, Options, Report, TestReport, MAX_PARALLEL, MAX_TIME};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 const ABOUT: &str = "Compile a solution in the sandbox and judge it on a directory of tests";
@@ -132,7 +133,7 @@ fn options(m: &ArgMatches) -> Result<Options, String> {
     let interactor = match get("interactor") {
         Some(v) => {
             let p = canonical(Path::new(v), "--interactor")?;
-            let md = std::fs::metadata(&p).map_err(|e| format!("--interactor `{v}`: {}", io_reason(&e)))?;
+            let md = std::fs::metadata(&p).map_err(|e| format!("--interactor `{v}`: {}", io_text(&e)))?;
             use std::os::unix::fs::PermissionsExt;
             if !md.is_file() {
                 return Err(format!("--interactor `{v}` is not a file"));
@@ -160,7 +161,7 @@ fn options(m: &ArgMatches) -> Result<Options, String> {
 }
 
 fn canonical(p: &Path, flag: &str) -> Result<PathBuf, String> {
-    std::fs::canonicalize(p).map_err(|e| format!("{flag} `{}`: {}", p.display(), io_reason(&e)))
+    std::fs::canonicalize(p).map_err(|e| format!("{flag} `{}`: {}", p.display(), io_text(&e)))
 }
 
 /// The table, printed a row at a time, in test order.
@@ -227,7 +228,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
         let mut text = serde_json::to_string_pretty(&v).expect("serializable");
         text.push('\n');
         if let Err(e) = std::fs::write(p, text) {
-            eprintln!("capsule judge: error: --json: cannot write `{}`: {}", p.display(), io_reason(&e));
+            eprintln!("capsule judge: error: --json: cannot write `{}`: {}", p.display(), io_text(&e));
             return Ok(ExitCode::from(EXIT_CAPSULE_ERROR as u8));
         }
     }

@@ -196,7 +196,7 @@ pub fn run_checks() -> Vec<CheckItem> {
 /// `CAPSULE_ISOLATE_BOX_MODE` does not say otherwise), else by permission
 /// bits. Informational: nothing here stops a run.
 fn isolate_item(ids: &crate::host::subids::SubIds, user: &str, setting: Option<&str>) -> CheckItem {
-    use crate::host::subids::{box_mode, BoxMode, MODE_ENV};
+    use crate::host::subids::{box_mode, BitsWhy, BoxMode};
     let bits = "the program as you, in permission-bit mode (box/ is its own; in other read-write rules the bits \
                 for others are enforced by mounts: docs/isolate.md)";
     let detail = match (box_mode(setting, ids, user, None), ids.usable(user)) {
@@ -205,10 +205,10 @@ fn isolate_item(ids: &crate::host::subids::SubIds, user: &str, setting: Option<&
              kernel enforces the permission bits; docs/isolate.md): {s}",
             b.uid, b.gid
         ),
-        (Ok(BoxMode::PermissionBits(why)), _) if why.starts_with(MODE_ENV) => {
+        (Ok(BoxMode::PermissionBits(why @ BitsWhy::Chosen)), _) => {
             format!("capsule isolate runs {bits}, as {why} says")
         }
-        (Ok(_), Err(e)) | (Ok(BoxMode::PermissionBits(e)), _) => {
+        (Ok(_), Err(e)) | (Ok(BoxMode::PermissionBits(BitsWhy::Unusable(e))), _) => {
             format!("capsule isolate runs {bits}; subordinate ids not usable ({e})")
         }
         (Err(e), _) => format!("capsule isolate will refuse to run: {e}"),

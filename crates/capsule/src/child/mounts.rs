@@ -4,6 +4,7 @@
 use super::step::{Fail, Step};
 use crate::plan::mounts::{Base, MountPlan, Op, DEVICES, HOST_DEVICES};
 use crate::plan::overlay::{FUSE_LOWER, FUSE_MOUNTPOINT, STAGE_MOUNTPOINT};
+use crate::proto::spec::DEV_SHM_SIZE;
 use crate::sys::{
     self, SysResult, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
     OPEN_TREE_CLONE,
@@ -173,9 +174,36 @@ pub(crate) fn build_dev(at: &OwnedFd, nodes: &[Cell<RawFd>; 5], shm: bool) -> Sy
     sys::mount_setattr(d, false, MOUNT_ATTR_RDONLY, 0)
 }
 
+/// [`DEV_SHM_SIZE`] in decimal, as the tmpfs `size` option (made by the
+/// compiler: PID 1 does not allocate).
+const SHM_SIZE: &CStr = match CStr::from_bytes_until_nul(&decimal::<21>(DEV_SHM_SIZE)) {
+    Ok(s) => s,
+    Err(_) => panic!("no NUL after the digits"),
+};
+
+/// `v` in decimal digits followed by NULs (at least one).
+const fn decimal<const N: usize>(v: u64) -> [u8; N] {
+    let (mut digits, mut len, mut rest) = ([0u8; N], 0, v);
+    loop {
+        len += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    assert!(len < N, "too many digits for the buffer");
+    rest = v;
+    while len > 0 {
+        len -= 1;
+        digits[len] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    digits
+}
+
 /// Mounts a fresh /dev/shm on the directory `at`.
 fn mount_shm(at: &OwnedFd) -> SysResult<()> {
-    let shm = tmpfs(c"67108864", c"1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+    let shm = tmpfs(SHM_SIZE, c"1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
     sys::move_mount_fd(shm.as_raw_fd(), at.as_raw_fd())
 }
 
@@ -573,4 +601,17 @@ pub(crate) fn pivot(root: RawFd) -> Result<(), Fail> {
     sys::pivot_root_cwd().map_err(|e| Fail::new(Step::PivotRoot, e))?;
     sys::umount_detach_cwd().map_err(|e| Fail::new(Step::DetachOldRoot, e))?;
     sys::chdir(c"/").map_err(|e| Fail::new(Step::PivotRoot, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decimal, SHM_SIZE};
+    use crate::proto::spec::DEV_SHM_SIZE;
+
+    #[test]
+    fn shm_size_is_the_specs_in_decimal() {
+        assert_eq!(SHM_SIZE.to_str().unwrap(), DEV_SHM_SIZE.to_string());
+        assert_eq!(&decimal::<4>(0), b"0\0\0\0");
+        assert_eq!(&decimal::<4>(907), b"907\0");
+    }
 }

@@ -40,7 +40,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, Refused, SetupError, SupervisorError, SysError};
 use crate::proto::config::Config;
 use crate::proto::spec::RunSpec;
 use crate::proto::wire::{self, ClientMsg, ServerMsg};
@@ -70,13 +70,13 @@ pub fn default_config() -> Config {
 /// What `CAPSULE_AGENT` says: true for on (unset, empty, `on`, `1`,
 /// `yes`, `true`), false for off (`off`, `0`, `no`, `false`); anything
 /// else is an error naming the variable.
-pub fn setting() -> Result<bool, String> {
+pub fn setting() -> Result<bool, Refused> {
     match std::env::var(AGENT_ENV) {
         Err(_) => Ok(true),
         Ok(v) => match v.to_ascii_lowercase().as_str() {
             "" | "on" | "1" | "yes" | "true" => Ok(true),
             "off" | "0" | "no" | "false" => Ok(false),
-            _ => Err(format!("{AGENT_ENV}={v}: expected on or off")),
+            _ => Err(Refused::Setting { var: AGENT_ENV, value: v, expected: "on or off" }),
         },
     }
 }
@@ -86,7 +86,7 @@ pub fn enabled() -> Result<(), String> {
     match setting() {
         Ok(true) => {}
         Ok(false) => return Err(format!("{AGENT_ENV}={}", std::env::var(AGENT_ENV).unwrap_or_default())),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.to_string()),
     }
     // Re-started in a transient systemd scope for its cgroups: an agent
     // started there would keep the scope alive, and the next run gets
@@ -116,12 +116,12 @@ fn confined() -> bool {
 }
 
 /// The idle time from `CAPSULE_AGENT_IDLE`, else [`DEFAULT_IDLE`].
-pub fn idle_time() -> Result<Duration, String> {
+pub fn idle_time() -> Result<Duration, Refused> {
     match std::env::var(IDLE_ENV) {
         Err(_) => Ok(DEFAULT_IDLE),
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(s) if (1..=86_400).contains(&s) => Ok(Duration::from_secs(s)),
-            _ => Err(format!("{IDLE_ENV}={v}: expected a number of seconds from 1 to 86400")),
+            _ => Err(Refused::Setting { var: IDLE_ENV, value: v, expected: "a number of seconds from 1 to 86400" }),
         },
     }
 }
@@ -230,9 +230,9 @@ pub enum Missed {
 pub fn send(spec: &RunSpec, msg: &ClientMsg, fds: &[RawFd]) -> Result<Connected, Missed> {
     // A setting that makes no sense is the caller's to fix, not a reason
     // to run some other way.
-    let idle = idle_time().map_err(|e| Missed::Fatal(Error::Refused(e)))?;
+    let idle = idle_time().map_err(|e| Missed::Fatal(e.into()))?;
     if enabled().is_err() {
-        return Err(setting().map_or_else(|e| Missed::Fatal(Error::Refused(e)), |_| Missed::Fallback));
+        return Err(setting().map_or_else(|e| Missed::Fatal(e.into()), |_| Missed::Fallback));
     }
     if resolved_in_cwd(spec) {
         return Err(Missed::Fallback);
@@ -346,8 +346,10 @@ fn deliver(sock: OwnedFd, msg: &ClientMsg, fds: &[RawFd]) -> Result<Option<Conne
     }
     match wire::recv::<ServerMsg>(sock.as_raw_fd()) {
         Ok(Some((ServerMsg::Accepted, _))) => Ok(Some(Connected { sock })),
-        Ok(Some((ServerMsg::Fatal(m), _))) => Err(Missed::Fatal(Error::Setup(m))),
-        Ok(Some(_)) => Err(Missed::Fatal(Error::Supervisor("the agent answered before accepting the request".into()))),
+        Ok(Some((ServerMsg::Fatal(m), _))) => Err(Missed::Fatal(SetupError::Start(m).into())),
+        Ok(Some(_)) => {
+            Err(Missed::Fatal(SupervisorError::Unexpected("the agent answered before accepting the request").into()))
+        }
         Ok(None) | Err(_) => Ok(None),
     }
 }

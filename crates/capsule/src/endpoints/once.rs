@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, SetupError, SupervisorError, SysError};
 use crate::host::container::Refusal;
 use crate::proto::config::Config;
 use crate::proto::result::RunResult;
@@ -125,7 +125,8 @@ impl OnceRun {
     /// Has the run killed (SIGINT to `capsule isolate`): its result, status
     /// `killed`, still comes to [`OnceRun::wait`].
     pub fn kill(&self) -> Result<(), Error> {
-        wire::send(self.sock.as_raw_fd(), &ClientMsg::Kill { id: 1 }, &[]).map_err(|e| Error::Supervisor(e.to_string()))
+        wire::send(self.sock.as_raw_fd(), &ClientMsg::Kill { id: 1 }, &[])
+            .map_err(|e| SupervisorError::Gone(e.to_string()).into())
     }
 
     /// Waits for the result.
@@ -148,12 +149,12 @@ impl OnceRun {
     fn answer(&self) -> Result<RunResult, Error> {
         let answer = wire::recv::<ServerMsg>(self.sock.as_raw_fd());
         if let (Err(e), Err(_) | Ok(None)) = (&self.sent, &answer) {
-            return Err(Error::Supervisor(e.to_string()));
+            return Err(SupervisorError::Gone(e.to_string()).into());
         }
-        match answer.map_err(Error::Supervisor)? {
+        match answer.map_err(SupervisorError::Gone)? {
             Some((ServerMsg::Result { result, .. }, _)) => Ok(*result),
             Some((ServerMsg::Failed { error, .. }, _)) => Ok(RunResult::error(error)),
-            Some((ServerMsg::Fatal(msg), _)) => Err(Error::Setup(msg)),
+            Some((ServerMsg::Fatal(msg), _)) => Err(SetupError::Start(msg).into()),
             Some((
                 ServerMsg::Started { .. }
                 | ServerMsg::Interacted { .. }
@@ -162,8 +163,8 @@ impl OnceRun {
                 | ServerMsg::Exit { .. }
                 | ServerMsg::Session { .. },
                 _,
-            )) => Err(Error::Supervisor("unexpected message".into())),
-            None => Err(Error::Supervisor("the supervisor exited without answering".into())),
+            )) => Err(SupervisorError::Unexpected("unexpected message").into()),
+            None => Err(SupervisorError::Gone("the supervisor exited without answering".into()).into()),
         }
     }
 }

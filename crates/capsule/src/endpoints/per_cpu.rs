@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, SetupError, SysError};
 use crate::host::identity::{is_real_root, listen_refusal, peer_fingerprint, root_refusal};
 use crate::proto::config::Config;
 use crate::proto::lines::{self, Line, LineReader, LineRequest};
@@ -54,11 +54,7 @@ pub fn run_per_cpu(config: &Config, listen: Option<&Path>) -> Result<(), Error> 
     // A peer of the listener must look like this process (the caller: the
     // front never leaves its namespaces), as `serve --listen` checks.
     let peer = match &listener {
-        Some(_) => Some(peer_fingerprint(sys::getpid()).ok_or_else(|| {
-            Error::Setup(
-                "--listen: cannot read /proc/self/status and uid_map (what its peers are checked against)".into(),
-            )
-        })?),
+        Some(_) => Some(peer_fingerprint(sys::getpid()).ok_or_else(|| SetupError::NoPeerIdentity("self".into()))?),
         None => None,
     };
     let mut shards = Vec::with_capacity(shares.len());
@@ -122,8 +118,7 @@ struct Shard {
 
 impl Shard {
     fn start(config: &Config, cpu: usize) -> Result<Shard, Error> {
-        let one =
-            sys::one_cpu(cpu).ok_or_else(|| Error::Setup(format!("CPU {cpu} is past the 1024 capsule can pin to")))?;
+        let one = sys::one_cpu(cpu).ok_or(SetupError::CpuOutOfRange(cpu))?;
         let (req_r, req_w) = sys::pipe().map_err(|e| SysError::new("pipe2", e))?;
         let (resp_r, resp_w) = sys::pipe().map_err(|e| SysError::new("pipe2", e))?;
         // SAFETY: the front is single-threaded here (its signalfd and clients

@@ -91,11 +91,7 @@ pub(crate) fn lines_job(
         let mode = match peer {
             None => Mode::Serve,
             Some(Some(peer)) => Mode::Listen { peer },
-            Some(None) => {
-                return Err(crate::Error::Setup(format!(
-                    "--listen: cannot read /proc/{witness}/status and uid_map (what its peers are checked against)"
-                )))
-            }
+            Some(None) => return Err(crate::error::SetupError::NoPeerIdentity(witness.to_string()).into()),
         };
         sup.serve(conns, listener.map(|(fd, _)| fd), mode);
         Ok(())
@@ -125,11 +121,9 @@ pub(super) fn bind_socket(path: &std::path::Path) -> Result<std::os::fd::OwnedFd
         let stale = meta.file_type().is_socket()
             && matches!(UnixStream::connect(path), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
         if !stale {
-            return Err(crate::Error::Refused(format!(
-                "--listen {}: the path exists{}; remove it or choose another",
-                path.display(),
-                if meta.file_type().is_socket() { " and a server is listening there" } else { " and is not a socket" }
-            )));
+            let what =
+                if meta.file_type().is_socket() { " and a server is listening there" } else { " and is not a socket" };
+            return Err(crate::error::Refused::ListenPathTaken { path: path.display().to_string(), what }.into());
         }
         std::fs::remove_file(path).map_err(|e| err("unlink", e))?;
     }

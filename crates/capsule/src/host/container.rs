@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::mountinfo::unescape_mount;
+use super::mountinfo::parse_mountinfo;
 
 /// What a container's defaults refuse a sandbox, each lifted by one option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,29 +175,23 @@ pub fn visible_refusals() -> Vec<Refusal> {
 /// revealing" to the kernel: all but those on its permanently empty
 /// directories (binfmt_misc, which systemd automounts).
 pub fn masked_proc(mountinfo: &str) -> Vec<String> {
-    fields(mountinfo)
-        .filter(|(mp, _, fstype)| {
-            mp.starts_with("/proc/") && mp != "/proc/sys/fs/binfmt_misc" && fstype != "binfmt_misc"
+    parse_mountinfo(mountinfo)
+        .into_iter()
+        .filter(|m| {
+            m.mount_point.starts_with("/proc/")
+                && m.mount_point != "/proc/sys/fs/binfmt_misc"
+                && m.fstype != "binfmt_misc"
         })
-        .map(|(mp, _, _)| mp)
+        .map(|m| m.mount_point)
         .collect()
 }
 
 /// Whether the cgroup2 mount at /sys/fs/cgroup is read-only.
 pub fn cgroup_read_only(mountinfo: &str) -> bool {
-    fields(mountinfo)
-        .filter(|(mp, _, fstype)| mp == "/sys/fs/cgroup" && fstype == "cgroup2")
-        .last()
-        .is_some_and(|(_, opts, _)| opts.split(',').any(|o| o == "ro"))
-}
-
-/// (mount point, mount options, file system type) of each line.
-fn fields(mountinfo: &str) -> impl Iterator<Item = (String, String, String)> + '_ {
-    mountinfo.lines().filter_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        let pre: Vec<&str> = pre.split(' ').collect();
-        Some((unescape_mount(pre.get(4)?), pre.get(5)?.to_string(), post.split(' ').next()?.to_string()))
-    })
+    parse_mountinfo(mountinfo)
+        .into_iter()
+        .rfind(|m| m.mount_point == "/sys/fs/cgroup" && m.fstype == "cgroup2")
+        .is_some_and(|m| m.options.split(',').any(|o| o == "ro"))
 }
 
 /// This process's AppArmor label when it is confined (`docker-default

@@ -32,6 +32,7 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
+use super::userdb::{self, Db};
 use crate::error::SpecError;
 use crate::proto::spec::Filesystem;
 
@@ -225,36 +226,16 @@ impl Homes {
     }
 }
 
-/// The homes of the caller, `uid`: `$HOME` and its user database entry's,
-/// the second only when it is another directory. The entry comes from
-/// /etc/passwd, else from `getent passwd` (NSS: LDAP, sssd): capsule is
-/// linked statically, and NSS modules loaded into a static program crash
-/// it.
+/// The homes of the caller, `uid`: `$HOME` and its user database entry's
+/// ([`super::userdb`]), the second only when it is another directory.
 pub fn caller_homes(uid: u32) -> Homes {
     let env = std::env::var_os("HOME").map(PathBuf::from).filter(|h| usable_home(h));
-    let passwd = std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| passwd_home(&text, uid))
-        .or_else(|| getent_home(uid));
+    let passwd = userdb::lookup(Db::Passwd, uid, passwd_home);
     match (env, passwd) {
         (Some(env), Some(pw)) if !same_dir(&env, &pw) => Homes { home: Some(env), passwd: Some(pw) },
         (Some(env), _) => Homes::at(&env),
         (None, pw) => Homes { home: pw, passwd: None },
     }
-}
-
-/// The home of `uid` as `getent passwd` (a dynamically linked program, so
-/// NSS works there) tells it; None when it has no entry or cannot run.
-fn getent_home(uid: u32) -> Option<PathBuf> {
-    let getent = ["/usr/bin/getent", "/bin/getent"].into_iter().find(|p| Path::new(p).exists())?;
-    let out = std::process::Command::new(getent)
-        .args(["passwd", &uid.to_string()])
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    passwd_home(std::str::from_utf8(&out.stdout).ok()?, uid)
 }
 
 /// Whether two paths are one directory (the same words, or the same
@@ -270,16 +251,10 @@ fn usable_home(p: &Path) -> bool {
     p.is_absolute() && !p.components().any(|c| c == Component::ParentDir) && p.to_str().is_some()
 }
 
-/// The home field of `uid`'s line of an /etc/passwd text.
-fn passwd_home(passwd: &str, uid: u32) -> Option<PathBuf> {
-    passwd.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        if f.len() < 7 || f[2].parse::<u32>().ok() != Some(uid) {
-            return None;
-        }
-        let h = PathBuf::from(f[5]);
-        usable_home(&h).then_some(h)
-    })
+/// The home field of a passwd entry (its fields), if it is usable.
+fn passwd_home(f: &[&str]) -> Option<PathBuf> {
+    let h = PathBuf::from(f.get(5).filter(|_| f.len() >= 7)?);
+    usable_home(&h).then_some(h)
 }
 
 /// `~` and `~/...` with `home`, then lexically cleaned (no `.`, no
@@ -558,17 +533,12 @@ mod tests {
 
     #[test]
     fn passwd_lookup() {
-        let text =
-            "root:x:0:0:root:/root:/bin/bash\nbad line\nme:x:1000:1000::/home/me:/bin/sh\nrel:x:7:7::home:/bin/sh\n";
-        assert_eq!(passwd_home(text, 1000), Some(p("/home/me")));
-        assert_eq!(passwd_home(text, 0), Some(p("/root")));
-        assert_eq!(passwd_home(text, 7), None, "a relative home is not usable");
-        assert_eq!(passwd_home(text, 42), None);
-        // getent agrees with the file for a user the file has.
-        if Path::new("/usr/bin/getent").exists() || Path::new("/bin/getent").exists() {
-            assert_eq!(getent_home(0), passwd_home(&std::fs::read_to_string("/etc/passwd").unwrap(), 0));
-        }
-        assert_eq!(getent_home(0x7fff_fff0), None);
+        let f = |l: &'static str| l.split(':').collect::<Vec<_>>();
+        assert_eq!(passwd_home(&f("me:x:1000:1000::/home/me:/bin/sh")), Some(p("/home/me")));
+        assert_eq!(passwd_home(&f("rel:x:7:7::home:/bin/sh")), None, "a relative home is not usable");
+        assert_eq!(passwd_home(&f("short:x:7:7::/home/s")), None, "a line of six fields is not an entry");
+        assert_eq!(userdb::lookup(Db::Passwd, 0, passwd_home), Some(p("/root")));
+        assert_eq!(userdb::lookup(Db::Passwd, 0x7fff_fff0, passwd_home), None);
     }
 
     #[test]

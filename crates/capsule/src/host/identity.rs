@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::path::PathBuf;
 
-use crate::error::Error;
+use crate::error::{Error, Refused};
 use crate::sys;
 
 /// True when the caller is the host's root, which capsule refuses to be
@@ -22,13 +22,7 @@ pub fn is_real_root() -> bool {
 
 /// The refusal, with the fix.
 pub fn root_refusal() -> Error {
-    Error::Refused(
-        "capsule refuses to run as root: root's sandbox would still reach global kernel \
-         state, and capsule's isolation is built for unprivileged users; run it as an \
-         unprivileged user, e.g. `runuser -u nobody -- capsule run ...` or \
-         `setpriv --reuid=nobody --regid=nogroup --clear-groups capsule run ...`"
-            .into(),
-    )
+    Refused::Root.into()
 }
 
 /// Whether (`euid`, `/proc/self/uid_map`) is the host's real root: uid 0
@@ -112,15 +106,7 @@ pub(crate) fn agent_dirs(uid: u32) -> Vec<PathBuf> {
     runtime.map(|r| r.join("capsule")).into_iter().chain([PathBuf::from(format!("/tmp/capsule-agent-{uid}"))]).collect()
 }
 
-/// The login name for `uid` from /etc/passwd, or the number.
+/// The login name for `uid` from the user database, or the number.
 pub fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2].parse::<u32>().ok() == Some(uid)).then(|| f[0].to_string())
-            })
-        })
-        .unwrap_or_else(|| uid.to_string())
+    super::userdb::name(super::userdb::Db::Passwd, uid).unwrap_or_else(|| uid.to_string())
 }

@@ -2,7 +2,8 @@
 //! ([`identity`]) and homes with the filesystem rules ([`fsrules`]), the
 //! mount table ([`mountinfo`]), the cgroup hierarchy and the caller's place
 //! in it ([`cgroups`]), the container it may run in ([`container`]), the
-//! caller's subordinate ids ([`subids`]).
+//! caller's subordinate ids ([`subids`]), the user and group database
+//! ([`userdb`]).
 //!
 //! Imports `error`, `sys` and `proto` only. Runs in the supervisor's
 //! process, and in the client's for the root check: may allocate. PID 1
@@ -14,6 +15,7 @@ pub mod fsrules;
 pub mod identity;
 pub mod mountinfo;
 pub mod subids;
+pub mod userdb;
 
 /// The highest capability number the running kernel knows.
 pub(crate) fn last_cap() -> u32 {

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 pub(crate) struct MountEntry {
     pub root: String,
     pub mount_point: String,
+    /// The mount's own options (`rw,nosuid`), not the superblock's.
+    pub options: String,
     pub fstype: String,
     pub super_options: String,
 }
@@ -22,6 +24,7 @@ pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             Some(MountEntry {
                 root: unescape_mount(pre.get(3)?),
                 mount_point: unescape_mount(pre.get(4)?),
+                options: pre.get(5)?.to_string(),
                 fstype: post.first()?.to_string(),
                 super_options: post.get(2).unwrap_or(&"").to_string(),
             })
@@ -49,5 +52,5 @@ pub(crate) fn unescape_mount(s: &str) -> String {
 /// Mount points of the supervisor's namespace (the host's).
 pub(crate) fn mount_points() -> Vec<PathBuf> {
     let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    text.lines().filter_map(|l| l.split(' ').nth(4)).map(|p| PathBuf::from(unescape_mount(p))).collect()
+    parse_mountinfo(&text).into_iter().map(|m| PathBuf::from(m.mount_point)).collect()
 }

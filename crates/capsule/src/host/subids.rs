@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::error::SysError;
 use crate::proto::spec::SubordinateIds;
 use crate::sys;
 
@@ -81,7 +82,7 @@ impl SubIds {
     }
 
     /// Ok: the ranges and helpers, on one line; Err: what is missing.
-    pub fn usable(&self, user: &str) -> Result<String, String> {
+    pub fn usable(&self, user: &str) -> Result<String, SubidsError> {
         let mut missing = Vec::new();
         if self.uids.is_empty() {
             missing.push(format!("no range for {user} in /etc/subuid"));
@@ -95,7 +96,7 @@ impl SubIds {
             }
         }
         if !missing.is_empty() {
-            return Err(missing.join("; "));
+            return Err(SubidsError::Missing(missing));
         }
         let show = |rs: &[Range]| rs.iter().map(|r| format!("{}+{}", r.first, r.count)).collect::<Vec<_>>().join(",");
         let helper = |h: &Option<(PathBuf, bool)>| {
@@ -115,15 +116,12 @@ impl SubIds {
 impl SubIds {
     /// Box `id`'s ids: the first uid and gid of the caller's first ranges
     /// plus `id`, as isolate's `first_uid + box_id`.
-    pub fn box_ids(&self, id: u32) -> Result<SubordinateIds, String> {
-        let pick = |rs: &[Range], file: &str| {
-            let r = rs.first().ok_or_else(|| format!("no range in {file}"))?;
+    pub fn box_ids(&self, id: u32) -> Result<SubordinateIds, SubidsError> {
+        let pick = |rs: &[Range], file: &'static str| {
+            let r = rs.first().ok_or(SubidsError::NoRange(file))?;
             let id64 = u64::from(id);
             if id64 >= r.count || r.first + id64 > u64::from(u32::MAX - 1) {
-                return Err(format!(
-                    "box {id} is beyond the {} ids of the range {}+{} in {file}",
-                    r.count, r.first, r.count
-                ));
+                return Err(SubidsError::BeyondRange { id, first: r.first, count: r.count, file });
             }
             Ok((r.first + id64) as u32)
         };
@@ -143,45 +141,88 @@ pub enum BoxMode {
     Subordinate(SubordinateIds),
     /// It runs as the caller, others' permission bits enforced by mounts;
     /// why subordinate ids are not used.
-    PermissionBits(String),
+    PermissionBits(BitsWhy),
+}
+
+/// Why a box is in permission-bit mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BitsWhy {
+    /// [`MODE_ENV`] says so.
+    #[error("{MODE_ENV}=permission-bits")]
+    Chosen,
+    /// Subordinate ids are not usable here.
+    #[error("{0}")]
+    Unusable(SubidsError),
 }
 
 /// The mode for box `id` (any box: `None`, for `capsule check`) of `user`
 /// with `ids`, `setting` being [`MODE_ENV`]'s value.
-pub fn box_mode(setting: Option<&str>, ids: &SubIds, user: &str, id: Option<u32>) -> Result<BoxMode, String> {
+pub fn box_mode(setting: Option<&str>, ids: &SubIds, user: &str, id: Option<u32>) -> Result<BoxMode, SubidsError> {
     let usable = ids.usable(user).and_then(|_| ids.box_ids(id.unwrap_or(0)));
     match (setting.unwrap_or(""), usable) {
-        ("permission-bits", _) => Ok(BoxMode::PermissionBits(format!("{MODE_ENV}=permission-bits"))),
+        ("permission-bits", _) => Ok(BoxMode::PermissionBits(BitsWhy::Chosen)),
         ("subordinate-ids" | "", Ok(b)) => Ok(BoxMode::Subordinate(b)),
-        ("subordinate-ids", Err(e)) => {
-            Err(format!("{MODE_ENV}=subordinate-ids, but subordinate ids are not usable: {e}"))
-        }
-        ("", Err(e)) => Ok(BoxMode::PermissionBits(e)),
-        (other, _) => Err(format!("{MODE_ENV}={other}: expected permission-bits or subordinate-ids (or unset)")),
+        ("subordinate-ids", Err(e)) => Err(SubidsError::Required(Box::new(e))),
+        ("", Err(e)) => Ok(BoxMode::PermissionBits(BitsWhy::Unusable(e))),
+        (other, _) => Err(SubidsError::BadMode(other.to_string())),
     }
+}
+
+/// Why subordinate ids cannot serve a box.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubidsError {
+    /// What is missing: ranges in /etc/subuid or /etc/subgid, helpers.
+    #[error("{}", .0.join("; "))]
+    Missing(Vec<String>),
+    /// The file (/etc/subuid, /etc/subgid) has no range for the caller.
+    #[error("no range in {0}")]
+    NoRange(&'static str),
+    /// The box's number is past the caller's first range in `file`.
+    #[error("box {id} is beyond the {count} ids of the range {first}+{count} in {file}")]
+    BeyondRange { id: u32, first: u64, count: u64, file: &'static str },
+    /// [`MODE_ENV`] requires them, and they are not usable: why.
+    #[error("{MODE_ENV}=subordinate-ids, but subordinate ids are not usable: {0}")]
+    Required(Box<SubidsError>),
+    /// [`MODE_ENV`] has a value it cannot have.
+    #[error("{MODE_ENV}={0}: expected permission-bits or subordinate-ids (or unset)")]
+    BadMode(String),
+    /// No `newuidmap` or `newgidmap` (which).
+    #[error("no {0} in {dirs} (Debian: apt install uidmap)", dirs = HELPER_DIRS.join(", "))]
+    NoHelper(&'static str),
+    /// The helper could not be started.
+    #[error("cannot run {}: {error}", path.display())]
+    Spawn { path: PathBuf, error: String },
+    /// The helper failed: its command line, exit status and stderr.
+    #[error("{} {args} failed ({status}): {stderr}", path.display())]
+    Helper { path: PathBuf, args: String, status: String, stderr: String },
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    /// The forked helper could not make the user namespace.
+    #[error("unshare(CLONE_NEWUSER) failed in the helper making the box's user namespace: see `capsule check`")]
+    Unshare,
+    /// The work done in the namespace failed: its message.
+    #[error("{0}")]
+    Work(String),
+    /// The helper in the namespace ended without a message: its wait status.
+    #[error("the helper in the box's user namespace failed (wait status {0})")]
+    HelperStatus(i32),
 }
 
 /// Runs `newuidmap` and `newgidmap` on process `pid` (a fresh user
 /// namespace's, the caller's own): the caller (`caller`: uid, gid) to 0,
 /// `ids` to 1.
-pub fn map_box_ids(pid: i32, caller: (u32, u32), ids: SubordinateIds) -> Result<(), String> {
+pub fn map_box_ids(pid: i32, caller: (u32, u32), ids: SubordinateIds) -> Result<(), SubidsError> {
     for (name, own, sub) in [("newuidmap", caller.0, ids.uid), ("newgidmap", caller.1, ids.gid)] {
-        let (path, _) = helper(name)
-            .ok_or_else(|| format!("no {name} in {} (Debian: apt install uidmap)", HELPER_DIRS.join(", ")))?;
+        let (path, _) = helper(name).ok_or(SubidsError::NoHelper(name))?;
         let args = [pid.to_string(), "0".into(), own.to_string(), "1".into(), "1".into(), sub.to_string(), "1".into()];
         let out = std::process::Command::new(&path)
             .args(&args)
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+            .map_err(|e| SubidsError::Spawn { path: path.clone(), error: e.to_string() })?;
         if !out.status.success() {
-            return Err(format!(
-                "{} {} failed ({}): {}",
-                path.display(),
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(SubidsError::Helper { path, args: args.join(" "), status: out.status.to_string(), stderr });
         }
     }
     Ok(())
@@ -194,16 +235,12 @@ pub struct Namespace {
     pub ids: SubordinateIds,
 }
 
-fn sys_text(what: &str, e: i32) -> String {
-    crate::error::SysError::new(what, e).to_string()
-}
-
 impl Namespace {
     /// Makes one. The caller must be single-threaded (a child is forked).
-    pub fn create(ids: SubordinateIds) -> Result<Namespace, String> {
+    pub fn create(ids: SubordinateIds) -> Result<Namespace, SubidsError> {
         let caller = (sys::getuid(), sys::getgid());
-        let (ready_r, ready_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
-        let (go_r, go_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+        let (ready_r, ready_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| SysError::new("pipe2", e))?;
+        let (go_r, go_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| SysError::new("pipe2", e))?;
         let (theirs, ours) = (go_w.as_raw_fd(), ready_r.as_raw_fd());
         let pid = sys::fork_call(|| {
             // The parent's ends: the read below must see the end of the pipe when the parent goes.
@@ -218,19 +255,17 @@ impl Namespace {
             let _ = sys::read(go_r.as_raw_fd(), &mut b);
             0
         })
-        .map_err(|e| sys_text("fork (the box's user namespace)", e))?;
+        .map_err(|e| SysError::new("fork (the box's user namespace)", e))?;
         drop((ready_w, go_r));
         let made = (|| {
             let mut b = [0u8; 1];
             if sys::read(ready_r.as_raw_fd(), &mut b) != Ok(1) {
-                return Err("unshare(CLONE_NEWUSER) failed in the helper making the box's user namespace: see \
-                            `capsule check`"
-                    .into());
+                return Err(SubidsError::Unshare);
             }
             map_box_ids(pid, caller, ids)?;
             let path = CString::new(format!("/proc/{pid}/ns/user")).expect("no NUL");
             sys::open(&path, libc::O_RDONLY | libc::O_CLOEXEC, 0)
-                .map_err(|e| sys_text(&format!("open /proc/{pid}/ns/user"), e))
+                .map_err(|e| SysError::new(format!("open /proc/{pid}/ns/user"), e).into())
         })();
         drop(go_w);
         let _ = sys::waitpid(pid, false);
@@ -244,14 +279,14 @@ impl Namespace {
     /// Runs `work` in a child in the namespace, as its root (every
     /// capability over the caller's and the box's files); its error, if
     /// any. The caller must be single-threaded.
-    pub fn run(&self, work: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
-        let (err_r, err_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| sys_text("pipe2", e))?;
+    pub fn run(&self, work: impl FnOnce() -> Result<(), String>) -> Result<(), SubidsError> {
+        let (err_r, err_w) = sys::pipe2(libc::O_CLOEXEC).map_err(|e| SysError::new("pipe2", e))?;
         let ns = self.fd.as_raw_fd();
         let ours = err_r.as_raw_fd();
         let pid = sys::fork_call(|| {
             sys::close(ours);
             let r = sys::setns(ns, libc::CLONE_NEWUSER)
-                .map_err(|e| sys_text("setns(CLONE_NEWUSER) into the box's user namespace", e))
+                .map_err(|e| SysError::new("setns(CLONE_NEWUSER) into the box's user namespace", e).to_string())
                 .and_then(|()| work());
             match r {
                 Ok(()) => 0,
@@ -261,7 +296,7 @@ impl Namespace {
                 }
             }
         })
-        .map_err(|e| sys_text("fork (a helper in the box's user namespace)", e))?;
+        .map_err(|e| SysError::new("fork (a helper in the box's user namespace)", e))?;
         drop(err_w);
         let mut text = Vec::new();
         let mut buf = [0u8; 4096];
@@ -271,8 +306,8 @@ impl Namespace {
         let status = sys::waitpid(pid, false).ok().flatten().map_or(-1, |(_, s)| s);
         match (status, text.is_empty()) {
             (0, true) => Ok(()),
-            (_, false) => Err(String::from_utf8_lossy(&text).into_owned()),
-            (s, true) => Err(format!("the helper in the box's user namespace failed (wait status {s})")),
+            (_, false) => Err(SubidsError::Work(String::from_utf8_lossy(&text).into_owned())),
+            (s, true) => Err(SubidsError::HelperStatus(s)),
         }
     }
 }
@@ -295,8 +330,16 @@ mod tests {
     #[test]
     fn usable_says_what_is_missing() {
         let s = SubIds { uids: vec![Range { first: 100000, count: 65536 }], ..Default::default() };
-        let e = s.usable("alice").unwrap_err();
-        assert!(e.contains("no range for alice in /etc/subgid") && e.contains("no newuidmap"), "{e}");
+        let SubidsError::Missing(missing) = s.usable("alice").unwrap_err() else { panic!("not Missing") };
+        assert_eq!(missing[0], "no range for alice in /etc/subgid");
+        assert!(missing[1].starts_with("no newuidmap in ") && missing.len() == 3, "{missing:?}");
+        // A box past the range names it; the mode variable decides what an unusable one means.
+        let e = s.box_ids(70000).unwrap_err();
+        assert_eq!(e, SubidsError::BeyondRange { id: 70000, first: 100000, count: 65536, file: "/etc/subuid" });
+        assert_eq!(e.to_string(), "box 70000 is beyond the 65536 ids of the range 100000+65536 in /etc/subuid");
+        assert!(matches!(box_mode(Some(""), &s, "alice", None), Ok(BoxMode::PermissionBits(BitsWhy::Unusable(_)))));
+        assert!(matches!(box_mode(Some("subordinate-ids"), &s, "alice", None), Err(SubidsError::Required(_))));
+        assert_eq!(box_mode(Some("permission-bits"), &s, "alice", None), Ok(BoxMode::PermissionBits(BitsWhy::Chosen)));
         let helper = Some((PathBuf::from("/usr/bin/newuidmap"), true));
         let s = SubIds { gids: s.uids.clone(), newgidmap: helper.clone(), newuidmap: helper, ..s };
         assert_eq!(

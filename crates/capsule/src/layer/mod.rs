@@ -190,12 +190,6 @@ pub struct LayerLock {
     id: (u64, u64),
 }
 
-impl LayerLock {
-    pub fn is_exclusive(&self) -> bool {
-        self.exclusive
-    }
-}
-
 pub(crate) fn sys_err(call: &str, path: impl AsRef<Path>, errno: i32) -> SysError {
     SysError::new(call, errno).path(quote_path(path.as_ref()))
 }

@@ -269,6 +269,9 @@ fn is_xwhiteout(dir: RawFd, name: &[u8]) -> Result<bool, Errno> {
     Ok(false)
 }
 
+/// Scans the upper directory `upper` at `rel` against the host's `host`,
+/// recursively: each entry the layer has, whites out or hides (below an
+/// opaque directory) becomes an item, if selected.
 fn scan_dir(
     ctx: &mut Ctx,
     upper: &OwnedFd,
@@ -277,13 +280,49 @@ fn scan_dir(
     inherited_opaque: bool,
 ) -> Result<(), LayerError> {
     let udir = upper_path(ctx.layer, rel);
-    let upath = || udir.clone();
     let ufd = upper.as_raw_fd();
-    let names = sl::list_dir(ufd).map_err(|e| sys_err("getdents64", upath(), e))?;
-    let opaque = inherited_opaque || is_opaque(ctx.layer, ufd, &names).map_err(|e| sys_err("lgetxattr", upath(), e))?;
+    let names = sl::list_dir(ufd).map_err(|e| sys_err("getdents64", udir.clone(), e))?;
+    let opaque =
+        inherited_opaque || is_opaque(ctx.layer, ufd, &names).map_err(|e| sys_err("lgetxattr", udir.clone(), e))?;
+    let (children, whiteouts) = upper_entries(ctx, ufd, &udir, rel, &names)?;
+    let mut all: BTreeSet<Vec<u8>> = children.keys().cloned().collect();
+    all.extend(whiteouts.iter().cloned());
+    if opaque && ctx.sel.relevant(rel) {
+        let hnames = sl::list_dir(host.as_raw_fd()).map_err(|e| sys_err("getdents64", host_path(rel), e))?;
+        all.extend(hnames);
+    }
+    for name in all {
+        let crel = join(rel, &name);
+        if !ctx.sel.relevant(&crel) {
+            continue;
+        }
+        let hnode = node::node_at(host.as_raw_fd(), &name, false).map_err(|e| sys_err("lstat", host_path(&crel), e))?;
+        let entry = Entry { upper, host, udir: &udir, selected: ctx.sel.selected(&crel), name: &name, crel, hnode };
+        match children.get(&name) {
+            // A whiteout, or a host entry hidden by the opaque directory.
+            None => entry.gone(ctx, whiteouts.contains(&name)),
+            Some(unode) => entry.compare(ctx, unode, opaque)?,
+        }
+    }
+    Ok(())
+}
+
+/// An upper directory's entries by name.
+type Children = BTreeMap<Vec<u8>, Node>;
+
+/// The entries of the upper directory `ufd` (at `rel`, `udir`): the
+/// children the layer has and the names it whites out. An invalid
+/// whiteout is an item of its own.
+fn upper_entries(
+    ctx: &mut Ctx,
+    ufd: RawFd,
+    udir: &std::path::Path,
+    rel: &[u8],
+    names: &[Vec<u8>],
+) -> Result<(Children, BTreeSet<Vec<u8>>), LayerError> {
     let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
-    let mut children: BTreeMap<Vec<u8>, Node> = BTreeMap::new();
-    for name in &names {
+    let mut children = Children::new();
+    for name in names {
         if is_fuse_marker(ctx.layer, name) && name == OPAQUE_MARKER {
             continue;
         }
@@ -306,7 +345,7 @@ fn scan_dir(
             continue;
         }
         let n = node::node_at(ufd, name, true)
-            .map_err(|e| sys_err("lstat", upath().join(std::ffi::OsStr::from_bytes(name)), e))?;
+            .map_err(|e| sys_err("lstat", udir.join(std::ffi::OsStr::from_bytes(name)), e))?;
         let n = match n {
             Node::File { size: 0, .. } if is_xwhiteout(ufd, name).unwrap_or(false) => Node::Whiteout,
             n => n,
@@ -321,142 +360,167 @@ fn scan_dir(
             }
         }
     }
-    let mut all: BTreeSet<Vec<u8>> = children.keys().cloned().collect();
-    all.extend(whiteouts.iter().cloned());
-    if opaque && ctx.sel.relevant(rel) {
-        let hnames = sl::list_dir(host.as_raw_fd()).map_err(|e| sys_err("getdents64", host_path(rel), e))?;
-        all.extend(hnames);
-    }
-    for name in all {
-        let crel = join(rel, &name);
-        if !ctx.sel.relevant(&crel) {
-            continue;
+    Ok((children, whiteouts))
+}
+
+/// One name of a scanned directory, on both sides.
+struct Entry<'a> {
+    upper: &'a OwnedFd,
+    host: &'a OwnedFd,
+    /// The upper directory's path (for messages).
+    udir: &'a std::path::Path,
+    /// Whether its item is wanted (else only its subtree may be).
+    selected: bool,
+    name: &'a [u8],
+    crel: Vec<u8>,
+    /// The host's entry.
+    hnode: Node,
+}
+
+impl Entry<'_> {
+    fn push(&self, ctx: &mut Ctx, item: Item) {
+        if self.selected {
+            ctx.items.push(item);
         }
-        let selected = ctx.sel.selected(&crel);
-        let hnode = node::node_at(host.as_raw_fd(), &name, false).map_err(|e| sys_err("lstat", host_path(&crel), e))?;
-        let push = |ctx: &mut Ctx, item: Item| {
-            if selected {
-                ctx.items.push(item);
-            }
-        };
-        let base = |status, upper: Upper, what: String| Item {
-            rel: crel.clone(),
-            status,
-            upper,
-            host: hnode.clone(),
-            what,
-            problem: None,
-        };
-        let Some(unode) = children.get(&name) else {
-            // A whiteout, or a host entry hidden by the opaque directory.
-            let upper = if whiteouts.contains(&name) { Upper::Whiteout } else { Upper::Hidden };
-            if hnode != Node::Absent {
-                push(ctx, base(Some(ChangeKind::Deleted), upper, hnode.describe()));
-            } else if upper == Upper::Whiteout {
-                // The host has nothing to delete: not a change.
-                push(ctx, base(None, upper, "whiteout of nothing".into()));
-            }
-            continue;
-        };
-        let foreign = foreign_xattr(upper.as_raw_fd(), &name)
-            .map_err(|e| sys_err("llistxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
+    }
+
+    fn item(&self, status: Option<ChangeKind>, upper: Upper, what: String) -> Item {
+        Item { rel: self.crel.clone(), status, upper, host: self.hnode.clone(), what, problem: None }
+    }
+
+    /// The entry's path in the upper tree (for messages).
+    fn upath(&self) -> PathBuf {
+        self.udir.join(std::ffi::OsStr::from_bytes(self.name))
+    }
+
+    /// Not in the layer: whited out or hidden by an opaque directory.
+    fn gone(&self, ctx: &mut Ctx, whiteout: bool) {
+        let upper = if whiteout { Upper::Whiteout } else { Upper::Hidden };
+        if self.hnode != Node::Absent {
+            self.push(ctx, self.item(Some(ChangeKind::Deleted), upper, self.hnode.describe()));
+        } else if upper == Upper::Whiteout {
+            // The host has nothing to delete: not a change.
+            self.push(ctx, self.item(None, upper, "whiteout of nothing".into()));
+        }
+    }
+
+    /// The layer's `unode` against the host's entry; a directory on both
+    /// sides is scanned in turn.
+    fn compare(&self, ctx: &mut Ctx, unode: &Node, opaque: bool) -> Result<(), LayerError> {
+        let hnode = &self.hnode;
+        let foreign =
+            foreign_xattr(self.upper.as_raw_fd(), self.name).map_err(|e| sys_err("llistxattr", self.upath(), e))?;
         let up = Upper::Entry(unode.clone());
         if let Some(x) = foreign {
-            let kind = if hnode == Node::Absent { ChangeKind::Added } else { ChangeKind::Modified };
-            let mut it = base(Some(kind), up, unode.describe());
+            let kind = if *hnode == Node::Absent { ChangeKind::Added } else { ChangeKind::Modified };
+            let mut it = self.item(Some(kind), up, unode.describe());
             it.problem = Some(format!("it has the {x} attribute: the layer was not made by capsule"));
-            push(ctx, it);
-            continue;
+            self.push(ctx, it);
+            return Ok(());
         }
-        if hnode == Node::Absent {
-            let mut it = base(Some(ChangeKind::Added), up, added_what(unode));
+        if *hnode == Node::Absent {
+            let mut it = self.item(Some(ChangeKind::Added), up, added_what(unode));
             it.problem = special_problem(unode);
-            push(ctx, it);
-            continue;
+            self.push(ctx, it);
+            return Ok(());
         }
-        if !unode.same_kind(&hnode) {
-            let mut it =
-                base(Some(ChangeKind::Modified), up, format!("type {} -> {}", hnode.kind_name(), unode.kind_name()));
-            it.problem = special_problem(unode);
-            if let (Node::Dir { .. }, Node::Symlink { target, .. }) = (unode, &hnode) {
-                // overlayfs makes a directory that replaces something opaque;
-                // one that is not was written through the host's link (or
-                // crafted): committing it would not be what the run saw.
-                let sub = node::open_dir(upper.as_raw_fd(), &name)
-                    .map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                let subnames = sl::list_dir(sub.as_raw_fd())
-                    .map_err(|e| sys_err("getdents64", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                if !is_opaque(ctx.layer, sub.as_raw_fd(), &subnames)
-                    .map_err(|e| sys_err("lgetxattr", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?
-                {
-                    it.problem = Some(format!(
-                        "the host's {} is a symbolic link (-> {}) and the layer's directory there does not replace it (not opaque); capsule never commits through a link",
-                        quote_path(&host_path(&crel)),
-                        quote(target)
-                    ));
-                }
-            }
-            push(ctx, it);
-            continue;
+        if !unode.same_kind(hnode) {
+            let it = self.retyped(ctx.layer, unode, up)?;
+            self.push(ctx, it);
+            return Ok(());
         }
-        match (unode, &hnode) {
+        let mode_change = |hm: &u32, um: &u32| format!("mode {} -> {}", octal(*hm), octal(*um));
+        match (unode, hnode) {
             (Node::Dir { mode: um, .. }, Node::Dir { mode: hm, .. }) => {
                 if um != hm {
-                    push(ctx, base(Some(ChangeKind::Modified), up, format!("mode {} -> {}", octal(*hm), octal(*um))));
+                    self.push(ctx, self.item(Some(ChangeKind::Modified), up, mode_change(hm, um)));
                 }
-                let sub_u =
-                    node::open_dir(upper.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
-                let sub_h =
-                    node::open_dir(host.as_raw_fd(), &name).map_err(|e| sys_err("open", host_path(&crel), e))?;
-                scan_dir(ctx, &sub_u, &sub_h, &crel, opaque)?;
+                let sub_u = node::open_dir(self.upper.as_raw_fd(), self.name)
+                    .map_err(|e| sys_err("open", host_path(&self.crel), e))?;
+                let sub_h = node::open_dir(self.host.as_raw_fd(), self.name)
+                    .map_err(|e| sys_err("open", host_path(&self.crel), e))?;
+                scan_dir(ctx, &sub_u, &sub_h, &self.crel, opaque)?;
             }
-            (Node::File { size: us, mode: um, .. }, Node::File { size: hs, mode: hm, .. }) => {
-                if !selected {
-                    continue;
+            (Node::File { .. }, Node::File { .. }) => {
+                if self.selected {
+                    let it = self.file_change(ctx.compare, unode, up)?;
+                    self.push(ctx, it);
                 }
-                // Two empty files are equal unread (the host's may be
-                // unreadable to the caller: a root-only lock file).
-                let content_differs = us != hs
-                    || ctx.compare && *us > 0 && {
-                        let mut a = node::open_file(upper.as_raw_fd(), &name)
-                            .map_err(|e| sys_err("open", upath().join(std::ffi::OsStr::from_bytes(&name)), e))?;
-                        let mut b = node::open_file(host.as_raw_fd(), &name)
-                            .map_err(|e| sys_err("open", host_path(&crel), e))?;
-                        !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&crel), e))?
-                    };
-                let mut what = Vec::new();
-                if content_differs {
-                    what.push(if us != hs { format!("content, {hs} -> {us} bytes") } else { "content".to_string() });
-                }
-                if um != hm {
-                    what.push(format!("mode {} -> {}", octal(*hm), octal(*um)));
-                }
-                let status = (!what.is_empty()).then_some(ChangeKind::Modified);
-                push(ctx, base(status, up, if what.is_empty() { "unchanged copy".into() } else { what.join(", ") }));
             }
             (Node::Symlink { target: ut, .. }, Node::Symlink { target: ht, .. }) => {
                 if ut == ht {
-                    push(ctx, base(None, up, "unchanged copy".into()));
+                    self.push(ctx, self.item(None, up, "unchanged copy".into()));
                 } else {
                     let what = format!("symlink {} -> {}", quote(ht), quote(ut));
-                    push(ctx, base(Some(ChangeKind::Modified), up, what));
+                    self.push(ctx, self.item(Some(ChangeKind::Modified), up, what));
                 }
             }
             (Node::Fifo { mode: um, .. }, Node::Fifo { mode: hm, .. }) => {
                 if um == hm {
-                    push(ctx, base(None, up, "unchanged copy".into()));
+                    self.push(ctx, self.item(None, up, "unchanged copy".into()));
                 } else {
-                    push(ctx, base(Some(ChangeKind::Modified), up, format!("mode {} -> {}", octal(*hm), octal(*um))));
+                    self.push(ctx, self.item(Some(ChangeKind::Modified), up, mode_change(hm, um)));
                 }
             }
             (u, _) => {
-                let mut it = base(Some(ChangeKind::Modified), up.clone(), u.describe());
+                let mut it = self.item(Some(ChangeKind::Modified), up.clone(), u.describe());
                 it.problem = special_problem(u);
-                push(ctx, it);
+                self.push(ctx, it);
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// The layer's `unode` of another type than the host's entry.
+    fn retyped(&self, layer: &Layer, unode: &Node, up: Upper) -> Result<Item, LayerError> {
+        let what = format!("type {} -> {}", self.hnode.kind_name(), unode.kind_name());
+        let mut it = self.item(Some(ChangeKind::Modified), up, what);
+        it.problem = special_problem(unode);
+        if let (Node::Dir { .. }, Node::Symlink { target, .. }) = (unode, &self.hnode) {
+            // overlayfs makes a directory that replaces something opaque;
+            // one that is not was written through the host's link (or
+            // crafted): committing it would not be what the run saw.
+            let sub =
+                node::open_dir(self.upper.as_raw_fd(), self.name).map_err(|e| sys_err("open", self.upath(), e))?;
+            let subnames = sl::list_dir(sub.as_raw_fd()).map_err(|e| sys_err("getdents64", self.upath(), e))?;
+            if !is_opaque(layer, sub.as_raw_fd(), &subnames).map_err(|e| sys_err("lgetxattr", self.upath(), e))? {
+                it.problem = Some(format!(
+                    "the host's {} is a symbolic link (-> {}) and the layer's directory there does not replace it (not opaque); capsule never commits through a link",
+                    quote_path(&host_path(&self.crel)),
+                    quote(target)
+                ));
+            }
+        }
+        Ok(it)
+    }
+
+    /// A regular file on both sides: what changed, its content (compared
+    /// when `compare`) and its mode.
+    fn file_change(&self, compare: bool, unode: &Node, up: Upper) -> Result<Item, LayerError> {
+        let (Node::File { size: us, mode: um, .. }, Node::File { size: hs, mode: hm, .. }) = (unode, &self.hnode)
+        else {
+            unreachable!("two regular files")
+        };
+        // Two empty files are equal unread (the host's may be
+        // unreadable to the caller: a root-only lock file).
+        let content_differs = us != hs
+            || compare && *us > 0 && {
+                let mut a =
+                    node::open_file(self.upper.as_raw_fd(), self.name).map_err(|e| sys_err("open", self.upath(), e))?;
+                let mut b = node::open_file(self.host.as_raw_fd(), self.name)
+                    .map_err(|e| sys_err("open", host_path(&self.crel), e))?;
+                !node::same_content(&mut a, &mut b).map_err(|e| sys_err("read", host_path(&self.crel), e))?
+            };
+        let mut what = Vec::new();
+        if content_differs {
+            what.push(if us != hs { format!("content, {hs} -> {us} bytes") } else { "content".to_string() });
+        }
+        if um != hm {
+            what.push(format!("mode {} -> {}", octal(*hm), octal(*um)));
+        }
+        let status = (!what.is_empty()).then_some(ChangeKind::Modified);
+        Ok(self.item(status, up, if what.is_empty() { "unchanged copy".into() } else { what.join(", ") }))
+    }
 }
 
 /// Where `rel` is in the upper tree (for messages).

@@ -11,7 +11,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use super::mounts::{sources_unchanged, Base, MountPlan, Op};
+use super::mounts::{sources_unchanged, Base, MountPlan, Op, PlanError};
 use crate::proto::spec::{Filesystem, MountOp, RunSpec};
 
 /// What of a spec [`MountPlan::prepare`] reads (with the supervisor's
@@ -107,8 +107,8 @@ impl PlanMemos {
         &mut self,
         spec: &RunSpec,
         me: u32,
-        make: impl FnOnce(&mut Vec<String>) -> Result<MountPlan, String>,
-    ) -> Result<(MountPlan, Vec<String>), String> {
+        make: impl FnOnce(&mut Vec<String>) -> Result<MountPlan, PlanError>,
+    ) -> Result<(MountPlan, Vec<String>), PlanError> {
         let kept = self.0.iter().position(|m| m.same_tree(spec));
         if let Some(reused) = kept.and_then(|i| self.0[i].holds(me)) {
             return Ok(reused);

@@ -35,6 +35,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::error::SpecError;
 use crate::host::fsrules::{self, Action, Homes};
 use crate::plan::overlay::{Backend, LayerPlan};
 use crate::plan::resolve::{self, ResolveError};
@@ -451,23 +452,44 @@ impl MountPlan {
     }
 }
 
-/// Resolves a bind source (None: a missing `-try` one) and records it.
-fn bind_source(src: &Path, try_: bool, me: u32, sources: &mut Vec<Source>) -> Result<Option<OwnedFd>, String> {
-    bind_source_as("bind source", src, try_, me, sources)
+/// Why a mount plan could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PlanError {
+    /// A source did not resolve: what it is (`bind source`, `--file
+    /// source`, `filesystem path`, ...), its path, and where and why.
+    #[error("{}", error.describe(what, path))]
+    Source { what: &'static str, path: PathBuf, error: ResolveError },
+    /// The filesystem rules do not hold together.
+    #[error(transparent)]
+    Rules(#[from] SpecError),
+    /// A `--file` source that is not a regular file: its kind.
+    #[error("--file source `{}` is {kind}: give a regular file to copy", path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// A guarded path missing in a run without a layer, whose stand-in
+    /// would have to be made on the host.
+    #[error(
+        "filesystem.guard `{}`: missing, and in a run without a layer its stand-in (the mount point \
+         that keeps the program from creating it) would have to be made on the host, which capsule \
+         does not do; to fix: create it yourself (it is then mounted read-only), or run in a layer \
+         (--layer DIR: the stand-in is made there, and no commit takes it)",
+        .0.display()
+    )]
+    StandInOnHost(PathBuf),
 }
 
-/// [`bind_source`], errors calling the source `what`.
-fn bind_source_as(
-    what: &str,
+/// Resolves a bind source (None: a missing `-try` one) and records it;
+/// errors call the source `what`.
+fn bind_source(
+    what: &'static str,
     src: &Path,
     try_: bool,
     me: u32,
     sources: &mut Vec<Source>,
-) -> Result<Option<OwnedFd>, String> {
+) -> Result<Option<OwnedFd>, PlanError> {
     let fd = match resolve::resolve(src, me) {
         Ok(fd) => Some(fd),
         Err(e) if try_ && e.missing() => None,
-        Err(e) => return Err(e.describe(what, src)),
+        Err(error) => return Err(PlanError::Source { what, path: src.to_path_buf(), error }),
     };
     let stamp = fd.as_ref().and_then(|fd| Stamp::of(fd.as_raw_fd(), false));
     sources.push(Source { path: src.to_path_buf(), file: false, try_, stamp, covered: false, parent: None });
@@ -610,7 +632,7 @@ impl MountPlan {
         homes: &Homes,
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PlanError> {
         Self::prepare_at(spec, me, homes, names, layers, sys::realtime_coarse_s())
     }
 
@@ -623,174 +645,224 @@ impl MountPlan {
         names: &mut Vec<String>,
         layers: Option<&LayerPlan>,
         now: i64,
-    ) -> Result<Self, String> {
-        let mut name = |s: String| {
-            names.push(s);
-            (names.len() - 1) as u32
+    ) -> Result<Self, PlanError> {
+        let mut d = Draft { spec, me, names, sources: Vec::new(), ops: Vec::new(), needs_scratch: false };
+        let base = match spec.empty_root {
+            true => Base::EmptyRoot { size: size_str(spec::EMPTY_ROOT_SIZE) },
+            false => d.host_view(layers)?,
         };
-        let mut sources = Vec::new();
-        let mut ops = Vec::new();
-        let base = if spec.empty_root {
-            Base::EmptyRoot { size: size_str(spec::EMPTY_ROOT_SIZE) }
-        } else {
-            let fuse = match layers.map(|l| &l.backend) {
-                Some(Backend::Fuse { argv }) => {
-                    // Through fuse-overlayfs the host's pseudo filesystems
-                    // would be files of the layer: /sys is bound back as
-                    // the host view has it (/proc, /dev, /tmp, /run follow).
-                    ops.push(Op::Bind {
-                        src: bind_source(Path::new("/sys"), true, me, &mut sources)?,
-                        dst: c"/sys".into(),
-                        attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                        clone: Cell::new(-1),
-                        name: name("/sys".into()),
-                    });
-                    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-                    ptrs.push(std::ptr::null());
-                    let line: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-                    Some(Base::Fuse { argv: argv.clone(), ptrs, name: name(line.join(" ")) })
-                }
-                _ => None,
-            };
-            // The host view's defaults come first, so later operations can
-            // bind over or inside them.
-            ops.push(Op::Proc { dst: c"/proc".into(), name: name("/proc".into()) });
-            ops.push(Op::Dev { dst: c"/dev".into(), nodes: Default::default(), name: name("/dev".into()) });
-            ops.push(Op::Tmpfs {
-                dst: c"/tmp".into(),
-                size: size_str(spec.tmp_size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
-                mode: c"1777",
-                attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                optional: false,
-                name: name("/tmp".into()),
-            });
-            // The host's /run holds the sockets of the user's session: its
-            // D-Bus bus (through which `systemd-run --user` starts anything
-            // outside the sandbox), gpg and ssh agents, container engines.
-            // A read-only mount does not stop connect() on a socket, and
-            // pathname sockets are not network-namespaced, so /run is
-            // replaced like /tmp.
-            ops.push(Op::Tmpfs {
-                dst: c"/run".into(),
-                size: size_str(RUN_SIZE),
-                mode: c"0755",
-                attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                optional: true,
-                name: name("/run".into()),
-            });
-            if spec.share_net {
-                // ... except what name resolution needs when the network
-                // is shared (resolv.conf links here with systemd-resolved).
-                ops.push(Op::Bind {
-                    src: bind_source(Path::new("/run/systemd/resolve"), true, me, &mut sources)?,
-                    dst: c"/run/systemd/resolve".into(),
-                    attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                    clone: Cell::new(-1),
-                    name: name("/run/systemd/resolve".into()),
+        for op in &spec.mounts {
+            let op = d.spec_op(op)?;
+            d.ops.push(op);
+        }
+        let (parents, saved_at) = d.rules(homes, now)?;
+        // The layer directories themselves are not the program's business
+        // (and overlayfs refuses lookups into a mounted upper directory).
+        for dir in layers.map(|l| l.dirs.as_slice()).unwrap_or(&[]) {
+            d.needs_scratch = true;
+            let name = d.name(dir.display().to_string());
+            d.ops.push(Op::Hide { dst: cstr(dir), holes: false, cover: Cell::new(-1), name });
+        }
+        let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
+        let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
+        let Draft { ops, needs_scratch, sources, .. } = d;
+        Ok(MountPlan { base, ops, needs_scratch, saved, sources: sources.into(), parents: parents.list.into(), stage })
+    }
+}
+
+/// A [`MountPlan`] being made: the operations and sources so far.
+struct Draft<'a> {
+    spec: &'a RunSpec,
+    /// The supervisor's euid: whose links resolving may follow.
+    me: u32,
+    /// The paths errors may name; an operation holds its index.
+    names: &'a mut Vec<String>,
+    sources: Vec<Source>,
+    ops: Vec<Op>,
+    needs_scratch: bool,
+}
+
+impl Draft<'_> {
+    fn name(&mut self, s: String) -> u32 {
+        self.names.push(s);
+        (self.names.len() - 1) as u32
+    }
+
+    /// A bind of `src` (resolved as a bind source) on `dst`.
+    fn bind(
+        &mut self,
+        what: &'static str,
+        src: &Path,
+        try_: bool,
+        dst: CString,
+        attrs: u64,
+        name: String,
+    ) -> Result<Op, PlanError> {
+        let src = bind_source(what, src, try_, self.me, &mut self.sources)?;
+        Ok(Op::Bind { src, dst, attrs, clone: Cell::new(-1), name: self.name(name) })
+    }
+
+    /// The host view's base (through fuse-overlayfs for a `--root`
+    /// layer) and its defaults, first, so that later operations can bind
+    /// over or inside them: /proc, /dev, a fresh /tmp and /run, the
+    /// layers' kernel overlays.
+    fn host_view(&mut self, layers: Option<&LayerPlan>) -> Result<Base, PlanError> {
+        let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+        let fuse = match layers.map(|l| &l.backend) {
+            Some(Backend::Fuse { argv }) => {
+                // Through fuse-overlayfs the host's pseudo filesystems
+                // would be files of the layer: /sys is bound back as
+                // the host view has it (/proc, /dev, /tmp, /run follow).
+                let sys = self.bind("bind source", Path::new("/sys"), true, c"/sys".into(), ro, "/sys".into())?;
+                self.ops.push(sys);
+                let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+                ptrs.push(std::ptr::null());
+                let line: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+                Some(Base::Fuse { argv: argv.clone(), ptrs, name: self.name(line.join(" ")) })
+            }
+            _ => None,
+        };
+        let name = self.name("/proc".into());
+        self.ops.push(Op::Proc { dst: c"/proc".into(), name });
+        let name = self.name("/dev".into());
+        self.ops.push(Op::Dev { dst: c"/dev".into(), nodes: Default::default(), name });
+        let name = self.name("/tmp".into());
+        self.ops.push(Op::Tmpfs {
+            dst: c"/tmp".into(),
+            size: size_str(self.spec.tmp_size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
+            mode: c"1777",
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            optional: false,
+            name,
+        });
+        // The host's /run holds the sockets of the user's session: its
+        // D-Bus bus (through which `systemd-run --user` starts anything
+        // outside the sandbox), gpg and ssh agents, container engines.
+        // A read-only mount does not stop connect() on a socket, and
+        // pathname sockets are not network-namespaced, so /run is
+        // replaced like /tmp.
+        let name = self.name("/run".into());
+        self.ops.push(Op::Tmpfs {
+            dst: c"/run".into(),
+            size: size_str(RUN_SIZE),
+            mode: c"0755",
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            optional: true,
+            name,
+        });
+        if self.spec.share_net {
+            // ... except what name resolution needs when the network
+            // is shared (resolv.conf links here with systemd-resolved).
+            let resolve = Path::new("/run/systemd/resolve");
+            let op = self.bind(
+                "bind source",
+                resolve,
+                true,
+                c"/run/systemd/resolve".into(),
+                ro,
+                "/run/systemd/resolve".into(),
+            )?;
+            self.ops.push(op);
+        }
+        if let Some((Backend::Kernel(overlays), l)) = layers.map(|l| (&l.backend, l)) {
+            for o in overlays {
+                let top = l.dirs.last().expect("one").display();
+                let name = self.name(format!("{} (layer {top})", o.dst.display()));
+                self.ops.push(Op::Overlay {
+                    dst: cstr(&o.dst),
+                    lower: o.lower.clone(),
+                    upper: o.upper.clone(),
+                    work: o.work.clone(),
+                    base: o.base.clone(),
+                    volatile: o.volatile,
+                    fs: Cell::new(-1),
+                    name,
                 });
             }
-            if let Some(Backend::Kernel(overlays)) = layers.map(|l| &l.backend) {
-                for o in overlays {
-                    ops.push(Op::Overlay {
-                        dst: cstr(&o.dst),
-                        lower: o.lower.clone(),
-                        upper: o.upper.clone(),
-                        work: o.work.clone(),
-                        base: o.base.clone(),
-                        volatile: o.volatile,
-                        fs: Cell::new(-1),
-                        name: name(format!(
-                            "{} (layer {})",
-                            o.dst.display(),
-                            layers.map(|l| l.dirs.last().expect("one").display().to_string()).unwrap_or_default()
-                        )),
-                    });
-                }
-            }
-            fuse.unwrap_or(Base::HostView)
-        };
-        let mut needs_scratch = false;
-        for op in &spec.mounts {
-            let dst = cstr(op.dst());
-            let dst_name = op.dst().display().to_string();
-            let noexec = |n: bool| if n { MOUNT_ATTR_NOEXEC } else { 0 };
-            ops.push(match op {
-                MountOp::Bind { src, try_, noexec: ne, .. } => Op::Bind {
-                    src: bind_source(src, *try_, me, &mut sources)?,
-                    dst,
-                    attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
-                    clone: Cell::new(-1),
-                    name: name(format!("{} -> {}", src.display(), dst_name)),
-                },
-                MountOp::RoBind { src, try_, noexec: ne, .. } => Op::Bind {
-                    src: bind_source(src, *try_, me, &mut sources)?,
-                    dst,
-                    attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
-                    clone: Cell::new(-1),
-                    name: name(format!("{} -> {}", src.display(), dst_name)),
-                },
-                MountOp::DevBind { src, try_, noexec: ne, .. } => Op::Bind {
-                    src: bind_source(src, *try_, me, &mut sources)?,
-                    dst,
-                    attrs: MOUNT_ATTR_NOSUID | noexec(*ne),
-                    clone: Cell::new(-1),
-                    name: name(format!("{} -> {}", src.display(), dst_name)),
-                },
-                MountOp::Tmpfs { size, noexec: ne, .. } => Op::Tmpfs {
-                    dst,
-                    size: size_str(size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
-                    mode: c"0755",
-                    attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
-                    optional: false,
-                    name: name(dst_name),
-                },
-                MountOp::Proc { .. } => Op::Proc { dst, name: name(dst_name) },
-                MountOp::Dev { .. } => Op::Dev { dst, nodes: Default::default(), name: name(dst_name) },
-                MountOp::Dir { .. } => Op::Dir { dst, name: name(dst_name) },
-                MountOp::File { src, .. } => {
-                    let what = "--file source";
-                    let at = resolve::resolve(src, me).map_err(|e| e.describe(what, src))?;
-                    let sys_err = |errno| ResolveError::Sys { errno, at: src.clone() }.describe(what, src);
-                    match sys::fd_mode(at.as_raw_fd()) {
-                        Ok(libc::S_IFREG) => {}
-                        Ok(libc::S_IFDIR) => return Err(sys_err(libc::EISDIR)),
-                        // A FIFO would block the supervisor's loop in the
-                        // open below, a device in PID 1's copy: files only.
-                        Ok(mode) => {
-                            let kind = crate::error::file_kind(mode);
-                            return Err(format!("{what} `{}` is {kind}: give a regular file to copy", src.display()));
-                        }
-                        Err(e) => return Err(sys_err(e)),
-                    }
-                    // What was resolved, opened for reading (an O_PATH
-                    // descriptor cannot be read).
-                    let fd = sys::reopen(at.as_raw_fd(), libc::O_RDONLY).map_err(sys_err)?;
-                    let stamp = Stamp::of(fd.as_raw_fd(), true);
-                    sources.push(Source {
-                        path: src.clone(),
-                        file: true,
-                        try_: false,
-                        stamp,
-                        covered: false,
-                        parent: None,
-                    });
-                    Op::File { src: fd, dst, name: name(dst_name) }
-                }
-                MountOp::FileData { content, .. } => {
-                    Op::FileData { dst, content: content.as_bytes().to_vec(), name: name(dst_name) }
-                }
-                MountOp::Symlink { target, .. } => Op::Symlink { target: cstr(target), dst, name: name(dst_name) },
-                MountOp::Hide { .. } => {
-                    needs_scratch = true;
-                    Op::Hide { dst, holes: false, cover: Cell::new(-1), name: name(dst_name) }
-                }
-            });
         }
-        // The filesystem rules, last. Where the supervisor can tell, a path
-        // missing on the host costs this one lookup and no operation (the
-        // default secrets of every run); a PID 1 prepared ahead is used
-        // only while the same objects are there (`sources_unchanged`).
-        let actions = fsrules::plan(&spec.filesystem, homes, spec.empty_root).map_err(|e| e.to_string())?;
+        Ok(fuse.unwrap_or(Base::HostView))
+    }
+
+    /// The operation of one of the spec's `mounts`.
+    fn spec_op(&mut self, op: &MountOp) -> Result<Op, PlanError> {
+        let dst = cstr(op.dst());
+        let dst_name = op.dst().display().to_string();
+        let noexec = |n: bool| if n { MOUNT_ATTR_NOEXEC } else { 0 };
+        let bind_name = |src: &Path| format!("{} -> {}", src.display(), dst_name);
+        Ok(match op {
+            MountOp::Bind { src, try_, noexec: ne, .. } => {
+                let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne);
+                self.bind("bind source", src, *try_, dst, attrs, bind_name(src))?
+            }
+            MountOp::RoBind { src, try_, noexec: ne, .. } => {
+                let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne);
+                self.bind("bind source", src, *try_, dst, attrs, bind_name(src))?
+            }
+            MountOp::DevBind { src, try_, noexec: ne, .. } => {
+                self.bind("bind source", src, *try_, dst, MOUNT_ATTR_NOSUID | noexec(*ne), bind_name(src))?
+            }
+            MountOp::Tmpfs { size, noexec: ne, .. } => Op::Tmpfs {
+                dst,
+                size: size_str(size.unwrap_or(spec::DEFAULT_TMP_SIZE)),
+                mode: c"0755",
+                attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec(*ne),
+                optional: false,
+                name: self.name(dst_name),
+            },
+            MountOp::Proc { .. } => Op::Proc { dst, name: self.name(dst_name) },
+            MountOp::Dev { .. } => Op::Dev { dst, nodes: Default::default(), name: self.name(dst_name) },
+            MountOp::Dir { .. } => Op::Dir { dst, name: self.name(dst_name) },
+            MountOp::File { src, .. } => Op::File { src: self.file_source(src)?, dst, name: self.name(dst_name) },
+            MountOp::FileData { content, .. } => {
+                Op::FileData { dst, content: content.as_bytes().to_vec(), name: self.name(dst_name) }
+            }
+            MountOp::Symlink { target, .. } => Op::Symlink { target: cstr(target), dst, name: self.name(dst_name) },
+            MountOp::Hide { .. } => {
+                self.needs_scratch = true;
+                Op::Hide { dst, holes: false, cover: Cell::new(-1), name: self.name(dst_name) }
+            }
+        })
+    }
+
+    /// A `--file` source, resolved and opened for reading: a regular file
+    /// only.
+    fn file_source(&mut self, src: &Path) -> Result<OwnedFd, PlanError> {
+        let what = "--file source";
+        let path = || src.to_path_buf();
+        let at = resolve::resolve(src, self.me).map_err(|error| PlanError::Source { what, path: path(), error })?;
+        let sys_err = |errno| PlanError::Source { what, path: path(), error: ResolveError::Sys { errno, at: path() } };
+        match sys::fd_mode(at.as_raw_fd()) {
+            Ok(libc::S_IFREG) => {}
+            Ok(libc::S_IFDIR) => return Err(sys_err(libc::EISDIR)),
+            // A FIFO would block the supervisor's loop in the
+            // open below, a device in PID 1's copy: files only.
+            Ok(mode) => return Err(PlanError::NotAFile { path: path(), kind: crate::error::file_kind(mode) }),
+            Err(e) => return Err(sys_err(e)),
+        }
+        // What was resolved, opened for reading (an O_PATH
+        // descriptor cannot be read).
+        let fd = sys::reopen(at.as_raw_fd(), libc::O_RDONLY).map_err(sys_err)?;
+        let stamp = Stamp::of(fd.as_raw_fd(), true);
+        self.sources.push(Source {
+            path: src.to_path_buf(),
+            file: true,
+            try_: false,
+            stamp,
+            covered: false,
+            parent: None,
+        });
+        Ok(fd)
+    }
+
+    /// The filesystem rules, last. Where the supervisor can tell, a path
+    /// missing on the host costs this one lookup and no operation (the
+    /// default secrets of every run); a PID 1 prepared ahead is used
+    /// only while the same objects are there (`sources_unchanged`).
+    /// Returns the parents that vouch for missing paths, and where each
+    /// saved slot was found.
+    fn rules(&mut self, homes: &Homes, now: i64) -> Result<(Parents, Vec<Option<PathBuf>>), PlanError> {
+        let spec = self.spec;
+        let actions = fsrules::plan(&spec.filesystem, homes, spec.empty_root)?;
         let hidden: Vec<&Path> = actions
             .iter()
             .filter_map(|a| match a {
@@ -822,126 +894,106 @@ impl MountPlan {
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         for action in actions.iter() {
             match action {
-                Action::Hide { path, holes } => {
-                    if in_fresh_tmpfs(&ops, &acting, path) {
-                        continue; // nothing there, nothing can be
-                    }
-                    if !shadowed(spec, path) {
-                        let listed = listings.iter().find(|l| l.absent(path));
-                        let stamp = if listed.is_some() { None } else { Stamp::of_path(path) };
-                        let parent = match stamp {
-                            Some(_) => None,
-                            None => parents.vouch(path, listed.map(|l| l.dir)),
-                        };
-                        sources.push(Source {
-                            path: path.clone(),
-                            file: false,
-                            try_: true,
-                            stamp,
-                            covered: true,
-                            parent,
-                        });
-                        if stamp.is_none() {
-                            continue; // nothing to hide
-                        }
-                    }
-                    needs_scratch = true;
-                    let n = name(path.display().to_string());
-                    ops.push(Op::Hide { dst: cstr(path), holes: *holes, cover: Cell::new(-1), name: n });
-                }
-                &Action::Save { ref path, slot } => {
-                    // What is shown again is found without following a link
-                    // the caller owns (a sandboxed run could have planted
-                    // one to a secret): resolved here like a bind source,
-                    // and PID 1 follows no link at all on the path it was
-                    // resolved to.
-                    let at = if shadowed(spec, path) {
-                        path.clone()
-                    } else {
-                        match resolve::resolve_at(path, me) {
-                            Ok((fd, real)) => {
-                                let stamp = Stamp::of(fd.as_raw_fd(), false);
-                                sources.push(Source {
-                                    path: path.clone(),
-                                    file: false,
-                                    try_: true,
-                                    stamp,
-                                    covered: false,
-                                    parent: None,
-                                });
-                                real
-                            }
-                            Err(e) if e.missing() => {
-                                sources.push(Source {
-                                    path: path.clone(),
-                                    file: false,
-                                    try_: true,
-                                    stamp: None,
-                                    covered: false,
-                                    parent: None,
-                                });
-                                continue;
-                            }
-                            Err(e) => return Err(e.describe("filesystem rule path", path)),
-                        }
-                    };
-                    let n = name(at.display().to_string());
-                    ops.push(Op::Save { dst: cstr(&at), slot, name: n });
-                    saved_at[slot] = Some(at);
-                }
+                Action::Hide { path, holes } => self.hide(path, *holes, &acting, &listings, &mut parents),
+                &Action::Save { ref path, slot } => saved_at[slot] = self.save(path, slot)?,
                 &Action::Reveal { slot, read_only, .. } => {
                     let Some(at) = &saved_at[slot] else { continue }; // missing
                     let attrs = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
-                    let n = name(at.display().to_string());
-                    ops.push(Op::Reveal { dst: cstr(at), slot, attrs, name: n });
+                    let name = self.name(at.display().to_string());
+                    self.ops.push(Op::Reveal { dst: cstr(at), slot, attrs, name });
                 }
-                Action::Writable { path } => ops.push(Op::Bind {
-                    src: bind_source_as("filesystem.writable path", path, false, me, &mut sources)?,
-                    dst: cstr(path),
-                    attrs: rw,
-                    clone: Cell::new(-1),
-                    name: name(path.display().to_string()),
-                }),
-                Action::HostReadOnly { path } => ops.push(Op::Bind {
-                    src: bind_source_as("filesystem path", path, true, me, &mut sources)?,
-                    dst: cstr(path),
-                    attrs: MOUNT_ATTR_RDONLY | rw,
-                    clone: Cell::new(-1),
-                    name: name(path.display().to_string()),
-                }),
+                Action::Writable { path } => {
+                    let name = path.display().to_string();
+                    let op = self.bind("filesystem.writable path", path, false, cstr(path), rw, name)?;
+                    self.ops.push(op);
+                }
+                Action::HostReadOnly { path } => {
+                    let name = path.display().to_string();
+                    let op = self.bind("filesystem path", path, true, cstr(path), MOUNT_ATTR_RDONLY | rw, name)?;
+                    self.ops.push(op);
+                }
                 &Action::StandIn { ref path, slot } => {
                     if saved_at[slot].is_some() {
                         continue; // there: its read-only clone holds
                     }
                     if spec.layers.is_empty() && stand_in_on_host(path) {
-                        return Err(format!(
-                            "filesystem.guard `{}`: missing, and in a run without a layer its stand-in (the mount point \
-                             that keeps the program from creating it) would have to be made on the host, which capsule \
-                             does not do; to fix: create it yourself (it is then mounted read-only), or run in a layer \
-                             (--layer DIR: the stand-in is made there, and no commit takes it)",
-                            path.display()
-                        ));
+                        return Err(PlanError::StandInOnHost(path.clone()));
                     }
-                    needs_scratch = true;
-                    let n = name(path.display().to_string());
-                    ops.push(Op::StandIn { dst: cstr(path), name: n });
+                    self.needs_scratch = true;
+                    let name = self.name(path.display().to_string());
+                    self.ops.push(Op::StandIn { dst: cstr(path), name });
                 }
             }
         }
-        // The layer directories themselves are not the program's business
-        // (and overlayfs refuses lookups into a mounted upper directory).
-        for d in layers.map(|l| l.dirs.as_slice()).unwrap_or(&[]) {
-            needs_scratch = true;
-            ops.push(Op::Hide {
-                dst: cstr(d),
-                holes: false,
-                cover: Cell::new(-1),
-                name: name(d.display().to_string()),
-            });
+        Ok((parents, saved_at))
+    }
+
+    /// A hide rule: nothing when the path is in a fresh tmpfs or missing
+    /// on the host (its source, or a parent, then vouches for that).
+    fn hide(&mut self, path: &Path, holes: bool, acting: &[&[u8]], listings: &[Listing], parents: &mut Parents) {
+        if in_fresh_tmpfs(&self.ops, acting, path) {
+            return; // nothing there, nothing can be
         }
-        let saved = saved_at.iter().map(|_| Cell::new(-1)).collect();
-        let stage = layers.and_then(|l| l.stage.as_ref()).map(|s| s.fs.as_raw_fd());
-        Ok(MountPlan { base, ops, needs_scratch, saved, sources: sources.into(), parents: parents.list.into(), stage })
+        if !shadowed(self.spec, path) {
+            let listed = listings.iter().find(|l| l.absent(path));
+            let stamp = if listed.is_some() { None } else { Stamp::of_path(path) };
+            let parent = match stamp {
+                Some(_) => None,
+                None => parents.vouch(path, listed.map(|l| l.dir)),
+            };
+            self.sources.push(Source {
+                path: path.to_path_buf(),
+                file: false,
+                try_: true,
+                stamp,
+                covered: true,
+                parent,
+            });
+            if stamp.is_none() {
+                return; // nothing to hide
+            }
+        }
+        self.needs_scratch = true;
+        let name = self.name(path.display().to_string());
+        self.ops.push(Op::Hide { dst: cstr(path), holes, cover: Cell::new(-1), name });
+    }
+
+    /// A path shown again (`allow` inside a hidden one) saved before the
+    /// hides: where it is, None when it is missing.
+    fn save(&mut self, path: &Path, slot: usize) -> Result<Option<PathBuf>, PlanError> {
+        // What is shown again is found without following a link
+        // the caller owns (a sandboxed run could have planted
+        // one to a secret): resolved here like a bind source,
+        // and PID 1 follows no link at all on the path it was
+        // resolved to.
+        let at = if shadowed(self.spec, path) {
+            path.to_path_buf()
+        } else {
+            let source = |stamp| Source {
+                path: path.to_path_buf(),
+                file: false,
+                try_: true,
+                stamp,
+                covered: false,
+                parent: None,
+            };
+            match resolve::resolve_at(path, self.me) {
+                Ok((fd, real)) => {
+                    self.sources.push(source(Stamp::of(fd.as_raw_fd(), false)));
+                    real
+                }
+                Err(e) if e.missing() => {
+                    self.sources.push(source(None));
+                    return Ok(None);
+                }
+                Err(error) => {
+                    return Err(PlanError::Source { what: "filesystem rule path", path: path.to_path_buf(), error })
+                }
+            }
+        };
+        let name = self.name(at.display().to_string());
+        self.ops.push(Op::Save { dst: cstr(&at), slot, name });
+        Ok(Some(at))
     }
 }
 
@@ -1284,7 +1336,11 @@ mod tests {
         // A missing writable path is an error naming it.
         spec.filesystem.writable.push("~/nope".into());
         let e = MountPlan::prepare(&spec, me, &Homes::at(&home), &mut Vec::new(), None).err().unwrap();
-        assert!(e.contains("filesystem.writable") && e.contains(&h("nope")), "{e}");
+        assert!(
+            matches!(&e, PlanError::Source { what: "filesystem.writable path", path, error } if *path == Path::new(&h("nope")) && error.missing()),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("filesystem.writable") && e.to_string().contains(&h("nope")), "{e}");
     }
 
     #[test]

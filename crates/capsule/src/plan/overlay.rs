@@ -53,6 +53,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use crate::host::userdb::{self, Db};
 use crate::layer::{Layer, LayerError, LayerLock};
 use crate::proto::spec::RunSpec;
 use crate::sys;
@@ -929,14 +930,6 @@ pub fn kernel_backend(spec: &RunSpec) -> bool {
     !spec.layers.is_empty() && !spec.root && !spec.layers.iter().any(|d| d.join(FUSE_MARK).exists())
 }
 
-/// The name of `id` in `/etc/passwd` or `/etc/group` (`file`), if any.
-fn id_name(file: &str, id: u32) -> Option<String> {
-    fs::read_to_string(file).ok()?.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() > 2 && f[2].parse::<u32>().ok() == Some(id)).then(|| f[0].to_string())
-    })
-}
-
 /// For a kernel-overlay run that failed, called by the front end on the
 /// host, as the caller (`uid`, `gid`: the only ids the run's user
 /// namespace maps): names the first entry at or below the working
@@ -971,13 +964,13 @@ pub fn unmappable_note(cwd: &Path, uid: u32, gid: u32) -> Option<String> {
         }
     }
     let (path, u, g) = found.first()?;
-    let name = |file: &str, id: u32| id_name(file, id).map(|n| format!("`{n}` ")).unwrap_or_default();
+    let name = |db, id| userdb::name(db, id).map(|n| format!("`{n}` ")).unwrap_or_default();
     let mut whose = Vec::new();
     if *u != uid {
-        whose.push(format!("owner {}(uid {u})", name("/etc/passwd", *u)));
+        whose.push(format!("owner {}(uid {u})", name(Db::Passwd, *u)));
     }
     if *g != gid {
-        whose.push(format!("group {}(gid {g})", name("/etc/group", *g)));
+        whose.push(format!("group {}(gid {g})", name(Db::Group, *g)));
     }
     let more = match found.len() - 1 {
         0 => String::new(),

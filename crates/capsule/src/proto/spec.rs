@@ -607,6 +607,21 @@ impl RunSpec {
 
     /// Checks every field once; the error names the field.
     pub fn validate(&self) -> Result<(), SpecError> {
+        self.validate_program()?;
+        self.validate_ids()?;
+        if self.tmp_size == Some(0) {
+            return Err(SpecError::new("tmp_size", "must be more than 0 bytes"));
+        }
+        self.validate_layers()?;
+        self.limits.validate()?;
+        self.validate_network()?;
+        self.validate_mounts()?;
+        self.filesystem.validate()?;
+        self.validate_streams()
+    }
+
+    /// The program: `argv`, `env`, `keep_env`, `cwd`, `hostname`.
+    fn validate_program(&self) -> Result<(), SpecError> {
         if self.argv.is_empty() {
             return Err(SpecError::new("argv", "no program given"));
         }
@@ -638,6 +653,11 @@ impl RunSpec {
                 return Err(SpecError::new("hostname", "must be 1 to 64 bytes with no `/` or NUL"));
             }
         }
+        Ok(())
+    }
+
+    /// Whom the program runs as: `root`, `uid`, `gid`, `subordinate`.
+    fn validate_ids(&self) -> Result<(), SpecError> {
         if self.root && (self.uid.is_some_and(|u| u != 0) || self.gid.is_some_and(|g| g != 0)) {
             return Err(SpecError::new(
                 "root",
@@ -660,9 +680,11 @@ impl RunSpec {
                 return Err(SpecError::new("subordinate", "4294967295 is not a valid id"));
             }
         }
-        if self.tmp_size == Some(0) {
-            return Err(SpecError::new("tmp_size", "must be more than 0 bytes"));
-        }
+        Ok(())
+    }
+
+    /// `layers` and `layer_size`.
+    fn validate_layers(&self) -> Result<(), SpecError> {
         if !self.layers.is_empty() && self.empty_root {
             return Err(SpecError::new(
                 "layers",
@@ -701,7 +723,11 @@ impl RunSpec {
                 return Err(SpecError::new(format!("layers[{i}]"), format!("`{}` is given twice", l.display())));
             }
         }
-        self.limits.validate()?;
+        Ok(())
+    }
+
+    /// `egress`, `tcp_connect`, `tcp_bind`.
+    fn validate_network(&self) -> Result<(), SpecError> {
         if let Some(e) = &self.egress {
             if self.share_net {
                 return Err(SpecError::new(
@@ -716,6 +742,11 @@ impl RunSpec {
                 return Err(SpecError::new(field, format!("more than {MAX_PORTS} ports")));
             }
         }
+        Ok(())
+    }
+
+    /// `mounts`: paths on each side, sizes, never `/` itself.
+    fn validate_mounts(&self) -> Result<(), SpecError> {
         for (i, op) in self.mounts.iter().enumerate() {
             let f = |name: &str| format!("mounts[{i}].{name}");
             match op {
@@ -747,7 +778,11 @@ impl RunSpec {
                 return Err(SpecError::new(f("dst"), "cannot replace `/` itself (use `empty_root` for an empty root)"));
             }
         }
-        self.filesystem.validate()?;
+        Ok(())
+    }
+
+    /// `stdin`, `stdout`, `stderr`, `controlling_tty`, `inherit_fds`.
+    fn validate_streams(&self) -> Result<(), SpecError> {
         for (field, io) in [("stdin", &self.stdin), ("stdout", &self.stdout), ("stderr", &self.stderr)] {
             match io {
                 None => {}

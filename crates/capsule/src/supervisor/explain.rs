@@ -33,32 +33,46 @@ fn existing_dir(p: &Path) -> PathBuf {
     p.ancestors().find(|a| a.is_dir()).unwrap_or(Path::new("/")).to_path_buf()
 }
 
-/// Which of the spec's rules or capsule's defaults covered `dst`.
-fn hide_source(spec: &RunSpec, homes: &Homes, dst: &str) -> String {
+/// What hides a path, which decides the fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HiddenBy {
+    /// A rule or mount operation of the run's (`--hide`, a preset's).
+    Rule,
+    /// The default secrets (`hide_secrets`).
+    Secret,
+    /// capsule itself, for every run: the run's layer directories, the
+    /// agents' sockets.
+    Capsule,
+}
+
+/// Which of the spec's rules or capsule's defaults covered `dst`, and the
+/// words for it.
+fn hide_source(spec: &RunSpec, homes: &Homes, dst: &str) -> (HiddenBy, String) {
     let home = homes.home.as_deref();
     let q = quote::quote(dst.as_bytes());
     if spec.filesystem.hide.iter().any(|h| rule_path(h, home).as_deref() == Some(dst)) {
         if !spec.filesystem.guard.is_empty() && home.is_some_and(|h| h.as_os_str().as_bytes() == dst.as_bytes()) {
-            return format!(
+            let why = format!(
                 "hidden by the rule hide {q} (--preset agent: your home is hidden but the project, the toolchains \
                  and their caches)"
             );
+            return (HiddenBy::Rule, why);
         }
-        return format!("hidden by the rule hide {q} (--hide)");
+        return (HiddenBy::Rule, format!("hidden by the rule hide {q} (--hide)"));
     }
     if spec.layers.iter().any(|l| l.as_os_str().as_bytes() == dst.as_bytes()) {
-        return format!("{q} is the run's own layer directory, hidden from it");
+        return (HiddenBy::Capsule, format!("{q} is the run's own layer directory, hidden from it"));
     }
     for h in homes.secret_homes() {
         if SECRETS.iter().any(|s| format!("{}/{}", h.display(), &s[2..]) == dst) {
-            return format!("{q} is one of the default secrets, hidden (hide_secrets)");
+            return (HiddenBy::Secret, format!("{q} is one of the default secrets, hidden (hide_secrets)"));
         }
     }
     if spec.mounts.iter().any(|m| matches!(m, MountOp::Hide { .. }) && m.dst().as_os_str().as_bytes() == dst.as_bytes())
     {
-        return format!("hidden by the mount operation hide {q}");
+        return (HiddenBy::Rule, format!("hidden by the mount operation hide {q}"));
     }
-    format!("{q} is hidden (capsule's own: the agent's sockets)")
+    (HiddenBy::Capsule, format!("{q} is hidden (capsule's own: the agent's sockets)"))
 }
 
 /// Whether `dst` is one of the spec's `guard` paths.
@@ -98,12 +112,12 @@ pub(crate) fn verdict(spec: &RunSpec, homes: &Homes, plan: &MountPlan, path: &st
             Base::HostView => ("the host view shows it (read-only)".into(), None),
         },
         (Some(Op::Hide { .. }), _) => {
-            let rule = hide_source(spec, homes, &dst);
-            let fix = if rule.contains("layer directory") || rule.contains("capsule's own") {
+            let (by, rule) = hide_source(spec, homes, &dst);
+            let fix = if by == HiddenBy::Capsule {
                 "none: capsule keeps it from every run".to_string()
             } else if write {
                 format!("--writable {} (writes go to the host)", q(&dst))
-            } else if rule.contains("default secrets") {
+            } else if by == HiddenBy::Secret {
                 format!("--allow {} (or --no-hide-secrets)", q(&dst))
             } else {
                 format!("--allow {}", q(&dst))
@@ -461,7 +475,8 @@ pub fn why(spec: &RunSpec, q: &Query) -> Result<Verdict, String> {
             // In a layer, a missing `guard` path gets its stand-in there.
             let mut shape = plain.clone();
             shape.layers = spec.layers.clone();
-            let plan = MountPlan::prepare(&shape, crate::sys::geteuid(), &homes, &mut names, None)?;
+            let plan = MountPlan::prepare(&shape, crate::sys::geteuid(), &homes, &mut names, None)
+                .map_err(|e| e.to_string())?;
             let mut v = verdict(&plain, &homes, &plan, &path, write);
             if let (false, true, Some(layer)) = (v.allowed, write, spec.layers.last()) {
                 let (place, op) = classify(&plan.watch_view(), path.as_bytes());
@@ -512,11 +527,12 @@ mod tests {
         let dir = PathBuf::from(format!("/var/tmp/capsule-why-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("proj/.git")).unwrap();
         std::fs::create_dir_all(dir.join("secret")).unwrap();
+        std::fs::create_dir_all(dir.join("layer directory")).unwrap();
         let d = |s: &str| dir.join(s);
         let mut spec = RunSpec::new(["/bin/true"]);
         spec.filesystem.writable = vec![d("proj")];
         spec.filesystem.read_only = vec![d("proj/.git")];
-        spec.filesystem.hide = vec![d("secret")];
+        spec.filesystem.hide = vec![d("secret"), d("layer directory")];
         let homes = Homes::default();
         let p = plan(&spec, &homes);
         let s = |x: &str| d(x).display().to_string();
@@ -530,6 +546,9 @@ mod tests {
         let v = verdict(&spec, &homes, &p, &s("secret/key"), false);
         assert!(!v.allowed && v.rule.contains("hide") && v.errno == Some("ENOENT"), "{v:?}");
         assert_eq!(v.fix.unwrap(), format!("--allow {}", s("secret")));
+        // What hides it decides the fix, not the words of its path.
+        let v = verdict(&spec, &homes, &p, &s("layer directory/x"), false);
+        assert!(v.fix.as_deref().is_some_and(|f| f.starts_with("--allow ")), "{v:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

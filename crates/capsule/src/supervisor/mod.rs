@@ -7,9 +7,24 @@
 //! loop), `requests` (requests and answers), `relay` (the streams it
 //! carries), `outcome` (a finished run's result). May import everything
 //! below it (`error`, `sys`, `proto`, `host`, `layer`, `plan`, `child`),
-//! never the endpoints that start it. Runs in the supervisor's process, on one thread
-//! (a second one makes the loopback network); `child` runs in the PID 1s it
-//! creates.
+//! never the endpoints that start it. Runs in the supervisor's process;
+//! `child` runs in the PID 1s it creates.
+//!
+//! Threads: the event loop below owns every run and all of the
+//! supervisor's state. Other threads exist because a network or mount
+//! namespace is per thread, or because a byte stream needs a blocking
+//! reader; none touches the loop's state, and each hands back a
+//! descriptor, a channel message or an `Arc`'d value:
+//! - short-lived ones that enter a namespace, make one thing and end:
+//!   the shared loopback network at start-up (overlapped with the rest of
+//!   the set-up) and a run's own network (`namespaces`), the mount
+//!   template (`template`), the egress proxy's listener inside a run's
+//!   network and a session's `--host-port` listener (`egress`, `ports`);
+//! - long-lived ones: `capsule-netkeep`, which cleans and keeps returned
+//!   networks (`netpool`); `capsule-proxy`, the egress proxy's accept loop,
+//!   plus one per proxied connection and one per direction of its relay
+//!   (`egress`); `capsule-publish` and `capsule-ports` with one per
+//!   connection, for a session's published and forwarded ports (`ports`).
 //!
 //! One single-threaded event loop ([`Supervisor::serve`]) over: the
 //! clients' connections (the library's binary protocol, [`crate::proto::wire`],
@@ -43,7 +58,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::error::{Error, SysError};
+use crate::error::{Error, Refused, SysError};
 use crate::host::cgroups::{self, Instance, DELEGATION_HINT};
 use crate::host::identity::{is_real_root, root_refusal};
 use crate::proto::config::Config;
@@ -187,9 +202,7 @@ impl Supervisor {
             None => (None, found.detail.clone()),
         };
         if cgroups.is_none() && config.cgroup.require {
-            return Err(Error::Refused(format!(
-                "cgroups are required (--require-cgroups) but unavailable: {cgroup_note}; {DELEGATION_HINT}"
-            )));
+            return Err(Refused::CgroupsRequired { note: cgroup_note, hint: DELEGATION_HINT }.into());
         }
         // Taken before entering the namespaces: PID 1 polls it to notice the
         // supervisor's death, which PR_SET_PDEATHSIG alone cannot cover
@@ -202,11 +215,7 @@ impl Supervisor {
                 namespaces::join_user(fd, host_uid, host_gid, ids)?;
                 sys::close(fd);
             }
-            (Some(_), None) => return Err(Error::Refused(
-                "subordinate ids need the user namespace the caller made with newuidmap (host::subids::Namespace); \
-                     only the one-shot client passes one"
-                    .into(),
-            )),
+            (Some(_), None) => return Err(Refused::SubidsWithoutNamespace.into()),
         }
         Ok(Prelude {
             config: config.clone(),
@@ -230,11 +239,7 @@ impl Supervisor {
         // is readable; else the kernel keeps it the host's, and no run
         // could write its id maps.
         if std::fs::File::open("/proc/self/exe").is_err() {
-            return Err(Error::Refused(
-                "the capsule binary is not readable by its user: the supervisor re-executes it inside its user \
-                 namespace, which needs read permission (chmod a+r on it)"
-                    .into(),
-            ));
+            return Err(Refused::UnreadableBinary.into());
         }
         let ns = namespaces::enter_shared(!p.config.own_network)?;
         // Writing to a client that went away must not kill the supervisor.

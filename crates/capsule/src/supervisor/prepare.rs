@@ -10,9 +10,10 @@ use crate::child::{self, NetJoin, NetLog, Plan, SealedFilter, Shared, CWD_NAME, 
 use crate::error::SysError;
 use crate::host::cgroups::{self, RunCgroup, DELEGATION_HINT};
 use crate::plan::mounts::{MountPlan, Source};
+use crate::plan::overlay::LayerPlan;
 use crate::plan::rlimits::{self, RawRlimit};
 use crate::proto::policy::PolicyName;
-use crate::proto::spec::{MountOp, RunSpec, DEFAULT_PATH};
+use crate::proto::spec::{MountOp, RunSpec, SubordinateIds, DEFAULT_PATH};
 use crate::sys::{self, Arena};
 
 use super::*;
@@ -469,21 +470,7 @@ impl Supervisor {
         let pinned = ahead.is_some_and(|a| a.pin);
         let ahead = ahead.is_some();
         let (net, held) = self.net_join(spec)?;
-        // The sources, resolved here once, in the supervisor's (the host's)
-        // view: PID 1 mounts and copies what the descriptors refer to.
-        // Layers first: their directories are created and locked here.
-        let layers = crate::plan::overlay::prepare(spec)?;
-        let me = sys::geteuid();
-        let make = |names: &mut Vec<String>| MountPlan::prepare(spec, me, &self.home, names, layers.as_ref());
-        // A kept plan for the same tree, if its sources are as they were (layers: never kept).
-        let (mut mounts, mut names) = match &layers {
-            None => self.plan_memos.plan(spec, me, make)?,
-            Some(_) => {
-                let mut names = vec![String::new(), String::new()];
-                (make(&mut names)?, names)
-            }
-        };
-        mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
+        let (layers, mounts, names) = self.mount_plan(spec)?;
         let sources = Rc::clone(&mounts.sources);
         let parents = Rc::clone(&mounts.parents);
         let cgroup = match &self.cgroups {
@@ -527,24 +514,9 @@ impl Supervisor {
             _ => None,
         };
         let inherited = spawner.is_some_and(|(_, with_filter)| with_filter);
-        let mut keep_fds =
-            vec![self.self_pidfd.as_raw_fd(), go_child.as_raw_fd(), done_child.as_raw_fd(), control.as_raw_fd()];
-        match net {
-            NetJoin::Fd(fd) | NetJoin::Receive(fd) => keep_fds.push(fd),
-            NetJoin::Host | NetJoin::Own => {}
-        }
-        if let Some(cg) = &cgroup {
-            let f = cg.raw_fds();
-            keep_fds.extend([f.prog_dir, f.cpu_stat, f.kill]);
-        }
-        keep_fds.extend(mounts.fds());
         let mount_template = self.mount_template.for_plan(&mounts).unwrap_or(-1);
-        keep_fds.push(mount_template);
         let fusectl = self.fusectl.as_ref().map_or(-1, |f| f.as_raw_fd());
-        keep_fds.push(fusectl);
-        keep_fds.retain(|&fd| fd > 2);
-        keep_fds.sort_unstable();
-        let plan = Plan {
+        let mut plan = Plan {
             uid_map: c(format!("{uid} 0 1\n")),
             gid_map: c(format!("{gid} 0 1\n")),
             tracee_maps: shape.tracee_userns.then(|| [c(format!("{uid} {uid} 1\n")), c(format!("{gid} {gid} 1\n"))]),
@@ -568,7 +540,7 @@ impl Supervisor {
             go_sock: go_child.as_raw_fd(),
             done: done_child.as_raw_fd(),
             control: control.as_raw_fd(),
-            keep_fds,
+            keep_fds: Vec::new(),
             filter: filter.clone(),
             filter_inherited: inherited,
             net_log: net_log.clone(),
@@ -577,6 +549,7 @@ impl Supervisor {
             slice_ns: self.loop_slice,
             ucounts: shape.ucounts,
         };
+        plan.keep_fds = keep_fds(&plan);
         let fail_early = |cgroup: Option<RunCgroup>, e: String| {
             if let Some(cg) = cgroup {
                 cg.remove();
@@ -588,33 +561,20 @@ impl Supervisor {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return fail_early(cgroup, fail("mmap (stack)", e)),
         };
-        let mut plan = plan;
-        // Subordinate ids: the run's user namespace maps the program's ids (the host's numbers) onto the
-        // supervisor's 1, the caller's onto its 0; made here (PID 1 could map only its own id), joined by PID 1.
-        let user_ns = match shape.subordinate {
-            None => None,
-            Some(s) => {
-                let made = namespaces::run_user_ns(
-                    &tracee_stack,
-                    &format!("{uid} 0 1\n{} 1 1\n", s.uid),
-                    &format!("{gid} 0 1\n{} 1 1\n", s.gid),
-                );
-                match made {
-                    Ok(fd) => {
-                        plan.user_ns = fd.as_raw_fd();
-                        plan.keep_fds.push(fd.as_raw_fd());
-                        plan.keep_fds.sort_unstable();
-                        Some(fd)
-                    }
-                    Err(e) => {
-                        self.pools.stacks.give(stack);
-                        self.pools.stacks.give(tracee_stack);
-                        self.pools.arenas.give(arena);
-                        return fail_early(cgroup, e.to_string());
-                    }
-                }
+        let user_ns = match shape.subordinate.map(|s| run_user_ns(&tracee_stack, shape.ids, s)).transpose() {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.pools.stacks.give(stack);
+                self.pools.stacks.give(tracee_stack);
+                self.pools.arenas.give(arena);
+                return fail_early(cgroup, e.to_string());
             }
         };
+        if let Some(fd) = &user_ns {
+            plan.user_ns = fd.as_raw_fd();
+            plan.keep_fds.push(fd.as_raw_fd());
+            plan.keep_fds.sort_unstable();
+        }
         let run = Box::new(child::Pid1 { plan, arena, stack, tracee_stack });
         let flags = libc::CLONE_NEWPID as u64;
         // For both calls below: `run` (boxed: it does not move), its stacks
@@ -659,16 +619,7 @@ impl Supervisor {
                 }
             }
         };
-        let (net_lent, own_net) = match held {
-            NetHeld::Pending(ours, theirs) => {
-                drop(theirs);
-                self.deliver_net(ours);
-                (None, None)
-            }
-            NetHeld::Lent(lent) => (Some(lent), None),
-            NetHeld::Own(fd) => (None, Some(fd)),
-            NetHeld::None => (None, None),
-        };
+        let (net_lent, own_net) = self.settle_net(held);
         let mut p = Prepared {
             signalled: false,
             buried: None,
@@ -701,6 +652,42 @@ impl Supervisor {
             p.listener = self.run_net(&p).and_then(|fd| super::egress::listen_in(fd).ok());
         }
         Ok(p)
+    }
+
+    /// The mount plan of a run of `spec` and the names its errors use: its
+    /// sources resolved here once, in the supervisor's (the host's) view
+    /// (PID 1 mounts and copies what the descriptors refer to); layers
+    /// first, their directories created and locked here.
+    fn mount_plan(&mut self, spec: &RunSpec) -> Result<(Option<LayerPlan>, MountPlan, Vec<String>), String> {
+        let layers = crate::plan::overlay::prepare(spec)?;
+        let me = sys::geteuid();
+        let make = |names: &mut Vec<String>| MountPlan::prepare(spec, me, &self.home, names, layers.as_ref());
+        // A kept plan for the same tree, if its sources are as they were (layers: never kept).
+        let (mut mounts, mut names) = match &layers {
+            None => self.plan_memos.plan(spec, me, make).map_err(|e| e.to_string())?,
+            Some(_) => {
+                let mut names = vec![String::new(), String::new()];
+                (make(&mut names).map_err(|e| e.to_string())?, names)
+            }
+        };
+        mounts.cover_agent_dirs(&self.agent_dirs, &mut names);
+        Ok((layers, mounts, names))
+    }
+
+    /// The network a new PID 1 holds once it is cloned: the shared one is
+    /// sent to it when ready (its end of the socket closed here), a lent
+    /// or own one is kept with the run.
+    fn settle_net(&mut self, held: NetHeld) -> (Option<Lent>, Option<OwnedFd>) {
+        match held {
+            NetHeld::Pending(ours, theirs) => {
+                drop(theirs);
+                self.deliver_net(ours);
+                (None, None)
+            }
+            NetHeld::Lent(lent) => (Some(lent), None),
+            NetHeld::Own(fd) => (None, Some(fd)),
+            NetHeld::None => (None, None),
+        }
     }
 
     /// The spawner thread for PID 1s of `filter` (`sys::vm::Spawner`), and
@@ -945,4 +932,32 @@ pub(crate) fn parallelism(cpus: u64, l: &crate::proto::spec::Limits) -> u64 {
         n = n.min(count);
     }
     n.max(1)
+}
+
+/// The descriptors a PID 1 of `plan` keeps (it closes every other one):
+/// its ends of the channels, the supervisor's pidfd, the network, the
+/// cgroup's, the mount sources, the mount template and the FUSE control
+/// directory; sorted, none of 0-2.
+fn keep_fds(plan: &Plan) -> Vec<RawFd> {
+    let mut keep = vec![plan.supervisor_pidfd, plan.go_sock, plan.done, plan.control];
+    match plan.net {
+        NetJoin::Fd(fd) | NetJoin::Receive(fd) => keep.push(fd),
+        NetJoin::Host | NetJoin::Own => {}
+    }
+    if let Some(f) = &plan.cgroup {
+        keep.extend([f.prog_dir, f.cpu_stat, f.kill]);
+    }
+    keep.extend(plan.mounts.fds());
+    keep.extend([plan.mount_template, plan.fusectl]);
+    keep.retain(|&fd| fd > 2);
+    keep.sort_unstable();
+    keep
+}
+
+/// A run's user namespace for subordinate ids: it maps the program's ids
+/// (the host's numbers, `s`) onto the supervisor's 1 and the caller's
+/// (`ids`) onto its 0; made here (PID 1 could map only its own id), joined
+/// by PID 1.
+fn run_user_ns(stack: &sys::Stack, (uid, gid): (u32, u32), s: SubordinateIds) -> Result<OwnedFd, SysError> {
+    namespaces::run_user_ns(stack, &format!("{uid} 0 1\n{} 1 1\n", s.uid), &format!("{gid} 0 1\n{} 1 1\n", s.gid))
 }

@@ -13,18 +13,10 @@ use std::path::{Path, PathBuf};
 
 use capsule::sys;
 
-use super::rules::errno_text;
+use capsule::error::{io_strerror, strerror};
 
 /// Environment variable naming the box root.
 pub const ROOT_ENV: &str = "CAPSULE_ISOLATE_ROOT";
-
-/// `io::Error` as `%m` prints it.
-pub fn io_text(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(n) => super::rules::errno_text(n),
-        None => e.to_string(),
-    }
-}
 
 /// The box root: `$CAPSULE_ISOLATE_ROOT`, else `capsule-isolate` in the
 /// user's runtime directory (`$XDG_RUNTIME_DIR`, else `/run/user/UID`,
@@ -59,11 +51,11 @@ pub fn root() -> Result<PathBuf, String> {
             match fs::DirBuilder::new().mode(0o700).create(&root) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(format!("Cannot create box root {}: {}", root.display(), io_text(&e))),
+                Err(e) => return Err(format!("Cannot create box root {}: {}", root.display(), io_strerror(&e))),
             }
-            fs::symlink_metadata(&root).map_err(|e| format!("Cannot stat {}: {}", root.display(), io_text(&e)))?
+            fs::symlink_metadata(&root).map_err(|e| format!("Cannot stat {}: {}", root.display(), io_strerror(&e)))?
         }
-        Err(e) => return Err(format!("Cannot stat {}: {}", root.display(), io_text(&e))),
+        Err(e) => return Err(format!("Cannot stat {}: {}", root.display(), io_strerror(&e))),
     };
     check_root(&root, &m, uid)?;
     Ok(root)
@@ -156,12 +148,12 @@ impl State {
 pub fn lock(root: &Path, id: u32, init: bool, cleanup: bool, cg: bool, wait: bool) -> Result<Option<BoxDir>, String> {
     let croot = cstring(root)?;
     let rootfd = sys::open(&croot, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
-        .map_err(|e| format!("Cannot open box root {}: {}", root.display(), errno_text(e)))?;
+        .map_err(|e| format!("Cannot open box root {}: {}", root.display(), strerror(e)))?;
     // The root checked again where it was opened.
     let m = rootfd
         .try_clone()
         .and_then(|fd| File::from(fd).metadata())
-        .map_err(|e| format!("Cannot stat {}: {}", root.display(), io_text(&e)))?;
+        .map_err(|e| format!("Cannot stat {}: {}", root.display(), io_strerror(&e)))?;
     check_root(root, &m, sys::geteuid())?;
     let name = root.join(format!("{id}.lock"));
     let lname = CString::new(format!("{id}.lock")).expect("no NUL");
@@ -169,7 +161,7 @@ pub fn lock(root: &Path, id: u32, init: bool, cleanup: bool, cg: bool, wait: boo
     let mut f = match sys::openat(rootfd.as_raw_fd(), &lname, flags, 0o600) {
         Ok(fd) => File::from(fd),
         Err(libc::ENOENT) => return Ok(None),
-        Err(e) => return Err(format!("Cannot open {}: {}", name.display(), errno_text(e))),
+        Err(e) => return Err(format!("Cannot open {}: {}", name.display(), strerror(e))),
     };
     if !f.metadata().is_ok_and(|m| m.is_file()) {
         return Err(format!("Cannot open {}: not a regular file", name.display()));
@@ -179,10 +171,10 @@ pub fn lock(root: &Path, id: u32, init: bool, cleanup: bool, cg: bool, wait: boo
     match locked {
         Ok(()) => {}
         Err(libc::EWOULDBLOCK) => return Err("This box is currently in use by another process".into()),
-        Err(e) => return Err(format!("Cannot lock {}: {}", name.display(), errno_text(e))),
+        Err(e) => return Err(format!("Cannot lock {}: {}", name.display(), strerror(e))),
     }
     let mut text = String::new();
-    f.read_to_string(&mut text).map_err(|e| format!("Cannot read {}: {}", name.display(), io_text(&e)))?;
+    f.read_to_string(&mut text).map_err(|e| format!("Cannot read {}: {}", name.display(), io_strerror(&e)))?;
     let dir = root.join(id.to_string());
     let b = |state| BoxDir { dir, root: rootfd, name: CString::new(id.to_string()).expect("no NUL"), lock: f, state };
     if text.is_empty() {
@@ -220,7 +212,7 @@ impl BoxDir {
         let t = state.text();
         let mut f = &self.lock;
         let r = f.set_len(0).and_then(|_| f.rewind()).and_then(|_| f.write_all(t.as_bytes()));
-        r.map_err(|e| format!("Cannot write lock file: {}", io_text(&e)))
+        r.map_err(|e| format!("Cannot write lock file: {}", io_strerror(&e)))
     }
 
     /// `--init`: a fresh box directory with an empty `box/`.
@@ -228,7 +220,7 @@ impl BoxDir {
         self.state.initialized = false;
         self.write_state()?;
         self.remove()?;
-        let fail = |p: &Path, e| format!("Cannot create {}: {}", p.display(), errno_text(e));
+        let fail = |p: &Path, e| format!("Cannot create {}: {}", p.display(), strerror(e));
         sys::mkdirat(self.root.as_raw_fd(), &self.name, 0o700).map_err(|e| fail(&self.dir, e))?;
         let dir = self.open_dir()?;
         sys::mkdirat(dir.as_raw_fd(), c"box", 0o700).map_err(|e| fail(&self.dir.join("box"), e))?;
@@ -266,22 +258,22 @@ impl BoxDir {
         let fail = |e: String| format!("Cannot remove {e}");
         let st = match sys::lstat_at(root, &self.name) {
             Err(libc::ENOENT) => return Ok(()),
-            Err(e) => return Err(fail(format!("{}: {}", self.dir.display(), errno_text(e)))),
+            Err(e) => return Err(fail(format!("{}: {}", self.dir.display(), strerror(e)))),
             Ok(st) => st,
         };
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return sys::unlinkat(root, &self.name, false)
-                .map_err(|e| fail(format!("{}: {}", self.dir.display(), errno_text(e))));
+                .map_err(|e| fail(format!("{}: {}", self.dir.display(), strerror(e))));
         }
-        let top = open_dir(root, &self.name).map_err(|e| fail(format!("{}: {}", self.dir.display(), errno_text(e))))?;
+        let top = open_dir(root, &self.name).map_err(|e| fail(format!("{}: {}", self.dir.display(), strerror(e))))?;
         sweep(top, Sweep::All, &self.dir).map_err(fail)?;
-        sys::unlinkat(root, &self.name, true).map_err(|e| fail(format!("{}: {}", self.dir.display(), errno_text(e))))
+        sys::unlinkat(root, &self.name, true).map_err(|e| fail(format!("{}: {}", self.dir.display(), strerror(e))))
     }
 
     /// `--cleanup`: the directory removed, the lock file emptied.
     pub fn cleanup(self) -> Result<(), String> {
         self.remove()?;
-        self.lock.set_len(0).map_err(|e| format!("Cannot truncate lock file: {}", io_text(&e)))
+        self.lock.set_len(0).map_err(|e| format!("Cannot truncate lock file: {}", io_strerror(&e)))
     }
 
     /// After a run, without `--special-files`: removes what the program
@@ -333,7 +325,8 @@ impl BoxDir {
                 sweep(top, Sweep::Chown(id, id), &path).map_err(|e| format!("Cannot change the owner of {e}"))?;
             }
             Ok(())
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
         if !to_box {
             state.boxed = None;
             self.store(&state)?;
@@ -351,7 +344,7 @@ fn not_own(p: &Path, e: i32) -> String {
                 p.display()
             )
         }
-        _ => format!("Cannot open {}: {}", p.display(), errno_text(e)),
+        _ => format!("Cannot open {}: {}", p.display(), strerror(e)),
     }
 }
 
@@ -424,7 +417,7 @@ enum Sweep {
 fn sweep(top: (OwnedFd, libc::stat, Option<u32>), what: Sweep, path: &Path) -> Result<usize, String> {
     let all = what == Sweep::All;
     let (fd, st, mode) = top;
-    let pending = list(fd.as_raw_fd()).map_err(|e| format!("{}: {}", path.display(), errno_text(e)))?;
+    let pending = list(fd.as_raw_fd()).map_err(|e| format!("{}: {}", path.display(), strerror(e)))?;
     let mut frames =
         vec![Frame { fd: Some(fd), dev: st.st_dev, ino: st.st_ino, name: CString::default(), mode, pending }];
     let at = |frames: &[Frame], name: Option<&CStr>| {
@@ -438,7 +431,7 @@ fn sweep(top: (OwnedFd, libc::stat, Option<u32>), what: Sweep, path: &Path) -> R
         p
     };
     let fail =
-        |frames: &[Frame], name: Option<&CStr>, e: i32| format!("{}: {}", at(frames, name).display(), errno_text(e));
+        |frames: &[Frame], name: Option<&CStr>, e: i32| format!("{}: {}", at(frames, name).display(), strerror(e));
     let mut removed = 0;
     loop {
         let f = frames.last_mut().expect("the top stays");

@@ -197,7 +197,7 @@ fn open_meta(path: Option<&str>) -> Result<Option<Box<dyn Write>>, String> {
                 .mode(0o666)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(p)
-                .map_err(|e| format!("Failed to open metafile '{p}': {}", boxes::io_text(&e)))?;
+                .map_err(|e| format!("Failed to open metafile '{p}': {}", capsule::error::io_strerror(&e)))?;
             // A device is written as isolate's fopen would (`-M /dev/null`); a FIFO or socket could block.
             if !f.metadata().is_ok_and(|m| m.is_file() || m.file_type().is_char_device()) {
                 return Err(format!("Failed to open metafile '{p}': not a regular file or a character device"));
@@ -393,7 +393,7 @@ fn box_mode(id: u32) -> Result<capsule::host::subids::BoxMode, String> {
     let uid = capsule::sys::getuid();
     let user = capsule::host::identity::user_name(uid);
     let setting = std::env::var(MODE_ENV).ok();
-    box_mode(setting.as_deref(), &SubIds::read(&user, uid), &user, Some(id))
+    box_mode(setting.as_deref(), &SubIds::read(&user, uid), &user, Some(id)).map_err(|e| e.to_string())
 }
 
 /// The box's files handed back to the caller after a subordinate-id run

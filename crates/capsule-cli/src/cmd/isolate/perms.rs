@@ -25,6 +25,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+use capsule::error::strerror;
 use capsule::spec::MountOp;
 
 /// The meta file's key saying how the box's files were protected
@@ -141,11 +142,7 @@ fn cpath(p: &Path) -> Result<CString, String> {
 }
 
 fn sys_err(what: &str, p: &Path, e: i32) -> String {
-    format!("{what} {}: {} (capsule isolate reads the permission bits of read-write rules)", p.display(), errno_text(e))
-}
-
-fn errno_text(e: i32) -> String {
-    super::rules::errno_text(e)
+    format!("{what} {}: {} (capsule isolate reads the permission bits of read-write rules)", p.display(), strerror(e))
 }
 
 impl Walk {
@@ -292,8 +289,8 @@ pub fn check_stdio(guard: &Guard, path: &str, write: bool) -> Result<(), String>
     let Some((dst, src)) = deepest.and_then(|d| guard.guarded.iter().find(|g| &g.0 == d)) else { return Ok(()) };
     let rest: Vec<&std::ffi::OsStr> = inside.strip_prefix(dst).expect("a prefix").iter().collect();
     let denied = "Permission denied (the permission bits for others, which capsule isolate enforces)";
-    let mut dir = capsule::sys::open(&cpath(src)?, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(errno_text)?;
-    let mut mode = capsule::sys::fstat(dir.as_raw_fd()).map_err(errno_text)?.st_mode;
+    let mut dir = capsule::sys::open(&cpath(src)?, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(strerror)?;
+    let mut mode = capsule::sys::fstat(dir.as_raw_fd()).map_err(strerror)?.st_mode;
     for (i, name) in rest.iter().enumerate() {
         if mode & 0o001 == 0 {
             return fail(denied);
@@ -304,9 +301,9 @@ pub fn check_stdio(guard: &Guard, path: &str, write: bool) -> Result<(), String>
             Ok(e) => e,
             // A new file: others must be able to write its directory.
             Err(libc::ENOENT) if last && write => return if mode & 0o002 == 0 { fail(denied) } else { Ok(()) },
-            Err(e) => return fail(&errno_text(e)),
+            Err(e) => return fail(&strerror(e)),
         };
-        let st = capsule::sys::fstat(e.as_raw_fd()).map_err(errno_text)?;
+        let st = capsule::sys::fstat(e.as_raw_fd()).map_err(strerror)?;
         let t = st.st_mode & libc::S_IFMT;
         if t == libc::S_IFLNK {
             return fail("a link in a read-write rule whose permission bits capsule isolate enforces, not followed");

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use capsule::error::strerror;
 use capsule::spec::MountOp;
 
 /// A rule's options (`:rw:noexec...`).
@@ -266,7 +267,7 @@ fn open_in_box(box_dir: &Path, rel: &str) -> Result<OwnedFd, i32> {
 fn make_tmp(box_dir: &Path, outside: &str) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     let dir = host_dir(outside, box_dir);
-    let fail = |what: &str, e: i32| format!("Cannot {what} {}: {}", dir.display(), errno_text(e));
+    let fail = |what: &str, e: i32| format!("Cannot {what} {}: {}", dir.display(), strerror(e));
     let name =
         outside.strip_prefix("./tmp/").filter(|n| !n.contains('/')).ok_or_else(|| fail("create", libc::EINVAL))?;
     let cname = std::ffi::CString::new(name).map_err(|_| fail("create", libc::EINVAL))?;
@@ -343,7 +344,7 @@ pub fn open_stdio(rules: &[DirRule], box_dir: &Path, path: &str, write: bool) ->
             return Err(fail("No such file or directory (capsule's /dev has null, zero, full, random, urandom)"));
         }
         let host = std::ffi::CString::new(format!("/dev/{rest}")).expect("no NUL");
-        return capsule::sys::open(&host, flags | libc::O_NOFOLLOW, 0).map_err(|e| fail(&errno_text(e)));
+        return capsule::sys::open(&host, flags | libc::O_NOFOLLOW, 0).map_err(|e| fail(&strerror(e)));
     }
     if rule.flags.fs {
         return Err(fail(&format!(
@@ -361,7 +362,7 @@ pub fn open_stdio(rules: &[DirRule], box_dir: &Path, path: &str, write: bool) ->
             capsule::sys::open(&cdir, libc::O_PATH | libc::O_DIRECTORY, 0)
         }
     }
-    .map_err(|e| fail(&errno_text(e)))?;
+    .map_err(|e| fail(&strerror(e)))?;
     let parent = match rest.rsplit_once('/') {
         Some((p, _)) => p.to_string(),
         None => ".".to_string(),
@@ -388,7 +389,7 @@ pub fn open_stdio(rules: &[DirRule], box_dir: &Path, path: &str, write: bool) ->
         flags | libc::O_NONBLOCK | libc::O_NOCTTY,
         if write { 0o666 } else { 0 },
     )
-    .map_err(|e| fail(&errno_text(e)))?;
+    .map_err(|e| fail(&strerror(e)))?;
     check_not_fifo(&fd).map_err(|w| fail(&w))?;
     Ok(fd)
 }
@@ -404,13 +405,8 @@ fn check_not_fifo(fd: &OwnedFd) -> Result<(), String> {
     if t.is_fifo() || t.is_socket() {
         return Err("a FIFO or socket, which capsule isolate does not open for a run's stdio".into());
     }
-    capsule::sys::set_nonblocking(fd.as_raw_fd(), false).map_err(errno_text)?;
+    capsule::sys::set_nonblocking(fd.as_raw_fd(), false).map_err(strerror)?;
     Ok(())
-}
-
-/// strerror-like text for an errno.
-pub fn errno_text(e: i32) -> String {
-    std::io::Error::from_raw_os_error(e).to_string().split(" (os error").next().unwrap_or("").to_string()
 }
 
 #[cfg(test)]

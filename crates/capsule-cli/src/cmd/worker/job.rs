@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use capsule::error::io_text;
 use capsule::proto::lines::{parse_line, LineRequest};
 use capsule::sandbox::{Config, Sandbox};
 use capsule::spec::RunSpec;
 use capsule::units::{parse_duration, parse_size};
 use capsule::Status;
-use capsule_judge::{io_reason, Checker, Options, Report, MAX_TIME};
+use capsule_judge::{Checker, Options, Report, MAX_TIME};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -409,7 +410,7 @@ impl JobDir {
                     return Err(format!(
                         "cannot create a job directory `{}`: {}; set TMPDIR to a writable directory",
                         p.display(),
-                        io_reason(&e)
+                        io_text(&e)
                     ))
                 }
             }
@@ -422,7 +423,7 @@ impl JobDir {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&p)
-            .map_err(|e| format!("cannot create `{}`: {}", p.display(), io_reason(&e)))?;
+            .map_err(|e| format!("cannot create `{}`: {}", p.display(), io_text(&e)))?;
         Ok(p)
     }
 }
@@ -441,7 +442,7 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<(), String> {
         .mode(mode)
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| format!("cannot write `{}`: {}", path.display(), io_reason(&e)))
+        .map_err(|e| format!("cannot write `{}`: {}", path.display(), io_text(&e)))
 }
 
 /// Writes the job's files and judges them as `capsule judge` would; the

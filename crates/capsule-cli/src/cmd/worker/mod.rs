@@ -260,103 +260,151 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode> {
         let (shared, client) = (shared.clone(), client.clone());
         std::thread::spawn(move || heartbeat_thread(&shared, client));
     }
+    read_until_signalled(&o, &shared, &signals, client);
+    stop(&o, &shared, &signals, threads)
+}
 
+/// The reader: fills the job threads' queue until SIGTERM or SIGINT,
+/// with new jobs, jobs idle too long elsewhere and (after a failed read)
+/// our own lost ones; at most `parallel` + `read_ahead` held at once.
+fn read_until_signalled(o: &Opts, shared: &Shared, signals: &Signals, client: redis::Client) {
     let sleep = |d: Duration| {
         signals.wait(d);
     };
     let block = Duration::from_millis(500);
-    let mut link = Link::new(client, "reader", block + Duration::from_secs(10));
-    let mut group_ok = false;
-    let mut cursor = "0-0".to_string();
-    let mut next_claim = Instant::now();
-    let started = Instant::now();
-    // A read failed: its reply (jobs delivered to us) may be lost.
-    let mut lost = false;
-    // Nothing to read ahead in the stream's backlog: when to look again.
-    let mut next_ahead = Instant::now();
+    let mut r = Reader {
+        link: Link::new(client, "reader", block + Duration::from_secs(10)),
+        group_ok: false,
+        cursor: "0-0".to_string(),
+        next_claim: Instant::now(),
+        started: Instant::now(),
+        lost: false,
+        next_ahead: Instant::now(),
+    };
     let capacity = o.parallel + o.read_ahead;
     while signals.wait(Duration::ZERO) == 0 {
         let held = shared.running.lock().unwrap_or_else(|e| e.into_inner()).len();
         // No slot idle: only jobs already waiting are read ahead, without
         // blocking, so a job added for an idle worker goes to that one.
         let ahead = held >= o.parallel;
-        if held >= capacity || (ahead && !lost && Instant::now() < next_ahead) {
+        if held >= capacity || (ahead && !r.lost && Instant::now() < r.next_ahead) {
             let g = shared.running.lock().unwrap_or_else(|e| e.into_inner());
             let _ = shared.freed.wait_timeout(g, Duration::from_millis(if held >= capacity { 100 } else { 20 }));
             continue;
         }
         let free = capacity - held;
-        if !group_ok {
-            if link.with(&sleep, |c| queue::ensure_group(c, &o.names)).is_err() {
+        if !r.group_ok {
+            if r.link.with(&sleep, |c| queue::ensure_group(c, &o.names)).is_err() {
                 continue;
             }
-            group_ok = true;
+            r.group_ok = true;
         }
-        let got = if lost {
+        let wait = if ahead { None } else { Some(block) };
+        let Some(deliveries) = r.read(o, shared, &sleep, free, wait) else { continue };
+        for d in deliveries {
+            r.file(o, shared, &sleep, d);
+        }
+    }
+}
+
+/// What the reader keeps between reads.
+struct Reader {
+    link: Link,
+    /// The consumer group is known to exist.
+    group_ok: bool,
+    /// Where the scan for idle jobs goes on.
+    cursor: String,
+    next_claim: Instant,
+    started: Instant,
+    /// A read failed: its reply (jobs delivered to us) may be lost.
+    lost: bool,
+    /// Nothing to read ahead in the stream's backlog: when to look again.
+    next_ahead: Instant,
+}
+
+impl Reader {
+    /// Up to `free` deliveries: our lost ones after a failed read, else
+    /// jobs idle elsewhere when a scan is due, else new ones (`block`:
+    /// how long to wait for one; None when reading ahead, without
+    /// waiting). None when the read failed.
+    fn read(
+        &mut self,
+        o: &Opts,
+        shared: &Shared,
+        sleep: &dyn Fn(Duration),
+        free: usize,
+        block: Option<Duration>,
+    ) -> Option<Vec<Delivery>> {
+        let got = if self.lost {
             let known = shared.running.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let r = link.with(&sleep, |c| queue::orphans(c, &o.names, &known, started.elapsed(), free));
+            let r = self.link.with(sleep, |c| queue::orphans(c, &o.names, &known, self.started.elapsed(), free));
             if let Ok(d) = &r {
-                lost = d.len() == free;
+                self.lost = d.len() == free;
             }
             r
-        } else if Instant::now() >= next_claim {
-            let r = link.with(&sleep, |c| queue::claim_idle(c, &o.names, o.claim_idle, &cursor, free));
+        } else if Instant::now() >= self.next_claim {
+            let r = self.link.with(sleep, |c| queue::claim_idle(c, &o.names, o.claim_idle, &self.cursor, free));
             if let Ok((_, next)) = &r {
                 // A full scan done: the next one after a while.
                 if next == "0-0" {
-                    next_claim = Instant::now() + (o.claim_idle / 4).max(Duration::from_millis(100));
+                    self.next_claim = Instant::now() + (o.claim_idle / 4).max(Duration::from_millis(100));
                 }
-                cursor = next.clone();
+                self.cursor = next.clone();
             }
             r.map(|(d, _)| d)
-        } else if ahead {
-            let r = link.with(&sleep, |c| queue::read_new(c, &o.names, free, None));
+        } else if block.is_none() {
+            let r = self.link.with(sleep, |c| queue::read_new(c, &o.names, free, None));
             if r.as_ref().is_ok_and(|d| d.is_empty()) {
-                next_ahead = Instant::now() + READ_AHEAD_POLL;
+                self.next_ahead = Instant::now() + READ_AHEAD_POLL;
             }
             r
         } else {
-            link.with(&sleep, |c| queue::read_new(c, &o.names, free, Some(block)))
+            self.link.with(sleep, |c| queue::read_new(c, &o.names, free, block))
         };
-        let deliveries = match got {
-            Ok(d) => d,
+        match got {
+            Ok(d) => Some(d),
             Err(e) => {
                 if e.contains("NOGROUP") {
-                    group_ok = false;
+                    self.group_ok = false;
                 }
-                lost = true;
-                continue;
+                self.lost = true;
+                None
             }
-        };
-        for d in deliveries {
-            if d.delivery > o.max_deliveries {
-                match link.with(&sleep, |c| queue::dead_letter(c, &o.names, &d, o.max_deliveries)) {
-                    Ok(()) => {
-                        eprintln!(
-                            "capsule worker: job entry {} delivered {} times without a result: moved to `{}`",
-                            d.entry,
-                            d.delivery - 1,
-                            o.names.dead.escape_debug()
-                        );
-                        shared.stats.lock().unwrap_or_else(|e| e.into_inner()).dead += 1;
-                    }
-                    // Still pending: claimed again later.
-                    Err(e) => eprintln!("capsule worker: cannot dead-letter job entry {}: {e}", d.entry),
-                }
-                continue;
-            }
-            // One of our own running jobs, claimed back after a stall of
-            // its heartbeat: it runs already.
-            if !shared.running.lock().unwrap_or_else(|e| e.into_inner()).insert(d.entry.clone()) {
-                continue;
-            }
-            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).0.push_back(d);
-            shared.ready.notify_one();
         }
     }
 
-    // Stopping: no more reading; the jobs read ahead are handed back, the
-    // running ones finish and are posted.
+    /// Queues a delivery for the job threads, or moves it to the dead
+    /// letters after too many deliveries.
+    fn file(&mut self, o: &Opts, shared: &Shared, sleep: &dyn Fn(Duration), d: Delivery) {
+        if d.delivery > o.max_deliveries {
+            match self.link.with(sleep, |c| queue::dead_letter(c, &o.names, &d, o.max_deliveries)) {
+                Ok(()) => {
+                    eprintln!(
+                        "capsule worker: job entry {} delivered {} times without a result: moved to `{}`",
+                        d.entry,
+                        d.delivery - 1,
+                        o.names.dead.escape_debug()
+                    );
+                    shared.stats.lock().unwrap_or_else(|e| e.into_inner()).dead += 1;
+                }
+                // Still pending: claimed again later.
+                Err(e) => eprintln!("capsule worker: cannot dead-letter job entry {}: {e}", d.entry),
+            }
+            return;
+        }
+        // One of our own running jobs, claimed back after a stall of
+        // its heartbeat: it runs already.
+        if !shared.running.lock().unwrap_or_else(|e| e.into_inner()).insert(d.entry.clone()) {
+            return;
+        }
+        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).0.push_back(d);
+        shared.ready.notify_one();
+    }
+}
+
+/// Stopping: no more reading; the jobs read ahead are handed back, the
+/// running ones finish and are posted (a second signal stops at once).
+fn stop(o: &Opts, shared: &Shared, signals: &Signals, threads: Vec<std::thread::JoinHandle<()>>) -> Result<ExitCode> {
     shared.stopping.store(true, Ordering::Relaxed);
     let unstarted: Vec<Delivery> = {
         let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());

@@ -43,8 +43,6 @@ const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 
 /// `statfs` magic of a cgroup v2 mount.
 pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-/// `statfs` magic of a cgroup v1 mount.
-pub const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 /// `statfs` magic of tmpfs (what /sys/fs/cgroup is in hybrid and v1 layouts).
 pub const TMPFS_MAGIC: i64 = 0x0102_1994;
 
@@ -987,11 +985,6 @@ impl Prober {
     /// no_new_privs + an allow-all seccomp filter.
     pub fn seccomp_filter(&self) -> Outcome {
         self.run(|_| body_seccomp().into())
-    }
-
-    /// The directory the mount probes mount over (in their own namespace).
-    pub fn scratch_dir(&self) -> String {
-        self.prep.scratch.to_string_lossy().into_owned()
     }
 }
 
