@@ -65,7 +65,8 @@ fn heavy() -> std::sync::MutexGuard<'static, ()> {
     HEAVY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const AGENT_WITHOUT_CGROUPS: &str = "sessions live in the user's agent, which a caller outside a delegated cgroup starts \
+const AGENT_WITHOUT_CGROUPS: &str =
+    "sessions live in the user's agent, which a caller outside a delegated cgroup starts \
     without cgroups (only one-shot runs re-start themselves in a scope of the user manager's; docs/sessions.md)";
 
 #[track_caller]
