@@ -38,6 +38,7 @@ const CLI_NAME: &[u8] = b"capsule-cli";
 
 // The process entry: the kernel's initial stack (argc, argv, NULL, envp,
 // NULL, auxv) goes to `front_main` with the stack aligned for a call.
+#[cfg(target_arch = "x86_64")]
 global_asm!(
     ".globl _start",
     "_start:",
@@ -52,6 +53,7 @@ global_asm!(
 // The memory functions the compiler calls (no C library provides them).
 // In assembly, so that the compiler cannot turn their loops back into
 // calls to themselves.
+#[cfg(target_arch = "x86_64")]
 global_asm!(
     ".globl memcpy",
     "memcpy:",
@@ -111,6 +113,88 @@ global_asm!(
     "jmp 4b",
     "5:",
     "sub rax, rdi",
+    "ret",
+);
+
+// aarch64: the same entry (sp is 16-byte aligned at entry by the ABI)...
+#[cfg(target_arch = "aarch64")]
+global_asm!(
+    ".globl _start",
+    "_start:",
+    "mov x29, xzr",
+    "mov x30, xzr",
+    "mov x0, sp",
+    "bl {main}",
+    "brk #0",
+    main = sym front_main,
+);
+
+// ...and the same memory functions, byte loops.
+#[cfg(target_arch = "aarch64")]
+global_asm!(
+    ".globl memcpy",
+    "memcpy:",
+    "mov x3, x0",
+    "cbz x2, 1f",
+    "0:",
+    "ldrb w4, [x1], #1",
+    "strb w4, [x3], #1",
+    "subs x2, x2, #1",
+    "b.ne 0b",
+    "1:",
+    "ret",
+    ".globl memmove",
+    "memmove:",
+    "cmp x0, x1",
+    "b.ls memcpy",
+    "add x4, x1, x2",
+    "cmp x0, x4",
+    "b.hs memcpy",
+    // Overlapping with the destination above: copy backwards.
+    "cbz x2, 3f",
+    "2:",
+    "subs x2, x2, #1",
+    "ldrb w4, [x1, x2]",
+    "strb w4, [x0, x2]",
+    "b.ne 2b",
+    "3:",
+    "ret",
+    ".globl memset",
+    "memset:",
+    "mov x3, x0",
+    "cbz x2, 5f",
+    "4:",
+    "strb w1, [x3], #1",
+    "subs x2, x2, #1",
+    "b.ne 4b",
+    "5:",
+    "ret",
+    ".globl memcmp",
+    ".globl bcmp",
+    "memcmp:",
+    "bcmp:",
+    "cbz x2, 7f",
+    "6:",
+    "ldrb w3, [x0], #1",
+    "ldrb w4, [x1], #1",
+    "subs w5, w3, w4",
+    "b.ne 8f",
+    "subs x2, x2, #1",
+    "b.ne 6b",
+    "7:",
+    "mov w0, #0",
+    "ret",
+    "8:",
+    "mov w0, w5",
+    "ret",
+    ".globl strlen",
+    "strlen:",
+    "mov x1, x0",
+    "9:",
+    "ldrb w2, [x1], #1",
+    "cbnz w2, 9b",
+    "sub x0, x1, x0",
+    "sub x0, x0, #1",
     "ret",
 );
 

@@ -10,12 +10,13 @@
 //! with the same code: this crate's; both check with [`server`] that the
 //! agent is what listens on its socket before they send it anything.
 //!
-//! `no_std`, no allocation. x86_64 Linux only (the system-call layer is
-//! inline assembly), like the workspace's pinned target.
+//! `no_std`, no allocation. x86_64 and aarch64 Linux (the system-call
+//! layer is inline assembly, one calling convention and number table per
+//! architecture).
 #![cfg_attr(not(test), no_std)]
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-compile_error!("capsule-nolibc's system calls are written for x86_64 Linux");
+#[cfg(not(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux")))]
+compile_error!("capsule-nolibc's system calls are written for x86_64 and aarch64 Linux");
 
 pub mod identity;
 pub mod server;

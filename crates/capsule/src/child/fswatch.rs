@@ -147,23 +147,31 @@ const fn call(path: usize, dir: Option<usize>, access: Access) -> FsCall {
     FsCall { path, dir, access, also: None }
 }
 
+/// renameat (the `libc` crate has no aarch64 constant for it).
+#[cfg(target_arch = "x86_64")]
+const NR_RENAMEAT: i64 = libc::SYS_renameat;
+#[cfg(target_arch = "aarch64")]
+const NR_RENAMEAT: i64 = 38;
+
 /// The native calls the watch sends to PID 1 (the filter's epilogue uses
 /// the same list, `plan::seccomp::FS_WATCHED`).
 fn fs_call(nr: i64) -> Option<FsCall> {
     use Access::*;
     Some(match nr {
+        #[cfg(target_arch = "x86_64")]
         libc::SYS_open => call(0, None, Flags(1)),
         libc::SYS_openat => call(1, Some(0), Flags(2)),
         libc::SYS_openat2 => call(1, Some(0), How(2)),
+        #[cfg(target_arch = "x86_64")]
         libc::SYS_creat
         | libc::SYS_mkdir
         | libc::SYS_rmdir
         | libc::SYS_unlink
         | libc::SYS_mknod
-        | libc::SYS_truncate
         | libc::SYS_chmod
         | libc::SYS_chown
-        | libc::SYS_lchown
+        | libc::SYS_lchown => call(0, None, Write),
+        libc::SYS_truncate
         | libc::SYS_setxattr
         | libc::SYS_lsetxattr
         | libc::SYS_removexattr
@@ -171,8 +179,10 @@ fn fs_call(nr: i64) -> Option<FsCall> {
         libc::SYS_mkdirat | libc::SYS_unlinkat | libc::SYS_mknodat | libc::SYS_fchmodat | libc::SYS_fchownat => {
             call(1, Some(0), Write)
         }
+        #[cfg(target_arch = "x86_64")]
         libc::SYS_rename => FsCall { also: Some((1, None)), ..call(0, None, Write) },
-        libc::SYS_renameat | libc::SYS_renameat2 => FsCall { also: Some((3, Some(2))), ..call(1, Some(0), Write) },
+        NR_RENAMEAT | libc::SYS_renameat2 => FsCall { also: Some((3, Some(2))), ..call(1, Some(0), Write) },
+        #[cfg(target_arch = "x86_64")]
         libc::SYS_link | libc::SYS_symlink => call(1, None, Write),
         libc::SYS_linkat => call(3, Some(2), Write),
         libc::SYS_symlinkat => call(2, Some(1), Write),
@@ -439,7 +449,7 @@ mod tests {
 
     #[test]
     fn every_watched_call_is_known() {
-        for nr in crate::plan::seccomp::FS_WATCHED {
+        for &nr in crate::plan::seccomp::FS_WATCHED {
             assert!(fs_call(nr).is_some(), "{nr}");
         }
         assert!(fs_call(libc::SYS_read).is_none());

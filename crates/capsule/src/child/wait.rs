@@ -190,7 +190,7 @@ pub(crate) struct ReadJob<'a> {
 pub(crate) fn read_destination(job: &ReadJob) -> ! {
     let n = &job.notif;
     let caller = netlog::Caller { pid: n.pid as i32, listener: job.listener, id: n.id };
-    if n.arch == crate::sys::seccomp::AUDIT_ARCH_X86_64 && super::fswatch::is_fs_call(n.nr) {
+    if n.arch == crate::sys::seccomp::AUDIT_ARCH_NATIVE && super::fswatch::is_fs_call(n.nr) {
         if let Some(view) = job.view {
             super::fswatch::observe(&job.log.fs, view, job.proc, n.pid as i32, n.nr, &n.args, &caller);
         }
@@ -258,7 +258,7 @@ pub(crate) fn net_log_call(
         // No reader (out of processes): the call goes on unread.
         Err(_) => false,
     };
-    let fs_call = n.arch == crate::sys::seccomp::AUDIT_ARCH_X86_64 && super::fswatch::is_fs_call(n.nr);
+    let fs_call = n.arch == crate::sys::seccomp::AUDIT_ARCH_NATIVE && super::fswatch::is_fs_call(n.nr);
     if !done && !fs_call && sys::seccomp_notif_id_valid(listener, n.id) {
         // The reader could not run or was killed (the program runs as the
         // same user and may signal it where Landlock does not scope

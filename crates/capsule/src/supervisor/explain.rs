@@ -314,7 +314,7 @@ pub(crate) fn violations(
                 path: Some(path),
                 host: None,
                 port: None,
-                syscall: crate::plan::seccomp::syscall_name(crate::sys::seccomp::AUDIT_ARCH_X86_64, nr as i32),
+                syscall: crate::plan::seccomp::syscall_name(crate::sys::seccomp::AUDIT_ARCH_NATIVE, nr as i32),
                 errno: v.errno.map(Into::into),
                 rule: v.rule,
                 fix: v.fix.unwrap_or_else(|| "none".into()),

@@ -21,9 +21,20 @@ pub fn close(fd: RawFd) {
     unsafe { raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
 }
 
+#[cfg(target_arch = "x86_64")]
 pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
     // SAFETY: plain syscall on integer arguments.
     retry(|| cvt(unsafe { raw_syscall(libc::SYS_dup2, [old as u64, new as u64, 0, 0, 0, 0]) })).map(drop)
+}
+
+/// dup2(2) where the kernel has only dup3 (aarch64), as glibc makes it:
+/// the same number checks that `old` is open, dup3 would fail (EINVAL).
+#[cfg(target_arch = "aarch64")]
+pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
+    if old == new {
+        return fcntl(old, libc::F_GETFD, 0).map(drop);
+    }
+    dup3(old, new, 0)
 }
 
 /// dup3(2) with `O_CLOEXEC` or 0.

@@ -94,7 +94,7 @@ pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> SysResult<()> {
     .map(drop)
 }
 
-/// newfstatat(2): what glibc's fstatat does on x86_64, whose `struct
+/// newfstatat(2): what glibc's fstatat does on x86_64 and aarch64, whose `struct
 /// stat` is the kernel's.
 fn newfstatat(dir: RawFd, path: &CStr, flags: i32) -> SysResult<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
@@ -251,8 +251,17 @@ pub fn reopen(fd: RawFd, flags: i32) -> SysResult<OwnedFd> {
 
 /// Whether the caller may write `path` (access(2) with W_OK).
 pub fn access_w(path: &CStr) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let a = [path.as_ptr() as u64, libc::W_OK as u64, 0, 0, 0, 0];
+    // aarch64 has only faccessat: the same call relative to the working directory.
+    #[cfg(target_arch = "aarch64")]
+    let a = [libc::AT_FDCWD as u64, path.as_ptr() as u64, libc::W_OK as u64, 0, 0, 0];
+    #[cfg(target_arch = "x86_64")]
+    let nr = libc::SYS_access;
+    #[cfg(target_arch = "aarch64")]
+    let nr = libc::SYS_faccessat;
     // SAFETY: path is NUL-terminated.
-    unsafe { raw_syscall(libc::SYS_access, [path.as_ptr() as u64, libc::W_OK as u64, 0, 0, 0, 0]) == 0 }
+    unsafe { raw_syscall(nr, a) == 0 }
 }
 
 pub fn chdir(path: &CStr) -> SysResult<()> {

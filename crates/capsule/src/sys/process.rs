@@ -228,6 +228,7 @@ extern "C" fn trampoline<T>(p: *const libc::c_void) -> ! {
 /// `args.stack` must be a live mapping that nothing else uses until the
 /// child has exec'd or exited, and `call` must stay alive and unchanged
 /// that long.
+#[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn clone3_on_stack<T>(args: &mut CloneArgs, call: &Call<'_, T>) -> i64 {
     let ret: i64;
     // SAFETY: clone3 with CLONE_VM starts the child right after the
@@ -257,6 +258,43 @@ pub(super) unsafe fn clone3_on_stack<T>(args: &mut CloneArgs, call: &Call<'_, T>
             in("r13") call as *const Call<'_, T>,
             out("rcx") _,
             out("r11") _,
+        );
+    }
+    ret
+}
+
+/// [`clone3_on_stack`] on aarch64.
+///
+/// # Safety
+/// As on x86_64.
+#[cfg(target_arch = "aarch64")]
+pub(super) unsafe fn clone3_on_stack<T>(args: &mut CloneArgs, call: &Call<'_, T>) -> i64 {
+    let ret: i64;
+    // SAFETY: clone3 with CLONE_VM starts the child right after the `svc`
+    // instruction with the same registers but sp at the top of
+    // `args.stack`, a live mapping used only by this child (the caller's
+    // contract). The child path never returns into Rust code: it calls
+    // `trampoline(call)` (x20, x21 survive the call) on the new, 16-byte
+    // aligned stack, with no frame record to unwind to (x29, x30 zero), and
+    // the trampoline ends in execve or _exit. `call` and what it points to
+    // stay valid that long (the caller's contract); the parent resumes
+    // here with x0 = pid or -errno. `svc` clobbers nothing else.
+    unsafe {
+        std::arch::asm!(
+            "svc #0",
+            "cbnz x0, 2f",
+            // child
+            "mov x29, xzr",
+            "mov x30, xzr",
+            "mov x0, x21",
+            "blr x20",
+            "brk #0",
+            "2:",
+            in("x8") libc::SYS_clone3,
+            inlateout("x0") args as *mut CloneArgs => ret,
+            in("x1") std::mem::size_of::<CloneArgs>(),
+            in("x20") trampoline::<T> as *const (),
+            in("x21") call as *const Call<'_, T>,
         );
     }
     ret
@@ -333,8 +371,15 @@ pub unsafe fn with_vm_child<T: Sync, R>(
 pub unsafe fn with_user_ns_child<R>(stack: &Stack, parent: impl FnOnce(i32) -> R) -> SysResult<R> {
     fn hold(_: &()) -> ! {
         loop {
-            // SAFETY: pause takes no arguments; the child only waits here to be killed.
-            unsafe { raw_syscall(libc::SYS_pause, [0; 6]) };
+            // aarch64 has no pause: ppoll of no descriptors, no timeout,
+            // waits for a signal the same way.
+            #[cfg(target_arch = "x86_64")]
+            let nr = libc::SYS_pause;
+            #[cfg(target_arch = "aarch64")]
+            let nr = libc::SYS_ppoll;
+            // SAFETY: pause takes no arguments, ppoll no descriptors (NULLs);
+            // the child only waits here to be killed.
+            unsafe { raw_syscall(nr, [0; 6]) };
         }
     }
     let call = Call { arg: &(), child: hold };

@@ -1,7 +1,7 @@
 //! The kernel's seccomp ABI as capsule's filters see it: classic BPF
 //! opcodes and return actions, `struct seccomp_data`, a reference
 //! interpreter of a filter (no allocation: PID 1 runs it), and the network
-//! calls of each x86 ABI; installing a filter and answering its user
+//! calls of each ABI (x86_64, x32 and i386; aarch64 and 32-bit ARM); installing a filter and answering its user
 //! notifications.
 
 use std::os::fd::RawFd;
@@ -10,6 +10,14 @@ use super::{cvt, raw_syscall, Errno, SysResult};
 
 pub(crate) const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 pub(crate) const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+pub(crate) const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
+/// 32-bit ARM (EABI), which an aarch64 kernel may run too.
+pub(crate) const AUDIT_ARCH_ARM: u32 = 0x4000_0028;
+/// The audit architecture of this build's own (native) calls.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AUDIT_ARCH_NATIVE: u32 = AUDIT_ARCH_X86_64;
+#[cfg(target_arch = "aarch64")]
+pub(crate) const AUDIT_ARCH_NATIVE: u32 = AUDIT_ARCH_AARCH64;
 
 pub(crate) const RET_ACTION_FULL: u32 = 0xffff_0000;
 pub(crate) const RET_ALLOW: u32 = 0x7fff_0000;
@@ -145,6 +153,15 @@ pub(crate) const NR_I386_SENDMMSG: u32 = 345;
 pub(crate) const NR_I386_CONNECT: u32 = 362;
 pub(crate) const NR_I386_SENDTO: u32 = 369;
 pub(crate) const NR_I386_SENDMSG: u32 = 370;
+/// aarch64 numbers (the kernel's generic table) and 32-bit ARM's (EABI).
+pub(crate) const NR_A64_CONNECT: u32 = 203;
+pub(crate) const NR_A64_SENDTO: u32 = 206;
+pub(crate) const NR_A64_SENDMSG: u32 = 211;
+pub(crate) const NR_A64_SENDMMSG: u32 = 269;
+pub(crate) const NR_ARM_CONNECT: u32 = 283;
+pub(crate) const NR_ARM_SENDTO: u32 = 290;
+pub(crate) const NR_ARM_SENDMSG: u32 = 296;
+pub(crate) const NR_ARM_SENDMMSG: u32 = 374;
 pub(crate) const SYS_CONNECT: u64 = 3;
 pub(crate) const SYS_SENDTO: u64 = 11;
 pub(crate) const SYS_SENDMSG: u64 = 16;
@@ -164,7 +181,8 @@ pub(crate) enum NetCall {
 pub(crate) enum Abi {
     Native,
     X32,
-    /// `int $0x80`: 32-bit arguments, compat structures.
+    /// `int $0x80` (or 32-bit ARM's calls on aarch64): 32-bit arguments,
+    /// compat structures.
     I386,
 }
 
@@ -200,6 +218,20 @@ pub(crate) fn net_call(arch: u32, nr: i32, args: &[u64; 6]) -> Option<(NetCall, 
                 };
                 return Some((call, Abi::I386, true));
             }
+            _ => return None,
+        },
+        AUDIT_ARCH_AARCH64 => match nr {
+            NR_A64_CONNECT => (NetCall::Connect, Abi::Native),
+            NR_A64_SENDTO => (NetCall::Sendto, Abi::Native),
+            NR_A64_SENDMSG => (NetCall::Sendmsg, Abi::Native),
+            NR_A64_SENDMMSG => (NetCall::Sendmmsg, Abi::Native),
+            _ => return None,
+        },
+        AUDIT_ARCH_ARM => match nr {
+            NR_ARM_CONNECT => (NetCall::Connect, Abi::I386),
+            NR_ARM_SENDTO => (NetCall::Sendto, Abi::I386),
+            NR_ARM_SENDMSG => (NetCall::Sendmsg, Abi::I386),
+            NR_ARM_SENDMMSG => (NetCall::Sendmmsg, Abi::I386),
             _ => return None,
         },
         _ => return None,

@@ -11,7 +11,7 @@ fn glibc_reserved(sig: i32) -> bool {
     sig == 32 || sig == 33
 }
 
-/// The kernel's `struct sigaction` on x86_64 (`rt_sigaction` with a
+/// The kernel's `struct sigaction` on x86_64 and aarch64 (`rt_sigaction` with a
 /// sigsetsize of 8).
 #[repr(C)]
 struct KernelSigaction {

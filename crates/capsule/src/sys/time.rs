@@ -106,6 +106,7 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
 }
 
 /// poll(2) over a fixed set; fills `revents`.
+#[cfg(target_arch = "x86_64")]
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
     retry(|| {
         // SAFETY: fds is a valid array of fds.len() pollfd structs; a negative
@@ -115,6 +116,14 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
         })
     })
     .map(|n| n as usize)
+}
+
+/// poll(2) over a fixed set where the kernel has only ppoll (aarch64): a
+/// negative timeout waits without one.
+#[cfg(target_arch = "aarch64")]
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
+    let timeout = u64::try_from(timeout_ms).ok().map(std::time::Duration::from_millis);
+    ppoll(fds, timeout)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Compiling a parsed policy into classic BPF: names and argument
-//! conditions checked, the automatic NEW_LISTENER rule, a binary tree over
-//! the syscall numbers.
+//! Compiling a parsed policy into classic BPF for one architecture: names
+//! and argument conditions checked (on aarch64, the rules for calls it
+//! lacks carried over to the calls it makes instead), the automatic
+//! NEW_LISTENER rule, a binary tree over the syscall numbers.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,38 @@ use super::epilogue::{assemble, Asm, Target};
 use super::names;
 use super::policy::{Action, ArgCond, Op, Policy};
 use super::Filter;
-use crate::sys::seccomp::{AUDIT_ARCH_X86_64, X32};
+use crate::sys::seccomp::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32};
+
+/// The architecture a filter is compiled for: the build's own
+/// ([`Arch::NATIVE`]) at run time; tests compile for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+impl Arch {
+    #[cfg(target_arch = "x86_64")]
+    pub const NATIVE: Arch = Arch::X86_64;
+    #[cfg(target_arch = "aarch64")]
+    pub const NATIVE: Arch = Arch::Aarch64;
+
+    /// `AUDIT_ARCH_*`, what `seccomp_data.arch` holds for its calls.
+    pub fn audit(self) -> u32 {
+        match self {
+            Arch::X86_64 => AUDIT_ARCH_X86_64,
+            Arch::Aarch64 => AUDIT_ARCH_AARCH64,
+        }
+    }
+
+    /// Its number of a syscall name.
+    pub(crate) fn nr(self, name: &str) -> Option<u32> {
+        match self {
+            Arch::X86_64 => names::x86_64_nr(name),
+            Arch::Aarch64 => names::aarch64_nr(name),
+        }
+    }
+}
 
 /// One rule after validation and expansion: single syscall, conditions
 /// checked.
@@ -18,6 +50,9 @@ struct Flat {
     source: String,
     /// The rule came from the policy (not added by capsule).
     user: bool,
+    /// Carried over from a call the architecture lacks (`open` as
+    /// `openat(AT_FDCWD, ...)`): ahead of the call's own rules.
+    successor: bool,
     name: String,
     nr: u32,
     action: Action,
@@ -45,55 +80,119 @@ enum Cmp {
 const SECCOMP_SET_MODE_FILTER: u64 = 1;
 const SECCOMP_FILTER_FLAG_NEW_LISTENER: u64 = 1 << 3;
 
-/// Validates and compiles a parsed policy.
+/// Validates and compiles a parsed policy for this build's architecture.
 pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
+    compile_policy_for(p, Arch::NATIVE)
+}
+
+/// How a policy's name resolves on an architecture.
+enum Resolved {
+    Nr(u32),
+    /// aarch64: a call it makes with another one, with some arguments fixed.
+    Successor(&'static names::Successor, u32),
+    /// aarch64: an x86_64 call without a counterpart; no call matches.
+    Absent,
+}
+
+fn resolve(arch: Arch, name: &str) -> Option<Resolved> {
+    if let Some(nr) = arch.nr(name) {
+        return Some(Resolved::Nr(nr));
+    }
+    if arch == Arch::X86_64 || names::x86_64_nr(name).is_none() {
+        return None;
+    }
+    Some(match names::aarch64_successor(name) {
+        Some(s) => Resolved::Successor(s, arch.nr(s.name).expect("a successor is an aarch64 call")),
+        None => Resolved::Absent,
+    })
+}
+
+/// A rule's conditions carried over to the successor call: the arguments
+/// moved, the fixed ones added.
+fn successor_conds(s: &names::Successor, name: &str, conds: &[Cond]) -> Result<Vec<Cond>, String> {
+    let mut out: Vec<Cond> = s
+        .fixed
+        .iter()
+        .map(|&(i, f)| match f {
+            names::Fixed::Int(v) => (i, Cmp::Masked(0xffff_ffff, u64::from(v))),
+            names::Fixed::Long(v) => (i, Cmp::Eq(v)),
+        })
+        .collect();
+    for (i, cmp) in conds {
+        match s.args.get(*i as usize).copied().flatten() {
+            Some(to) => out.push((to, cmp.clone())),
+            None => {
+                return Err(format!(
+                    "a condition on argument {i} of `{name}`, which aarch64 makes as `{}` where that argument has \
+                     no counterpart: condition on `{}` itself",
+                    s.name, s.name
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Validates and compiles a parsed policy for `arch`.
+pub fn compile_policy_for(p: &Policy, arch: Arch) -> Result<Filter, String> {
     let non_native = p.non_native_action.unwrap_or(match p.default_action {
         Action::Allow | Action::Log => Action::Errno(libc::ENOSYS as u16),
         a => a,
     });
     // Names first: report every unknown one at once.
     let mut unknown = Vec::new();
-    let mut resolved: Vec<Vec<(String, u32)>> = Vec::new();
+    let mut resolved: Vec<Vec<(String, Resolved)>> = Vec::new();
     for (i, r) in p.rules.iter().enumerate() {
         let mut v = Vec::new();
         if r.syscall.names().is_empty() {
             return Err(format!("rule[{i}].syscall: the list is empty"));
         }
         for name in r.syscall.names() {
-            match native_nr(name) {
-                Some(nr) => v.push((name.clone(), nr)),
+            match resolve(arch, name) {
+                Some(res) => v.push((name.clone(), res)),
                 None => unknown.push(format!("`{name}` (rule[{i}])")),
             }
         }
         resolved.push(v);
     }
     if !unknown.is_empty() {
-        return Err(format!("unknown x86_64 syscall names: {}", unknown.join(", ")));
+        let what = if arch == Arch::X86_64 { "x86_64 syscall names" } else { "syscall names" };
+        return Err(format!("unknown {what}: {}", unknown.join(", ")));
     }
     let mut flat = Vec::new();
+    let mut carried = Vec::new();
     for (i, (r, names)) in p.rules.iter().zip(&resolved).enumerate() {
         let conds = conditions(&r.args).map_err(|e| format!("rule[{i}].{e}"))?;
-        for (name, nr) in names {
-            flat.push(Flat {
-                source: format!("rule[{i}]"),
-                user: true,
-                name: name.clone(),
-                nr: *nr,
-                action: r.action,
-                conds: conds.clone(),
-            });
+        for (name, res) in names {
+            let source = format!("rule[{i}]");
+            let (nr, conds, successor) = match res {
+                Resolved::Nr(nr) => (*nr, conds.clone(), false),
+                Resolved::Successor(s, nr) => {
+                    (*nr, successor_conds(s, name, &conds).map_err(|e| format!("{source}: {e}"))?, true)
+                }
+                Resolved::Absent => continue,
+            };
+            let f = Flat { source, user: true, successor, name: name.clone(), nr, action: r.action, conds };
+            if successor {
+                carried.push(f)
+            } else {
+                flat.push(f)
+            }
         }
     }
+    let flat = with_successors(flat, carried, p.default_action);
     let notify =
         p.default_action == Action::Kill || non_native == Action::Kill || flat.iter().any(|f| f.action == Action::Kill);
+    let mut flat = flat;
     if notify {
-        flat = guard_new_listener(flat)?;
+        flat = guard_new_listener(flat, arch)?;
     }
     check_conflicts(&flat, p.default_action)?;
     // Only automatic rules have the default action here (see
     // check_conflicts): the default covers them.
     flat.retain(|f| f.action != p.default_action);
-    let program = assemble(&generate(p.default_action, non_native, &flat)).map_err(|e| format!("assembling: {e}"))?;
+    let program =
+        assemble(&generate(arch, p.default_action, non_native, &flat)).map_err(|e| format!("assembling: {e}"))?;
     // BPF_MAXINSNS.
     if program.len() > 4096 {
         return Err(format!("the filter has {} instructions; the kernel takes at most 4096", program.len()));
@@ -101,9 +200,31 @@ pub fn compile_policy(p: &Policy) -> Result<Filter, String> {
     Ok(Filter { program, notify, net_log_from: 0 })
 }
 
-/// The x86_64 number of a syscall name.
+/// This build's number of a syscall name.
+#[cfg(test)]
 pub(super) fn native_nr(name: &str) -> Option<u32> {
-    names::x86_64_nr(name)
+    Arch::NATIVE.nr(name)
+}
+
+/// The rules carried over from calls the architecture lacks, ahead of the
+/// rules of the calls they became (the first rule that holds decides):
+/// `open`'s rule decides for `openat(AT_FDCWD, ...)`, `openat`'s for the
+/// rest. One that would decide as the call's own unconditional rule (or,
+/// without rules, the default) is left out: it changes nothing.
+fn with_successors(flat: Vec<Flat>, carried: Vec<Flat>, default: Action) -> Vec<Flat> {
+    let mut out = Vec::new();
+    for c in carried {
+        let own: Vec<&Flat> = flat.iter().filter(|f| f.nr == c.nr).collect();
+        let same = match own.iter().find(|f| f.conds.is_empty()) {
+            Some(u) => u.action == c.action,
+            None => own.is_empty() && c.action == default,
+        };
+        if !same {
+            out.push(c);
+        }
+    }
+    out.extend(flat);
+    out
 }
 
 /// The conditions of a rule, checked.
@@ -181,8 +302,8 @@ fn conditions(args: &[ArgCond]) -> Result<Vec<Cond>, String> {
 /// calls (split into rules disjoint from the automatic one, so their order
 /// does not matter). `op` and `flags` are `unsigned int` in the
 /// kernel: only their low 32 bits count.
-fn guard_new_listener(flat: Vec<Flat>) -> Result<Vec<Flat>, String> {
-    let nr = libc::SYS_seccomp as u32;
+fn guard_new_listener(flat: Vec<Flat>, arch: Arch) -> Result<Vec<Flat>, String> {
+    let nr = arch.nr("seccomp").expect("every architecture has seccomp");
     let op_is_filter = (0u32, Cmp::Masked(0xffff_ffff, SECCOMP_SET_MODE_FILTER));
     let other_op = (0u32, Cmp::NotIn(vec![SECCOMP_SET_MODE_FILTER as u32]));
     let with_listener = (1u32, Cmp::Masked(SECCOMP_FILTER_FLAG_NEW_LISTENER, SECCOMP_FILTER_FLAG_NEW_LISTENER));
@@ -219,6 +340,7 @@ fn guard_new_listener(flat: Vec<Flat>) -> Result<Vec<Flat>, String> {
     out.push(Flat {
         source: "the automatic NEW_LISTENER rule".into(),
         user: false,
+        successor: false,
         name: "seccomp".into(),
         nr,
         action: eperm,
@@ -242,6 +364,9 @@ fn check_conflicts(flat: &[Flat], default: Action) -> Result<(), String> {
         by_nr.entry(f.nr).or_default().push(f);
     }
     for rules in by_nr.values() {
+        // Carried-over rules always have conditions and come first: an
+        // unconditional rule of the call itself decides the rest.
+        let rules: Vec<&Flat> = rules.iter().copied().filter(|f| !f.successor).collect();
         let uncond: Vec<&&Flat> = rules.iter().filter(|f| f.conds.is_empty()).collect();
         if let Some(first) = uncond.first() {
             if let Some(other) = rules.iter().find(|f| !std::ptr::eq(**f, **first)) {
@@ -277,29 +402,36 @@ impl Labels {
 /// The kernel emulates the filter once per syscall number and ABI when it
 /// is installed (to fill its action cache), and converts and JITs every
 /// instruction, for every run: a tree keeps both short.
-fn generate(default: Action, non_native: Action, flat: &[Flat]) -> Vec<Asm<u32>> {
+fn generate(arch: Arch, default: Action, non_native: Action, flat: &[Flat]) -> Vec<Asm<u32>> {
     use Asm::*;
     let next = u32::NEXT;
     let mut l = Labels(0);
     let (native, number) = (l.fresh(), l.fresh());
-    // Another arch (i386 included) and x32 numbers get the non-native
-    // action; -1 (no call: a tracer skipping it) is no x32 number.
-    let mut code = vec![
-        Ld(4),
-        Jeq(AUDIT_ARCH_X86_64, native, next),
-        Ret(non_native.ret()),
-        Label(native),
-        Ld(0),
-        Jge(X32, next, number),
-        Jeq(u32::MAX, number, next),
-        Ret(non_native.ret()),
-        Label(number),
-    ];
+    let mut code = match arch {
+        // Another arch (i386 included) and x32 numbers get the non-native
+        // action; -1 (no call: a tracer skipping it) is no x32 number.
+        Arch::X86_64 => vec![
+            Ld(4),
+            Jeq(AUDIT_ARCH_X86_64, native, next),
+            Ret(non_native.ret()),
+            Label(native),
+            Ld(0),
+            Jge(X32, next, number),
+            Jeq(u32::MAX, number, next),
+            Ret(non_native.ret()),
+            Label(number),
+        ],
+        // Another arch (32-bit ARM) gets the non-native action.
+        Arch::Aarch64 => {
+            vec![Ld(4), Jeq(AUDIT_ARCH_AARCH64, native, next), Ret(non_native.ret()), Label(native), Ld(0)]
+        }
+    };
     let mut by_nr: BTreeMap<u32, Vec<&Flat>> = BTreeMap::new();
     for f in flat {
         by_nr.entry(f.nr).or_default().push(f);
     }
-    tree(&segments(default, &by_nr), X32, &mut l, &mut code);
+    let end = if arch == Arch::X86_64 { X32 } else { u32::MAX };
+    tree(&segments(default, &by_nr), end, &mut l, &mut code);
     code
 }
 

@@ -51,17 +51,30 @@ const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
 /// `FS_IOC_RESVSP` and `FS_IOC_RESVSP64`: `fallocate(FALLOC_FL_KEEP_SIZE)`
 /// by ioctl on any filesystem, native and i386 (`_32`: a 44-byte struct).
 const FS_IOC_RESVSP: [u32; 4] = [0x4030_5828, 0x4030_582a, 0x402c_5828, 0x402c_582a];
+#[cfg(target_arch = "x86_64")]
 const NR_SOCKET: u32 = 41;
+#[cfg(target_arch = "x86_64")]
 const NR_IOCTL: u32 = 16;
+#[cfg(target_arch = "x86_64")]
 const NR_X32_IOCTL: u32 = X32 | 514;
+#[cfg(target_arch = "x86_64")]
 const NR_FALLOCATE: u32 = 285;
 /// io_uring_setup, io_uring_enter, io_uring_register: the same numbers in
 /// every ABI.
 const NR_IO_URING: [u32; 3] = [425, 426, 427];
+#[cfg(target_arch = "x86_64")]
 const NR_I386_IOCTL: u32 = 54;
+#[cfg(target_arch = "x86_64")]
 const NR_I386_SOCKET: u32 = 359;
+#[cfg(target_arch = "x86_64")]
 const NR_I386_FALLOCATE: u32 = 324;
+#[cfg(target_arch = "x86_64")]
 const SYS_SOCKET: u32 = 1;
+/// ioctl, fallocate and socket on aarch64 and on 32-bit ARM.
+#[cfg(target_arch = "aarch64")]
+const NR_A64_GUARDED: [u32; 3] = [29, 47, 198];
+#[cfg(target_arch = "aarch64")]
+const NR_ARM_GUARDED: [u32; 3] = [54, 352, 281];
 
 /// `filter` (a compiled policy; empty for `none`) with the run's guards:
 /// every `ret` of the policy's program whose action is `allow` or `log`
@@ -89,6 +102,72 @@ fn guards_epilogue(pass: u32, g: Guards) -> Result<Vec<libc::sock_filter>, Polic
     let errno = |e: i32| 0x0005_0000 | e as u32;
     let (sockets, keep) = (g.ports || g.vsock, g.keep_size);
     let mut c = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    dispatch_x86(&mut c, pass, sockets, keep);
+    #[cfg(target_arch = "aarch64")]
+    dispatch_aarch64(&mut c, sockets, keep);
+    if sockets {
+        // socket(family, type, protocol): `int`s, the low 32 bits count.
+        c.extend([Label("socket"), Ld(args_lo(0))]);
+        if g.vsock {
+            c.push(Jeq(AF_VSOCK, "eafnosupport", NEXT));
+        }
+        if g.ports {
+            c.extend([
+                Jeq(AF_SMC, "eafnosupport", NEXT),
+                Jeq(AF_INET, "protocol", NEXT),
+                Jeq(AF_INET6, "protocol", "pass"),
+                Label("protocol"),
+                Ld(args_lo(2)),
+                Jeq(IPPROTO_MPTCP, "eprotonosupport", NEXT),
+                Jeq(IPPROTO_SMC, "eprotonosupport", NEXT),
+            ]);
+        }
+        c.push(Ret(pass));
+        // socketcall(SYS_SOCKET, args): the family is in memory, out of
+        // the filter's sight.
+        #[cfg(target_arch = "x86_64")]
+        c.extend([Label("socketcall"), Ld(args_lo(0)), Jeq(SYS_SOCKET, "eafnosupport", "pass")]);
+    }
+    if keep {
+        // fallocate(fd, mode, ...): KEEP_SIZE allocates past the size,
+        // except punching a hole, which frees; INSERT_RANGE grows the size
+        // without the RLIMIT_FSIZE check.
+        c.extend([
+            Label("fallocate"),
+            Ld(args_lo(1)),
+            Jset(FALLOC_FL_INSERT_RANGE, "eopnotsupp", NEXT),
+            Jset(FALLOC_FL_KEEP_SIZE, NEXT, "pass"),
+            Jeq(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, "pass", "eopnotsupp"),
+            Label("ioctl"),
+            Ld(args_lo(1)),
+        ]);
+        for cmd in FS_IOC_RESVSP {
+            c.push(Jeq(cmd, "eopnotsupp", NEXT));
+        }
+        c.push(Ret(pass));
+    }
+    c.extend([
+        Label("enosys"),
+        Ret(errno(libc::ENOSYS)),
+        Label("eafnosupport"),
+        Ret(errno(libc::EAFNOSUPPORT)),
+        Label("eprotonosupport"),
+        Ret(errno(libc::EPROTONOSUPPORT)),
+        Label("eopnotsupp"),
+        Ret(errno(libc::EOPNOTSUPP)),
+        Label("pass"),
+        Ret(pass),
+    ]);
+    assemble(&c).map_err(PolicyError::Invalid)
+}
+
+/// The guarded numbers of every x86 ABI, split by ranges; each goes on to
+/// check its ABI (the labels of [`guards_epilogue`]'s tail).
+#[cfg(target_arch = "x86_64")]
+fn dispatch_x86(c: &mut Vec<Asm>, pass: u32, sockets: bool, keep: bool) {
+    use Asm::*;
+    const NEXT: &str = "";
     // The number first: the guarded ones of every ABI, split by ranges;
     // each goes on to check its ABI.
     c.extend([Ld(0), Jge(NR_FALLOCATE, "high", NEXT), Jge(NR_I386_IOCTL, "low2", NEXT)]);
@@ -135,55 +214,27 @@ fn guards_epilogue(pass: u32, g: Guards) -> Result<Vec<libc::sock_filter>, Polic
         abi("native_socket", AUDIT_ARCH_X86_64, "socket");
         abi("i386_socket", AUDIT_ARCH_I386, "socket");
         abi("i386_socketcall", AUDIT_ARCH_I386, "socketcall");
-        // socket(family, type, protocol): `int`s, the low 32 bits count.
-        c.extend([Label("socket"), Ld(args_lo(0))]);
-        if g.vsock {
-            c.push(Jeq(AF_VSOCK, "eafnosupport", NEXT));
-        }
-        if g.ports {
-            c.extend([
-                Jeq(AF_SMC, "eafnosupport", NEXT),
-                Jeq(AF_INET, "protocol", NEXT),
-                Jeq(AF_INET6, "protocol", "pass"),
-                Label("protocol"),
-                Ld(args_lo(2)),
-                Jeq(IPPROTO_MPTCP, "eprotonosupport", NEXT),
-                Jeq(IPPROTO_SMC, "eprotonosupport", NEXT),
-            ]);
-        }
-        // socketcall(SYS_SOCKET, args): the family is in memory, out of
-        // the filter's sight.
-        c.extend([Ret(pass), Label("socketcall"), Ld(args_lo(0)), Jeq(SYS_SOCKET, "eafnosupport", "pass")]);
     }
-    if keep {
-        // fallocate(fd, mode, ...): KEEP_SIZE allocates past the size,
-        // except punching a hole, which frees; INSERT_RANGE grows the size
-        // without the RLIMIT_FSIZE check.
-        c.extend([
-            Label("fallocate"),
-            Ld(args_lo(1)),
-            Jset(FALLOC_FL_INSERT_RANGE, "eopnotsupp", NEXT),
-            Jset(FALLOC_FL_KEEP_SIZE, NEXT, "pass"),
-            Jeq(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, "pass", "eopnotsupp"),
-            Label("ioctl"),
-            Ld(args_lo(1)),
-        ]);
-        for cmd in FS_IOC_RESVSP {
-            c.push(Jeq(cmd, "eopnotsupp", NEXT));
+}
+
+/// The guarded numbers of aarch64 and of 32-bit ARM (the same checks of
+/// their arguments; no `socketcall` in ARM's EABI).
+#[cfg(target_arch = "aarch64")]
+fn dispatch_aarch64(c: &mut Vec<Asm>, sockets: bool, keep: bool) {
+    use Asm::*;
+    const NEXT: &str = "";
+    c.extend([Ld(4), Jeq(AUDIT_ARCH_AARCH64, NEXT, "arm"), Ld(0)]);
+    for (arch, [ioctl, fallocate, socket]) in [("native", NR_A64_GUARDED), ("arm", NR_ARM_GUARDED)] {
+        if arch == "arm" {
+            c.extend([Label("arm"), Jeq(AUDIT_ARCH_ARM, NEXT, "pass"), Ld(0)]);
         }
-        c.push(Ret(pass));
+        if keep {
+            c.extend([Jeq(ioctl, "ioctl", NEXT), Jeq(fallocate, "fallocate", NEXT)]);
+        }
+        if sockets {
+            c.push(Jeq(socket, "socket", NEXT));
+        }
+        // io_uring: the same numbers in both.
+        c.extend([Jge(NR_IO_URING[0], NEXT, "pass"), Jgt(NR_IO_URING[2], "pass", "enosys")]);
     }
-    c.extend([
-        Label("enosys"),
-        Ret(errno(libc::ENOSYS)),
-        Label("eafnosupport"),
-        Ret(errno(libc::EAFNOSUPPORT)),
-        Label("eprotonosupport"),
-        Ret(errno(libc::EPROTONOSUPPORT)),
-        Label("eopnotsupp"),
-        Ret(errno(libc::EOPNOTSUPP)),
-        Label("pass"),
-        Ret(pass),
-    ]);
-    assemble(&c).map_err(PolicyError::Invalid)
 }

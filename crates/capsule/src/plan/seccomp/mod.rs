@@ -20,25 +20,31 @@
 //! gets a rule refusing `seccomp(SECCOMP_SET_MODE_FILTER,
 //! SECCOMP_FILTER_FLAG_NEW_LISTENER, ...)` with EPERM.
 
+#[cfg(test)]
+mod arch_tests;
 mod compile;
 mod epilogue;
 mod guards;
 mod names;
 mod netlog;
 mod policy;
-#[cfg(test)]
+// x86_64's numbers and ABIs (i386, x32), on x86_64.
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 
 use std::path::Path;
 
-pub use self::compile::compile_policy;
+pub use self::compile::{compile_policy, compile_policy_for, Arch};
 pub use self::guards::{with_guards, Guards};
 pub use self::netlog::{with_net_log, with_watch, FS_WATCHED};
 use self::policy::{parse_json, parse_toml};
 pub use self::policy::{Action, ArgCond, OneOrMany, Op, Policy, Rule, Value};
 pub use crate::proto::policy::{PolicyError, PolicyName};
 use crate::sys;
-use crate::sys::seccomp::{run_bpf_probe, seccomp_data, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, RET_ALLOW, X32};
+use crate::sys::seccomp::{
+    run_bpf_probe, seccomp_data, AUDIT_ARCH_AARCH64, AUDIT_ARCH_ARM, AUDIT_ARCH_I386, AUDIT_ARCH_NATIVE,
+    AUDIT_ARCH_X86_64, RET_ALLOW, X32,
+};
 
 /// A compiled classic-BPF program.
 #[derive(Clone, Default)]
@@ -99,7 +105,7 @@ pub const BUILTIN_POLICIES: [(&str, &str); 7] = [
     ("bash", BASH_POLICY),
 ];
 
-/// Loads (for a file) and compiles a policy for x86_64.
+/// Loads (for a file) and compiles a policy for this build's architecture.
 pub fn compile(name: &PolicyName) -> Result<Filter, PolicyError> {
     let (origin, policy) = match name {
         PolicyName::None => return Ok(Filter::default()),
@@ -134,14 +140,16 @@ fn is_json(path: &Path) -> bool {
 }
 
 /// The name of syscall `nr` of the audit architecture `arch`: `socket`, or
-/// `i386:open` / `x32:read` for non-native ABIs, or `syscall 999` when
-/// unknown.
+/// `i386:open` / `x32:read` / `arm:syscall 5` for non-native ABIs, or
+/// `syscall 999` when unknown.
 pub fn syscall_name(arch: u32, nr: i32) -> String {
     let n = u32::try_from(nr).ok();
     let (name, prefix) = match arch {
         AUDIT_ARCH_X86_64 if nr >= X32 as i32 => (n.and_then(|n| names::x32_name(n - X32)), "x32:"),
         AUDIT_ARCH_X86_64 => (n.and_then(names::x86_64_name), ""),
         AUDIT_ARCH_I386 => (n.and_then(names::i386_name), "i386:"),
+        AUDIT_ARCH_AARCH64 => (n.and_then(names::aarch64_name), ""),
+        AUDIT_ARCH_ARM => (None, "arm:"),
         _ => return format!("syscall {nr} (audit arch {arch:#x})"),
     };
     match name {
@@ -152,10 +160,9 @@ pub fn syscall_name(arch: u32, nr: i32) -> String {
 
 /// The system calls the tracee makes between its go message and the
 /// program's execve (stdio, Landlock's stdio rules, chdir, limits, the
-/// CPU baseline, the exec itself, and exit on a failure), x86_64 numbers.
+/// CPU baseline, the exec itself, and exit on a failure), native numbers.
 const TRACEE_EPILOGUE: &[i32] = &[
     libc::SYS_recvmsg as i32,
-    libc::SYS_dup2 as i32,
     libc::SYS_dup3 as i32,
     libc::SYS_close as i32,
     libc::SYS_fcntl as i32,
@@ -178,6 +185,19 @@ const TRACEE_EPILOGUE: &[i32] = &[
     libc::SYS_exit_group as i32,
 ];
 
+/// The calls of the `sys` layer's wrappers that differ by architecture:
+/// on x86_64 `dup2` (the tracee's), `access` and `poll`; aarch64 has
+/// none of them, its wrappers make `dup3`, `fcntl`, `ppoll` (in the lists)
+/// and `faccessat`.
+#[cfg(target_arch = "x86_64")]
+const TRACEE_ARCH: &[i64] = &[libc::SYS_dup2];
+#[cfg(target_arch = "x86_64")]
+const CHILD_PATH_ARCH: &[i64] = &[libc::SYS_dup2, libc::SYS_access, libc::SYS_poll];
+#[cfg(target_arch = "aarch64")]
+const TRACEE_ARCH: &[i64] = &[];
+#[cfg(target_arch = "aarch64")]
+const CHILD_PATH_ARCH: &[i64] = &[libc::SYS_faccessat];
+
 /// Whether a filter allows every call the tracee makes after its go
 /// message, whatever their arguments (and `ioctl(0, TIOCSCTTY, 0)`, for
 /// `controlling_tty`, and `prlimit64` of itself, as `sys::setrlimit` calls
@@ -191,6 +211,7 @@ pub(crate) fn allows_tracee_epilogue(prog: &[libc::sock_filter]) -> bool {
         return true;
     }
     TRACEE_EPILOGUE.iter().all(|&nr| allows(prog, nr as i64, &[0; 6], true))
+        && TRACEE_ARCH.iter().all(|&nr| allows(prog, nr, &[0; 6], true))
         && allows(prog, libc::SYS_ioctl, &[0, libc::TIOCSCTTY, 0, 0, 0, 0], false)
         && allows_own_limits(prog)
 }
@@ -207,7 +228,7 @@ fn allows_own_limits(prog: &[libc::sock_filter]) -> bool {
 /// Whether `prog` allows native call `nr` with `args`; with `any_args`,
 /// only if its verdict does not read them.
 fn allows(prog: &[libc::sock_filter], nr: i64, args: &[u64; 6], any_args: bool) -> bool {
-    let data = seccomp_data(nr as i32, AUDIT_ARCH_X86_64, 0, args);
+    let data = seccomp_data(nr as i32, AUDIT_ARCH_NATIVE, 0, args);
     matches!(run_bpf_probe(prog, &data), Some((RET_ALLOW, _, read_args)) if !(any_args && read_args))
 }
 
@@ -219,14 +240,12 @@ fn allows(prog: &[libc::sock_filter], nr: i64, args: &[u64; 6], any_args: bool) 
 /// PID 1 calls: whatever the run's mounts, limits and network.
 const CHILD_PATH: &[i64] = &[
     libc::SYS_accept4,
-    libc::SYS_access,
     libc::SYS_capset,
     libc::SYS_chdir,
     libc::SYS_clock_gettime,
     libc::SYS_clone3,
     libc::SYS_close,
     libc::SYS_close_range,
-    libc::SYS_dup2,
     libc::SYS_dup3,
     libc::SYS_eventfd2,
     libc::SYS_execve,
@@ -270,7 +289,6 @@ const CHILD_PATH: &[i64] = &[
     libc::SYS_pidfd_send_signal,
     libc::SYS_pipe2,
     libc::SYS_pivot_root,
-    libc::SYS_poll,
     libc::SYS_ppoll,
     libc::SYS_prctl,
     libc::SYS_pread64,
@@ -330,7 +348,7 @@ pub(crate) fn allows_child_path(prog: &[libc::sock_filter]) -> bool {
         sys::seccomp::SECCOMP_IOCTL_NOTIF_ID_VALID,
     ];
     let datagram = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64;
-    CHILD_PATH.iter().all(|&nr| allows(prog, nr, &[0; 6], true))
+    CHILD_PATH.iter().chain(CHILD_PATH_ARCH).all(|&nr| allows(prog, nr, &[0; 6], true))
         && ioctls.iter().all(|&cmd| allows(prog, libc::SYS_ioctl, &[3, cmd, 0, 0, 0, 0], false))
         && allows(prog, libc::SYS_socket, &[libc::AF_INET as u64, datagram, 0, 0, 0, 0], false)
         && allows_own_limits(prog)

@@ -29,8 +29,9 @@ pub fn with_watch(filter: &Filter, fs: bool) -> Result<Filter, PolicyError> {
 
 /// The native file calls `explain` sends to PID 1 (`child::fswatch`
 /// reads their paths): opens, and every call that creates, removes,
-/// renames or changes a file.
-pub const FS_WATCHED: [i64; 29] = [
+/// renames or changes a file. aarch64 has only the `*at` calls.
+#[cfg(target_arch = "x86_64")]
+pub const FS_WATCHED: &[i64] = &[
     libc::SYS_open,
     libc::SYS_openat,
     libc::SYS_openat2,
@@ -61,10 +62,40 @@ pub const FS_WATCHED: [i64; 29] = [
     libc::SYS_symlinkat,
     libc::SYS_utimensat,
 ];
+#[cfg(target_arch = "aarch64")]
+pub const FS_WATCHED: &[i64] = &[
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_truncate,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_mkdirat,
+    libc::SYS_unlinkat,
+    libc::SYS_mknodat,
+    libc::SYS_fchmodat,
+    libc::SYS_fchownat,
+    38, // renameat
+    libc::SYS_renameat2,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_utimensat,
+];
 
 /// The epilogue of [`with_net_log`] for a policy's action `pass` (`allow`
 /// or `log`).
 fn net_log_epilogue(pass: u32, fs: bool) -> Result<Vec<libc::sock_filter>, PolicyError> {
+    #[cfg(target_arch = "x86_64")]
+    let code = x86_epilogue(pass, fs);
+    #[cfg(target_arch = "aarch64")]
+    let code = aarch64_epilogue(pass, fs);
+    assemble(&code).map_err(PolicyError::Invalid)
+}
+
+/// The epilogue's code on x86_64: native, x32 and i386 calls.
+#[cfg(target_arch = "x86_64")]
+fn x86_epilogue(pass: u32, fs: bool) -> Vec<Asm<&'static str>> {
     use Asm::*;
     const NEXT: &str = "";
     let args_lo = |i: u32| 16 + 8 * i;
@@ -114,5 +145,48 @@ fn net_log_epilogue(pass: u32, fs: bool) -> Result<Vec<libc::sock_filter>, Polic
         Label("pass"),
         Ret(pass),
     ]);
-    assemble(&code).map_err(PolicyError::Invalid)
+    code
+}
+
+/// The epilogue's code on aarch64: native calls and 32-bit ARM's (no
+/// `socketcall` in its EABI).
+#[cfg(target_arch = "aarch64")]
+fn aarch64_epilogue(pass: u32, fs: bool) -> Vec<Asm<&'static str>> {
+    use Asm::*;
+    const NEXT: &str = "";
+    let args_lo = |i: u32| 16 + 8 * i;
+    let mut code = vec![
+        Ld(4),
+        Jeq(AUDIT_ARCH_AARCH64, "native", NEXT),
+        Jeq(AUDIT_ARCH_ARM, "arm", "pass"),
+        Label("native"),
+        Ld(0),
+    ];
+    if fs {
+        code.extend(FS_WATCHED.iter().map(|&nr| Jeq(nr as u32, "notify", NEXT)));
+    }
+    code.extend([
+        Jeq(NR_A64_CONNECT, "notify", NEXT),
+        Jeq(NR_A64_SENDMSG, "notify", NEXT),
+        Jeq(NR_A64_SENDMMSG, "notify", NEXT),
+        Jeq(NR_A64_SENDTO, "sendto", "pass"),
+        Label("arm"),
+        Ld(0),
+        Jeq(NR_ARM_CONNECT, "notify", NEXT),
+        Jeq(NR_ARM_SENDMSG, "notify", NEXT),
+        Jeq(NR_ARM_SENDMMSG, "notify", NEXT),
+        Jeq(NR_ARM_SENDTO, "sendto", "pass"),
+        // sendto(fd, buf, len, flags, addr, addrlen): no address, no
+        // notification (32-bit ARM's upper half: as i386's on x86_64).
+        Label("sendto"),
+        Ld(args_lo(4)),
+        Jeq(0, NEXT, "notify"),
+        Ld(args_lo(4) + 4),
+        Jeq(0, "pass", "notify"),
+        Label("notify"),
+        Ret(RET_USER_NOTIF),
+        Label("pass"),
+        Ret(pass),
+    ]);
+    code
 }
