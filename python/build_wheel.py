@@ -3,14 +3,16 @@
 
 - the platform wheel, carrying the static ``capsule`` and ``capsule-cli``
   binaries in ``capsule_sandbox/bin`` (tagged manylinux2014 and musllinux
-  x86_64: the binaries load no library, so any x86_64 Linux >= 5.12 runs
-  them; ``pip install`` of it alone gives a working sandbox);
+  of their architecture, x86_64 or aarch64: the binaries load no library,
+  so any Linux >= 5.12 of that architecture runs them; ``pip install`` of
+  it alone gives a working sandbox);
 - the sdist (``--sdist``), which finds capsule at run time ($CAPSULE_BIN or PATH).
 
-    python3 python/build_wheel.py --bins DIR --out DIR [--sdist]
+    python3 python/build_wheel.py --bins DIR --out DIR [--arch x86_64|aarch64] [--sdist]
 
 DIR of --bins holds capsule and capsule-cli (scripts/package.sh passes its
-release build). Prints the paths written.
+release build) of the architecture --arch (default x86_64). Prints the
+paths written.
 """
 
 from __future__ import annotations
@@ -30,7 +32,18 @@ import zipfile
 from typing import List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TAG = "py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.musllinux_1_1_x86_64"
+ARCHS = ("x86_64", "aarch64")
+
+
+def tag(arch: str) -> str:
+    return f"py3-none-manylinux_2_17_{arch}.manylinux2014_{arch}.musllinux_1_1_{arch}"
+
+
+def strip_tool(arch: str) -> str:
+    """This machine's strip for binaries of `arch` (a cross one for aarch64 on x86_64)."""
+    if arch == os.uname().machine:
+        return "strip"
+    return f"{arch}-linux-gnu-strip"
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -67,11 +80,12 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def wheel(bins: str, out: str) -> str:
+def wheel(bins: str, out: str, arch: str = "x86_64") -> str:
     name, version, summary, requires = project()
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    path = os.path.join(out, f"{dist}-{version}-{TAG}.whl")
+    path = os.path.join(out, f"{dist}-{version}-{tag(arch)}.whl")
+    strip = strip_tool(arch)
     entries: List[Tuple[str, bytes, int]] = [(arc, open(f, "rb").read(), 0o644) for arc, f in sources()]
     with tempfile.TemporaryDirectory() as tmp:
         for b in ("capsule", "capsule-cli"):
@@ -80,12 +94,12 @@ def wheel(bins: str, out: str) -> str:
                 sys.exit(f"build_wheel.py: {src} is missing or not executable")
             dst = os.path.join(tmp, b)
             shutil.copyfile(src, dst)
-            if shutil.which("strip"):
-                subprocess.run(["strip", "--strip-unneeded", dst], check=False, stderr=subprocess.DEVNULL)
+            if shutil.which(strip):
+                subprocess.run([strip, "--strip-unneeded", dst], check=False, stderr=subprocess.DEVNULL)
             entries.append((f"capsule_sandbox/bin/{b}", open(dst, "rb").read(), 0o755))
     entries.append((f"{info}/METADATA", metadata(name, version, summary, requires), 0o644))
     wheel_txt = "Wheel-Version: 1.0\nGenerator: capsule build_wheel.py\nRoot-Is-Purelib: false\n"
-    wheel_txt += "".join(f"Tag: py3-none-{p}\n" for p in TAG.split("-")[2].split("."))
+    wheel_txt += "".join(f"Tag: py3-none-{p}\n" for p in tag(arch).split("-")[2].split("."))
     entries.append((f"{info}/WHEEL", wheel_txt.encode(), 0o644))
     entries.append((f"{info}/top_level.txt", b"capsule_sandbox\n", 0o644))
     lic = os.path.join(HERE, "..", "LICENSE")
@@ -129,9 +143,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bins", required=True, help="directory holding capsule and capsule-cli")
     ap.add_argument("--out", required=True, help="directory to write the wheel (and sdist) to")
+    ap.add_argument("--arch", choices=ARCHS, default="x86_64", help="the binaries' architecture (default x86_64)")
     ap.add_argument("--sdist", action="store_true", help="write the sdist too")
     a = ap.parse_args()
-    print(wheel(a.bins, a.out))
+    print(wheel(a.bins, a.out, a.arch))
     if a.sdist:
         print(sdist(a.out))
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Builds capsule's release packages from this tree into target/package/:
-#   capsule_VERSION_amd64.deb          (dpkg-deb; install with dpkg -i or apt install ./FILE)
-#   capsule-VERSION-x86_64-linux.tar.gz (the same files as a /usr/local tree)
-#   capsule_sandbox-VERSION-py3-none-manylinux...x86_64.whl and .tar.gz
-#                                      (the Python client, its wheel with both binaries: python/build_wheel.py)
+# Builds capsule's release packages from this tree into target/package/,
+# for x86_64 and aarch64 (or the architectures named: package.sh x86_64):
+#   capsule_VERSION_amd64.deb, capsule_VERSION_arm64.deb
+#                                      (dpkg-deb; install with dpkg -i or apt install ./FILE)
+#   capsule-VERSION-x86_64-linux.tar.gz, capsule-VERSION-aarch64-linux.tar.gz
+#                                      (the same files as a /usr/local tree)
+#   capsule_sandbox-VERSION-py3-none-manylinux...x86_64.whl, ...aarch64.whl and .tar.gz
+#                                      (the Python client, its wheels with both binaries: python/build_wheel.py)
+# aarch64 is cross-built (README, "Architectures": the target's standard
+# library, gcc-aarch64-linux-gnu and libc6-dev-arm64-cross).
 # The .deb and the tarball hold the static binaries capsule and capsule-cli (no Depends: no
 # library is loaded at run time), man pages and bash/zsh/fish completions
 # made from capsule-cli's parser (crates/capsule-docgen), the AppArmor
@@ -19,26 +24,40 @@ done
 
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 [ -n "$version" ] || { echo "package.sh: no version in Cargo.toml's [workspace.package]" >&2; exit 1; }
-triple=x86_64-unknown-linux-gnu
+archs=("$@")
+[ ${#archs[@]} -gt 0 ] || archs=(x86_64 aarch64)
+for arch in "${archs[@]}"; do
+  case $arch in x86_64 | aarch64) ;; *) echo "package.sh: unknown architecture '$arch' (x86_64, aarch64)" >&2; exit 2 ;; esac
+done
 tdir=${CARGO_TARGET_DIR:-target}
 out=$tdir/package
-bin=$tdir/$triple/release
 
-# The binaries, static: .cargo/config.toml links the target statically
+# The binaries, static: .cargo/config.toml links both targets statically
 # (crt-static); the front end links no C library at all (build.rs).
-cargo build --release --target "$triple" -p capsule-cli
-for b in capsule capsule-cli; do
-  desc=$(file -b "$bin/$b")
-  case $desc in
-    *"statically linked"* | *"static-pie linked"*) ;;
-    *) echo "package.sh: $bin/$b is not static: $desc" >&2; exit 1 ;;
-  esac
+for arch in "${archs[@]}"; do
+  if [ "$arch" = aarch64 ]; then
+    command -v aarch64-linux-gnu-gcc >/dev/null ||
+      { echo "package.sh: aarch64-linux-gnu-gcc not found (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)" >&2; exit 1; }
+  fi
+  cargo build --release --target "$arch-unknown-linux-gnu" -p capsule-cli
+  for b in capsule capsule-cli; do
+    f=$tdir/$arch-unknown-linux-gnu/release/$b
+    desc=$(file -b "$f")
+    case $desc in
+      *"statically linked"* | *"static-pie linked"*) ;;
+      *) echo "package.sh: $f is not static: $desc" >&2; exit 1 ;;
+    esac
+    case $arch:$desc in
+      x86_64:*x86-64* | aarch64:*"ARM aarch64"*) ;;
+      *) echo "package.sh: $f is not an $arch program: $desc" >&2; exit 1 ;;
+    esac
+  done
 done
 # Man pages and completions: from the debug build the test suite makes too.
 rm -rf "$out"
 mkdir -p "$out"
 gen=$out/gen
-cargo run -q --target "$triple" -p capsule-docgen -- "$gen"
+cargo run -q --target x86_64-unknown-linux-gnu -p capsule-docgen -- "$gen"
 
 # The installed tree under PREFIX ($1) and ETC ($2), with man pages
 # compressed and the zsh completions in ZSH ($3, relative to PREFIX).
@@ -48,7 +67,7 @@ stage() {
     "$prefix/$zsh" "$prefix/share/fish/vendor_completions.d" "$prefix/share/doc/capsule/docs" "$etc/apparmor.d"
   for b in capsule capsule-cli; do
     install -m 755 "$bin/$b" "$prefix/bin/$b"
-    strip --strip-unneeded "$prefix/bin/$b" 2>/dev/null || true
+    "$strip" --strip-unneeded "$prefix/bin/$b" 2>/dev/null || true
   done
   for p in "$gen"/man/man1/*.1; do
     gzip -9n <"$p" >"$prefix/share/man/man1/$(basename "$p").gz"
@@ -64,19 +83,24 @@ stage() {
   install -m 644 deploy/apparmor/capsule "$etc/apparmor.d/capsule"
 }
 
-# --- the .deb -----------------------------------------------------------------
-root=$out/deb
-stage "$root/usr" "$root/etc" share/zsh/vendor-completions
-install -m 644 deploy/debian/copyright "$root/usr/share/doc/capsule/copyright"
-install -d "$root/DEBIAN"
-install -m 755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$root/DEBIAN/"
-echo /etc/apparmor.d/capsule >"$root/DEBIAN/conffiles"
-(cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum) >"$root/DEBIAN/md5sums"
-size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
-cat >"$root/DEBIAN/control" <<CONTROL
+for arch in "${archs[@]}"; do
+  bin=$tdir/$arch-unknown-linux-gnu/release
+  debarch=$([ "$arch" = aarch64 ] && echo arm64 || echo amd64)
+  strip=strip
+  [ "$arch" = "$(uname -m)" ] || strip=$arch-linux-gnu-strip
+  # --- the .deb -----------------------------------------------------------------
+  root=$out/deb
+  stage "$root/usr" "$root/etc" share/zsh/vendor-completions
+  install -m 644 deploy/debian/copyright "$root/usr/share/doc/capsule/copyright"
+  install -d "$root/DEBIAN"
+  install -m 755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$root/DEBIAN/"
+  echo /etc/apparmor.d/capsule >"$root/DEBIAN/conffiles"
+  (cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum) >"$root/DEBIAN/md5sums"
+  size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+  cat >"$root/DEBIAN/control" <<CONTROL
 Package: capsule
 Version: $version
-Architecture: amd64
+Architecture: $debarch
 Maintainer: ${CAPSULE_MAINTAINER:-capsule maintainers <maintainers@users.noreply.a-seed-594554e4.example>}
 Installed-Size: $size
 Section: utils
@@ -97,27 +121,33 @@ Description: run untrusted programs in an unprivileged Linux sandbox
  AppArmor is active and its parser supports it. "capsule check" tells
  whether this machine can run capsule.
 CONTROL
-deb=$out/capsule_${version}_amd64.deb
-dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+  deb=$out/capsule_${version}_${debarch}.deb
+  dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
 
-# --- the tarball --------------------------------------------------------------
-name=capsule-$version-x86_64-linux
-tree=$out/tar/$name
-# zsh's own directory under /usr/local: share/zsh/site-functions.
-stage "$tree" "$tree/etc" share/zsh/site-functions
-install -m 644 README.md LICENSE "$tree/"
-tarball=$out/$name.tar.gz
-tar -C "$out/tar" --owner=0 --group=0 --numeric-owner --sort=name -czf "$tarball" "$name"
-
-rm -rf "$gen" "$root" "$out/tar"
-echo "package.sh: $deb"
-echo "package.sh: $tarball"
+  # --- the tarball --------------------------------------------------------------
+  name=capsule-$version-$arch-linux
+  tree=$out/tar/$name
+  # zsh's own directory under /usr/local: share/zsh/site-functions.
+  stage "$tree" "$tree/etc" share/zsh/site-functions
+  install -m 644 README.md LICENSE "$tree/"
+  tarball=$out/$name.tar.gz
+  tar -C "$out/tar" --owner=0 --group=0 --numeric-owner --sort=name -czf "$tarball" "$name"
+  rm -rf "$root" "$out/tar"
+  echo "package.sh: $deb"
+  echo "package.sh: $tarball"
+done
+rm -rf "$gen"
 
 # --- the Python wheel and sdist (python/build_wheel.py, standard library only) --
 # The platform wheel carries these static binaries: `pip install` of it alone
 # gives a working sandbox; the sdist finds capsule on PATH.
 if command -v python3 >/dev/null; then
-  python3 python/build_wheel.py --bins "$bin" --out "$out" --sdist | sed 's/^/package.sh: /'
+  sdist=--sdist
+  for arch in "${archs[@]}"; do
+    python3 python/build_wheel.py --bins "$tdir/$arch-unknown-linux-gnu/release" --arch "$arch" --out "$out" $sdist |
+      sed 's/^/package.sh: /'
+    sdist=
+  done
 else
   echo "package.sh: python3 not found: no Python wheel" >&2
 fi

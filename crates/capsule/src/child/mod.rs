@@ -42,5 +42,5 @@ pub(crate) use step::Step;
 pub(crate) use mounts::split_parent;
 #[cfg(test)]
 pub(crate) use netlog::{observe, Memory};
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) use seccomp::is_net_log;

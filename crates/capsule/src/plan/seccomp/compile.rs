@@ -201,7 +201,7 @@ pub fn compile_policy_for(p: &Policy, arch: Arch) -> Result<Filter, String> {
 }
 
 /// This build's number of a syscall name.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(super) fn native_nr(name: &str) -> Option<u32> {
     Arch::NATIVE.nr(name)
 }
