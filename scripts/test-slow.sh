@@ -50,17 +50,25 @@ if [ "${1:-}" = --in-vm ]; then
   # on a binary read over 9p count as the reader's system time, which the
   # CPU accounting tests measure.
   bins=/var/tmp/capsule-vm-bins
+  # The aarch64 VM's root is an overlay (its userland over 9p): the
+  # layers' overlayfs cannot have its upper directory there, so /var/tmp
+  # (the tests' scratch) is a tmpfs, as on a machine's own disk.
+  [ "$(uname -m)" = x86_64 ] || mount -t tmpfs -o mode=1777 tmpfs /var/tmp
   mkdir -p "$bins"
   built=$(dirname "$(dirname "$(head -n1 "$list" | cut -d' ' -f1)")")
   for b in capsule capsule-cli capsule-probe capsule-libtest capsule-bench; do cp "$built/$b" "$bins/"; done
   echo "-- $(uname -m): $(wc -l <"$list") test executables"
+  # Every executable runs, the failed ones named at the end.
+  failed=()
   while read -r exe filter; do
     t0=$SECONDS
     cp "$exe" "$bins/"
     # Run where cargo runs them: the package's directory.
-    (cd crates/capsule-cli && "$bins/$(basename "$exe")" --color never ${filter:+"$filter"})
+    (cd crates/capsule-cli && "$bins/$(basename "$exe")" --color never ${filter:+"$filter"}) ||
+      failed+=("$(basename "${exe%-*}")")
     echo "-- $(basename "${exe%-*}") ${filter:-}: $((SECONDS - t0)) s"
   done <"$list"
+  [ ${#failed[@]} = 0 ] || { echo "== FAILED in the VM: ${failed[*]}" >&2; exit 1; }
   # The Python client's cgroup tests: on x86_64 (the aarch64 root has no
   # pytest; the client speaks to capsule's socket, the same on both).
   if [ "$(uname -m)" = x86_64 ]; then
@@ -202,7 +210,7 @@ aarch64_stage() {
   local a64=aarch64-unknown-linux-gnu list=$tdir/aarch64-tests.list
   rustup target list --installed 2>/dev/null | grep -qx $a64 ||
     { echo "test-slow.sh: the Rust standard library for $a64 is not installed (rustup target add $a64; README, \"Architectures\")" >&2; return 1; }
-  timed "aarch64 rootfs" scripts/vm/aarch64-rootfs >/dev/null
+  timed "aarch64 rootfs" scripts/vm/aarch64-rootfs
   timed "aarch64 build" cargo build --workspace --all-targets --target $a64
   cargo test --offline -q --workspace --no-run --target $a64 --message-format=json 2>/dev/null |
     python3 -c 'import json, sys

@@ -16,7 +16,7 @@ mod nr {
     pub const READ: usize = 0;
     pub const WRITE: usize = 1;
     pub const CLOSE: usize = 3;
-    pub const PPOLL: usize = 271;
+    pub const POLL: usize = 7;
     pub const GETPID: usize = 39;
     pub const SOCKET: usize = 41;
     pub const CONNECT: usize = 42;
@@ -482,9 +482,15 @@ pub fn wait_readable(fd: &Fd) -> Result<()> {
     // struct pollfd { int fd; short events; short revents; }, little-endian.
     let mut pfd: u64 = (fd.0 as u32 as u64) | (POLLIN << 32);
     loop {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: one 8-byte struct pollfd, alive for the call; no timeout (-1).
+        let r = unsafe { syscall6(nr::POLL, [&mut pfd as *mut u64 as usize, 1, -1isize as usize, 0, 0, 0]) };
+        // aarch64 has only ppoll.
+        #[cfg(target_arch = "aarch64")]
         // SAFETY: one 8-byte struct pollfd, alive for the call; no timeout
-        // and no signal mask (NULL): poll(2) with -1, on both architectures.
-        match check(unsafe { syscall6(nr::PPOLL, [&mut pfd as *mut u64 as usize, 1, 0, 0, 0, 0]) }) {
+        // and no signal mask (NULL).
+        let r = unsafe { syscall6(nr::PPOLL, [&mut pfd as *mut u64 as usize, 1, 0, 0, 0, 0]) };
+        match check(r) {
             Err(EINTR) => {}
             r => return r.map(drop),
         }

@@ -154,7 +154,8 @@ pub fn capsule<S: AsRef<OsStr>>(args: &[S]) -> Cmd {
         args: args.iter().map(|a| a.as_ref().to_owned()).collect(),
         env: Vec::new(),
         cwd: PathBuf::from("/"),
-        timeout: RUN_TIMEOUT,
+        // Software emulation (the VMs) runs capsule several times slower.
+        timeout: if crate::in_cgroup_vm() { RUN_TIMEOUT * 5 } else { RUN_TIMEOUT },
         json: false,
         meta: false,
         capsule: h().capsule.clone(),

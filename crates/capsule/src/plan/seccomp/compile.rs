@@ -212,6 +212,9 @@ pub(super) fn native_nr(name: &str) -> Option<u32> {
 /// rest. One that would decide as the call's own unconditional rule (or,
 /// without rules, the default) is left out: it changes nothing.
 fn with_successors(flat: Vec<Flat>, carried: Vec<Flat>, default: Action) -> Vec<Flat> {
+    if carried.is_empty() {
+        return flat;
+    }
     let mut out = Vec::new();
     for c in carried {
         let own: Vec<&Flat> = flat.iter().filter(|f| f.nr == c.nr).collect();
@@ -366,10 +369,10 @@ fn check_conflicts(flat: &[Flat], default: Action) -> Result<(), String> {
     for rules in by_nr.values() {
         // Carried-over rules always have conditions and come first: an
         // unconditional rule of the call itself decides the rest.
-        let rules: Vec<&Flat> = rules.iter().copied().filter(|f| !f.successor).collect();
-        let uncond: Vec<&&Flat> = rules.iter().filter(|f| f.conds.is_empty()).collect();
+        let own = || rules.iter().filter(|f| !f.successor);
+        let uncond: Vec<&&Flat> = own().filter(|f| f.conds.is_empty()).collect();
         if let Some(first) = uncond.first() {
-            if let Some(other) = rules.iter().find(|f| !std::ptr::eq(**f, **first)) {
+            if let Some(other) = own().find(|f| !std::ptr::eq(**f, **first)) {
                 let what = if other.conds.is_empty() && other.action == first.action {
                     "duplicate rule".to_string()
                 } else if other.conds.is_empty() {
