@@ -5,6 +5,11 @@
 # AppArmor profile must parse; then the .deb is installed, used as the
 # unprivileged test user (capsule --version, capsule check, capsule run --
 # /bin/true, man -w, completions) and purged, and nothing of it may be left.
+# With CAPSULE_PACKAGE_ARCHS naming aarch64 too (scripts/test.sh, where the
+# cross toolchain is installed), the arm64 .deb, tarball and wheel are
+# checked the same way short of installing them: their files, static
+# aarch64 binaries, `capsule --version` through qemu-user's binfmt entry
+# (scripts/test-slow.sh aarch64 installs and uses the .deb in its VM).
 #
 # Run as root (scripts/test.sh does). CAPSULE_TEST_STRICT=1: what cannot be
 # checked fails, except the full parse of the profile where the only
@@ -242,4 +247,55 @@ if ! diff "$scratch/before" "$scratch/after" >"$scratch/diff"; then
   fail "dpkg --purge capsule: the system is not as it was (the diff above)"
 fi
 pass "dpkg --purge capsule: nothing of it is left in /usr, /etc, /var/lib/dpkg/info, /var/cache/apparmor"
+
+# --- aarch64: the arm64 .deb, tarball and wheel --------------------------------------
+if [[ " ${CAPSULE_PACKAGE_ARCHS:-x86_64} " == *" aarch64 "* ]]; then
+  adeb=$tdir/package/capsule_${version}_arm64.deb
+  atar=$tdir/package/capsule-$version-aarch64-linux.tar.gz
+  [ -f "$adeb" ] && [ -f "$atar" ] || fail "package.sh did not leave $adeb and $atar"
+  [ "$(dpkg-deb -f "$adeb" Architecture)" = arm64 ] && [ "$(dpkg-deb -f "$adeb" Version)" = "$version" ] ||
+    fail "arm64 control: $(dpkg-deb -f "$adeb" Package Version Architecture)"
+  # The same files as the amd64 package's, and the same tree in the tarball.
+  files() { dpkg-deb -c "$1" | awk '{ print $6 }' | sort; }
+  diff <(files "$deb") <(files "$adeb") >"$scratch/adiff" || { cat "$scratch/adiff" >&2; fail "the arm64 .deb's files differ from the amd64 one's"; }
+  mkdir -p "$scratch/arm64"
+  dpkg-deb -x "$adeb" "$scratch/arm64/deb"
+  tar -C "$scratch/arm64" -xzf "$atar"
+  for f in deb/usr/bin/capsule deb/usr/bin/capsule-cli "capsule-$version-aarch64-linux/bin/capsule" \
+    "capsule-$version-aarch64-linux/bin/capsule-cli"; do
+    desc=$(file -b "$scratch/arm64/$f")
+    case $desc in
+      *"ARM aarch64"*"statically linked"* | *"ARM aarch64"*"static-pie linked"*) ;;
+      *) fail "arm64: $f is not a static aarch64 program: $desc" ;;
+    esac
+  done
+  pass "arm64 .deb and tarball: Architecture arm64, the amd64 package's files, static aarch64 binaries"
+  # The arm64 wheel: its tags and binaries.
+  awhl=$(compgen -G "$tdir/package/capsule_sandbox-$version-py3-none-manylinux_2_17_aarch64.*.whl" | head -n1 || true)
+  [ -n "$awhl" ] || fail "package.sh did not leave the manylinux_2_17_aarch64 wheel in $tdir/package"
+  python3 - "$awhl" "$scratch/arm64/whl" <<'PY' || fail "the aarch64 wheel: $awhl"
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+wheel = next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))
+tags = [l.split(": ")[1] for l in z.read(wheel).decode().splitlines() if l.startswith("Tag: ")]
+assert tags == ["py3-none-manylinux_2_17_aarch64", "py3-none-manylinux2014_aarch64", "py3-none-musllinux_1_1_aarch64"], tags
+for b in ("capsule", "capsule-cli"):
+    z.extract(f"capsule_sandbox/bin/{b}", sys.argv[2])
+PY
+  for b in capsule capsule-cli; do
+    desc=$(file -b "$scratch/arm64/whl/capsule_sandbox/bin/$b")
+    [[ $desc == *"ARM aarch64"*static* ]] || fail "the aarch64 wheel's $b: $desc"
+  done
+  pass "$(basename "$awhl"): the three aarch64 tags, static aarch64 binaries"
+  # Running them here: qemu-user through binfmt_misc (the front end
+  # executes capsule-cli, an arm64 program too).
+  if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+    chmod -R a+rX "$scratch/arm64"
+    got=$("$scratch/arm64/deb/usr/bin/capsule" --version)
+    [ "$got" = "capsule $version (commit $commit)" ] || fail "arm64: capsule --version printed '$got'"
+    pass "arm64: capsule --version under qemu-user names commit $commit"
+  else
+    skip "arm64: capsule --version: no qemu-aarch64 binfmt entry (apt-get install qemu-user-static binfmt-support)"
+  fi
+fi
 echo "package: $passed passed, 0 failed, $skipped skipped"

@@ -60,6 +60,14 @@ if [ "${1:-}" = --in-vm ]; then
   echo "-- $(uname -m): $(wc -l <"$list") test executables"
   # Every executable runs, the failed ones named at the end.
   failed=()
+  # The arm64 package (the aarch64 stage), installed and used as the VM's
+  # user, before the tests enable controllers in the delegated cgroup.
+  if [ -n "${CAPSULE_VM_DEB:-}" ]; then
+    dpkg -i "$CAPSULE_VM_DEB" >/dev/null
+    got=$(/.cgroup2-vm/as-user /usr/bin/capsule run -q -- /bin/hostname) || got="failed ($?)"
+    [ "$got" = capsule ] || failed+=("the-arm64-package")
+    echo "-- $(basename "$CAPSULE_VM_DEB"): installed; capsule run -- hostname as $CGROUP2_VM_USER: $got"
+  fi
   while read -r exe filter; do
     t0=$SECONDS
     cp "$exe" "$bins/"
@@ -221,7 +229,13 @@ for m in map(json.loads, sys.stdin):
         if t["name"].replace("-", "_") in want.get(t["kind"][0], ()):
             print(m["executable"])' >"$list"
   [ "$(wc -l <"$list")" = 8 ] || { echo "test-slow.sh: expected 8 aarch64 test executables, found: $(xargs <"$list")" >&2; return 1; }
+  # The arm64 package, as scripts/test.sh made it (else made here).
+  local version
+  version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+  export CAPSULE_VM_DEB=$tdir/package/capsule_${version}_arm64.deb
+  [ -f "$CAPSULE_VM_DEB" ] || timed "aarch64 package" scripts/package.sh aarch64
   # The target directory shared too: the executables run from there.
-  timed "aarch64 VM" "$vm" --arch aarch64 --as-root --timeout 1500 --share "$tdir" -- bash scripts/test-slow.sh --in-vm "$list"
+  timed "aarch64 VM" "$vm" --arch aarch64 --as-root --timeout 1500 --share "$tdir" --env CAPSULE_VM_DEB \
+    -- bash scripts/test-slow.sh --in-vm "$list"
 }
 if want aarch64; then timed aarch64 aarch64_stage; fi
