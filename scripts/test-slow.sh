@@ -218,8 +218,14 @@ aarch64_stage() {
   local a64=aarch64-unknown-linux-gnu list=$tdir/aarch64-tests.list
   rustup target list --installed 2>/dev/null | grep -qx $a64 ||
     { echo "test-slow.sh: the Rust standard library for $a64 is not installed (rustup target add $a64; README, \"Architectures\")" >&2; return 1; }
-  timed "aarch64 rootfs" scripts/vm/aarch64-rootfs
+  # The userland (made once; a fresh machine takes minutes of qemu-user)
+  # while the cross build runs.
+  local t0=$SECONDS rootfs_log=$tdir/aarch64-rootfs.log rootfs
+  scripts/vm/aarch64-rootfs >"$rootfs_log" 2>&1 &
+  rootfs=$!
   timed "aarch64 build" cargo build --workspace --all-targets --target $a64
+  wait "$rootfs" || { cat "$rootfs_log" >&2; echo "test-slow.sh: scripts/vm/aarch64-rootfs failed" >&2; return 1; }
+  times+=("aarch64 rootfs (beside the build) $((SECONDS - t0))s")
   cargo test --offline -q --workspace --no-run --target $a64 --message-format=json 2>/dev/null |
     python3 -c 'import json, sys
 want = {"lib": {"capsule", "capsule_nolibc"}, "test": {"isolation", "cgroups", "seccomp", "layer", "layer_run", "judge"}}
