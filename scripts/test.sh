@@ -9,7 +9,7 @@
 # a warm build on 2 CPUs, 7 from a fresh clone (docs/testing.md). Each stage
 # prints its time; the last line sums them up with every skipped test and
 # its reason, and what is left to the slow stages (scripts/test-slow.sh:
-# the cgroup v2 VMs, containers, systemd).
+# the cgroup v2 VMs, containers, systemd, aarch64).
 #
 # Run it as root (the black-box tests create the unprivileged user
 # `capsule-test` and drop to it with setpriv; capsule itself refuses root),
@@ -35,7 +35,7 @@ summary() {
   [ "$n" = 0 ] || skipped="skipped $n: $(paste -sd';' "$skip_log.sum" | sed 's/;/; /g')"
   local took="$(((SECONDS - t_start) / 60))m$(((SECONDS - t_start) % 60))s (${times[*]})"
   if [ "$rc" = 0 ]; then
-    echo "test.sh: passed in $took; $skipped; left to scripts/test-slow.sh (VMs, as root): the cgroup v2 tests on two kernels, podman, kube, docker, systemd"
+    echo "test.sh: passed in $took; $skipped; left to scripts/test-slow.sh (VMs, as root): the cgroup v2 tests on two kernels, podman, kube, docker, systemd, aarch64"
   else
     echo "test.sh: FAILED in stage '$current' after $took; $skipped" >&2
   fi
