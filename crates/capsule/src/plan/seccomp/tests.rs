@@ -1,5 +1,8 @@
 //! The seccomp module's tests: the built-in policies and policy files
 //! compiled and run through a BPF interpreter, the epilogues, the errors.
+//! x86_64's numbers and ABIs (i386, x32): on x86_64 only; `arch_tests`
+//! compiles for aarch64 on every host.
+#![cfg(target_arch = "x86_64")]
 
 use super::compile::native_nr;
 use super::policy::{parse_toml, ArgCond, Op};
