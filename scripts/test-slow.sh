@@ -241,7 +241,11 @@ for m in map(json.loads, sys.stdin):
 # is its userland over 9p under an overlay, no real machine'"'"'s, and a layer
 # of all of it outlasts any timeout under emulation (scripts/test.sh runs
 # them on the host).
-args = {("test", "layer_run"): " --skip a_root_layer_changes_system_files_in_the_layer_only --skip dpkg_installs_a_package_into_a_root_layer"}
+# judge: one test per path of a judgement (compile and run, time, memory
+# and seccomp verdicts, a checker, an interactor): each compiles its C++
+# under emulation, the whole suite takes 8 minutes there (the host runs it).
+args = {("test", "layer_run"): " --skip a_root_layer_changes_system_files_in_the_layer_only --skip dpkg_installs_a_package_into_a_root_layer",
+        ("test", "judge"): " aplusb_ok_is_accepted aplusb_tle aplusb_mle aplusb_sys_names_the_call checker_program guess_ok"}
 for w in want:
     if w in found:
         print(found[w] + args.get(w, ""))' >"$list"
