@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use capsule::proto::session::{ExecReq, FromHolder, ToHolder, HOLDER_FD};
+use capsule::proto::session::{Ended, ExecReq, FromHolder, ToHolder, HOLDER_FD};
 use capsule::proto::wire;
 use capsule::sys;
 
@@ -268,7 +268,7 @@ impl Holder {
         let c = self.children.swap_remove(k);
         // What it leaves running is the session's from now on.
         self.followed.retain(|_, f| f.xid != c.xid);
-        FromHolder::Exited {
+        FromHolder::Exited(Ended {
             xid: c.xid,
             status: r.status,
             user_us: r.user_us + c.orphans_us.0,
@@ -277,7 +277,7 @@ impl Holder {
             wall_us: c.start.elapsed().as_micros() as u64,
             timed_out: c.timed_out,
             cpu_exceeded: c.cpu_exceeded,
-        }
+        })
     }
 
     /// One message from the agent; what to answer.

@@ -182,19 +182,23 @@ pub enum FromHolder {
         xid: u64,
         error: String,
     },
-    /// Waited for: status as `wait4` gave it, its processes' rusage, its
-    /// wall time, whether its wall- or CPU-time limit killed it.
-    Exited {
-        xid: u64,
-        status: i32,
-        user_us: u64,
-        system_us: u64,
-        max_rss_kb: u64,
-        wall_us: u64,
-        timed_out: bool,
-        #[serde(default)]
-        cpu_exceeded: bool,
-    },
+    /// A command waited for (the same JSON as a struct variant).
+    Exited(Ended),
+}
+
+/// How a command ended: status as `wait4` gave it, its processes' rusage,
+/// its wall time, whether its wall- or CPU-time limit killed it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Ended {
+    pub xid: u64,
+    pub status: i32,
+    pub user_us: u64,
+    pub system_us: u64,
+    pub max_rss_kb: u64,
+    pub wall_us: u64,
+    pub timed_out: bool,
+    #[serde(default)]
+    pub cpu_exceeded: bool,
 }
 
 /// Whether `name` may name a session: 1 to [`MAX_NAME`] of `A-Za-z0-9._-`,

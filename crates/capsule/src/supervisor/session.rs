@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use crate::host::cgroups::CommandStats;
 use crate::proto::result::{signal_name, Accounting, RunResult, Status};
 use crate::proto::session::{
-    check_name, ExecReq, FromHolder, Publish, SessionAnswer, SessionInfo, SessionReq, ToHolder, DEFAULT_GRACE_MS,
-    HOLDER_ARG, HOLDER_FD, MAX_PORTS,
+    check_name, Ended, ExecReq, FromHolder, Publish, SessionAnswer, SessionInfo, SessionReq, ToHolder,
+    DEFAULT_GRACE_MS, HOLDER_ARG, HOLDER_FD, MAX_PORTS,
 };
 use crate::proto::spec::RunSpec;
 use crate::proto::wire::{self, ServerMsg};
@@ -381,7 +381,8 @@ impl Loop {
                     }
                 }
             }
-            FromHolder::Exited { xid, status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded } => {
+            FromHolder::Exited(end) => {
+                let (xid, status) = (end.xid, end.status);
                 s.last_used = Instant::now();
                 if let Some(i) = s.execs.iter().position(|e| e.xid == xid) {
                     let mut e = s.execs.swap_remove(i);
@@ -396,7 +397,6 @@ impl Loop {
                         // kernel's victim is the largest process; with several commands at once, maybe another's).
                         let oom = e.oom_kills.zip(run.and_then(|r| r.p.cgroup.as_ref()).map(|c| c.oom_kills()));
                         let oom_killed = status != 0 && oom.is_some_and(|(before, now)| now > before);
-                        let end = End { status, user_us, system_us, max_rss_kb, wall_us, timed_out, cpu_exceeded };
                         let r = command_result(end, oom_killed, cgroup.as_ref().map(|c| c.stats()));
                         answers.push((w, SessionAnswer::Exec { result: Box::new(r) }));
                     }
@@ -626,21 +626,10 @@ fn peer_gone(sock: RawFd) -> bool {
     sys::poll(&mut pfd, 0).is_ok() && pfd[0].revents & libc::POLLHUP != 0
 }
 
-/// How a command ended, as its holder reported it.
-struct End {
-    status: i32,
-    user_us: u64,
-    system_us: u64,
-    max_rss_kb: u64,
-    wall_us: u64,
-    timed_out: bool,
-    cpu_exceeded: bool,
-}
-
 /// A command's result: its own limits first, then how it ended. With a
 /// cgroup of its own, CPU and memory are its cgroup's, and an OOM kill
 /// there is its memory limit.
-fn command_result(e: End, oom_killed: bool, cg: Option<CommandStats>) -> RunResult {
+fn command_result(e: Ended, oom_killed: bool, cg: Option<CommandStats>) -> RunResult {
     let mut r = RunResult::error("");
     r.error = None;
     r.accounting = Accounting::Rusage;
